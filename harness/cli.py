@@ -1,0 +1,140 @@
+"""The ``critpath`` command line.
+
+Exit codes: 0 every case ran and passed its check; 1 a case failed, timed out or gave a wrong
+answer; 2 the command could not run (bad options, unreadable input).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+from rich.console import Console
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def _csv(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+    from harness.sizes import parse_sizes
+
+    try:
+        return parse_sizes(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _nonneg_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="critpath", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p_list = sub.add_parser("list", help="families and their case IDs")
+    p_list.add_argument("--families", type=_csv, help="comma-separated family names")
+    _grid_args(p_list)
+
+    p_run = sub.add_parser("run", help="run cases and write a run directory")
+    p_run.add_argument("--families", type=_csv, help="comma-separated family names (default: every default family)")
+    p_run.add_argument("--case", dest="case_ids", action="append", default=[], metavar="ID",
+                       help="run exactly this case ID (repeatable); overrides --families")
+    _grid_args(p_run)
+    p_run.add_argument("--iters", type=_positive_int, help="timed iterations per case (default: calibrated by rank 0)")
+    p_run.add_argument("--warmup", type=_nonneg_int, help="warm-up iterations per case")
+    p_run.add_argument("--timeout", type=_positive_float, default=60.0, metavar="SECONDS",
+                       help="per-case limit from set-up to check (default 60)")
+    p_run.add_argument("--out", type=Path, help="run directory (default reports/<run-id>)")
+
+    p_show = sub.add_parser("show", help="print the tables of a stored run")
+    p_show.add_argument("run_dir", type=Path)
+    p_show.add_argument("--skip-invalid", action="store_true", help="show the valid records and list the invalid lines")
+    return parser
+
+
+def _grid_args(p: argparse.ArgumentParser) -> None:
+    profile = p.add_mutually_exclusive_group()
+    profile.add_argument("--quick", dest="profile", action="store_const", const="quick", help="quick profile (default)")
+    profile.add_argument("--full", dest="profile", action="store_const", const="full", help="full profile")
+    p.set_defaults(profile="quick")
+    p.add_argument("--world", type=_positive_int, help="ranks to spawn locally (default 2; under torchrun: WORLD_SIZE)")
+    p.add_argument("--backend", choices=("gloo", "nccl"), help="default: nccl when every rank has a GPU, else gloo")
+    p.add_argument("--sizes", type=_sizes, metavar="SPEC", help="size sweep like nccl-tests: 8:64M:x2, 1K:8K:+1K or 8,1K,1M")
+
+
+def cmd_list(args) -> int:
+    from harness import registry
+    from harness.family import GridOptions
+
+    grid = GridOptions(args.profile, args.world or 2, args.backend or "gloo", args.sizes)
+    for family in registry.select(args.families) if args.families else registry.FAMILIES.values():
+        marker = "" if family.default else "  (opt-in)"
+        print(f"{family.name} v{family.version}: {family.description}{marker}")
+        for case in family.grid(grid):
+            print(f"  {case.id}")
+    return EXIT_OK
+
+
+def cmd_run(args) -> int:
+    from harness.runner import RunOptions, run
+
+    opts = RunOptions(
+        families=args.families, case_ids=tuple(args.case_ids), profile=args.profile, world=args.world,
+        backend=args.backend, sizes_bytes=args.sizes, iters=args.iters, warmup=args.warmup,
+        timeout_s=args.timeout, out=args.out, argv=tuple(sys.argv),
+    )
+    return run(opts)
+
+
+def cmd_show(args) -> int:
+    from harness.store import load_records
+    from harness.table import print_tables
+
+    skipped: list = []
+    records = load_records(args.run_dir, skip_invalid=args.skip_invalid, skipped=skipped)
+    print_tables(records)
+    for item in skipped:
+        print(f"skipped {args.run_dir}: line {item.line}: {item.reason}", file=sys.stderr)
+    return EXIT_OK if all(r.ok for r in records) and not skipped else EXIT_FAILED
+
+
+COMMANDS = {"list": cmd_list, "run": cmd_run, "show": cmd_show}
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    from harness.records import RecordError
+    from harness.runner import UsageError
+    from harness.store import ResultsFileError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except (UsageError, ResultsFileError, RecordError, KeyError) as exc:
+        message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+        print(f"critpath {args.command}: error: {message}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("critpath: interrupted; records written so far are kept", file=sys.stderr)
+        return 130

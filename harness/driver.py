@@ -1,0 +1,141 @@
+"""Runs one case on one rank: the only place that times anything.
+
+Order, identical on every rank: setup -> timed warm-up -> loop plan (rank 0 decides from the
+slowest rank's warm-up, broadcasts) -> barrier -> timed iterations -> per-iteration max over ranks
+-> check (wrong counts summed over ranks) -> per-rank reports gathered to rank 0 -> teardown.
+Rank 0 returns the record; other ranks return None.
+
+Cross-rank bookkeeping goes over a separate gloo "control" group so it never shares a stream or a
+communicator with the data path being measured (NCCL included).
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from harness.case import Case
+from harness.family import CheckResult, Family, RankContext
+from harness.records import ErrorInfo, Record
+from harness.stats import Summary
+from harness.timing import Clock, LoopPlan, PlanPolicy, time_each, time_each_cuda
+
+
+@dataclass(frozen=True)
+class Collectives:
+    """Control-plane reductions over ranks; identity operations when there is one rank."""
+
+    group: Any = None
+    world: int = 1
+
+    def max_(self, values: np.ndarray) -> np.ndarray:
+        if self.world == 1:
+            return values
+        t = torch.from_numpy(np.ascontiguousarray(values, dtype=np.int64))
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.group)
+        return t.numpy()
+
+    def sum_(self, values: np.ndarray) -> np.ndarray:
+        if self.world == 1:
+            return values
+        t = torch.from_numpy(np.ascontiguousarray(values, dtype=np.int64))
+        dist.all_reduce(t, op=dist.ReduceOp.SUM, group=self.group)
+        return t.numpy()
+
+    def broadcast_plan(self, plan: Optional[LoopPlan]) -> LoopPlan:
+        if self.world == 1:
+            assert plan is not None
+            return plan
+        t = torch.tensor([plan.warmup, plan.iters] if plan else [0, 0], dtype=torch.int64)
+        dist.broadcast(t, src=0, group=self.group)
+        return LoopPlan(int(t[0]), int(t[1]))
+
+    def gather(self, obj: Any, rank: int) -> Optional[list]:
+        if self.world == 1:
+            return [obj]
+        out = [None] * self.world if rank == 0 else None
+        dist.gather_object(obj, out, dst=0, group=self.group)
+        return out
+
+    def barrier(self) -> None:
+        if self.world > 1:
+            dist.barrier(group=self.group)
+
+
+def _now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _timer(family: Family, ctx: RankContext, clock: Clock) -> tuple[str, Callable[[Any, int], np.ndarray]]:
+    if family.iterate is not None:
+        return f"family-owned loop ({family.name})", lambda state, n: np.asarray(
+            family.iterate(state, n, clock), dtype=np.int64
+        )
+    if ctx.device is not None and getattr(ctx.device, "type", "cpu") == "cuda":
+        return "cuda_event", lambda state, n: time_each_cuda(family.step, state, n)
+    return "perf_counter_ns", lambda state, n: time_each(family.step, state, n, clock)
+
+
+def run_case(
+    family: Family,
+    case: Case,
+    ctx: RankContext,
+    comm: Collectives,
+    policy: PlanPolicy,
+    run_id: str,
+    clock: Clock = time.perf_counter_ns,
+) -> Optional[Record]:
+    started_at = _now_iso()
+    t_start = time.perf_counter()
+    state = family.setup(ctx, case)
+    try:
+        timer_name, timed = _timer(family, ctx, clock)
+        warm = timed(state, policy.warmup) if policy.warmup else np.zeros(0, dtype=np.int64)
+        # Estimate from the slowest rank so the plan fits every rank's budget.
+        estimate = comm.max_(np.array([int(np.median(warm)) if warm.size else 0], dtype=np.int64))[0]
+        plan = comm.broadcast_plan(policy.decide(float(estimate)) if ctx.rank == 0 else None)
+        comm.barrier()
+        samples = timed(state, plan.iters)
+        if samples.shape != (plan.iters,):
+            raise RuntimeError(f"timer returned {samples.shape} samples, plan asked for {plan.iters}")
+        samples = comm.max_(samples)
+        result: CheckResult = family.check(state)
+        wrong, checked = comm.sum_(np.array([result.wrong, result.checked], dtype=np.int64))
+        total = CheckResult(int(wrong), int(checked), result.detail)
+        reports = comm.gather(family.report(state) if family.report else {}, ctx.rank)
+    finally:
+        if family.teardown is not None:
+            family.teardown(state)
+    if ctx.rank != 0:
+        return None
+    summary = Summary.of(samples)
+    # A fast wrong answer is a failure: keep its samples for forensics but derive no figures.
+    metrics = dict(family.metrics(case, summary, reports)) if total.passed else {}
+    error = None
+    if not total.passed:
+        error = ErrorInfo("check", f"{total.wrong} of {total.checked} results wrong {total.detail}".strip())
+    return Record(
+        run_id=run_id,
+        case_id=case.id,
+        family=family.name,
+        family_version=family.version,
+        params=dict(case.params),
+        status="ok" if total.passed else "failed",
+        backend=ctx.backend,
+        world=ctx.world,
+        started_at=started_at,
+        wall_s=time.perf_counter() - t_start,
+        samples_ns=tuple(int(x) for x in samples),
+        plan=plan.to_dict(),
+        timer=timer_name,
+        metrics=metrics,
+        check=total,
+        error=error,
+        reduction="max_over_ranks" if ctx.world > 1 else "single_rank",
+        extra={"rank_reports": reports} if family.report else {},
+    )

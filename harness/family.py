@@ -1,0 +1,125 @@
+"""The one seam every benchmark family plugs into.
+
+A family is a module that builds a ``Family``: its parameters, its grid of cases (quick and full),
+and four functions in the shape of nccl-tests' per-collective files:
+
+- ``setup(ctx, case) -> state``: allocate, connect, warm buffers. Never timed.
+- ``step(state)``: one operation. No allocation, no synchronisation it does not need.
+- ``metrics(case, summary, reports) -> {name_with_unit: float}``: derived figures (busbw...).
+- ``check(state) -> CheckResult``: correctness, run after timing; a wrong answer fails the case.
+
+Optional hooks:
+
+- ``teardown(state)``: release what setup took (groups, sockets, server processes).
+- ``report(state) -> dict``: per-rank observations (JSON-able), gathered to rank 0 after timing
+  and handed to ``metrics`` as ``reports`` (one entry per rank, rank order).
+- ``iterate(state, iters, clock) -> samples_ns``: a family that must own its timed loop (for
+  example open-loop load, where latency runs from the intended send time) returns one latency per
+  iteration itself. Everything else about the case (plan, reduction, check) stays the driver's.
+
+The driver (``harness.driver``) owns warm-up, the loop plan, timing, the cross-rank reduction,
+timeouts and the check; families never time themselves unless they use ``iterate``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+from harness.case import Case, Param
+from harness.stats import Summary
+
+PROFILES = ("quick", "full")
+
+
+@dataclass(frozen=True)
+class GridOptions:
+    """What the command line says about the grid; each family maps it onto its own cases."""
+
+    profile: str = "quick"
+    world: int = 2
+    backend: str = "gloo"
+    sizes_bytes: Optional[tuple[int, ...]] = None  # --sizes override, for size-swept families
+
+    def __post_init__(self) -> None:
+        if self.profile not in PROFILES:
+            raise ValueError(f"profile must be one of {PROFILES}, got {self.profile!r}")
+
+
+@dataclass(frozen=True)
+class RankContext:
+    """Where one rank runs: handed to ``setup``."""
+
+    rank: int
+    world: int
+    local_rank: int
+    backend: str
+    device: Any  # torch.device
+    group: Any = None  # the default process group (None when world == 1 and no group exists)
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """Correctness after timing, counted like nccl-tests' #wrong."""
+
+    wrong: int
+    checked: int
+    detail: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return self.wrong == 0
+
+    def to_dict(self) -> dict:
+        return {"wrong": self.wrong, "checked": self.checked, "passed": self.passed, "detail": self.detail}
+
+
+@dataclass(frozen=True)
+class Column:
+    """A column of the terminal table: header (with unit) and how to read it off a record."""
+
+    header: str
+    value: Callable[[Any], Any]  # record -> value (str or number)
+    fmt: str = "{}"
+
+    def render(self, record: Any) -> str:
+        try:
+            value = self.value(record)
+        except (KeyError, TypeError, AttributeError):
+            return "-"
+        if value is None:
+            return "-"
+        return self.fmt.format(value)
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    version: int  # bump when a case's definition changes meaning; recorded with every result
+    description: str
+    params: Sequence[Param]
+    grid: Callable[[GridOptions], list[Case]]
+    setup: Callable[[RankContext, Case], Any]
+    step: Callable[[Any], None]
+    metrics: Callable[[Case, Summary, list[dict]], Mapping[str, float]]
+    check: Callable[[Any], CheckResult]
+    teardown: Optional[Callable[[Any], None]] = None
+    report: Optional[Callable[[Any], dict]] = None
+    iterate: Optional[Callable[[Any, int, Callable[[], int]], Any]] = None
+    columns: Sequence[Column] = field(default_factory=tuple)
+    # In `critpath run` without --families. Self-tests and fault injection are opt-in.
+    default: bool = True
+
+    @property
+    def declared(self) -> dict[str, Param]:
+        return {p.name: p for p in self.params}
+
+    def case(self, **params) -> Case:
+        """Build a case, checking keys and value types against the declaration."""
+        declared = self.declared
+        for key, value in params.items():
+            if key not in declared:
+                raise KeyError(f"family {self.name!r} has no parameter {key!r}")
+            want = declared[key].type
+            if not isinstance(value, want) or isinstance(value, bool):
+                raise TypeError(f"{self.name}.{key} must be {want.__name__}, got {value!r}")
+        return Case(self.name, params)

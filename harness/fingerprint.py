@@ -1,0 +1,147 @@
+"""What a result was measured on: host, CPU, kernel, Python, torch, backend, NCCL, GPUs, the
+project's commit and the environment variables that change behaviour.
+
+Missing pieces are facts, not errors: no GPU gives ``{"present": false, "reason": ...}``.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Optional
+
+# Variables that change what a collective or the allocator does.
+ENV_PATTERNS = re.compile(
+    r"^(NCCL_|GLOO_|TORCH_|PYTORCH_|CUDA_|OMP_NUM_THREADS$|MKL_NUM_THREADS$|OPENBLAS_|"
+    r"MASTER_ADDR$|MASTER_PORT$|WORLD_SIZE$|LOCAL_WORLD_SIZE$|SLURM_JOB_|CRITPATH_)"
+)
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _version(dist: str) -> Optional[str]:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def git_commit(root: Path = PROJECT_ROOT) -> dict:
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True, text=True, timeout=10, check=True,
+        ).stdout.strip()
+        return {"commit": commit, "dirty": bool(dirty)}
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None, "reason": "not a git checkout; version " + str(_version("critpath"))}
+
+
+def gpus() -> dict:
+    """GPUs through NVML (nvidia-ml-py): name, memory, driver, PCIe link, NVLink state."""
+    try:
+        import pynvml
+    except ImportError as exc:
+        return {"present": False, "reason": f"nvidia-ml-py not importable: {exc}"}
+    try:
+        pynvml.nvmlInit()
+    except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
+        return {"present": False, "reason": f"NVML unavailable: {exc}"}
+    try:
+        devices = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            info = {
+                "index": i,
+                "name": _text(pynvml.nvmlDeviceGetName(h)),
+                "uuid": _text(pynvml.nvmlDeviceGetUUID(h)),
+                "memory_total_bytes": int(pynvml.nvmlDeviceGetMemoryInfo(h).total),
+            }
+            for key, fn in (
+                ("pcie_gen", pynvml.nvmlDeviceGetCurrPcieLinkGeneration),
+                ("pcie_width", pynvml.nvmlDeviceGetCurrPcieLinkWidth),
+                ("pcie_gen_max", pynvml.nvmlDeviceGetMaxPcieLinkGeneration),
+                ("pcie_width_max", pynvml.nvmlDeviceGetMaxPcieLinkWidth),
+            ):
+                try:
+                    info[key] = int(fn(h))
+                except Exception as exc:  # not supported on this device
+                    info[key] = None
+                    info[f"{key}_reason"] = str(exc)
+            links = []
+            for link in range(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18)):
+                try:
+                    links.append(int(pynvml.nvmlDeviceGetNvLinkState(h, link)))
+                except Exception:
+                    break
+            info["nvlink_active"] = sum(links)
+            info["nvlink_links"] = len(links)
+            devices.append(info)
+        return {
+            "present": bool(devices),
+            "driver_version": _text(pynvml.nvmlSystemGetDriverVersion()),
+            "devices": devices,
+            **({} if devices else {"reason": "NVML found no devices"}),
+        }
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def nccl_version() -> Optional[str]:
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return None
+        version = torch.cuda.nccl.version()
+        return ".".join(str(v) for v in version) if isinstance(version, tuple) else str(version)
+    except Exception:
+        return None
+
+
+def collect(backend: str, world: int, launch: str) -> dict:
+    uname = platform.uname()
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:
+        usable = os.cpu_count()
+    return {
+        "schema": "critpath.fingerprint/1",
+        "host": socket.gethostname(),
+        "cpu_model": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "cpu_usable": usable,
+        "kernel": f"{uname.system} {uname.release}",
+        "machine": uname.machine,
+        "python": sys.version.split()[0],
+        "torch": _version("torch"),
+        "critpath": _version("critpath"),
+        "backend": backend,
+        "world": world,
+        "launch": launch,
+        "nccl_version": nccl_version(),
+        "gpus": gpus(),
+        "git": git_commit(),
+        "env": {k: v for k, v in sorted(os.environ.items()) if ENV_PATTERNS.match(k)},
+    }

@@ -1,0 +1,134 @@
+"""Run directories: ``fingerprint.json``, ``run.json`` and ``results.jsonl``.
+
+Records are appended one whole line per ``write`` on an ``O_APPEND`` descriptor, then fsynced, so a
+run killed with SIGKILL leaves a file that loads, short only of the case in flight. JSON documents
+are replaced atomically (temp file, fsync, rename). A write that fails (full disk) is rolled back
+to the last whole line and raised, so what was written before stays valid.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import secrets
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from harness.records import Record, RecordError
+
+RESULTS = "results.jsonl"
+FINGERPRINT = "fingerprint.json"
+RUN_META = "run.json"
+
+
+class ResultsFileError(ValueError):
+    """A results file that cannot be read; the message names the file and line."""
+
+
+def new_run_id(now: _dt.datetime | None = None) -> str:
+    now = now or _dt.datetime.now(_dt.timezone.utc)
+    host = socket.gethostname().split(".")[0] or "host"
+    return f"{now:%Y%m%d-%H%M%S}-{host}-{secrets.token_hex(2)}"
+
+
+def write_json_atomic(path: Path, data: dict) -> None:
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=2, sort_keys=True)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def append_record(path: Path, record: Record) -> None:
+    line = (record.to_json() + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        before = os.fstat(fd).st_size
+        try:
+            written = os.write(fd, line)
+            if written != len(line):
+                raise OSError(f"short write ({written} of {len(line)} bytes)")
+            os.fsync(fd)
+        except OSError as exc:
+            # Leave no half line behind: the file must stay loadable.
+            os.ftruncate(fd, before)
+            raise OSError(exc.errno, f"could not append the record for {record.case_id} to {path}: {exc}") from exc
+    finally:
+        os.close(fd)
+
+
+@dataclass(frozen=True)
+class Skipped:
+    line: int
+    reason: str
+
+
+def iter_records(path: Path, skip_invalid: bool = False, skipped: list | None = None) -> Iterator[Record]:
+    """Yield records from ``path``. Any invalid line raises ``ResultsFileError`` naming file and
+    line, unless ``skip_invalid``: then it is appended to ``skipped`` and reading goes on."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ResultsFileError(f"{path}: no such results file") from None
+    lines = raw.split(b"\n")
+    truncated_tail = bool(lines) and lines[-1] != b""
+    if not truncated_tail:
+        lines = lines[:-1]
+    for number, blob in enumerate(lines, start=1):
+        where = f"{path}:{number}"
+        if not blob.strip():
+            continue
+        try:
+            if truncated_tail and number == len(lines):
+                raise RecordError("truncated record (no newline at the end of the file)", where)
+            try:
+                data = json.loads(blob)
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                raise RecordError(f"not valid JSON ({exc})", where) from None
+            if not isinstance(data, dict):
+                raise RecordError("a record must be a JSON object", where)
+            yield Record.from_dict(data, where)
+        except RecordError as exc:
+            if not skip_invalid:
+                raise ResultsFileError(str(exc)) from None
+            if skipped is not None:
+                skipped.append(Skipped(number, str(exc)))
+
+
+def load_records(run_dir: Path, skip_invalid: bool = False, skipped: list | None = None) -> list[Record]:
+    run_dir = Path(run_dir)
+    path = run_dir / RESULTS if run_dir.is_dir() else run_dir
+    return list(iter_records(path, skip_invalid, skipped))
+
+
+class RunDir:
+    """The directory of one run; the single writer of its files."""
+
+    def __init__(self, path: Path, run_id: str) -> None:
+        self.path = Path(path)
+        self.run_id = run_id
+        self.path.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def results(self) -> Path:
+        return self.path / RESULTS
+
+    def append(self, record: Record) -> None:
+        append_record(self.results, record)
+
+    def write_fingerprint(self, data: dict) -> None:
+        write_json_atomic(self.path / FINGERPRINT, data)
+
+    def write_meta(self, data: dict) -> None:
+        write_json_atomic(self.path / RUN_META, data)
+
+    def done_case_ids(self) -> set[str]:
+        if not self.results.exists():
+            return set()
+        return {r.case_id for r in iter_records(self.results, skip_invalid=True)}

@@ -1,0 +1,51 @@
+"""Terminal tables (rich): one per family, with the family's own columns after the case status."""
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Iterable
+
+from rich.console import Console
+from rich.table import Table
+
+from harness import registry
+from harness.records import Record
+
+
+def _status(record: Record) -> str:
+    if record.ok:
+        return "[green]ok[/green]"
+    text = record.status if record.status != "ok" else "failed"
+    return f"[red]{text}[/red]"
+
+
+def family_table(family_name: str, records: list[Record]) -> Table:
+    family = registry.FAMILIES.get(family_name)
+    columns = list(family.columns) if family else []
+    table = Table(title=f"{family_name}" + (f" — {family.description}" if family else ""), title_justify="left")
+    if not columns:
+        table.add_column("case")
+    for column in columns:
+        table.add_column(column.header, justify="right")
+    table.add_column("status")
+    for record in records:
+        cells = [c.render(record) for c in columns] if columns else [record.case_id]
+        table.add_row(*cells, _status(record))
+    return table
+
+
+def wide_console() -> Console:
+    # rich falls back to 80 columns off a terminal; CI logs should keep every column readable.
+    probe = Console()
+    return probe if probe.is_terminal else Console(width=200)
+
+
+def print_tables(records: Iterable[Record], console: Console | None = None) -> None:
+    console = console or wide_console()
+    by_family: dict[str, list[Record]] = defaultdict(list)
+    for record in records:
+        by_family[record.family].append(record)
+    for name, group in by_family.items():
+        console.print(family_table(name, group))
+        for record in group:
+            if record.error is not None:
+                console.print(f"[red]{record.case_id}[/red]: {record.status}: {record.error.kind}: {record.error.message}")

@@ -1,0 +1,77 @@
+"""Per-iteration timers and the loop plan.
+
+The timing seam follows pyperf: a timer is handed a step and a number of iterations and returns
+one duration per iteration in nanoseconds. Any clock plugs in (``perf_counter_ns`` on CPU, CUDA
+events on a GPU, a fake clock in tests). The loop binds locals and does nothing per iteration but
+read the clock and store one integer, so its own cost stays well under a microsecond
+(``selftest/mode=noop`` measures exactly that).
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+Clock = Callable[[], int]
+
+
+@dataclass(frozen=True)
+class LoopPlan:
+    """How a case is iterated. Decided once by rank 0 and broadcast, so every rank runs the same
+    number of iterations (ranks that calibrate on their own hang a collective)."""
+
+    warmup: int
+    iters: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class PlanPolicy:
+    """How rank 0 turns a warm-up estimate into a plan."""
+
+    warmup: int = 5
+    iters: int | None = None  # fixed by --iters; otherwise calibrated
+    target_s: float = 0.5  # timed wall time aimed at per case
+    min_iters: int = 20
+    max_iters: int = 5000
+
+    def decide(self, step_estimate_ns: float) -> LoopPlan:
+        if self.iters is not None:
+            return LoopPlan(self.warmup, self.iters)
+        per_step = max(step_estimate_ns, 1.0)
+        wanted = math.ceil(self.target_s * 1e9 / per_step)
+        return LoopPlan(self.warmup, int(min(max(wanted, self.min_iters), self.max_iters)))
+
+
+def time_each(step: Callable[[Any], Any], state: Any, iters: int, clock: Clock = time.perf_counter_ns) -> np.ndarray:
+    """Run ``step(state)`` ``iters`` times, timing each call with ``clock`` (ns)."""
+    samples = [0] * iters
+    for i in range(iters):
+        t0 = clock()
+        step(state)
+        samples[i] = clock() - t0
+    return np.asarray(samples, dtype=np.int64)
+
+
+def time_each_cuda(step: Callable[[Any], Any], state: Any, iters: int) -> np.ndarray:
+    """Time each iteration with a pair of CUDA events on the current stream.
+
+    Events are created before the loop (no allocation inside it) and read after one final
+    synchronise, so the host never stalls the device between iterations.
+    """
+    import torch
+
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    for i in range(iters):
+        starts[i].record()
+        step(state)
+        ends[i].record()
+    torch.cuda.synchronize()
+    # elapsed_time is in milliseconds with ~0.5 us resolution.
+    return np.asarray([round(s.elapsed_time(e) * 1e6) for s, e in zip(starts, ends)], dtype=np.int64)

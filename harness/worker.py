@@ -1,0 +1,156 @@
+"""The rank side of a run: join a process group, run cases in order, hand records to a sink.
+
+The same loop serves both ways of starting ranks:
+- spawned locally by ``harness.launcher`` (the sink is a queue to the supervising parent, which
+  owns timeouts and writes the run directory);
+- started by torchrun or Slurm (the sink on rank 0 writes the run directory itself).
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import traceback
+from dataclasses import dataclass
+from typing import Optional, Protocol, Sequence
+
+import torch
+import torch.distributed as dist
+
+from harness import registry
+from harness.case import Case
+from harness.driver import Collectives, run_case
+from harness.family import RankContext
+from harness.records import ErrorInfo, Record
+from harness.timing import PlanPolicy
+
+
+class Sink(Protocol):
+    def started(self, case_id: str, rank: int) -> None: ...
+    def record(self, record: Record) -> None: ...
+    def failed(self, case_id: str, error: ErrorInfo) -> None: ...
+    def finished(self, rank: int) -> None: ...
+
+
+@dataclass(frozen=True)
+class Rank:
+    rank: int
+    world: int
+    local_rank: int
+    backend: str
+
+
+def pick_backend(requested: Optional[str], local_rank: int) -> str:
+    """NCCL when this rank has a GPU of its own, else gloo; ``requested`` overrides."""
+    if requested:
+        return requested
+    if torch.cuda.is_available() and torch.cuda.device_count() > local_rank:
+        return "nccl"
+    return "gloo"
+
+
+def device_for(backend: str, local_rank: int) -> torch.device:
+    if backend == "nccl":
+        torch.cuda.set_device(local_rank)
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+def init_group(me: Rank, timeout_s: float, store=None) -> Collectives:
+    """Join the default group and make the gloo control group used for bookkeeping."""
+    timeout = _dt.timedelta(seconds=timeout_s)
+    kwargs = {"store": store} if store is not None else {"init_method": "env://"}
+    dist.init_process_group(me.backend, rank=me.rank, world_size=me.world, timeout=timeout, **kwargs)
+    control = dist.new_group(backend="gloo", timeout=timeout) if me.world > 1 else None
+    return Collectives(control, me.world)
+
+
+def serve(cases: Sequence[Case], me: Rank, comm: Collectives, policy: PlanPolicy, run_id: str, sink: Sink) -> bool:
+    """Run ``cases`` in order. Returns False after the first failing case: the other ranks may be
+    blocked inside a collective with this one, so this process must not go on alone."""
+    device = device_for(me.backend, me.local_rank)
+    ctx = RankContext(me.rank, me.world, me.local_rank, me.backend, device, dist.group.WORLD)
+    single = Collectives(None, 1)
+    for case in cases:
+        if case.world not in (1, me.world):
+            if me.rank == 0:
+                sink.failed(case.id, ErrorInfo("world", f"case needs {case.world} ranks; this job has {me.world}"))
+            continue
+        # One-rank cases (servers, simulators) run on rank 0 alone while the others move on.
+        solo = case.world == 1 and me.world > 1
+        if solo and me.rank != 0:
+            continue
+        sink.started(case.id, me.rank)
+        try:
+            record = run_case(
+                registry.get(case.family), case,
+                RankContext(0, 1, me.local_rank, me.backend, device, None) if solo else ctx,
+                single if solo else comm, policy, run_id,
+            )
+        except BaseException as exc:  # noqa: BLE001 - every failure must become a record
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            sink.failed(case.id, ErrorInfo(type(exc).__name__, str(exc), me.rank, traceback.format_exc()))
+            return False
+        if record is not None:
+            sink.record(record)
+    sink.finished(me.rank)
+    return True
+
+
+class QueueSink:
+    """Events to the supervising parent over a multiprocessing queue."""
+
+    def __init__(self, queue) -> None:
+        self.queue = queue
+
+    def started(self, case_id: str, rank: int) -> None:
+        self.queue.put(("start", case_id, rank))
+
+    def record(self, record: Record) -> None:
+        self.queue.put(("record", record.to_dict()))
+
+    def failed(self, case_id: str, error: ErrorInfo) -> None:
+        self.queue.put(("error", case_id, error.to_dict()))
+
+    def finished(self, rank: int) -> None:
+        self.queue.put(("done", rank))
+
+    def flush(self) -> None:
+        # The queue's feeder thread must deliver before the process exits.
+        self.queue.close()
+        self.queue.join_thread()
+
+
+@dataclass(frozen=True)
+class SpawnSpec:
+    me: Rank
+    store_port: int
+    cases: tuple[Case, ...]
+    policy: PlanPolicy
+    run_id: str
+    pg_timeout_s: float
+    threads: int
+
+
+def spawned_main(spec: SpawnSpec, queue) -> None:
+    """Entry point of a locally spawned rank (multiprocessing, spawn start method)."""
+    # Own session: the supervisor kills this rank and anything it started (servers) as a group.
+    os.setsid()
+    torch.set_num_threads(spec.threads)
+    sink = QueueSink(queue)
+    ok = False
+    try:
+        store = dist.TCPStore(
+            "127.0.0.1", spec.store_port, spec.me.world, is_master=False,
+            timeout=_dt.timedelta(seconds=spec.pg_timeout_s),
+        )
+        comm = init_group(spec.me, spec.pg_timeout_s, store=store)
+        ok = serve(spec.cases, spec.me, comm, spec.policy, spec.run_id, sink)
+        if ok:
+            dist.destroy_process_group()
+    except BaseException as exc:  # noqa: BLE001
+        if not isinstance(exc, KeyboardInterrupt):
+            sink.queue.put(("fatal", spec.me.rank, ErrorInfo(type(exc).__name__, str(exc), spec.me.rank, traceback.format_exc()).to_dict()))
+    finally:
+        sink.flush()
+    os._exit(0 if ok else 3)
