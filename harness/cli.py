@@ -6,6 +6,7 @@ answer; 2 the command could not run (bad options, unreadable input).
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from pathlib import Path
 from typing import Optional, Sequence
@@ -71,6 +72,11 @@ def build_parser() -> argparse.ArgumentParser:
     p_show = sub.add_parser("show", help="print the tables of a stored run")
     p_show.add_argument("run_dir", type=Path)
     p_show.add_argument("--skip-invalid", action="store_true", help="show the valid records and list the invalid lines")
+    p_list.set_defaults(func=cmd_list)
+    p_run.set_defaults(func=cmd_run)
+    p_show.set_defaults(func=cmd_show)
+    for module in COMMAND_MODULES:
+        importlib.import_module(module).register(sub)
     return parser
 
 
@@ -120,7 +126,9 @@ def cmd_show(args) -> int:
     return EXIT_OK if all(r.ok for r in records) and not skipped else EXIT_FAILED
 
 
-COMMANDS = {"list": cmd_list, "run": cmd_run, "show": cmd_show}
+# Other subcommands live with their concern; each module has register(subparsers), which adds
+# its parser with set_defaults(func=handler); a handler takes the parsed args, returns the exit code.
+COMMAND_MODULES: tuple[str, ...] = ()
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -130,7 +138,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     args = build_parser().parse_args(argv)
     try:
-        return COMMANDS[args.command](args)
+        return args.func(args)
     except (UsageError, ResultsFileError, RecordError, KeyError) as exc:
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
         print(f"critpath {args.command}: error: {message}", file=sys.stderr)

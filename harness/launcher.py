@@ -78,7 +78,7 @@ class Supervisor:
             proc = self._ctx.Process(target=spawned_main, args=(spec, events), name=f"critpath-rank{rank}", daemon=False)
             proc.start()
             procs.append(proc)
-        state = _PoolState(deadline=time.monotonic() + self.start_timeout_s)
+        state = _PoolState(deadline=time.monotonic() + self.start_timeout_s, procs=procs)
         try:
             while True:
                 try:
@@ -136,7 +136,7 @@ class Supervisor:
             state.current, state.since = None, now
             state.deadline = now + self.case_timeout_s  # until the next case starts
         elif kind in ("error", "fatal"):
-            self._fail(pending, state, "failed", ErrorInfo(**event[2]))
+            self._fail(pending, state, "failed", self._root_cause(ErrorInfo(**event[2]), state.procs))
             return state.completed + 1
         elif kind == "done":
             state.finished.add(event[1])
@@ -148,6 +148,22 @@ class Supervisor:
     def _expect(pending: list[Case], completed: int, case_id: str) -> None:
         if completed >= len(pending) or pending[completed].id != case_id:
             raise RuntimeError(f"rank 0 reported {case_id} out of order")
+
+    @staticmethod
+    def _root_cause(error: ErrorInfo, procs) -> ErrorInfo:
+        """A rank that died silently makes its peers fail with "connection closed"; name the dead
+        rank as the cause when one exits within a short grace period."""
+        grace = time.monotonic() + 1.0
+        while time.monotonic() < grace:
+            dead = [(r, p.exitcode) for r, p in enumerate(procs) if p.exitcode not in (None, 0, 3)]
+            if dead:
+                rank, code = dead[0]
+                return ErrorInfo(
+                    "exit", f"rank {rank} {_describe_exit(code)}; rank {error.rank} then failed: {error.message}",
+                    rank, error.traceback,
+                )
+            time.sleep(0.05)
+        return error
 
     def _fail(self, pending: list[Case], state: "_PoolState", status: str, error: ErrorInfo) -> None:
         case = pending[state.completed]
@@ -181,6 +197,7 @@ class _PoolState:
     started_at: str = field(default_factory=_now_iso)
     since: float = field(default_factory=time.monotonic)
     finished: set = field(default_factory=set)
+    procs: list = field(default_factory=list)
 
 
 def _family_version(name: str) -> int:

@@ -48,4 +48,6 @@ def print_tables(records: Iterable[Record], console: Console | None = None) -> N
         console.print(family_table(name, group))
         for record in group:
             if record.error is not None:
-                console.print(f"[red]{record.case_id}[/red]: {record.status}: {record.error.kind}: {record.error.message}")
+                # Error text comes from exceptions (gloo prints [file:line]); never parse it as markup.
+                console.print(f"{record.case_id}: {record.status}: {record.error.kind}: {record.error.message}",
+                              markup=False, highlight=False, style="red")
