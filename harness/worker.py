@@ -132,10 +132,27 @@ class SpawnSpec:
     threads: int
 
 
+def _die_with_parent() -> None:
+    """If the supervisor is killed (SIGKILL leaves it no chance to clean up), take the rank down
+    too instead of leaving it blocked on a queue nobody reads. Linux only; a no-op elsewhere."""
+    try:
+        import ctypes
+        import signal
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        PR_SET_PDEATHSIG = 1
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() == 1:  # the parent died before prctl took effect
+            os._exit(1)
+    except (OSError, AttributeError):
+        pass
+
+
 def spawned_main(spec: SpawnSpec, queue) -> None:
     """Entry point of a locally spawned rank (multiprocessing, spawn start method)."""
     # Own session: the supervisor kills this rank and anything it started (servers) as a group.
     os.setsid()
+    _die_with_parent()
     torch.set_num_threads(spec.threads)
     sink = QueueSink(queue)
     ok = False
