@@ -143,6 +143,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
         print(f"critpath {args.command}: error: {message}", file=sys.stderr)
         return EXIT_USAGE
+    except OSError as exc:  # a full disk or an unwritable --out: what was written stays valid
+        print(f"critpath {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except KeyboardInterrupt:
         print("critpath: interrupted; records written so far are kept", file=sys.stderr)
         return 130

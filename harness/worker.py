@@ -86,13 +86,14 @@ def serve(cases: Sequence[Case], me: Rank, comm: Collectives, policy: PlanPolicy
                 RankContext(0, 1, me.local_rank, me.backend, device, None) if solo else ctx,
                 single if solo else comm, policy, run_id,
             )
+            if record is not None:
+                record.to_json()  # validate here: a family's invalid figures fail its case, not the run
+                sink.record(record)
         except BaseException as exc:  # noqa: BLE001 - every failure must become a record
             if isinstance(exc, KeyboardInterrupt):
                 raise
             sink.failed(case.id, ErrorInfo(type(exc).__name__, str(exc), me.rank, traceback.format_exc()))
             return False
-        if record is not None:
-            sink.record(record)
     sink.finished(me.rank)
     return True
 
