@@ -34,17 +34,16 @@ class Collectives:
     world: int = 1
 
     def max_(self, values: np.ndarray) -> np.ndarray:
-        if self.world == 1:
-            return values
-        t = torch.from_numpy(np.ascontiguousarray(values, dtype=np.int64))
-        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.group)
-        return t.numpy()
+        return self._all_reduce(values, dist.ReduceOp.MAX)
 
     def sum_(self, values: np.ndarray) -> np.ndarray:
+        return self._all_reduce(values, dist.ReduceOp.SUM)
+
+    def _all_reduce(self, values: np.ndarray, op) -> np.ndarray:
         if self.world == 1:
             return values
         t = torch.from_numpy(np.ascontiguousarray(values, dtype=np.int64))
-        dist.all_reduce(t, op=dist.ReduceOp.SUM, group=self.group)
+        dist.all_reduce(t, op=op, group=self.group)
         return t.numpy()
 
     def broadcast_plan(self, plan: Optional[LoopPlan]) -> LoopPlan:
