@@ -146,6 +146,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except OSError as exc:  # a full disk or an unwritable --out: what was written stays valid
         print(f"critpath {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError:  # `critpath list | head`: the reader left; nothing to report
+        sys.stderr.close()
+        return EXIT_OK
     except KeyboardInterrupt:
         print("critpath: interrupted; records written so far are kept", file=sys.stderr)
         return 130

@@ -21,7 +21,8 @@ AR = "allreduce/algo={algo},backend=gloo,dtype=float32,size_bytes={size},world={
 
 def test_run_writes_a_valid_run_directory(cli, tmp_path):
     out = tmp_path / "run"
-    proc = cli("run", "--world", "2", "--sizes", "8,4K", "--iters", "30", "--warmup", "2", "--out", str(out))
+    proc = cli("run", "--families", "allreduce", "--world", "2", "--sizes", "8,4K", "--iters", "30", "--warmup", "2",
+               "--out", str(out))
     assert proc.returncode == 0, proc.stderr + proc.stdout
     records = load_records(out)
     assert sorted(r.case_id for r in records) == sorted(
@@ -79,7 +80,8 @@ def test_sigkill_leaves_a_loadable_results_file(tmp_path):
     out = tmp_path / "run"
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "harness", "run", "--sizes", "8:1M:x2", "--iters", "200", "--out", str(out)],
+        [sys.executable, "-m", "harness", "run", "--families", "allreduce", "--sizes", "8:1M:x2", "--iters", "200",
+         "--out", str(out)],
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     results = out / "results.jsonl"
