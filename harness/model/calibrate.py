@@ -165,12 +165,14 @@ def fit(points: Sequence[Point], algo: str, worlds: Optional[Iterable[int]] = No
     )
 
 
-def fit_run(run_dir: Path, statistic: str = "p50", holdout_every: int = 3, loss: str = "soft_l1") -> list[Fit]:
-    """One fit per measured algorithm over every world in the run, plus one per (algo, world)."""
-    points = points_from_run(run_dir, statistic, holdout_every)
+def fit_run(run_dir, statistic: str = "p50", holdout_every: int = 3, loss: str = "soft_l1") -> list[Fit]:
+    """One fit per measured algorithm over every world in the run(s), plus one per (algo, world).
+    ``run_dir`` is one run directory or a list of them (e.g. one per world)."""
+    dirs = [run_dir] if isinstance(run_dir, (str, Path)) else list(run_dir)
+    points = [pt for d in dirs for pt in points_from_run(d, statistic, holdout_every)]
     if not points:
         raise CalibrationError(
-            f"{run_dir}: no ok allreduce records with algo in {sorted(COEFFICIENTS)} to fit "
+            f"{', '.join(map(str, dirs))}: no ok allreduce records with algo in {sorted(COEFFICIENTS)} to fit "
             "(run e.g. `critpath run --families allreduce --world 2 --sizes 8:4M:x2`)")
     fits = []
     for algo in sorted({pt.algo for pt in points}):

@@ -58,6 +58,20 @@ def a1_nccl(profile: HardwareProfile, size_bytes: int, proto: str) -> list[A1Row
     return rows
 
 
+def a1_nccl_pick(profile: HardwareProfile, size_bytes: int) -> list[A1Row]:
+    """NCCL_ALGO=Tree vs NCCL_ALGO=Ring, NCCL picking the protocol within each (what an
+    nccl-tests run with the variable set measures)."""
+    if profile.nccl is None:
+        raise ValueError(f"{profile.path or profile.name}: no nccl section, NCCL's model needs it")
+    rows = []
+    for p in A1_SCALES:
+        nodes = -(-p // profile.gpus_per_node)
+        ring, _ = nccl_tuning.choose(p, nodes, size_bytes, profile.nccl, algos=("ring",))
+        tree, _ = nccl_tuning.choose(p, nodes, size_bytes, profile.nccl, algos=("tree",))
+        rows.append(A1Row(p, nodes, size_bytes, float(ring), float(tree)))
+    return rows
+
+
 @dataclass(frozen=True)
 class A2Solution:
     """The (alpha, n) at which a flat ring takes ``before`` and the ``after`` algorithm takes

@@ -87,8 +87,9 @@ def register(sub) -> None:
                         "a one-tier loopback profile from the fit)")
     p.add_argument("--algos", default=",".join(ab.ALLREDUCE_MODELS),
                    help=f"comma list of {', '.join(ab.ALLREDUCE_MODELS)}")
-    p.add_argument("--calibrate", type=Path, metavar="RUN_DIR",
-                   help="fit alpha/beta from the allreduce records of a run directory and use them")
+    p.add_argument("--calibrate", type=Path, metavar="RUN_DIR", action="append",
+                   help="fit alpha/beta from the allreduce records of a run directory and use them "
+                        "(repeat for several runs, e.g. one per world)")
     p.add_argument("--calibrate-tier", metavar="TIER",
                    help="profile tier the fit replaces (default: the profile's intra-node tier)")
     p.add_argument("--statistic", choices=("p50", "mean"), default="p50", help="measured statistic to fit")
@@ -102,16 +103,16 @@ def register(sub) -> None:
 
 
 def _calibrated_profile(fits: "list[Fit]", profile: Optional[HardwareProfile], tier_name: Optional[str],
-                        run_dir: Path) -> tuple[HardwareProfile, dict[str, ab.Links]]:
+                        run_dir) -> tuple[HardwareProfile, dict[str, ab.Links]]:
     """The profile with the fitted tier in place, and per-algorithm links (each measured algorithm
     gets its own fit; the rest use the ring fit, the plainest point-to-point pattern)."""
     joint = {f.algo: f for f in fits if len(f.worlds) == max(len(g.worlds) for g in fits if g.algo == f.algo)}
     base_fit = joint.get("ring") or next(iter(joint.values()))
-    source = f"fitted from {run_dir} ({base_fit.statistic}, worlds {','.join(map(str, base_fit.worlds))})"
+    source = f"fitted from {', '.join(map(str, run_dir))} ({base_fit.statistic}, worlds {','.join(map(str, base_fit.worlds))})"
     if profile is None:
         tier = LinkTier("loopback", "loopback", base_fit.alpha_us, base_fit.bandwidth_gbytes_s, source)
         profile = HardwareProfile("calibrated-loopback", f"one tier {source}", 1 << 30, {"loopback": tier},
-                                  "loopback", "loopback", path=str(run_dir))
+                                  "loopback", "loopback", path=", ".join(map(str, run_dir)))
         tier_name = "loopback"
     tier_name = tier_name or profile.intra
     if tier_name not in profile.tiers:
@@ -132,7 +133,7 @@ def _calibrated_profile(fits: "list[Fit]", profile: Optional[HardwareProfile], t
 def cmd_model(args) -> int:
     from harness.model.calibrate import CalibrationError, fit_run
 
-    console = Console()
+    console = Console(soft_wrap=True)
     algos = tuple(a.strip() for a in args.algos.split(",") if a.strip())
     unknown = [a for a in algos if a not in ab.ALLREDUCE_MODELS]
     if unknown:
@@ -254,6 +255,11 @@ def _print_summary(console, profile, scales, sizes, algos, times_s, crossover, n
 
 def _print_claims(console, profile: HardwareProfile) -> None:
     console.print("A1.tree (tree vs ring, 4 x DGX A100 over RoCE; claim: -38 % at 24+ GPUs), modelled:")
+    for size in (8 << 10, 64 << 10, 1 << 20, 16 << 20):
+        if profile.nccl:
+            rows = claims.a1_nccl_pick(profile, size)
+            console.print(f"  NCCL 2.7.5 model, NCCL_ALGO=Tree vs Ring (protocol picked), {format_size(size)}: "
+                          + ", ".join(f"{r.gpus} GPUs {r.change:+.0%}" for r in rows), markup=False, highlight=False)
     for size in (8 << 10, 1 << 20):
         rows = claims.a1_alphabeta(profile, size)
         console.print(f"  alpha-beta dbtree vs ring, {format_size(size)}: "
@@ -268,9 +274,11 @@ def _print_claims(console, profile: HardwareProfile) -> None:
         for algo in ("dbtree", "hierarchical"):
             s = claims.a2_solve(profile, gpus, algo)
             console.print(
-                f"  {gpus} GPUs, ring -> {algo}, beta {s.beta_ns_per_byte:.3f} ns/B: alpha {s.alpha_us:.1f} us, "
-                f"n {s.size_bytes / 1e9:.2f} GB; ring latency share {s.ring_latency_share:.0%}; "
-                f"alpha {'plausible' if s.plausible_alpha else 'implausible'} for one network hop",
+                f"  {gpus} GPUs, ring -> {algo}, beta {s.beta_ns_per_byte:.3f} ns/B: "
+                + (f"alpha {s.alpha_us:.1f} us, n {s.size_bytes / 1e9:.2f} GB; ring latency share "
+                   f"{s.ring_latency_share:.0%}; alpha {'plausible' if s.plausible_alpha else 'implausible'} "
+                   "for one network hop" if s.alpha_us > 0 and s.size_bytes > 0 else
+                   "no solution with alpha > 0 and n > 0 (these two figures cannot both hold in this model)"),
                 markup=False, highlight=False)
 
 
