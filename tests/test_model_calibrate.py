@@ -142,3 +142,30 @@ def test_cli_model_bad_profile_exit_2(tmp_path, capsys):
     bad.write_text("name: x\n")
     assert main(["model", "--profile", str(bad), "--out", str(tmp_path / "m"), "--no-plots"]) == 2
     assert "p.yaml: tiers: missing" in capsys.readouterr().err
+
+
+def test_extrapolation_in_p_is_small_when_the_model_holds(tmp_path):
+    _write_run(tmp_path / "run", np.random.default_rng(4))
+    ex = {e.algo: e for e in cal.extrapolations(tmp_path / "run")}
+    assert set(ex) == {"ring", "tree"}
+    for e in ex.values():
+        assert e.train_worlds == (2, 3) and e.test_world == 4 and e.n == len(SIZES)
+        assert e.median_abs_rel_error < 0.05
+
+
+def test_extrapolation_catches_alpha_that_grows_with_p(tmp_path):
+    # world 4 on fewer cores than ranks: every step waits for a time slice, alpha x3
+    run = RunDir(tmp_path / "run", "synthetic")
+    rng = np.random.default_rng(5)
+    for world in (2, 3, 4):
+        for n in SIZES:
+            a, b = cal.ring_coefficients(np.float64(world))
+            alpha = ALPHA_US * (3 if world == 4 else 1)
+            t = (a * alpha * 1e-6 + b * n * BETA_NS * 1e-9) * 1e9 * rng.lognormal(0, 0.02, 32)
+            run.append(Record(
+                run_id="synthetic", case_id=f"allreduce/algo=ring,size_bytes={n},world={world}", family="allreduce",
+                family_version=1, params={"algo": "ring", "size_bytes": n, "world": world}, status="ok",
+                backend="gloo", world=world, started_at="2026-01-01T00:00:00+00:00", wall_s=0.1,
+                samples_ns=tuple(int(x) for x in t), check=CheckResult(0, 1)))
+    (e,) = cal.extrapolations(tmp_path / "run")
+    assert e.median_abs_rel_error > 0.3

@@ -181,3 +181,33 @@ def fit_run(run_dir, statistic: str = "p50", holdout_every: int = 3, loss: str =
         if len(worlds) > 1:
             fits.extend(fit(points, algo, [w], statistic, loss) for w in worlds)
     return fits
+
+
+@dataclass(frozen=True)
+class Extrapolation:
+    """A fit on some worlds predicting every size of a world it never saw: the model's test in p."""
+
+    algo: str
+    train_worlds: tuple[int, ...]
+    test_world: int
+    n: int
+    median_abs_rel_error: float
+    rms_rel_error: float
+
+
+def extrapolations(run_dir, statistic: str = "p50", loss: str = "soft_l1") -> list[Extrapolation]:
+    """For each algorithm measured at 2+ worlds: fit on all but the largest world, predict it."""
+    dirs = [run_dir] if isinstance(run_dir, (str, Path)) else list(run_dir)
+    points = [pt for d in dirs for pt in points_from_run(d, statistic, holdout_every=0)]
+    out = []
+    for algo in sorted({pt.algo for pt in points}):
+        worlds = sorted({pt.world for pt in points if pt.algo == algo})
+        if len(worlds) < 2:
+            continue
+        train, test = worlds[:-1], worlds[-1]
+        f = fit(points, algo, train, statistic, loss)
+        target = [pt for pt in points if pt.algo == algo and pt.world == test]
+        err = np.array([(float(f.predict_s(pt.world, pt.size_bytes)) - pt.measured_s) / pt.measured_s for pt in target])
+        out.append(Extrapolation(algo, tuple(train), test, len(err), float(np.median(np.abs(err))),
+                                 float(np.sqrt(np.mean(err ** 2)))))
+    return out

@@ -131,7 +131,7 @@ def _calibrated_profile(fits: "list[Fit]", profile: Optional[HardwareProfile], t
 
 
 def cmd_model(args) -> int:
-    from harness.model.calibrate import CalibrationError, fit_run
+    from harness.model.calibrate import CalibrationError, extrapolations, fit_run
 
     console = Console(soft_wrap=True)
     algos = tuple(a.strip() for a in args.algos.split(",") if a.strip())
@@ -143,8 +143,10 @@ def cmd_model(args) -> int:
     try:
         profile = load_profile(args.profile or DEFAULT_PROFILE) if (args.profile or not args.calibrate) else None
         fits: list = []
+        extrapolated: list = []
         if args.calibrate:
             fits = fit_run(args.calibrate, args.statistic, loss=args.loss)
+            extrapolated = extrapolations(args.calibrate, args.statistic, loss=args.loss)
             profile, links_by_algo = _calibrated_profile(fits, profile, args.calibrate_tier, args.calibrate)
         else:
             links_by_algo = {a: ab.Links.from_profile(profile) for a in algos}
@@ -160,8 +162,12 @@ def cmd_model(args) -> int:
 
     out = args.out or Path("reports") / f"model-{_dt.datetime.now(_dt.timezone.utc):%Y%m%d-%H%M%S}"
     out.mkdir(parents=True, exist_ok=True)
-    _write_outputs(out, profile, scales, sizes, algos, times_s, crossover, nccl, fits, args)
+    _write_outputs(out, profile, scales, sizes, algos, times_s, crossover, nccl, fits, args, extrapolated)
     _print_summary(console, profile, scales, sizes, algos, times_s, crossover, nccl, fits)
+    for e in extrapolated:
+        console.print(f"extrapolation in p: {e.algo} fitted on worlds {','.join(map(str, e.train_worlds))} predicts "
+                      f"world {e.test_world} with median |error| {e.median_abs_rel_error:.0%}, rms {e.rms_rel_error:.0%} "
+                      f"(n={e.n})", markup=False, highlight=False)
     if args.claims:
         _print_claims(console, profile)
     if not args.no_plots:
@@ -282,7 +288,10 @@ def _print_claims(console, profile: HardwareProfile) -> None:
                 markup=False, highlight=False)
 
 
-def _write_outputs(out: Path, profile, scales, sizes, algos, times_s, crossover, nccl, fits, args) -> None:
+def _write_outputs(out: Path, profile, scales, sizes, algos, times_s, crossover, nccl, fits, args,
+                   extrapolated=()) -> None:
+    from dataclasses import asdict
+
     doc = {
         "schema": "critpath.model/1",
         "source": "model",
@@ -296,6 +305,7 @@ def _write_outputs(out: Path, profile, scales, sizes, algos, times_s, crossover,
         "modelled_time_us": {a: (times_s[k] * 1e6).tolist() for k, a in enumerate(algos)},
         "modelled_crossover_bytes": {k: [None if not math.isfinite(v) else v for v in vals] for k, vals in crossover.items()},
         "calibration": [f.to_dict() for f in fits],
+        "calibration_extrapolation": [asdict(e) for e in extrapolated],
     }
     if nccl:
         doc["nccl_model"] = {
