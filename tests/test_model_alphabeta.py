@@ -33,7 +33,8 @@ def test_rabenseifner_power_of_two_matches_closed_form():
 
 def test_two_tier_hand_values():
     p, n = 16, 4000  # 4 nodes x 4 ranks
-    assert float(ab.ring(p, n, TWO)) == pytest.approx(2 * 15 * 5e-6 + 2 * 15 / 16 * 4000 * 1e-9)
+    # 2(16-4) intra hops + 2(4-1) inter hops; bandwidth at the inter tier
+    assert float(ab.ring(p, n, TWO)) == pytest.approx(2 * 12 * 1e-6 + 2 * 3 * 5e-6 + 2 * 15 / 16 * 4000 * 1e-9)
     # two intra levels (distance 1, 2) and two inter levels (4, 8), whole buffer each
     tree = 2 * (2 * (1e-6 + 4000 * 1e-10) + 2 * (5e-6 + 4000 * 1e-9))
     assert float(ab.binomial_tree(p, n, TWO)) == pytest.approx(tree)

@@ -66,12 +66,17 @@ def _flat(multi, links: Links):
 
 
 def ring(p, n_bytes, links: Links):
-    """Ring reduce-scatter + all-gather: 2(p-1) alpha + 2(p-1)/p n beta + (p-1)/p n gamma."""
-    p, _, _, multi = _layout(p, links)
+    """Ring reduce-scatter + all-gather: 2(p-1) alpha + 2(p-1)/p n beta + (p-1)/p n gamma.
+
+    Over nodes, a rank's step k waits only for its left neighbour, so the latency chain is the
+    ring's hops in order: 2(p - nodes) intra-node hops and 2(nodes - 1) inter-node ones (the count
+    NCCL's tuning model uses); the bandwidth term runs at the slowest link."""
+    p, _, nodes, multi = _layout(p, links)
     n = np.asarray(n_bytes, dtype=np.float64)
-    alpha, beta = _flat(multi, links)
+    _, beta = _flat(multi, links)
     frac = (p - 1) / p
-    return 2 * (p - 1) * alpha + 2 * frac * n * beta + frac * n * links.gamma_s_per_byte
+    latency = 2 * (p - nodes) * links.alpha_intra_s + 2 * (nodes - 1) * links.alpha_inter_s
+    return latency + 2 * frac * n * beta + frac * n * links.gamma_s_per_byte
 
 
 def _tree_levels(p, g, multi):
