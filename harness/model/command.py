@@ -209,7 +209,7 @@ def _nccl_grid(profile: HardwareProfile, scales, sizes) -> Optional[dict]:
 
 def _fmt_size(value: float) -> str:
     if not math.isfinite(value):
-        return "never"
+        return "beyond sweep"
     for unit, scale in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
         if value >= scale:
             return f"{value / scale:.3g}{unit}"
