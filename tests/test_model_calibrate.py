@@ -180,3 +180,28 @@ def test_extrapolation_catches_alpha_that_grows_with_p(tmp_path):
                 samples_ns=tuple(int(x) for x in t), check=CheckResult(0, 1)))
     (e,) = cal.extrapolations(tmp_path / "run")
     assert e.median_abs_rel_error > 0.3
+
+
+def test_p2p_tiers_fit_sets_intra_and_inter_tiers(tmp_path):
+    run = _Run(tmp_path / "run", "synthetic")
+    rng = np.random.default_rng(6)
+    truth = {"intra": (2.0, 0.01), "inter": (8.0, 0.05)}  # alpha us, beta ns/B
+    for tier, (alpha_us, beta_ns) in truth.items():
+        for n in SIZES:
+            rtt_ns = 2 * (alpha_us * 1e3 + n * beta_ns) * rng.lognormal(0, 0.03, 64)
+            run.append(Record(
+                run_id="synthetic", case_id=f"p2p_tiers/size_bytes={n},tier={tier},world=4", family="p2p_tiers",
+                family_version=1, params={"tier": tier, "size_bytes": n, "world": 4, "backend": "gloo"},
+                status="ok", backend="gloo", world=4, started_at="2026-01-01T00:00:00+00:00", wall_s=0.1,
+                samples_ns=tuple(int(x) for x in rtt_ns), check=CheckResult(0, 1)))
+    fits = {f.algo: f for f in cal.fit_run(tmp_path / "run")}
+    for tier, (alpha_us, beta_ns) in truth.items():
+        assert fits[f"p2p_{tier}"].alpha_us == pytest.approx(alpha_us, rel=0.1)
+        assert fits[f"p2p_{tier}"].beta_ns_per_byte == pytest.approx(beta_ns, rel=0.1)
+    out = tmp_path / "m"
+    assert main(["model", "--profile", "dgx-a100-roce", "--ranks", "8,16", "--sizes", "8,1M",
+                 "--calibrate", str(tmp_path / "run"), "--no-plots", "--out", str(out)]) == 0
+    tiers = json.loads((out / "model.json").read_text())["profile"]["tiers"]
+    assert tiers["nvlink"]["alpha_us"] == pytest.approx(2.0, rel=0.1)
+    assert tiers["roce"]["alpha_us"] == pytest.approx(8.0, rel=0.1)
+    assert tiers["roce"]["bandwidth_gbytes_s"] == pytest.approx(20.0, rel=0.1)

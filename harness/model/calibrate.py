@@ -41,7 +41,16 @@ def tree_coefficients(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return 2 * levels, 2 * levels
 
 
-COEFFICIENTS = {"ring": ring_coefficients, "tree": tree_coefficients}
+def p2p_coefficients(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    one = np.ones_like(np.asarray(p, dtype=np.float64))
+    return one, one
+
+
+# p2p_<tier>: one-way time (half the p50 round trip) of the p2p_tiers family, alpha + n beta:
+# the per-tier fit, from a run across nodes.
+COEFFICIENTS = {"ring": ring_coefficients, "tree": tree_coefficients,
+                "p2p_intra": p2p_coefficients, "p2p_inter": p2p_coefficients}
+TIER_ALGOS = {"p2p_intra": "intra", "p2p_inter": "inter"}
 
 
 class CalibrationError(ValueError):
@@ -106,17 +115,22 @@ def points_from_run(run_dir: Path, statistic: str = "p50", holdout_every: int = 
     """The usable allreduce points of a run directory (ok records of a modelled algorithm)."""
     if statistic not in STATISTICS:
         raise CalibrationError(f"statistic must be one of {STATISTICS}, got {statistic!r}")
-    records = [r for r in load_records(Path(run_dir))
-               if r.family == "allreduce" and r.ok and r.params.get("algo") in COEFFICIENTS
-               and (backend is None or r.backend == backend)]
     points = []
     by_group: dict[tuple[str, int], list] = {}
-    for r in records:
-        by_group.setdefault((r.params["algo"], int(r.params["world"])), []).append(r)
+    for r in load_records(Path(run_dir)):
+        if not r.ok or (backend is not None and r.backend != backend):
+            continue
+        if r.family == "allreduce" and r.params.get("algo") in COEFFICIENTS:
+            by_group.setdefault((r.params["algo"], int(r.params["world"])), []).append(r)
+        elif r.family == "p2p_tiers":
+            tier = r.params["tier"]
+            by_group.setdefault(("p2p_" + tier, 2), []).append(r)  # a pair of ranks
     for (algo, world), group in sorted(by_group.items()):
         group.sort(key=lambda r: r.params["size_bytes"])
         for i, r in enumerate(group):
             value_ns = getattr(r.summary, f"{statistic}_ns")
+            if algo in TIER_ALGOS:
+                value_ns /= 2  # a ping-pong iteration is a round trip
             # Hold out interior points only, so the fit spans the whole size range.
             held = holdout_every > 0 and 0 < i < len(group) - 1 and i % holdout_every == 1
             points.append(Point(algo, world, int(r.params["size_bytes"]), value_ns * 1e-9, held))
@@ -172,7 +186,7 @@ def fit_run(run_dir, statistic: str = "p50", holdout_every: int = 3, loss: str =
     points = [pt for d in dirs for pt in points_from_run(d, statistic, holdout_every)]
     if not points:
         raise CalibrationError(
-            f"{', '.join(map(str, dirs))}: no ok allreduce records with algo in {sorted(COEFFICIENTS)} to fit "
+            f"{', '.join(map(str, dirs))}: no ok allreduce records with algo ring or tree, nor p2p_tiers records, to fit "
             "(run e.g. `critpath run --families allreduce --world 2 --sizes 8:4M:x2`)")
     fits = []
     for algo in sorted({pt.algo for pt in points}):

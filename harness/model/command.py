@@ -104,10 +104,24 @@ def register(sub) -> None:
 
 def _calibrated_profile(fits: "list[Fit]", profile: Optional[HardwareProfile], tier_name: Optional[str],
                         run_dir) -> tuple[HardwareProfile, dict[str, ab.Links]]:
-    """The profile with the fitted tier in place, and per-algorithm links (each measured algorithm
-    gets its own fit; the rest use the ring fit, the plainest point-to-point pattern)."""
+    """The profile with the fitted tier(s) in place, and per-algorithm links.
+
+    With p2p_tiers records (a run across nodes) the per-tier fits replace the profile's intra and
+    inter tiers for every algorithm. Otherwise the allreduce fits replace one tier: each measured
+    algorithm gets its own fit; the rest use the ring fit, the plainest point-to-point pattern."""
+    from harness.model.calibrate import TIER_ALGOS
+
     joint = {f.algo: f for f in fits if len(f.worlds) == max(len(g.worlds) for g in fits if g.algo == f.algo)}
-    base_fit = joint.get("ring") or next(iter(joint.values()))
+    tier_fits = {TIER_ALGOS[a]: f for a, f in joint.items() if a in TIER_ALGOS}
+    if tier_fits and profile is not None:
+        tiers = dict(profile.tiers)
+        for which, f in sorted(tier_fits.items()):
+            name = profile.intra if which == "intra" else profile.inter
+            tiers[name] = replace(tiers[name], alpha_us=f.alpha_us, bandwidth_gbytes_s=f.bandwidth_gbytes_s,
+                                  source=f"p2p_tiers {which} fitted from {', '.join(map(str, run_dir))}")
+        profile = replace(profile, tiers=tiers)
+        return profile, {algo: ab.Links.from_profile(profile) for algo in ab.ALLREDUCE_MODELS}
+    base_fit = joint.get("ring") or joint.get("tree") or joint.get("p2p_intra") or next(iter(joint.values()))
     source = f"fitted from {', '.join(map(str, run_dir))} ({base_fit.statistic}, worlds {','.join(map(str, base_fit.worlds))})"
     if profile is None:
         tier = LinkTier("loopback", "loopback", base_fit.alpha_us, base_fit.bandwidth_gbytes_s, source)
@@ -218,12 +232,13 @@ def _fmt_size(value: float) -> str:
 
 def _print_summary(console, profile, scales, sizes, algos, times_s, crossover, nccl, fits) -> None:
     for f in fits:
+        held = (f"held-out rms {f.rms_rel_error_heldout:.0%} median {f.median_abs_rel_error_heldout:.0%} "
+                f"max {f.max_abs_rel_error_heldout:.0%} (n={f.n_heldout})" if f.n_heldout else
+                "nothing held out (too few sizes)")
         console.print(
             f"fit {f.algo} worlds {','.join(map(str, f.worlds))} ({f.statistic}): alpha {f.alpha_us:.1f} us, "
-            f"beta {f.beta_ns_per_byte:.3f} ns/B ({f.bandwidth_gbytes_s:.2f} GB/s); rel. error rms fit "
-            f"{f.rms_rel_error_fit:.0%}, held-out rms {f.rms_rel_error_heldout:.0%} median "
-            f"{f.median_abs_rel_error_heldout:.0%} max {f.max_abs_rel_error_heldout:.0%} (n={f.n_heldout})",
-            markup=False, highlight=False)
+            f"beta {f.beta_ns_per_byte:.3f} ns/B ({f.bandwidth_gbytes_s:.3g} GB/s); rel. error rms fit "
+            f"{f.rms_rel_error_fit:.0%}, {held}", markup=False, highlight=False)
     table = Table(title=f"modelled ring/tree crossover per scale (profile {profile.name})")
     table.add_column("ranks", justify="right")
     table.add_column("nodes", justify="right")
