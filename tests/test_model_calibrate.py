@@ -1,6 +1,5 @@
 """Calibration recovers known alpha/beta from noisy synthetic sweeps; CLI and profiles."""
 import json
-import math
 
 import numpy as np
 import pytest

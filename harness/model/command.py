@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import csv
 import datetime as _dt
-import json
 import math
 import sys
 from dataclasses import replace
