@@ -104,3 +104,23 @@ def test_crossover():
     small = ab.crossover_bytes(sizes, ab.binomial_tree(8, sizes, ONE), ab.ring(8, sizes, ONE))
     large = ab.crossover_bytes(sizes, ab.binomial_tree(64, sizes, ONE), ab.ring(64, sizes, ONE))
     assert 8 < small < large
+
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+
+@settings(max_examples=200, deadline=None)
+@given(p=st.integers(1, 1 << 16), n=st.integers(0, 1 << 34), g=st.sampled_from([1, 2, 4, 8, 16]),
+       name=st.sampled_from(sorted(ab.ALLREDUCE_MODELS)))
+def test_every_model_is_finite_nonnegative_and_grows_with_size(p, n, g, name):
+    links = ab.Links(1e-6, 1e-10, 5e-6, 1e-9, gpus_per_node=g, gamma_s_per_byte=1e-11)
+    fn = ab.ALLREDUCE_MODELS[name]
+    t0, t1 = float(fn(p, n, links)), float(fn(p, n + 4096, links))
+    assert np.isfinite(t0) and t0 >= 0
+    assert t1 >= t0
+    if p == 1:
+        assert t0 == 0.0
+    else:
+        # no algorithm beats the bandwidth lower bound of allreduce on the fastest link
+        assert t0 >= 2 * (p - 1) / p * n * 1e-10 * (1 - 1e-12)
