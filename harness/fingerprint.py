@@ -18,7 +18,8 @@ from typing import Optional
 # Variables that change what a collective or the allocator does.
 ENV_PATTERNS = re.compile(
     r"^(NCCL_|GLOO_|TORCH_|PYTORCH_|CUDA_|OMP_NUM_THREADS$|MKL_NUM_THREADS$|OPENBLAS_|"
-    r"MASTER_ADDR$|MASTER_PORT$|WORLD_SIZE$|LOCAL_WORLD_SIZE$|SLURM_JOB_|CRITPATH_)"
+    r"MASTER_ADDR$|MASTER_PORT$|WORLD_SIZE$|LOCAL_WORLD_SIZE$|SLURM_JOB_|SLURM_NNODES$|SLURM_NTASKS$|"
+    r"GROUP_WORLD_SIZE$|TORCHELASTIC_RUN_ID$|CRITPATH_)"
 )
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -120,7 +121,72 @@ def nccl_version() -> Optional[str]:
         return None
 
 
-def collect(backend: str, world: int, launch: str) -> dict:
+# Where a launcher says which node a process is on: torchrun's agent rank, Slurm's node index.
+NODE_RANK_VARS = ("GROUP_RANK", "SLURM_NODEID")
+
+
+def node_key(env=os.environ) -> str:
+    """Identifies this process's node: the launcher's node rank when there is one (two torchrun
+    agents on one host are two nodes), else the host name."""
+    host = socket.gethostname()
+    for var in NODE_RANK_VARS:
+        if env.get(var, "") != "":
+            return f"{host}#{var}={env[var]}"
+    return host
+
+
+def rank_identity(rank: int, local_rank: int, env=os.environ) -> dict:
+    """What rank 0 needs to know about one rank to describe the job's layout."""
+    node_rank = next((int(env[v]) for v in NODE_RANK_VARS if env.get(v, "").isdigit()), None)
+    local_world = env.get("LOCAL_WORLD_SIZE") or env.get("SLURM_NTASKS_PER_NODE")
+    return {
+        "rank": rank,
+        "local_rank": local_rank,
+        "host": socket.gethostname(),
+        "node": node_key(env),
+        "node_rank": node_rank,
+        "local_world_size": int(local_world) if local_world and local_world.isdigit() else None,
+        "pid": os.getpid(),
+        "torch": _version("torch"),
+        "cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES"),
+    }
+
+
+def node_layout(identities: list[dict]) -> dict:
+    """The job's node layout from every rank's identity (in rank order): nodes in order of their
+    first rank, ranks per node, host names, local ranks, and whether ranks are node-major
+    (contiguous per node, which the hierarchical cost models assume)."""
+    order: list[str] = []
+    members: dict[str, list[int]] = {}
+    for ident in identities:
+        if ident["node"] not in members:
+            order.append(ident["node"])
+            members[ident["node"]] = []
+        members[ident["node"]].append(ident["rank"])
+    node_index = {key: i for i, key in enumerate(order)}
+    node_of_rank = [node_index[ident["node"]] for ident in identities]
+    ranks_per_node = [len(members[key]) for key in order]
+    return {
+        "nodes": len(order),
+        "ranks_per_node": ranks_per_node,
+        "uniform": len(set(ranks_per_node)) == 1,
+        "node_major": all(node_of_rank[i] <= node_of_rank[i + 1] for i in range(len(node_of_rank) - 1)),
+        "hosts": [identities[members[key][0]]["host"] for key in order],
+        "node_keys": order,
+        "node_of_rank": node_of_rank,
+        "local_ranks": [ident["local_rank"] for ident in identities],
+        "ranks": identities,
+    }
+
+
+def collect(backend: str, world: int, launch: str, layout: Optional[dict] = None) -> dict:
+    """``layout``: ``node_layout`` of a joined job; a local launch is ``world`` ranks on this host."""
+    if layout is None:
+        host = socket.gethostname()
+        layout = {
+            "nodes": 1, "ranks_per_node": [world], "uniform": True, "node_major": True, "hosts": [host],
+            "node_keys": [host], "node_of_rank": [0] * world, "local_ranks": list(range(world)), "ranks": None,
+        }
     uname = platform.uname()
     try:
         usable = len(os.sched_getaffinity(0))
@@ -140,6 +206,7 @@ def collect(backend: str, world: int, launch: str) -> dict:
         "backend": backend,
         "world": world,
         "launch": launch,
+        "layout": layout,
         "nccl_version": nccl_version(),
         "gpus": gpus(),
         "git": git_commit(),

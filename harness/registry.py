@@ -5,10 +5,12 @@ from typing import Iterable
 
 from harness.case import Case, CaseIdError, parse_case_id
 from harness.family import Family, GridOptions
-from harness.families import allreduce, selftest
+from harness.families import allreduce, allreduce_tiers, p2p_tiers, selftest
 
 # Order is the order of `critpath list` and of a run.
-FAMILIES: dict[str, Family] = {f.name: f for f in (allreduce.FAMILY, selftest.FAMILY)}
+FAMILIES: dict[str, Family] = {
+    f.name: f for f in (allreduce.FAMILY, selftest.FAMILY, allreduce_tiers.FAMILY, p2p_tiers.FAMILY)
+}
 
 
 def get(name: str) -> Family:

@@ -293,6 +293,9 @@ def _run_joined(opts: RunOptions, me, console: Console) -> int:
     grid = GridOptions(opts.profile, me.world, backend, opts.sizes_bytes)
     cases = select_cases(opts, grid)
     comm = init_group(me, opts.timeout_s)
+    # Every rank says where it runs (over the gloo control group, before any case) so rank 0 can
+    # record the node layout: a result from 2 x 8 GPUs means little without it.
+    identities = comm.gather(fingerprint.rank_identity(me.rank, me.local_rank), me.rank)
     run_dir = None
     records: list[Record] = []
     run_id = "joined"
@@ -300,9 +303,11 @@ def _run_joined(opts: RunOptions, me, console: Console) -> int:
     if me.rank == 0:
         run_id = new_run_id()
         run_dir = _open_run_dir(opts, run_id)
-        run_dir.write_fingerprint(fingerprint.collect(backend, me.world, "joined"))
+        layout = fingerprint.node_layout(identities)
+        run_dir.write_fingerprint(fingerprint.collect(backend, me.world, "joined", layout))
         run_dir.write_meta(_meta(run_id, opts, cases, "running", records, started))
-        console.print(f"critpath run {run_id}: {len(cases)} cases, world {me.world}, {backend} -> {run_dir.path}")
+        console.print(f"critpath run {run_id}: {len(cases)} cases, world {me.world} on {layout['nodes']} node(s) "
+                      f"({', '.join(map(str, layout['ranks_per_node']))} ranks), {backend} -> {run_dir.path}")
     reporter = Reporter(console, len(cases)) if me.rank == 0 else None
     sink = _FileSink(me, run_dir, records, reporter, backend, opts.timeout_s)
     ok = serve(cases, me, comm, opts.policy(), run_id, sink)

@@ -1,0 +1,134 @@
+"""Ping-pong between two ranks of one node (``tier=intra``) vs two ranks on different nodes
+(``tier=inter``): the per-message latency and bandwidth of each tier, the alpha and beta of the
+cost models. The pair is the first two ranks of node 0 (intra) or the first rank of node 0 and of
+node 1 (inter); the other ranks idle through the timed loop. One iteration is a round trip.
+
+Opt-in (``--families p2p_tiers``): it needs the node layout of a torchrun / Slurm job.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import torch.distributed as dist
+
+from harness.case import Case, Param
+from harness.collectives.layout import TIERS, NodeLayout, discover
+from harness.family import CheckResult, Column, Family, GridOptions, RankContext
+from harness.sizes import format_size, parse_sizes
+from harness.stats import Summary
+
+QUICK_SIZES = "8:1M:x16"
+FULL_SIZES = "8:64M:x4"
+
+
+def grid(options: GridOptions) -> list[Case]:
+    sizes = options.sizes_bytes or parse_sizes(FULL_SIZES if options.profile == "full" else QUICK_SIZES)
+    return [FAMILY.case(tier=tier, backend=options.backend, size_bytes=size - size % 4, world=options.world)
+            for size in sizes if size >= 4 for tier in TIERS]
+
+
+def pair_for(layout: NodeLayout, tier: str) -> Optional[tuple[int, int]]:
+    if tier == "intra":
+        for node in range(layout.nodes):
+            members = layout.members(node)
+            if len(members) >= 2:
+                return members[0], members[1]
+        return None
+    if tier == "inter":
+        return (layout.members(0)[0], layout.members(1)[0]) if layout.nodes >= 2 else None
+    raise ValueError(f"tier must be one of {TIERS}, got {tier!r}")
+
+
+@dataclass
+class State:
+    ctx: RankContext
+    layout: NodeLayout
+    pair: tuple[int, int]
+    buffer: torch.Tensor
+
+    @property
+    def role(self) -> Optional[int]:
+        return self.pair.index(self.ctx.rank) if self.ctx.rank in self.pair else None
+
+
+def setup(ctx: RankContext, case: Case) -> State:
+    p = case.params
+    if p["backend"] != ctx.backend or p["world"] != ctx.world:
+        raise ValueError(f"case is for {p['backend']} x {p['world']}; this run is {ctx.backend} x {ctx.world}")
+    layout = discover(ctx.group)
+    pair = pair_for(layout, p["tier"])
+    if pair is None:
+        raise ValueError(f"no {p['tier']}-node pair in this layout ({layout.describe()})")
+    state = State(ctx, layout, pair, torch.zeros(p["size_bytes"] // 4, dtype=torch.float32, device=ctx.device))
+    step(state)  # connect the pair outside the timing
+    return state
+
+
+def step(state: State) -> None:
+    role, buf = state.role, state.buffer
+    if role == 0:
+        dist.send(buf, state.pair[1])
+        dist.recv(buf, state.pair[1])
+    elif role == 1:
+        dist.recv(buf, state.pair[0])
+        dist.send(buf, state.pair[0])
+
+
+def check(state: State) -> CheckResult:
+    """Rank A sends i mod 251; B adds 1 and sends it back; A checks i mod 251 + 1."""
+    role, buf = state.role, state.buffer
+    if role is None:
+        return CheckResult(0, 0)
+    index = torch.arange(buf.numel(), device=buf.device)
+    if role == 0:
+        buf.copy_((index % 251).to(buf.dtype))
+        dist.send(buf, state.pair[1])
+        dist.recv(buf, state.pair[1])
+        wrong = int((buf != (index % 251 + 1).to(buf.dtype)).sum())
+        return CheckResult(wrong, buf.numel())
+    dist.recv(buf, state.pair[0])
+    buf.add_(1)
+    dist.send(buf, state.pair[0])
+    return CheckResult(0, 0)
+
+
+def report(state: State) -> dict:
+    return {"pair": list(state.pair), "node_of_pair": [state.layout.node_of_rank[r] for r in state.pair]}
+
+
+def metrics(case: Case, summary: Summary, reports: list[dict]) -> dict[str, float]:
+    size = case.params["size_bytes"]
+    one_way_s = summary.p50_ns / 2e9
+    return {
+        "time_us": summary.mean_ns / 1e3,
+        "rtt_p50_us": summary.p50_ns / 1e3,
+        "one_way_p50_us": one_way_s * 1e6,
+        "bw_p50_gbps": size / one_way_s / 1e9,  # nccl-tests sendrecv: busbw = algbw
+    }
+
+
+FAMILY = Family(
+    name="p2p_tiers",
+    version=1,
+    description="Ping-pong inside a node vs across nodes: each tier's per-message latency and bandwidth",
+    params=(
+        Param("tier", str, "intra (two ranks of one node) or inter (first ranks of nodes 0 and 1)"),
+        Param("backend", str, "gloo or nccl"),
+        Param("size_bytes", int, "float32 message size in bytes"),
+        Param("world", int, "number of ranks in the job"),
+    ),
+    grid=grid, setup=setup, step=step, metrics=metrics, check=check, report=report,
+    columns=(
+        Column("size", lambda r: format_size(r.params["size_bytes"])),
+        Column("tier", lambda r: r.params["tier"]),
+        Column("pair", lambda r: ",".join(map(str, r.extra["rank_reports"][0]["pair"]))),
+        Column("rtt p50 (us)", lambda r: r.metrics["rtt_p50_us"], "{:.1f}"),
+        Column("one-way (us)", lambda r: r.metrics["one_way_p50_us"], "{:.1f}"),
+        Column("bw (GB/s)", lambda r: r.metrics["bw_p50_gbps"], "{:.3f}"),
+        Column("#wrong", lambda r: r.check.wrong),
+        Column("p99 (us)", lambda r: r.summary.p99_ns / 1e3, "{:.1f}"),
+    ),
+    default=False,
+)

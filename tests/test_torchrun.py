@@ -1,0 +1,122 @@
+"""Multi-node through torchrun: two agents on this machine act as two nodes (separate node
+ranks, one c10d rendezvous on loopback), each starting 2 ranks; rank 0 writes one run directory
+with the node layout in its fingerprint."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from harness.collectives.layout import NodeLayout
+from harness.fingerprint import node_layout
+from harness.store import load_records
+
+AGENT_TIMEOUT_S = 90
+LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
+               "SLURM_PROCID", "SLURM_NTASKS", "SLURM_NODEID", "TORCHELASTIC_RUN_ID")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _agents(tmp_path, run_args):
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS}
+    env["OMP_NUM_THREADS"] = "1"
+    procs = []
+    for node_rank in (0, 1):
+        log = open(tmp_path / f"agent{node_rank}.log", "w")
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "2",
+               "--node-rank", str(node_rank), "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
+               "--rdzv-id", f"critpath-test-{port}", "-m", "harness", "run", *run_args]
+        procs.append((subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True), log))
+    codes = []
+    try:
+        for proc, _ in procs:
+            codes.append(proc.wait(timeout=AGENT_TIMEOUT_S))
+    except subprocess.TimeoutExpired:
+        pass
+    finally:
+        for proc, log in procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)  # the agent and the ranks it started
+                proc.wait()
+            log.close()
+    logs = "\n".join((tmp_path / f"agent{r}.log").read_text()[-3000:] for r in (0, 1))
+    return codes, logs
+
+
+@pytest.mark.integration
+def test_two_torchrun_agents_merge_into_one_run(tmp_path):
+    out = tmp_path / "run"
+    codes, logs = _agents(tmp_path, ["--families", "allreduce,allreduce_tiers,p2p_tiers", "--sizes", "8,4K",
+                                     "--iters", "20", "--warmup", "2", "--timeout", "60", "--out", str(out)])
+    assert codes == [0, 0], logs
+
+    layout = json.loads((out / "fingerprint.json").read_text())["layout"]
+    assert layout["nodes"] == 2
+    assert layout["ranks_per_node"] == [2, 2]
+    assert layout["node_of_rank"] == [0, 0, 1, 1]
+    assert layout["local_ranks"] == [0, 1, 0, 1]
+    assert layout["node_major"] and layout["uniform"]
+    assert [r["node_rank"] for r in layout["ranks"]] == [0, 0, 1, 1]
+    assert len(layout["hosts"]) == 2 and all(layout["hosts"])
+
+    records = load_records(out)
+    assert len(records) == 6 + 4 + 4
+    assert all(r.ok and r.world == 4 and r.reduction == "max_over_ranks" for r in records), logs
+    by_family = {}
+    for r in records:
+        by_family.setdefault(r.family, []).append(r)
+    for r in by_family["allreduce"]:
+        assert len(r.extra["rank_reports"]) == 4  # every rank's report reached rank 0
+        assert r.check.checked == 4 * (r.params["size_bytes"] // 4)  # every rank checked its buffer
+    for r in by_family["allreduce_tiers"]:
+        groups = sorted({tuple(rep["members"]) for rep in r.extra["rank_reports"]})
+        assert groups == ([(0, 1), (2, 3)] if r.params["tier"] == "intra" else [(0, 2), (1, 3)])
+        assert r.metrics["group_size"] == 2.0 and r.metrics["nodes"] == 2.0
+    for r in by_family["p2p_tiers"]:
+        pair = r.extra["rank_reports"][0]["pair"]
+        assert pair == ([0, 1] if r.params["tier"] == "intra" else [0, 2])
+        assert r.check.checked == r.params["size_bytes"] // 4
+
+
+def test_tiers_on_one_node_fail_with_a_reason(tmp_path):
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    from harness.families import allreduce_tiers, p2p_tiers
+    from harness.family import RankContext
+
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1, timeout=datetime.timedelta(seconds=30))
+    try:
+        ctx = RankContext(0, 1, 0, "gloo", torch.device("cpu"), dist.group.WORLD)
+        for family, message in ((allreduce_tiers, "tier inter has no group of 2"), (p2p_tiers, "no inter-node pair")):
+            case = family.FAMILY.case(tier="inter", backend="gloo", size_bytes=64, world=1)
+            with pytest.raises(ValueError, match=message):
+                family.setup(ctx, case)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_tier_groups_and_layout():
+    layout = NodeLayout((0, 0, 0, 1, 1, 1))
+    assert layout.tier_groups("intra") == [[0, 1, 2], [3, 4, 5]]
+    assert layout.tier_groups("inter") == [[0, 3], [1, 4], [2, 5]]
+    uneven = NodeLayout((0, 0, 1))
+    assert uneven.tier_groups("inter") == [[0, 2], [1]]
+    with pytest.raises(ValueError):
+        layout.tier_groups("rack")
+    ids = [{"rank": r, "local_rank": r % 2, "host": "h", "node": f"h#{r // 2}"} for r in range(4)]
+    ids[1], ids[2] = dict(ids[1], node="h#1"), dict(ids[2], node="h#0")  # ranks not node-major
+    got = node_layout(ids)
+    assert got["nodes"] == 2 and got["node_of_rank"] == [0, 1, 0, 1] and not got["node_major"]
