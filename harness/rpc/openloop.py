@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -43,8 +43,12 @@ def wait_until(deadline_ns: int, clock: Callable[[], int]) -> None:
 
 
 def run(send: Callable[[int], None], iters: int, rate_hz: float, clock: Callable[[], int] = time.perf_counter_ns,
-        batch: int = 1, window_ns: int = 0) -> OpenLoopResult:
-    """``send(n)`` sends ``n`` requests as one batch and returns when all replies are in."""
+        batch: int = 1, window_ns: int = 0, wait: Optional[Callable[[int], None]] = None) -> OpenLoopResult:
+    """``send(n)`` sends ``n`` requests as one batch and returns when all replies are in.
+    ``wait(deadline_ns)`` returns at the deadline (default: sleep, then poll ``clock``); tests pass
+    a fake clock and a fake wait to make the schedule deterministic."""
+    if wait is None:
+        wait = lambda deadline: wait_until(deadline, clock)  # noqa: E731
     if rate_hz <= 0:
         raise ValueError(f"rate_hz must be > 0, got {rate_hz}")
     if batch < 1:
@@ -59,14 +63,14 @@ def run(send: Callable[[int], None], iters: int, rate_hz: float, clock: Callable
     done = start
     while i < iters:
         first_due = start + int(i * interval_ns)
-        wait_until(first_due, clock)
+        wait(first_due)
         j = i + 1
         close_at = first_due + window_ns
         while j < iters and j - i < batch:
             due = start + int(j * interval_ns)
             if due > close_at:
                 break
-            wait_until(due, clock)
+            wait(due)
             j += 1
         sent = clock()
         if sent - (start + int((j - 1) * interval_ns)) > 1_000_000:
