@@ -8,16 +8,21 @@ keeps stores in order, so a consumer that sees the new ``head`` sees the slot. (
 ordered CPU this needs fences that pure Python cannot issue; the family says so in its report.)
 
 Waiting is a busy-poll with a bounded back-off: spin for ``SPIN_POLLS`` reads (microseconds:
-where the low latency comes from), then ``sched_yield``, then sleeps doubling up to
-``MAX_SLEEP_S``, so an idle ring costs a wake-up per millisecond instead of a whole core. While
-backing off, the waiter calls ``on_idle`` so the client notices a dead server and the server
-notices the stop event.
+where the low latency comes from), then block on a doorbell: the consumer raises a "sleeping"
+flag, re-checks the ring, and waits on a FIFO that the producer writes one byte to when it sees
+the flag. The wait has a 1 ms timeout, which bounds the cost of the one race pure Python cannot
+close (flag store and head load may be reordered), and an idle ring costs a wake-up per
+millisecond instead of a whole core. A sleeper woken by the kernel is also scheduled ahead of
+spinners on a busy host, which a pure spin/sleep back-off is not. While backing off, the waiter
+calls ``on_idle`` so the client notices a dead server and the server the stop event. (A full
+ring, rare with one request in flight, is waited out with yield and doubling sleeps.)
 
 Slot layout: u32 body length | u8 kind | 3 pad | body (at most ``max_bytes``).
 """
 from __future__ import annotations
 
 import os
+import select
 import struct
 import time
 from dataclasses import dataclass
@@ -33,7 +38,9 @@ COUNTER = struct.Struct("<Q")
 SLOT_HEADER = struct.Struct("<IB3x")
 CACHE_LINE = 64
 RING_HEADER_BYTES = 2 * CACHE_LINE  # head on one line, tail on the next: no false sharing
-SPIN_POLLS = 5_000  # ~0.5 ms of polling, then yield: on a busy host the peer may need this core
+SPIN_POLLS = 2_000  # ~0.2 ms of polling, then the doorbell: on a busy host the peer may need this core
+DOORBELL_TIMEOUT_S = 1e-3
+FLAG_OFFSET = 8  # sleeping flag: on the consumer's (tail) cache line, after tail
 YIELD_POLLS = 2_000
 MIN_SLEEP_S = 20e-6
 MAX_SLEEP_S = 1e-3
@@ -56,10 +63,13 @@ class Ring:
     """One direction. The producer side calls ``push``, the consumer side ``pop``."""
 
     def __init__(self, buf: memoryview, offset: int, nslots: int, max_bytes: int,
-                 on_idle: Callable[[], None] = lambda: None) -> None:
+                 on_idle: Callable[[], None] = lambda: None, doorbell: Optional[str] = None) -> None:
         self.buf = buf
         self.head_at = offset
         self.tail_at = offset + CACHE_LINE
+        self.flag_at = self.tail_at + FLAG_OFFSET
+        # O_RDWR on a FIFO never blocks in open and keeps it alive whichever side goes first.
+        self.bell = os.open(doorbell, os.O_RDWR | os.O_NONBLOCK) if doorbell else None
         self.slots_at = offset + RING_HEADER_BYTES
         self.slot_bytes = SLOT_HEADER.size + _round_up(max_bytes, 8)
         self.nslots = nslots
@@ -82,6 +92,11 @@ class Ring:
         SLOT_HEADER.pack_into(buf, slot, length, kind)
         self.head = head + 1
         COUNTER.pack_into(buf, self.head_at, head + 1)
+        if buf[self.flag_at] and self.bell is not None:
+            try:
+                os.write(self.bell, b"\x01")
+            except BlockingIOError:
+                pass  # the FIFO is full of wake-ups already
 
     def pop(self) -> tuple[int, bytes]:
         """(kind, body). A slot whose length exceeds the bound raises ``OversizedFrame``, after
@@ -93,7 +108,7 @@ class Ring:
                 if unpack(buf, head_at)[0] != tail:
                     break
             else:
-                self._wait(lambda: unpack(buf, head_at)[0] != tail)
+                self._sleep_until_data(tail)
         slot = self.slots_at + (tail % self.nslots) * self.slot_bytes
         length, kind = SLOT_HEADER.unpack_from(buf, slot)
         try:
@@ -104,6 +119,29 @@ class Ring:
         finally:
             self.tail = tail + 1
             COUNTER.pack_into(buf, self.tail_at, tail + 1)
+
+    def _sleep_until_data(self, tail: int) -> None:
+        if self.bell is None:
+            self._wait(lambda: COUNTER.unpack_from(self.buf, self.head_at)[0] != tail)
+            return
+        buf, head_at, flag_at, bell = self.buf, self.head_at, self.flag_at, self.bell
+        while COUNTER.unpack_from(buf, head_at)[0] == tail:
+            self.on_idle()
+            buf[flag_at] = 1
+            if COUNTER.unpack_from(buf, head_at)[0] != tail:
+                buf[flag_at] = 0
+                return
+            select.select([bell], [], [], DOORBELL_TIMEOUT_S)
+            buf[flag_at] = 0
+            try:
+                os.read(bell, 4096)
+            except BlockingIOError:
+                pass
+
+    def close(self) -> None:
+        if self.bell is not None:
+            os.close(self.bell)
+            self.bell = None
 
     def _wait(self, ready: Callable[[], bool]) -> None:
         polls = 0
@@ -125,6 +163,8 @@ class ShmServerConfig:
     name: str
     nslots: int = 16
     max_bytes: int = MAX_FRAME_BYTES
+    request_bell: Optional[str] = None  # FIFO paths (see module doc); None: spin/sleep only
+    reply_bell: Optional[str] = None
 
 
 class _Stopped(Exception):
@@ -141,8 +181,8 @@ def serve(config: ShmServerConfig, control: Control) -> None:
 
     buf = seg.buf
     size = ring_bytes(config.nslots, config.max_bytes)
-    requests = Ring(buf, 0, config.nslots, config.max_bytes, idle)
-    replies = Ring(buf, size, config.nslots, config.max_bytes, idle)
+    requests = Ring(buf, 0, config.nslots, config.max_bytes, idle, config.request_bell)
+    replies = Ring(buf, size, config.nslots, config.max_bytes, idle, config.reply_bell)
     control.counters.add("connections")
     control.ready(config.name)
     served = 0
@@ -167,6 +207,8 @@ def serve(config: ShmServerConfig, control: Control) -> None:
         pass
     finally:
         control.counters.add("frames", served)
+        requests.close()
+        replies.close()
         del requests, replies, buf
         seg.close()
 
@@ -174,17 +216,22 @@ def serve(config: ShmServerConfig, control: Control) -> None:
 class ShmClient:
     """Creates the segment (the server attaches by name) and unlinks it on close."""
 
-    def __init__(self, nslots: int = 16, max_bytes: int = MAX_FRAME_BYTES) -> None:
+    def __init__(self, nslots: int = 16, max_bytes: int = MAX_FRAME_BYTES, workdir: Optional[str] = None) -> None:
         self.nslots = nslots
         self.max_bytes = max_bytes
+        self.bells: tuple[Optional[str], Optional[str]] = (None, None)
+        if workdir is not None:
+            self.bells = (os.path.join(workdir, "requests.bell"), os.path.join(workdir, "replies.bell"))
+            for path in self.bells:
+                os.mkfifo(path, 0o600)
         self.segment = shared_memory.SharedMemory(create=True, size=segment_bytes(nslots, max_bytes))
         self.on_idle: Callable[[], None] = lambda: None
         size = ring_bytes(nslots, max_bytes)
-        self.requests = Ring(self.segment.buf, 0, nslots, max_bytes, self._idle)
-        self.replies = Ring(self.segment.buf, size, nslots, max_bytes, self._idle)
+        self.requests = Ring(self.segment.buf, 0, nslots, max_bytes, self._idle, self.bells[0])
+        self.replies = Ring(self.segment.buf, size, nslots, max_bytes, self._idle, self.bells[1])
 
     def config(self) -> ShmServerConfig:
-        return ShmServerConfig(self.segment.name, self.nslots, self.max_bytes)
+        return ShmServerConfig(self.segment.name, self.nslots, self.max_bytes, *self.bells)
 
     def _idle(self) -> None:
         self.on_idle()
@@ -208,6 +255,8 @@ class ShmClient:
         if self.segment is None:
             return
         # Views into the buffer must go before the segment can close.
+        self.requests.close()
+        self.replies.close()
         self.requests = self.replies = None  # type: ignore[assignment]
         self.segment.close()
         self.segment.unlink()

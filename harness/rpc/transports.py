@@ -153,7 +153,7 @@ def _open(t: TransportInfo, hops: int, faults: Optional[FaultSpec], max_bytes: i
     if t.kind == "shm":
         from harness.rpc.shm import ShmClient
 
-        client = ShmClient(max_bytes=max_bytes)
+        client = ShmClient(max_bytes=max_bytes, workdir=workdir)
         try:
             server = _start(started, "harness.rpc.shm:serve", client.config())
         except BaseException:
