@@ -26,6 +26,7 @@ def median_rtt_ns(client, n: int, body: bytes = b"x" * 256) -> float:
 @pytest.mark.parametrize("stalled,fixed", [
     ("tcp_nagle_split", "tcp_nodelay_split"),   # TCP_NODELAY removes it
     ("tcp_nagle_split", "tcp_nagle"),           # so does one write per message
+    ("tcp_nagle_split", "tcp_nagle_cork"),      # and TCP_CORK around the two writes
     ("http_keepalive", "http_keepalive_nodelay"),
 ])
 def test_nagle_with_delayed_ack_stalls_each_round_trip(stalled, fixed):

@@ -6,6 +6,7 @@ keep being served. Client: blocking socket, and the three TCP choices the family
 
 - ``nodelay``: TCP_NODELAY on (Nagle off) or off;
 - ``split_write``: header and body as two ``send`` calls (write-write-read) instead of one;
+- ``cork``: the same two writes between TCP_CORK on and off, so the kernel sends one segment;
 - ``new_connection``: connect, one request, close, instead of a kept connection.
 """
 from __future__ import annotations
@@ -132,6 +133,7 @@ class StreamClientOptions:
     split_write: bool = False
     new_connection: bool = False
     max_frame_bytes: int = MAX_FRAME_BYTES
+    cork: bool = False  # with split_write: TCP_CORK around the two writes (Linux), one segment out
 
 
 class StreamClient:
@@ -154,7 +156,13 @@ class StreamClient:
         self.reader = FrameReader(sock, self.options.max_frame_bytes)
 
     def send(self, body: bytes) -> None:
-        if self.options.split_write:
+        if self.options.cork:
+            sock = self.sock
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
+            sock.sendall(header(len(body)))
+            sock.sendall(body)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 0)  # uncork: flush now
+        elif self.options.split_write:
             self.sock.sendall(header(len(body)))
             self.sock.sendall(body)
         else:

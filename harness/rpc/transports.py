@@ -36,6 +36,7 @@ TRANSPORTS: dict[str, TransportInfo] = {t.name: t for t in (
     _t("tcp_nagle", "TCP, Nagle on, one write per message, kept connection", "stream", True, True),
     _t("tcp_nodelay_split", "TCP, TCP_NODELAY on, header then body (write-write-read)", "stream", True, True),
     _t("tcp_nagle_split", "TCP, Nagle on, header then body (write-write-read): the delayed-ACK stall", "stream", True, True),
+    _t("tcp_nagle_cork", "TCP, Nagle on, header then body inside TCP_CORK: one segment, no stall", "stream", True, True),
     _t("tcp_nodelay_newconn", "TCP, TCP_NODELAY on, a new connection per request", "stream", False, True),
     _t("uds", "Unix domain stream socket, kept connection", "stream", True, True),
     _t("shm", "shared-memory ring between processes, busy-poll with bounded back-off", "shm", True),
@@ -57,6 +58,7 @@ _TCP_OPTIONS = {
     "tcp_nagle": StreamClientOptions(nodelay=False),
     "tcp_nodelay_split": StreamClientOptions(nodelay=True, split_write=True),
     "tcp_nagle_split": StreamClientOptions(nodelay=False, split_write=True),
+    "tcp_nagle_cork": StreamClientOptions(nodelay=False, split_write=True, cork=True),
     "tcp_nodelay_newconn": StreamClientOptions(nodelay=True, new_connection=True),
     "uds": StreamClientOptions(),
 }
@@ -134,7 +136,8 @@ def _open(t: TransportInfo, hops: int, faults: Optional[FaultSpec], max_bytes: i
           started: list[ServerProcess]) -> Endpoint:
     if t.kind == "stream":
         options = _TCP_OPTIONS[t.name]
-        options = StreamClientOptions(options.nodelay, options.split_write, options.new_connection, max_bytes)
+        options = StreamClientOptions(options.nodelay, options.split_write, options.new_connection, max_bytes,
+                                      options.cork)
         family = "unix" if t.name == "uds" else "tcp"
 
         def stream_config(label: str) -> StreamServerConfig:
