@@ -85,10 +85,11 @@ def grid(options: GridOptions) -> list[Case]:
     for k in (8,) + ((32,) if full else ()):
         cases.append(_raw("tcp_nodelay", SCENARIO_BYTES, "batched", batch=k))
     # Open loop: steady, with injected stalls (corrected vs uncorrected), and coalesced batches.
-    cases.append(_raw("tcp_nodelay", SCENARIO_BYTES, "openloop", rate_hz=2000))
-    # Frequent short stalls, so even the 50-iteration minimum plan holds one: 5 ms at 2 kHz
-    # delays ~10 requests each, which the corrected p90/p99 show and the uncorrected ones hide.
-    cases.append(_raw("tcp_nodelay", SCENARIO_BYTES, "openloop", rate_hz=2000, stall_every=40, stall_us=5000))
+    cases.append(_raw("tcp_nodelay", SCENARIO_BYTES, "openloop", rate_hz=1000))
+    # A 5 ms stall every 50 requests at 1 kHz: even the 50-iteration minimum plan holds one, each
+    # delays ~5 requests behind it (corrected p90/p99 show them, the uncorrected ones hide them),
+    # and the proxy hop leaves the client well under capacity on a busy 2-core host.
+    cases.append(_raw("tcp_nodelay", SCENARIO_BYTES, "openloop", rate_hz=1000, stall_every=50, stall_us=5000))
     if full:
         cases.append(_raw("tcp_nodelay", SCENARIO_BYTES, "openloop", rate_hz=4000, batch=8, window_us=1000))
     # Forwarding hops: each adds a synchronous round trip.
@@ -141,6 +142,8 @@ def _check_params(case: Case) -> None:
             raise ValueError(f"reference must be one of {REFERENCES}, got {p['reference']!r}")
         if p["transport"] != "tcp_nodelay" or mode != "pingpong" or c != "raw":
             raise ValueError("reference=sockperf compares a raw TCP_NODELAY ping-pong only")
+        if not sockperf_ref.available():
+            raise FileNotFoundError("reference=sockperf: sockperf is not on PATH (Debian/Ubuntu: apt-get install sockperf)")
 
 
 def _faults(p: dict) -> Optional[FaultSpec]:
@@ -296,23 +299,20 @@ def report(state: State) -> dict:
         out["encode_us"], out["decode_us"] = _codec_times_us(state)
     if state.uncorrected_ns is not None:
         s = Summary.of(state.uncorrected_ns)
-        out["uncorrected"] = {"p50_us": s.p50_ns / 1e3, "p90_us": s.p90_ns / 1e3, "p99_us": s.p99_ns / 1e3, "p999_us": s.p999_ns / 1e3,
-                              "max_us": s.max_ns / 1e3}
+        out["uncorrected"] = {"p50_us": s.p50_ns / 1e3, "p90_us": s.p90_ns / 1e3, "p99_us": s.p99_ns / 1e3,
+                              "p999_us": s.p999_ns / 1e3, "max_us": s.max_ns / 1e3}
         out["late_sends"] = state.late_sends
         lag_p50, lag_p99 = np.percentile(state.send_lag_ns, [50, 99])
         out["send_lag"] = {"p50_us": float(lag_p50) / 1e3, "p99_us": float(lag_p99) / 1e3}
     if state.case.params["transport"] == "shm":
         out["memory_ordering"] = "relies on x86 store order (TSO); no fences on weakly ordered CPUs"
     if state.case.params.get("reference") == "sockperf":
-        if sockperf_ref.available():
-            try:
-                ref = sockperf_ref.tcp_pingpong(len(state.body), SOCKPERF_S)
-                out["sockperf"] = {"rtt_p50_us": ref.rtt_p50_us, "rtt_p99_us": ref.rtt_p99_us,
-                                   "rtt_min_us": ref.rtt_min_us, "command": ref.command}
-            except (OSError, RuntimeError, ValueError) as exc:
-                out["sockperf"] = {"error": str(exc)}
-        else:
-            out["sockperf"] = {"error": "sockperf not installed (apt-get install sockperf)"}
+        try:
+            ref = sockperf_ref.tcp_pingpong(len(state.body), SOCKPERF_S)
+            out["sockperf"] = {"rtt_p50_us": ref.rtt_p50_us, "rtt_p99_us": ref.rtt_p99_us,
+                               "rtt_min_us": ref.rtt_min_us, "command": ref.command}
+        except (OSError, RuntimeError, ValueError) as exc:
+            out["sockperf"] = {"error": str(exc)}  # the record keeps why the ratio is missing
     return out
 
 

@@ -7,8 +7,10 @@ consumed, written only by the consumer). A producer writes the slot, then bumps 
 keeps stores in order, so a consumer that sees the new ``head`` sees the slot. (On a weakly
 ordered CPU this needs fences that pure Python cannot issue; the family says so in its report.)
 
-Waiting is a busy-poll with a bounded back-off: spin for ``SPIN_POLLS`` reads (microseconds:
-where the low latency comes from), then block on a doorbell: the consumer raises a "sleeping"
+Waiting is a busy-poll with a bounded back-off: spin for up to ``SPIN_POLLS`` reads
+(microseconds: where the low latency comes from; the budget adapts like an adaptive mutex,
+doubling when the reply came while spinning and halving when it did not, because on a busy host
+a spinner only delays a peer that is waiting for a CPU), then block on a doorbell: the consumer raises a "sleeping"
 flag, re-checks the ring, and waits on a FIFO that the producer writes one byte to when it sees
 the flag. The wait has a 1 ms timeout, which bounds the cost of the one race pure Python cannot
 close (flag store and head load may be reordered), and an idle ring costs a wake-up per
@@ -38,7 +40,8 @@ COUNTER = struct.Struct("<Q")
 SLOT_HEADER = struct.Struct("<IB3x")
 CACHE_LINE = 64
 RING_HEADER_BYTES = 2 * CACHE_LINE  # head on one line, tail on the next: no false sharing
-SPIN_POLLS = 2_000  # ~0.2 ms of polling, then the doorbell: on a busy host the peer may need this core
+SPIN_POLLS = 2_000  # ~0.2 ms of polling at most before the doorbell
+MIN_SPIN_POLLS = 32  # the adaptive budget never drops below this (~3 us)
 DOORBELL_TIMEOUT_S = 1e-3
 FLAG_OFFSET = 8  # sleeping flag: on the consumer's (tail) cache line, after tail
 YIELD_POLLS = 2_000
@@ -75,6 +78,7 @@ class Ring:
         self.nslots = nslots
         self.max_bytes = max_bytes
         self.on_idle = on_idle
+        self.spin_polls = SPIN_POLLS  # adaptive: doubles when spinning pays off, halves when not
         # Each side keeps its own counter locally; only the other side's is read from memory.
         self.head = COUNTER.unpack_from(buf, self.head_at)[0]
         self.tail = COUNTER.unpack_from(buf, self.tail_at)[0]
@@ -104,10 +108,16 @@ class Ring:
         buf, tail = self.buf, self.tail
         unpack, head_at = COUNTER.unpack_from, self.head_at
         if unpack(buf, head_at)[0] == tail:
-            for _ in range(SPIN_POLLS):
+            budget = self.spin_polls
+            for _ in range(budget):
                 if unpack(buf, head_at)[0] != tail:
+                    if budget < SPIN_POLLS:
+                        self.spin_polls = min(SPIN_POLLS, budget * 2)
                     break
             else:
+                # The peer did not answer while we spun: on a busy host it is probably waiting
+                # for a CPU, and spinning longer only keeps it waiting. Spin less next time.
+                self.spin_polls = max(MIN_SPIN_POLLS, budget // 2)
                 self._sleep_until_data(tail)
         slot = self.slots_at + (tail % self.nslots) * self.slot_bytes
         length, kind = SLOT_HEADER.unpack_from(buf, slot)
