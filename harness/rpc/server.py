@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import importlib
 import multiprocessing as mp
-import os
 import time
 import traceback
 from dataclasses import dataclass
@@ -170,12 +169,3 @@ class ServerProcess:
     def __exit__(self, *exc) -> None:
         self.stop()
 
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
