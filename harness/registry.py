@@ -5,11 +5,24 @@ from typing import Iterable
 
 from harness.case import Case, CaseIdError, parse_case_id
 from harness.family import Family, GridOptions
-from harness.families import allreduce, allreduce_tiers, p2p_tiers, selftest
+from harness.families import (
+    allreduce,
+    rpc,
+    allreduce_tiers,
+    p2p_tiers,
+    selftest,
+)
 
 # Order is the order of `critpath list` and of a run.
 FAMILIES: dict[str, Family] = {
-    f.name: f for f in (allreduce.FAMILY, selftest.FAMILY, allreduce_tiers.FAMILY, p2p_tiers.FAMILY)
+    f.name: f
+    for f in (
+        allreduce.FAMILY,
+        rpc.FAMILY,
+        allreduce_tiers.FAMILY,
+        p2p_tiers.FAMILY,
+        selftest.FAMILY,
+    )
 }
 
 

@@ -1,0 +1,412 @@
+"""Small-message RPC: what a few-hundred-byte control message costs on each transport.
+
+Every case runs on one rank: ``setup`` starts a real server in its own process (plus forwarding
+or fault proxies when asked), waits for it to be ready and connects a client; ``teardown`` stops
+it all with a bounded shutdown. The driver times ``step``; open-loop cases own their loop
+(``iterate``) so latency can run from each request's intended send time.
+
+Modes (``mode``):
+- ``pingpong``: one request, wait for its reply (closed loop). A sample is one round trip.
+- ``pipelined``: ``inflight`` requests sent back to back, then their replies. A sample covers all.
+- ``batched``: ``batch`` messages packed into one send and one reply. A sample covers all.
+- ``openloop``: requests due at ``rate_hz``; a sample is one request's latency from its intended
+  send time (coordinated omission corrected); ``batch``/``window_us`` coalesce requests due within
+  the window into one send. The uncorrected figures are metrics beside it.
+
+Payload: ``payload_bytes`` of raw bytes (``codec=raw``) or a ``preset`` control message encoded
+with ``codec`` (json, msgpack; pickle only when a case names it). Encode and decode are timed
+apart from the round trip (``encode_us``, ``decode_us``; ``transport_us`` is the rest).
+
+Correctness: after timing, the echo of the timed payload, of a payload holding every byte value
+and of a maximum-size payload must equal what was sent, byte for byte (and decode to the same
+object); the server must have counted no malformed, oversized or broken connection.
+See docs/rpc.md.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import numpy as np
+
+from harness.case import Case, Param
+from harness.family import CheckResult, Column, Family, GridOptions, RankContext
+from harness.rpc import openloop, sockperf_ref
+from harness.rpc.codecs import DEFAULT_CODECS, PRESETS, Codec, codec, every_byte_value, pattern_bytes, preset
+from harness.rpc.faults import FaultSpec
+from harness.rpc.framing import MAX_FRAME_BYTES, pack_batch, unpack_batch
+from harness.rpc.transports import TRANSPORTS, Endpoint, info, open_endpoint
+from harness.stats import Summary
+from harness.timing import time_each
+
+MODES = ("pingpong", "pipelined", "batched", "openloop")
+SIZES_BYTES = (64, 256, 512, 1024, 4096)
+QUICK_SIZES_BYTES = (64, 256, 4096)
+SCENARIO_BYTES = 256
+# Nagle stalls cost ~40 ms per round trip: a handful of iterations shows it.
+SLOW_TRANSPORTS = ("tcp_nagle_split", "http_keepalive")
+# Left out of the quick profile (about 30 s): near-duplicates of a transport that stays in it.
+QUICK_SKIP = ("http_newconn_nodelay", "zmq_reqrep_ipc", "zmq_dealer_tcp")
+REFERENCES = ("sockperf",)
+CODEC_BLOCK = 200  # encode/decode timed in blocks of this many calls (clock cost amortised)
+CODEC_BLOCKS = 7
+SOCKPERF_S = 1
+
+
+def _raw(transport: str, size: int, mode: str = "pingpong", **extra) -> Case:
+    return FAMILY.case(codec="raw", mode=mode, payload_bytes=size, transport=transport, **extra)
+
+
+def grid(options: GridOptions) -> list[Case]:
+    full = options.profile == "full"
+    sizes = options.sizes_bytes or (SIZES_BYTES if full else QUICK_SIZES_BYTES)
+    sizes = tuple(s for s in sizes if 1 <= s <= MAX_FRAME_BYTES)
+    cases: list[Case] = []
+    # Experiment C of the source articles: TCP vs Unix socket vs shared memory, across sizes.
+    for transport in ("tcp_nodelay", "uds", "shm"):
+        cases += [_raw(transport, size) for size in sizes]
+    # The C reference, measured in the same run (its ~3 s is why quick has one size).
+    if sockperf_ref.available():
+        cases += [_raw("tcp_nodelay", size, reference="sockperf") for size in (sizes if full else (64,))]
+    # Every other transport: all sizes in full, the scenario size in quick (Nagle: one size only).
+    for transport in TRANSPORTS:
+        if transport in ("tcp_nodelay", "uds", "shm") or (not full and transport in QUICK_SKIP):
+            continue
+        scenario_sizes = sizes if full and transport not in SLOW_TRANSPORTS else (SCENARIO_BYTES,)
+        cases += [_raw(transport, size) for size in scenario_sizes]
+    # Serialization cost of control messages, JSON vs binary (pickle: only when named).
+    for name in PRESETS if full else ("specdec_round", "tool_call"):
+        for c in DEFAULT_CODECS:
+            if c != "raw":
+                cases.append(FAMILY.case(codec=c, mode="pingpong", preset=name, transport="tcp_nodelay"))
+    # Sync vs pipelined vs batched.
+    for transport in ("tcp_nodelay", "shm") + (("uds", "zmq_dealer_tcp", "grpc_bidi") if full else ()):
+        cases.append(_raw(transport, SCENARIO_BYTES, "pipelined", inflight=8))
+    for k in (8,) + ((32,) if full else ()):
+        cases.append(_raw("tcp_nodelay", SCENARIO_BYTES, "batched", batch=k))
+    # Open loop: steady, with injected stalls (corrected vs uncorrected), and coalesced batches.
+    cases.append(_raw("tcp_nodelay", SCENARIO_BYTES, "openloop", rate_hz=1000))
+    # A 5 ms stall every 50 requests at 1 kHz: even the 50-iteration minimum plan holds one, each
+    # delays ~5 requests behind it (corrected p90/p99 show them, the uncorrected ones hide them),
+    # and the proxy hop leaves the client well under capacity on a busy 2-core host.
+    cases.append(_raw("tcp_nodelay", SCENARIO_BYTES, "openloop", rate_hz=1000, stall_every=50, stall_us=5000))
+    if full:
+        cases.append(_raw("tcp_nodelay", SCENARIO_BYTES, "openloop", rate_hz=4000, batch=8, window_us=1000))
+    # Forwarding hops: each adds a synchronous round trip.
+    for hops in (1, 2) if full else (2,):
+        cases.append(_raw("tcp_nodelay", SCENARIO_BYTES, hops=hops))
+    return cases
+
+
+@dataclass
+class State:
+    case: Case
+    endpoint: Endpoint
+    client: Any
+    mode: str
+    codec: Codec
+    message: Any  # what the client sends: bytes for raw, a preset object otherwise
+    body: bytes  # the message encoded
+    batch_body: bytes = b""
+    inflight: int = 1
+    batch: int = 1
+    rate_hz: float = 0.0
+    window_ns: int = 0
+    msgs_per_iter: int = 1
+    uncorrected_ns: Optional[np.ndarray] = None
+    send_lag_ns: Optional[np.ndarray] = None
+    late_sends: int = 0
+    batch_bodies: dict = field(default_factory=dict)
+
+
+def _check_params(case: Case) -> None:
+    p = case.params
+    mode = p.get("mode", "pingpong")
+    if mode not in MODES:
+        raise ValueError(f"rpc mode must be one of {MODES}, got {mode!r}")
+    info(p["transport"])  # names the known transports if unknown
+    c = p.get("codec", "raw")
+    if c == "raw":
+        if "payload_bytes" not in p:
+            raise ValueError("codec=raw needs payload_bytes")
+        if not 1 <= p["payload_bytes"] <= MAX_FRAME_BYTES:
+            raise ValueError(f"payload_bytes must be in [1, {MAX_FRAME_BYTES}], got {p['payload_bytes']}")
+    elif "preset" not in p:
+        raise ValueError(f"codec={c} needs a preset ({', '.join(PRESETS)})")
+    if mode == "pipelined" and not info(p["transport"]).pipelines:
+        raise ValueError(f"transport {p['transport']!r} cannot keep requests in flight (mode=pipelined)")
+    if mode == "openloop" and p.get("rate_hz", 0) <= 0:
+        raise ValueError("mode=openloop needs rate_hz > 0")
+    if "reference" in p:
+        if p["reference"] not in REFERENCES:
+            raise ValueError(f"reference must be one of {REFERENCES}, got {p['reference']!r}")
+        if p["transport"] != "tcp_nodelay" or mode != "pingpong" or c != "raw":
+            raise ValueError("reference=sockperf compares a raw TCP_NODELAY ping-pong only")
+        if not sockperf_ref.available():
+            raise FileNotFoundError("reference=sockperf: sockperf is not on PATH (Debian/Ubuntu: apt-get install sockperf)")
+
+
+def _faults(p: dict) -> Optional[FaultSpec]:
+    keys = ("delay_us", "jitter_us", "stall_every", "stall_us")
+    if not any(p.get(k, 0) for k in keys):
+        return None
+    return FaultSpec(**{k: p.get(k, 0) for k in keys})
+
+
+def setup(ctx: RankContext, case: Case) -> State:
+    _check_params(case)
+    p = case.params
+    cdc = codec(p.get("codec", "raw"))
+    message = pattern_bytes(p["payload_bytes"]) if cdc.name == "raw" else preset(p["preset"])
+    body = cdc.encode(message)
+    endpoint = open_endpoint(p["transport"], hops=p.get("hops", 0), faults=_faults(p))
+    state = State(case, endpoint, endpoint.client, p.get("mode", "pingpong"), cdc, message, body)
+    try:
+        if state.mode == "pipelined":
+            state.inflight = state.msgs_per_iter = p.get("inflight", 8)
+        elif state.mode == "batched":
+            state.batch = state.msgs_per_iter = p.get("batch", 8)
+            state.batch_body = pack_batch([body] * state.batch)
+        elif state.mode == "openloop":
+            state.rate_hz = float(p["rate_hz"])
+            state.batch = p.get("batch", 1)
+            state.window_ns = p.get("window_us", 0) * 1000
+            state.batch_bodies = {n: pack_batch([body] * n) for n in range(2, state.batch + 1)}
+        if len(state.batch_body) > MAX_FRAME_BYTES or any(len(b) > MAX_FRAME_BYTES for b in state.batch_bodies.values()):
+            raise ValueError(f"a batch of {state.batch} x {len(body)} B exceeds the {MAX_FRAME_BYTES} B frame bound")
+        state.client.request(body)  # ready-check through the whole path, outside timing
+    except BaseException:
+        endpoint.close()
+        raise
+    return state
+
+
+def step(state: State) -> None:
+    mode = state.mode
+    if mode == "pingpong":
+        if state.codec.name == "raw":
+            state.client.request(state.body)
+        else:
+            state.codec.decode(state.client.request(state.codec.encode(state.message)))
+    elif mode == "pipelined":
+        client, body = state.client, state.body
+        for _ in range(state.inflight):
+            client.send(body)
+        for _ in range(state.inflight):
+            client.recv()
+    elif mode == "batched":
+        state.client.request(state.batch_body)
+    else:
+        _send_open_loop(state, 1)
+
+
+def _send_open_loop(state: State, n: int) -> None:
+    if n == 1:
+        state.client.request(state.body)
+    else:
+        state.client.request(state.batch_bodies[n])
+
+
+def iterate(state: State, iters: int, clock) -> np.ndarray:
+    if state.mode != "openloop":
+        # Closed-loop modes: the driver's own per-iteration timer, same as without this hook.
+        return time_each(step, state, iters, clock)
+    result = openloop.run(lambda n: _send_open_loop(state, n), iters, state.rate_hz, clock,
+                          batch=state.batch, window_ns=state.window_ns)
+    state.uncorrected_ns = result.uncorrected_ns
+    state.send_lag_ns = result.send_lag_ns
+    state.late_sends = result.late_sends
+    return result.corrected_ns
+
+
+def _round_trip(state: State, body: bytes) -> bytes:
+    return state.client.request(body)
+
+
+def check(state: State) -> CheckResult:
+    wrong, checked, notes = 0, 0, []
+    # The timed payload, through the mode's own path.
+    if state.mode in ("batched",) or (state.mode == "openloop" and state.batch > 1):
+        sent = state.batch_body or state.batch_bodies[state.batch]
+        echoed = _round_trip(state, sent)
+        items = unpack_batch(echoed)
+        checked += 1
+        if echoed != sent or len(items) != state.batch or any(i != state.body for i in items):
+            wrong += 1
+            notes.append("batch echo differs")
+    elif state.mode == "pipelined":
+        bodies = [pattern_bytes(len(state.body), salt) for salt in range(state.inflight)]
+        for b in bodies:
+            state.client.send(b)
+        replies = [state.client.recv() for _ in bodies]
+        checked += len(bodies)
+        bad = sum(1 for a, b in zip(bodies, replies) if a != b)
+        wrong += bad
+        if bad:
+            notes.append(f"{bad} pipelined replies out of order or altered")
+    echoed = _round_trip(state, state.body)
+    checked += 1
+    if echoed != state.body:
+        wrong += 1
+        notes.append("echo of the timed payload differs")
+    elif state.codec.name != "raw" and state.codec.decode(echoed) != state.message:
+        wrong += 1
+        notes.append(f"{state.codec.name} decode does not give back the message")
+    # Every byte value and the largest frame allowed.
+    for label, body in (("every byte value", every_byte_value(512)), ("maximum size", pattern_bytes(MAX_FRAME_BYTES, 7))):
+        checked += 1
+        if _round_trip(state, body) != body:
+            wrong += 1
+            notes.append(f"echo of the {label} payload differs")
+    counters = state.endpoint.counters()
+    for where, c in counters.items():
+        broken = c["malformed"] + c["oversized"] + c["truncated"] + c["errors"]
+        checked += 1
+        if broken:
+            wrong += 1
+            notes.append(f"{where} counted {broken} bad frames or broken connections")
+    return CheckResult(wrong=wrong, checked=checked, detail="; ".join(notes))
+
+
+def _codec_times_us(state: State) -> tuple[float, float]:
+    """Median over blocks of the mean time of one encode / one decode (us)."""
+    encode, decode, message, body = state.codec.encode, state.codec.decode, state.message, state.body
+    enc, dec = [], []
+    clock = time.perf_counter_ns
+    for _ in range(CODEC_BLOCKS):
+        t0 = clock()
+        for _ in range(CODEC_BLOCK):
+            encode(message)
+        t1 = clock()
+        for _ in range(CODEC_BLOCK):
+            decode(body)
+        t2 = clock()
+        enc.append((t1 - t0) / CODEC_BLOCK)
+        dec.append((t2 - t1) / CODEC_BLOCK)
+    return float(np.median(enc)) / 1e3, float(np.median(dec)) / 1e3
+
+
+def report(state: State) -> dict:
+    out: dict[str, Any] = {
+        "transport": info(state.case.params["transport"]).doc,
+        "encoded_bytes": len(state.body),
+        "msgs_per_iter": state.msgs_per_iter,
+        "counters": state.endpoint.counters(),
+    }
+    if state.codec.name != "raw":
+        out["encode_us"], out["decode_us"] = _codec_times_us(state)
+    if state.uncorrected_ns is not None:
+        s = Summary.of(state.uncorrected_ns)
+        out["uncorrected"] = {"p50_us": s.p50_ns / 1e3, "p90_us": s.p90_ns / 1e3, "p99_us": s.p99_ns / 1e3,
+                              "p999_us": s.p999_ns / 1e3, "max_us": s.max_ns / 1e3}
+        out["late_sends"] = state.late_sends
+        lag_p50, lag_p99 = np.percentile(state.send_lag_ns, [50, 99])
+        out["send_lag"] = {"p50_us": float(lag_p50) / 1e3, "p99_us": float(lag_p99) / 1e3}
+    if state.case.params["transport"] == "shm":
+        out["memory_ordering"] = "relies on x86 store order (TSO); no fences on weakly ordered CPUs"
+    if state.case.params.get("reference") == "sockperf":
+        try:
+            ref = sockperf_ref.tcp_pingpong(len(state.body), SOCKPERF_S)
+            out["sockperf"] = {"rtt_p50_us": ref.rtt_p50_us, "rtt_p99_us": ref.rtt_p99_us,
+                               "rtt_min_us": ref.rtt_min_us, "command": ref.command}
+        except (OSError, RuntimeError, ValueError) as exc:
+            out["sockperf"] = {"error": str(exc)}  # the record keeps why the ratio is missing
+    return out
+
+
+def teardown(state: State) -> None:
+    state.endpoint.close()
+
+
+def metrics(case: Case, summary: Summary, reports: list[dict]) -> dict[str, float]:
+    r = reports[0] if reports else {}
+    per_iter = r.get("msgs_per_iter", 1)
+    mean_s = summary.mean_ns / 1e9
+    out = {
+        "rtt_p50_us": summary.p50_ns / 1e3,
+        "rtt_p99_us": summary.p99_ns / 1e3,
+        "rtt_p999_us": summary.p999_ns / 1e3,
+        "per_msg_us": summary.mean_ns / 1e3 / per_iter,
+        "msgs_per_s": per_iter / mean_s if mean_s > 0 else 0.0,
+        "encoded_bytes": float(r.get("encoded_bytes", 0)),
+    }
+    if case.params.get("mode") == "openloop":
+        # Each sample is one request here; the achieved rate is bounded by the offered one.
+        out.pop("per_msg_us")
+        out["offered_rate_hz"] = float(case.params["rate_hz"])
+        unc = r.get("uncorrected", {})
+        out["rtt_p90_us"] = summary.p90_ns / 1e3
+        for k in ("p50_us", "p90_us", "p99_us", "p999_us", "max_us"):
+            if k in unc:
+                out[f"uncorrected_{k}"] = unc[k]
+        out["late_sends"] = float(r.get("late_sends", 0))
+        lag = r.get("send_lag", {})
+        if lag:
+            out["send_lag_p50_us"] = lag["p50_us"]
+            out["send_lag_p99_us"] = lag["p99_us"]
+        out.pop("msgs_per_s")
+    if "encode_us" in r:
+        out["encode_us"] = r["encode_us"]
+        out["decode_us"] = r["decode_us"]
+        out["transport_us"] = max(0.0, summary.p50_ns / 1e3 - r["encode_us"] - r["decode_us"])
+    ref = r.get("sockperf", {})
+    if "rtt_p50_us" in ref:
+        out["sockperf_rtt_p50_us"] = ref["rtt_p50_us"]
+        out["vs_sockperf_p50_ratio"] = (summary.p50_ns / 1e3) / ref["rtt_p50_us"]
+    return out
+
+
+def _payload(record) -> str:
+    p = record.params
+    return p.get("preset") or f"{p.get('payload_bytes')} B"
+
+
+def _metric(name: str):
+    return lambda r: r.metrics.get(name)
+
+
+FAMILY = Family(
+    name="rpc",
+    version=1,
+    description="small-message RPC round trips: TCP/Nagle, Unix socket, shm ring, HTTP, gRPC, ZeroMQ, codecs, open loop",
+    params=(
+        Param("transport", str, ", ".join(TRANSPORTS)),
+        Param("mode", str, "pingpong, pipelined, batched, openloop"),
+        Param("codec", str, "raw, json, msgpack, pickle (pickle only when named)"),
+        Param("payload_bytes", int, "raw payload size in bytes (codec=raw)"),
+        Param("preset", str, ", ".join(PRESETS) + " (codecs other than raw)"),
+        Param("inflight", int, "requests in flight (mode=pipelined)"),
+        Param("batch", int, "messages per send (mode=batched, or openloop coalescing)"),
+        Param("window_us", int, "coalescing window in microseconds (mode=openloop with batch)"),
+        Param("rate_hz", int, "offered request rate (mode=openloop)"),
+        Param("hops", int, "forwarding proxies between client and server"),
+        Param("delay_us", int, "fault proxy: fixed latency per round trip"),
+        Param("jitter_us", int, "fault proxy: uniform random extra latency"),
+        Param("stall_every", int, "fault proxy: stall every Nth request"),
+        Param("stall_us", int, "fault proxy: length of each stall"),
+        Param("reference", str, "sockperf: also run sockperf's TCP ping-pong in this case and report the ratio"),
+    ),
+    grid=grid,
+    setup=setup,
+    step=step,
+    metrics=metrics,
+    check=check,
+    teardown=teardown,
+    report=report,
+    iterate=iterate,
+    columns=(
+        Column("transport", lambda r: r.params["transport"]),
+        Column("mode", lambda r: r.params.get("mode", "pingpong")),
+        Column("codec", lambda r: r.params.get("codec", "raw")),
+        Column("payload", _payload),
+        Column("p50 (us)", lambda r: r.summary.p50_ns / 1e3, "{:.1f}"),
+        Column("p99 (us)", lambda r: r.summary.p99_ns / 1e3, "{:.1f}"),
+        Column("p999 (us)", lambda r: r.summary.p999_ns / 1e3, "{:.1f}"),
+        Column("msg/s", _metric("msgs_per_s"), "{:.0f}"),
+        Column("uncorr p99 (us)", _metric("uncorrected_p99_us"), "{:.1f}"),
+        Column("enc/dec (us)", lambda r: f"{r.metrics['encode_us']:.2f}/{r.metrics['decode_us']:.2f}"),
+        Column("x sockperf", _metric("vs_sockperf_p50_ratio"), "{:.1f}"),
+        Column("#wrong", lambda r: r.check.wrong),
+    ),
+)
