@@ -191,6 +191,7 @@ def report(state: State) -> dict:
             "link_latency": "emulated in user space (receiver holds each message until send stamp + rtt/2)"
                             if stage.one_way_ns else "none added",
             "compute_stretch": "measured compute time / configured compute time (1 = no distortion)",
+            "step_model_at_measured_compute_us": "the model with compute x compute_stretch (source: model)",
         }
     return out
 
@@ -216,6 +217,12 @@ def metrics(case: Case, summary: Summary, reports: list[dict]) -> dict[str, floa
     per_step_busy_nominal = ideal_s * P
     steps = reports[0]["steps"] if reports else 0
     cores = min(r["usable_cores"] for r in reports) if reports else os.cpu_count() or 1
+    stretch = busy / (per_step_busy_nominal * steps) if steps and computes else 0.0
+    # The same model fed the compute time the stages really took: what is left of the error is
+    # communication and scheduling, not compute that ran long.
+    at_measured = model.evaluate(p["schedule"], P, M, model.Cost(
+        fwd_s * stretch, bwd_s * stretch, cost.emulated_one_way_s, cost.base_one_way_s)) if stretch else predicted
+    loadavg = reports[0].get("loadavg_1min", 0.0) if reports else 0.0
     out = {
         "step_p50_us": summary.p50_ns / 1e3,
         "step_mean_us": summary.mean_ns / 1e3,
@@ -227,7 +234,10 @@ def metrics(case: Case, summary: Summary, reports: list[dict]) -> dict[str, floa
         "bubble_fill_drain_formula": model.fill_drain_bubble(P, M),
         "efficiency_vs_ideal": ideal_s / p50_s,
         "efficiency_vs_ideal_model": ideal_s / predicted.step_s,
-        "compute_stretch": busy / (per_step_busy_nominal * steps) if steps and computes else 0.0,
+        "compute_stretch": stretch,
+        "step_model_at_measured_compute_us": at_measured.step_s * 1e6,
+        "step_error_at_measured_compute_pct": (p50_s - at_measured.step_s) / at_measured.step_s * 100,
+        "loadavg_1min": loadavg,
         "base_one_way_us": base_us,
         "hop_one_way_us": cost.hop_s * 1e6,
         "busy_ranks": float(busy_ranks(case)),
@@ -241,10 +251,17 @@ def metrics(case: Case, summary: Summary, reports: list[dict]) -> dict[str, floa
     return out
 
 
+STRETCH_WARN = 1.15  # compute ran 15 % over its configured time: the machine was not quiet
+
+
 def _warn(record) -> str:
-    if record.metrics.get("oversubscribed"):
-        return f"OVERSUBSCRIBED {record.metrics['busy_ranks']:.0f} spinning/{record.metrics['usable_cores']:.0f} cores"
-    return ""
+    m = record.metrics
+    notes = []
+    if m.get("oversubscribed"):
+        notes.append(f"OVERSUBSCRIBED {m['busy_ranks']:.0f} spinning/{m['usable_cores']:.0f} cores")
+    if m.get("compute_stretch", 0.0) > STRETCH_WARN:
+        notes.append(f"compute x{m['compute_stretch']:.2f} (load {m.get('loadavg_1min', 0.0):.1f})")
+    return "; ".join(notes)
 
 
 FAMILY = Family(

@@ -92,6 +92,12 @@ def evaluate(schedule: str, stages: int, microbatches: int, cost: Cost, steps: i
     """Predict one step as the last of ``steps`` consecutive steps (steady state, cross-step overlap
     included), each stage starting the next step as soon as it finished the previous one."""
     one = [program(schedule, stages, microbatches, s) for s in range(stages)]
+    return evaluate_programs(one, cost, steps, label=f"{schedule} with P={stages}, M={microbatches}")
+
+
+def evaluate_programs(one: list[list], cost: Cost, steps: int = 3, label: str = "programs") -> Prediction:
+    """``evaluate`` for explicit per-stage programs (one step each)."""
+    stages = len(one)
     progs = [[(n, a) for n in range(steps) for a in one[s]] for s in range(stages)]
     clock = [0.0] * stages
     pc = [0] * stages
@@ -130,7 +136,7 @@ def evaluate(schedule: str, stages: int, microbatches: int, cost: Cost, steps: i
     stuck = [s for s in range(stages) if pc[s] < len(progs[s])]
     if stuck:
         where = ", ".join(f"stage {s} at {progs[s][pc[s]][1]}" for s in stuck)
-        raise ScheduleDeadlock(f"{schedule} with P={stages}, M={microbatches} cannot complete: {where}")
+        raise ScheduleDeadlock(f"{label} cannot complete: {where}")
     last = steps - 1
     durations = tuple(step_end[s][last] - step_start[s][last] for s in range(stages))
     return Prediction(max(durations), durations, tuple(busy[s][last] for s in range(stages)))
