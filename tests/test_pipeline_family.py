@@ -163,3 +163,30 @@ def test_sendrecv_sweep_reports_bandwidth_with_factor_one(tmp_path):
         m = record.metrics
         assert m["busbw_gbps"] == pytest.approx(m["algbw_gbps"])
         assert m["algbw_gbps"] == pytest.approx(record.params["size_bytes"] / (m["time_us"] * 1e3))
+
+
+def _record(schedule: str, mb_per_s: float, model_us: float, **metrics) -> "Record":
+    from harness.records import Record
+    from harness.family import CheckResult
+
+    params = dict(act_bytes=4096, backend="gloo", compute="sleep", compute_us=5000, microbatches=8,
+                  rtt_us=1000, scenario="a0_sync_tax", schedule=schedule, world=2)
+    return Record(run_id="r", case_id=pipeline_family.FAMILY.case(**params).id, family="pipeline",
+                  family_version=1, params=params, status="ok", backend="gloo", world=2, started_at="t",
+                  wall_s=1.0, samples_ns=(1,), check=CheckResult(0, 1),
+                  metrics={"microbatches_per_s": mb_per_s, "step_model_us": model_us, **metrics})
+
+
+def test_compare_pairs_sync_with_async_and_withholds_verdicts_on_distorted_runs():
+    from harness.pipeline.compare import compare
+
+    sync = _record("sync", 80.0, 50.0, sync_efficiency_steady_model=5 / 6, compute_stretch=1.0)
+    fast = _record("async", 100.0, 40.0, compute_stretch=1.0)
+    (c,) = compare([sync, fast])
+    assert c.throughput_ratio == pytest.approx(0.8) and c.throughput_ratio_model == pytest.approx(0.8)
+    assert c.claim == "A0.sync_tax" and c.claim_efficiency == 0.83 and c.verdict == "confirms"
+    (far,) = compare([_record("sync", 50.0, 50.0), fast])
+    assert far.verdict == "contradicts"
+    (busy,) = compare([_record("sync", 80.0, 50.0, oversubscribed=1.0), fast])
+    assert busy.verdict == "not clean here" and "oversubscribed" in busy.distorted
+    assert compare([sync]) == []
