@@ -173,7 +173,7 @@ def _record(schedule: str, mb_per_s: float, model_us: float, **metrics) -> "Reco
                   rtt_us=1000, scenario="a0_sync_tax", schedule=schedule, world=2)
     return Record(run_id="r", case_id=pipeline_family.FAMILY.case(**params).id, family="pipeline",
                   family_version=1, params=params, status="ok", backend="gloo", world=2, started_at="t",
-                  wall_s=1.0, samples_ns=(1,), check=CheckResult(0, 1),
+                  wall_s=1.0, samples_ns=(1000,), check=CheckResult(0, 1),
                   metrics={"microbatches_per_s": mb_per_s, "step_model_us": model_us, **metrics})
 
 
@@ -184,6 +184,7 @@ def test_compare_pairs_sync_with_async_and_withholds_verdicts_on_distorted_runs(
     fast = _record("async", 100.0, 40.0, compute_stretch=1.0)
     (c,) = compare([sync, fast])
     assert c.throughput_ratio == pytest.approx(0.8) and c.throughput_ratio_model == pytest.approx(0.8)
+    assert c.throughput_ratio_best == pytest.approx(1.0)  # both fabricated records have one 1 us step
     assert c.claim == "A0.sync_tax" and c.claim_efficiency == 0.83 and c.verdict == "confirms"
     (far,) = compare([_record("sync", 50.0, 50.0), fast])
     assert far.verdict == "contradicts"

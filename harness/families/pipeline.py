@@ -164,7 +164,7 @@ def check(state: State) -> CheckResult:
 
 
 def teardown(state: State) -> None:
-    state.stage.drain()
+    state.stage.abandon()
 
 
 def report(state: State) -> dict:

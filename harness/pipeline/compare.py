@@ -1,7 +1,8 @@
 """``critpath pipeline-compare RUN_DIR``: sync vs async (and GPipe vs 1F1B) from one run's records.
 
 Cases that differ only in ``schedule`` are paired. For each pair it prints the measured throughput
-ratio, the model's ratio for the same M, the model's steady-state sync efficiency (the articles'
+ratio (from the p50 steps, and from each case's fastest step, the iteration least disturbed by other
+work on the host), the model's ratio for the same M, the model's steady-state sync efficiency (the articles'
 arithmetic, compute / (compute + exposed round trips)) and, for the named scenarios, the figure the
 article reports. The verdict holds the measured ratio against the model at the same M (within
 AGREE_WITHIN); the model's steady state is the article's arithmetic. A pair measured with
@@ -31,6 +32,7 @@ class Comparison:
     second: str
     throughput_ratio: float  # first / second, measured (microbatches per second)
     throughput_ratio_model: float
+    throughput_ratio_best: float  # from each case's fastest step: the least disturbed iteration
     sync_efficiency_steady_model: Optional[float]
     claim: str
     claim_efficiency: Optional[float]
@@ -78,6 +80,7 @@ def compare(records: Iterable[Record]) -> list[Comparison]:
                 first=first, second=second,
                 throughput_ratio=a.metrics["microbatches_per_s"] / b.metrics["microbatches_per_s"],
                 throughput_ratio_model=b.metrics["step_model_us"] / a.metrics["step_model_us"],
+                throughput_ratio_best=b.summary.min_ns / a.summary.min_ns,
                 sync_efficiency_steady_model=a.metrics.get("sync_efficiency_steady_model"),
                 claim=scenario.claim if scenario and first == "sync" else "",
                 claim_efficiency=scenario.claim_efficiency if scenario and scenario.claim and first == "sync" else None,
@@ -89,12 +92,13 @@ def compare(records: Iterable[Record]) -> list[Comparison]:
 def table(comparisons: list[Comparison]) -> Table:
     t = Table(title="pipeline: throughput of one schedule relative to the other (same case otherwise)",
               title_justify="left")
-    for header in ("scenario", "compute", "M", "pair", "measured", "model (same M)", "model steady",
+    for header in ("scenario", "compute", "M", "pair", "measured (p50)", "fastest steps", "model (same M)", "model steady",
                    "article", "verdict", "not clean because"):
         t.add_column(header, justify="right")
     for c in comparisons:
         t.add_row(
             c.scenario, c.compute, str(c.microbatches), f"{c.first}/{c.second}", f"{c.throughput_ratio:.3f}",
+            f"{c.throughput_ratio_best:.3f}",
             f"{c.throughput_ratio_model:.3f}",
             "-" if c.sync_efficiency_steady_model is None else f"{c.sync_efficiency_steady_model:.3f}",
             "-" if c.claim_efficiency is None else f"{c.claim_efficiency:.2f} ({c.claim})",

@@ -212,9 +212,9 @@ class Stage:
             if not self.stats.first_wrong:
                 self.stats.first_wrong = f"stage 0 step {self.step_no} final grad{mb}: checksum {got} != {want}"
 
-    def drain(self) -> None:
-        """Complete anything left in flight (after an interrupted step)."""
-        for table in (self.pending, self.pending_send):
-            for work in table.values():
-                work.wait()
-            table.clear()
+    def abandon(self) -> None:
+        """Drop what an interrupted step left in flight. A completed step leaves nothing (every
+        program waits for all its operations), and after a failure the peer may be gone, so
+        waiting here could only hang."""
+        self.pending.clear()
+        self.pending_send.clear()
