@@ -127,6 +127,10 @@ def setup(ctx: RankContext, case: Case) -> State:
         raise ValueError(f"schedule must be one of {SCHEDULES}, got {p['schedule']!r}")
     if p["compute_us"] <= 0 or p["microbatches"] < 1 or p["rtt_us"] < 0:
         raise ValueError(f"need compute_us > 0, microbatches >= 1, rtt_us >= 0 (case {case.id})")
+    if ctx.world > 1:
+        # A collective first: NCCL wants every rank in a group's first call before any
+        # point-to-point or batch_isend_irecv on it; on gloo it is a cheap rendezvous.
+        dist.barrier(group=ctx.group)
     if p["rtt_us"] > 0 and ctx.world > 1:
         hosts: list = [None] * ctx.world
         dist.all_gather_object(hosts, link.hostname(), group=ctx.group)
