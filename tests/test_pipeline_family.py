@@ -191,3 +191,11 @@ def test_compare_pairs_sync_with_async_and_withholds_verdicts_on_distorted_runs(
     (busy,) = compare([_record("sync", 80.0, 50.0, oversubscribed=1.0), fast])
     assert busy.verdict == "not clean here" and "oversubscribed" in busy.distorted
     assert compare([sync]) == []
+
+
+def test_compare_gives_one_row_per_repetition_in_run_order():
+    from harness.pipeline.compare import compare
+
+    rows = compare([_record("sync", 80.0, 50.0), _record("async", 100.0, 40.0),
+                    _record("sync", 60.0, 50.0), _record("async", 100.0, 40.0)])
+    assert [round(r.throughput_ratio, 2) for r in rows] == [0.8, 0.6]

@@ -58,35 +58,39 @@ def _key(record: Record) -> tuple:
 def compare(records: Iterable[Record]) -> list[Comparison]:
     from harness.families.pipeline import SCENARIOS, STRETCH_WARN
 
-    by_key: dict[tuple, dict[str, Record]] = {}
+    # A case repeated in one run (A B A B) gives one row per repetition, paired in run order.
+    by_key: dict[tuple, dict[str, list[Record]]] = {}
     for record in records:
         if record.family == "pipeline" and record.ok:
-            by_key.setdefault(_key(record), {})[record.params["schedule"]] = record
+            by_key.setdefault(_key(record), {}).setdefault(record.params["schedule"], []).append(record)
     out = []
     for group in by_key.values():
         for first, second in PAIRS:
-            if first not in group or second not in group:
-                continue
-            a, b = group[first], group[second]
-            scenario = SCENARIOS.get(a.params["scenario"])
-            reasons = []
-            for r in (a, b):
-                if r.metrics.get("oversubscribed"):
-                    reasons.append(f"{r.params['schedule']}: oversubscribed")
-                if r.metrics.get("compute_stretch", 1.0) > STRETCH_WARN:
-                    reasons.append(f"{r.params['schedule']}: compute x{r.metrics['compute_stretch']:.2f}")
-            out.append(Comparison(
-                scenario=a.params["scenario"], compute=a.params["compute"], microbatches=a.params["microbatches"],
-                first=first, second=second,
-                throughput_ratio=a.metrics["microbatches_per_s"] / b.metrics["microbatches_per_s"],
-                throughput_ratio_model=b.metrics["step_model_us"] / a.metrics["step_model_us"],
-                throughput_ratio_best=b.summary.min_ns / a.summary.min_ns,
-                sync_efficiency_steady_model=a.metrics.get("sync_efficiency_steady_model"),
-                claim=scenario.claim if scenario and first == "sync" else "",
-                claim_efficiency=scenario.claim_efficiency if scenario and scenario.claim and first == "sync" else None,
-                distorted="; ".join(reasons),
-            ))
+            for a, b in zip(group.get(first, []), group.get(second, [])):
+                out.append(_comparison(first, second, a, b, SCENARIOS, STRETCH_WARN))
     return out
+
+
+def _comparison(first: str, second: str, a: Record, b: Record, scenarios, stretch_warn: float) -> Comparison:
+    scenario = scenarios.get(a.params["scenario"])
+    reasons = []
+    for r in (a, b):
+        if r.metrics.get("oversubscribed"):
+            reasons.append(f"{r.params['schedule']}: oversubscribed")
+        if r.metrics.get("compute_stretch", 1.0) > stretch_warn:
+            reasons.append(f"{r.params['schedule']}: compute x{r.metrics['compute_stretch']:.2f}")
+    claimed = scenario is not None and bool(scenario.claim) and first == "sync"
+    return Comparison(
+        scenario=a.params["scenario"], compute=a.params["compute"], microbatches=a.params["microbatches"],
+        first=first, second=second,
+        throughput_ratio=a.metrics["microbatches_per_s"] / b.metrics["microbatches_per_s"],
+        throughput_ratio_model=b.metrics["step_model_us"] / a.metrics["step_model_us"],
+        throughput_ratio_best=b.summary.min_ns / a.summary.min_ns,
+        sync_efficiency_steady_model=a.metrics.get("sync_efficiency_steady_model"),
+        claim=scenario.claim if claimed else "",
+        claim_efficiency=scenario.claim_efficiency if claimed else None,
+        distorted="; ".join(reasons),
+    )
 
 
 def table(comparisons: list[Comparison]) -> Table:
