@@ -188,6 +188,7 @@ def report(state: State) -> dict:
         out["definitions"] = {
             "bubble_idle_share": "1 - sum(stage compute time) / sum(stage step time), over warm-up and timed steps",
             "bubble_fill_drain_formula": "(P-1)/(M+P-1), zero-latency flushed pipeline (source: model)",
+            "bubble_over_ideal_formula": "(P-1)/M, bubble time relative to ideal compute time (source: model)",
             "efficiency_vs_ideal": "M x (forward + backward compute) / step p50",
             "step_model_us": "critical path of the same per-stage programs; compute as configured, "
                              "hop = max(emulated one-way, base one-way = half the fastest measured round trip) (source: model)",
@@ -237,6 +238,7 @@ def metrics(case: Case, summary: Summary, reports: list[dict]) -> dict[str, floa
         "bubble_idle_share": 1.0 - busy / wall if wall > 0 else 0.0,
         "bubble_idle_share_model": predicted.bubble_idle_share,
         "bubble_fill_drain_formula": model.fill_drain_bubble(P, M),
+        "bubble_over_ideal_formula": model.bubble_over_ideal(P, M),
         "efficiency_vs_ideal": ideal_s / p50_s,
         "efficiency_vs_ideal_model": ideal_s / predicted.step_s,
         "compute_stretch": stretch,
