@@ -135,29 +135,39 @@ def test_every_schedule_delivers_correct_data_to_every_stage(tmp_path):
     assert 0 < records[0].metrics["sync_efficiency_steady_model"] < 1
 
 
-@pytest.mark.integration
-def test_a_stage_dying_mid_pipeline_fails_the_case_within_the_timeout(tmp_path):
-    case_id = _pipeline_id("async", 2, 0, extra="die_stage=1,")
+SENDRECV_IDS = [f"sendrecv/backend=gloo,size_bytes={n},world=2" for n in (4096, 256 << 10)]
+DYING_ID = registry.parse(_pipeline_id("async", 2, 0, extra="die_stage=1,")).id  # canonical key order
+
+
+@pytest.fixture(scope="module")
+def world2_run(tmp_path_factory):
+    """One 2-rank run shared by the tests below (one pool start, not two): the sendrecv cases,
+    then a pipeline whose stage 1 dies mid-pipeline."""
+    out = tmp_path_factory.mktemp("world2") / "run"
+    argv = ["run", "--timeout", "10", "--warmup", "3", "--iters", "5", "--out", str(out)]
+    for case_id in SENDRECV_IDS + [DYING_ID]:
+        argv += ["--case", case_id]
     t0 = time.monotonic()
-    code = main(["run", "--case", case_id, "--timeout", "10", "--warmup", "3", "--iters", "5",
-                 "--out", str(tmp_path / "run")])
-    elapsed = time.monotonic() - t0
+    code = main(argv)
+    return code, time.monotonic() - t0, {r.case_id: r for r in load_records(out)}
+
+
+@pytest.mark.integration
+def test_a_stage_dying_mid_pipeline_fails_the_case_within_the_timeout(world2_run):
+    code, elapsed, records = world2_run
     assert code == 1
-    (record,) = load_records(tmp_path / "run")
+    record = records[DYING_ID]
     assert record.status == "failed"
     assert record.error.rank == 1 and "exited with code 17" in record.error.message
     assert record.wall_s < 10
-    assert elapsed < 60  # pool start-up included; a hang would sit out the whole timeout and more
+    assert elapsed < 90  # two cases and pool start-up included; a hang would sit out the timeout
 
 
 @pytest.mark.integration
-def test_sendrecv_sweep_reports_bandwidth_with_factor_one(tmp_path):
-    ids = [f"sendrecv/backend=gloo,size_bytes={n},world=2" for n in (4096, 1 << 20)]
-    argv = ["run", "--iters", "5", "--warmup", "1", "--out", str(tmp_path / "run")]
-    for case_id in ids:
-        argv += ["--case", case_id]
-    assert main(argv) == 0
-    for record in load_records(tmp_path / "run"):
+def test_sendrecv_sweep_reports_bandwidth_with_factor_one(world2_run):
+    _, _, records = world2_run
+    for case_id in SENDRECV_IDS:
+        record = records[case_id]
         # every element each of the two ranks received, summed over ranks
         assert record.ok and record.check.checked == 2 * record.params["size_bytes"] // 4
         m = record.metrics
