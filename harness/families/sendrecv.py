@@ -10,7 +10,6 @@ that names its sender and compares every received element with the pattern of ra
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 import torch.distributed as dist

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.pipeline.schedule import Batch, Compute, Key, Recv, Send, WaitRecv, WaitSend, program
+from harness.pipeline.schedule import Batch, Compute, Recv, Send, WaitRecv, WaitSend, program
 
 
 # ---- closed forms -----------------------------------------------------------------------------
