@@ -7,6 +7,8 @@ from harness.case import Case, CaseIdError, parse_case_id
 from harness.family import Family, GridOptions
 from harness.families import (
     allreduce,
+    sendrecv,
+    pipeline,
     rpc,
     allreduce_tiers,
     p2p_tiers,
@@ -18,6 +20,8 @@ FAMILIES: dict[str, Family] = {
     f.name: f
     for f in (
         allreduce.FAMILY,
+        sendrecv.FAMILY,
+        pipeline.FAMILY,
         rpc.FAMILY,
         allreduce_tiers.FAMILY,
         p2p_tiers.FAMILY,

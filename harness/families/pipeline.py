@@ -1,0 +1,312 @@
+"""Pipeline parallelism over point-to-point messages: P stages as P ranks, M microbatches a step.
+
+One driver step is one pipeline step: all M microbatches through all P stages (forward for the
+decode-style ``sync`` and ``async`` schedules; forward and backward for ``gpipe`` and ``1f1b``, the
+backward taking ``BWD_OVER_FWD`` times the forward). The schedules and their exact action order are
+in ``harness.pipeline.schedule``; the analytical prediction next to every measurement comes from
+``harness.pipeline.model`` evaluating the same per-stage programs. Each stage reports its busy and
+idle time through ``report``.
+
+Definitions written into each record (``extra.rank_reports[0].definitions``):
+- ``bubble_idle_share``: 1 - sum over stages of compute time / sum over stages of their step time,
+  the idle share of total stage time (the fill/drain formula (P-1)/(M+P-1) is that of a zero-latency
+  pipeline and is reported beside it as ``bubble_fill_drain_formula``);
+- ``efficiency_vs_ideal``: M x (forward + backward) compute time / measured step time (p50);
+- ``*_model`` figures are predictions (source: model), never measurements.
+
+Oversubscription: with ``compute=spin`` every stage keeps a core busy; when spinning stages outnumber
+the cores this process may use (``os.sched_getaffinity``), the figures are distorted (compute
+stretches, messages wait for a core). Such records carry ``oversubscribed`` = 1 and the table
+warns. ``compute=sleep`` (emulated device time) does not compete for cores and is the variant to
+read on a small machine.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from harness.case import Case, Param
+from harness.family import CheckResult, Column, Family, GridOptions, RankContext
+from harness.pipeline import link, model
+from harness.pipeline.executor import Stage
+from harness.pipeline.schedule import SCHEDULES, TRAINING_SCHEDULES
+from harness.sizes import format_size
+from harness.stats import Summary
+
+BWD_OVER_FWD = 2.0  # backward = 2 x forward, the usual transformer assumption (Megatron-LM)
+DIE_AT_STEP = 2  # with die_stage set, that stage exits at this step (inside warm-up: mid-pipeline)
+BASE_PINGPONGS = 30
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A named configuration; ``claim`` names the figure in claims.md it is compared with."""
+
+    name: str
+    stages: int
+    compute_us: int
+    rtt_us: int
+    schedules: tuple[str, ...]
+    claim: str = ""
+    claim_efficiency: float = 0.0  # sync throughput / ideal the article reports
+
+
+SCENARIOS = {
+    s.name: s
+    for s in (
+        # 4 stages, 3 ms compute, 0.4 ms round trip, a barrier each step: "throughput fell 30 %".
+        Scenario("a0_pipeline_barrier", 4, 3000, 400, ("sync", "async"), "A0.pipeline_barrier", 0.70),
+        # 5 ms compute + a 1 ms synchronous message each step: "83 % of ideal throughput".
+        Scenario("a0_sync_tax", 2, 5000, 1000, ("sync", "async"), "A0.sync_tax", 0.83),
+        Scenario("schedules", 4, 500, 0, ("gpipe", "1f1b")),
+    )
+}
+
+
+def grid(options: GridOptions) -> list[Case]:
+    full = options.profile == "full"
+    backend = options.backend
+    computes = ["matmul", "spin"] if backend == "nccl" else ["sleep", "spin"]
+    cases = []
+    for sc in SCENARIOS.values():
+        modes = computes if (sc.claim or full) else computes[:1]
+        for microbatches in (8, 32) if full else (8,):
+            for compute in modes:
+                for schedule in sc.schedules:
+                    cases.append(FAMILY.case(
+                        act_bytes=64 << 10, backend=backend, compute=compute, compute_us=sc.compute_us,
+                        microbatches=microbatches, rtt_us=sc.rtt_us, scenario=sc.name, schedule=schedule,
+                        world=sc.stages,
+                    ))
+    return cases
+
+
+@dataclass
+class State:
+    ctx: RankContext
+    case: Case
+    stage: Stage
+    base_one_way_us: float
+    usable_cores: int
+
+
+def _base_one_way_us(ctx: RankContext, act_bytes: int) -> float:
+    """Transport's own one-way time between stages 0 and 1 for one activation, for the model:
+    half the fastest of several blocking send/recv round trips. The fastest, because the model
+    describes the transport on a quiet machine; what a busy machine adds shows up as model error
+    (and as compute_stretch), not hidden inside the model's input. Other stages do not take part."""
+    if ctx.world < 2 or ctx.rank > 1:
+        return 0.0
+    buf = torch.zeros(act_bytes // 8, dtype=torch.int64, device=ctx.device)
+    peer = 1 - ctx.rank
+    rtts = []
+    for _ in range(5 + BASE_PINGPONGS):
+        t0 = time.perf_counter_ns()
+        if ctx.rank == 0:
+            dist.send(buf, peer)
+            dist.recv(buf, peer)
+        else:
+            dist.recv(buf, peer)
+            dist.send(buf, peer)
+        rtts.append(time.perf_counter_ns() - t0)
+    return min(rtts[5:]) / 2 / 1e3
+
+
+def setup(ctx: RankContext, case: Case) -> State:
+    p = case.params
+    if p["backend"] != ctx.backend:
+        raise ValueError(f"case is for backend {p['backend']!r} but this run uses {ctx.backend!r}")
+    if p["world"] != ctx.world:
+        raise ValueError(f"case is for {p['world']} stages but this run has {ctx.world} ranks")
+    if p["schedule"] not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {SCHEDULES}, got {p['schedule']!r}")
+    if p["compute_us"] <= 0 or p["microbatches"] < 1 or p["rtt_us"] < 0:
+        raise ValueError(f"need compute_us > 0, microbatches >= 1, rtt_us >= 0 (case {case.id})")
+    if ctx.world > 1:
+        # A collective first: NCCL wants every rank in a group's first call before any
+        # point-to-point or batch_isend_irecv on it; on gloo it is a cheap rendezvous.
+        dist.barrier(group=ctx.group)
+    if p["rtt_us"] > 0 and ctx.world > 1:
+        hosts: list = [None] * ctx.world
+        dist.all_gather_object(hosts, link.hostname(), group=ctx.group)
+        link.same_host_or_raise(hosts)
+    compute = link.make_compute(p["compute"], ctx.device)
+    fwd_s = p["compute_us"] / 1e6
+    stage = Stage(
+        schedule=p["schedule"], stage=ctx.rank, stages=ctx.world, microbatches=p["microbatches"],
+        fwd_s=fwd_s, bwd_s=fwd_s * BWD_OVER_FWD, one_way_ns=p["rtt_us"] * 1000 // 2,
+        act_bytes=p["act_bytes"], compute=compute, device=ctx.device,
+        die_at_step=DIE_AT_STEP if p.get("die_stage", -1) == ctx.rank else -1,
+    )
+    base = _base_one_way_us(ctx, p["act_bytes"])
+    return State(ctx, case, stage, base, len(os.sched_getaffinity(0)))
+
+
+def step(state: State) -> None:
+    state.stage.run_step()
+
+
+def check(state: State) -> CheckResult:
+    stage = state.stage
+    before_checked, before_wrong = stage.stats.checked, stage.stats.wrong
+    stage.verify = True
+    try:
+        stage.run_step()
+    finally:
+        stage.verify = False
+    checked = stage.stats.checked - before_checked
+    wrong = stage.stats.wrong - before_wrong
+    if state.ctx.world > 1 and checked == 0 and state.ctx.rank > 0:
+        # A stage past 0 always receives something; verifying nothing means the check is broken.
+        return CheckResult(wrong=1, checked=1, detail=f"stage {state.ctx.rank} verified no message")
+    return CheckResult(wrong=wrong, checked=checked, detail=stage.stats.first_wrong)
+
+
+def teardown(state: State) -> None:
+    state.stage.abandon()
+
+
+def report(state: State) -> dict:
+    st, stage = state.stage.stats, state.stage
+    out = {
+        "stage": state.ctx.rank,
+        "busy_s": st.busy_ns / 1e9,
+        "wall_s": st.wall_ns / 1e9,
+        "steps": st.steps,
+        "computes": st.computes,
+        "compute": stage.compute.what,
+        "usable_cores": state.usable_cores,
+        "base_one_way_us": state.base_one_way_us,
+    }
+    if state.ctx.rank == 0:
+        out["loadavg_1min"] = os.getloadavg()[0]
+        out["definitions"] = {
+            "bubble_idle_share": "1 - sum(stage compute time) / sum(stage step time), over warm-up and timed steps",
+            "bubble_fill_drain_formula": "(P-1)/(M+P-1), zero-latency flushed pipeline (source: model)",
+            "bubble_over_ideal_formula": "(P-1)/M, bubble time relative to ideal compute time (source: model)",
+            "efficiency_vs_ideal": "M x (forward + backward compute) / step p50",
+            "step_model_us": "critical path of the same per-stage programs; compute as configured, "
+                             "hop = max(emulated one-way, base one-way = half the fastest measured round trip) (source: model)",
+            "sync_efficiency_steady_model": "compute / (compute + (P-1) x round trip): lock-step tick with a "
+                                            "chain barrier (source: model)",
+            "link_latency": "emulated in user space (receiver holds each message until send stamp + rtt/2)"
+                            if stage.one_way_ns else "none added",
+            "compute_stretch": "measured compute time / configured compute time (1 = no distortion)",
+            "step_model_at_measured_compute_us": "the model with compute x compute_stretch (source: model)",
+        }
+    return out
+
+
+def busy_ranks(case: Case) -> int:
+    """Stages that keep a core busy for their compute (the busy loop); sleep and GPU do not."""
+    return case.params["world"] if case.params["compute"] == "spin" else 0
+
+
+def metrics(case: Case, summary: Summary, reports: list[dict]) -> dict[str, float]:
+    p = case.params
+    P, M = p["world"], p["microbatches"]
+    fwd_s = p["compute_us"] / 1e6
+    bwd_s = fwd_s * BWD_OVER_FWD if p["schedule"] in TRAINING_SCHEDULES else 0.0
+    p50_s = summary.p50_ns / 1e9
+    base_us = max(r.get("base_one_way_us", 0.0) for r in reports) if reports else 0.0
+    cost = model.Cost(fwd_s, bwd_s, emulated_one_way_s=p["rtt_us"] / 2e6, base_one_way_s=base_us / 1e6)
+    predicted = model.evaluate(p["schedule"], P, M, cost)
+    ideal_s = M * (fwd_s + bwd_s)
+    busy = sum(r["busy_s"] for r in reports)
+    wall = sum(r["wall_s"] for r in reports)
+    computes = sum(r["computes"] for r in reports)
+    per_step_busy_nominal = ideal_s * P
+    steps = reports[0]["steps"] if reports else 0
+    cores = min(r["usable_cores"] for r in reports) if reports else os.cpu_count() or 1
+    stretch = busy / (per_step_busy_nominal * steps) if steps and computes else 0.0
+    # The same model fed the compute time the stages really took: what is left of the error is
+    # communication and scheduling, not compute that ran long.
+    at_measured = model.evaluate(p["schedule"], P, M, model.Cost(
+        fwd_s * stretch, bwd_s * stretch, cost.emulated_one_way_s, cost.base_one_way_s)) if stretch else predicted
+    loadavg = reports[0].get("loadavg_1min", 0.0) if reports else 0.0
+    out = {
+        "step_p50_us": summary.p50_ns / 1e3,
+        "step_mean_us": summary.mean_ns / 1e3,
+        "microbatches_per_s": M / p50_s,
+        "step_model_us": predicted.step_s * 1e6,
+        "step_error_pct": (p50_s - predicted.step_s) / predicted.step_s * 100,
+        "bubble_idle_share": 1.0 - busy / wall if wall > 0 else 0.0,
+        "bubble_idle_share_model": predicted.bubble_idle_share,
+        "bubble_fill_drain_formula": model.fill_drain_bubble(P, M),
+        "bubble_over_ideal_formula": model.bubble_over_ideal(P, M),
+        "efficiency_vs_ideal": ideal_s / p50_s,
+        "efficiency_vs_ideal_model": ideal_s / predicted.step_s,
+        "compute_stretch": stretch,
+        "step_model_at_measured_compute_us": at_measured.step_s * 1e6,
+        "step_error_at_measured_compute_pct": (p50_s - at_measured.step_s) / at_measured.step_s * 100,
+        "loadavg_1min": loadavg,
+        "base_one_way_us": base_us,
+        "hop_one_way_us": cost.hop_s * 1e6,
+        "busy_ranks": float(busy_ranks(case)),
+        "usable_cores": float(cores),
+        "oversubscribed": float(busy_ranks(case) > cores),
+    }
+    if p["schedule"] == "sync":
+        out["sync_efficiency_steady_model"] = model.sync_efficiency(
+            fwd_s, model.chain_barrier_exposed_s(P, 2 * cost.hop_s)
+        )
+    return out
+
+
+STRETCH_WARN = 1.15  # compute ran 15 % over its configured time: the machine was not quiet
+
+
+def _warn(record) -> str:
+    m = record.metrics
+    notes = []
+    if m.get("oversubscribed"):
+        notes.append(f"OVERSUBSCRIBED {m['busy_ranks']:.0f} spinning/{m['usable_cores']:.0f} cores")
+    if m.get("compute_stretch", 0.0) > STRETCH_WARN:
+        notes.append(f"compute x{m['compute_stretch']:.2f} (load {m.get('loadavg_1min', 0.0):.1f})")
+    return "; ".join(notes)
+
+
+FAMILY = Family(
+    name="pipeline",
+    version=1,
+    description="pipeline stages over P2P: sync barrier vs async prefetch, GPipe, 1F1B (measured beside a model)",
+    params=(
+        Param("act_bytes", int, "activation bytes per microbatch per hop"),
+        Param("backend", str, "gloo or nccl"),
+        Param("compute", str, "spin (CPU busy loop), sleep (emulated device time), matmul (GPU)"),
+        Param("compute_us", int, "forward compute per stage per microbatch, microseconds"),
+        Param("die_stage", int, "fault injection: this stage exits mid-pipeline (tests)"),
+        Param("microbatches", int, "microbatches per step (M)"),
+        Param("rtt_us", int, "emulated link round trip added per hop (one way = rtt/2), 0 = none"),
+        Param("scenario", str, "name of the configuration (a0_pipeline_barrier, a0_sync_tax, ...)"),
+        Param("schedule", str, "sync, async, gpipe, 1f1b"),
+        Param("world", int, "stages = ranks (P)"),
+    ),
+    grid=grid,
+    setup=setup,
+    step=step,
+    metrics=metrics,
+    check=check,
+    teardown=teardown,
+    report=report,
+    columns=(
+        Column("scenario", lambda r: r.params["scenario"]),
+        Column("sched", lambda r: r.params["schedule"]),
+        Column("compute", lambda r: r.params["compute"]),
+        Column("P", lambda r: r.params["world"]),
+        Column("M", lambda r: r.params["microbatches"]),
+        Column("act", lambda r: format_size(r.params["act_bytes"])),
+        Column("step p50 (ms)", lambda r: r.metrics["step_p50_us"] / 1e3, "{:.2f}"),
+        Column("model (ms)", lambda r: r.metrics["step_model_us"] / 1e3, "{:.2f}"),
+        Column("err (%)", lambda r: r.metrics["step_error_pct"], "{:+.1f}"),
+        Column("mb/s", lambda r: r.metrics["microbatches_per_s"], "{:.0f}"),
+        Column("bubble idle", lambda r: r.metrics["bubble_idle_share"], "{:.3f}"),
+        Column("model", lambda r: r.metrics["bubble_idle_share_model"], "{:.3f}"),
+        Column("stretch", lambda r: r.metrics["compute_stretch"], "{:.2f}"),
+        Column("warning", _warn),
+    ),
+)

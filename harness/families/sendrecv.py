@@ -1,0 +1,128 @@
+"""Point-to-point send/recv sweep, as nccl-tests' sendrecv_perf.
+
+Every rank sends ``size_bytes`` to rank+1 and receives the same amount from rank-1 (mod world), all
+at once (``batch_isend_irecv``), so with two ranks both directions of the link carry data at the same
+time. time = one exchange; algbw = size / time; busbw = algbw (sendrecv bus factor 1).
+
+Timing runs on the buffers as allocated; the check afterwards fills each send buffer with a pattern
+that names its sender and compares every received element with the pattern of rank-1.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from harness.bandwidth import algbw_gbps, busbw_gbps
+from harness.case import Case, Param
+from harness.family import CheckResult, Column, Family, GridOptions, RankContext
+from harness.sizes import format_size, parse_sizes
+from harness.stats import Summary
+
+QUICK_SIZES = "4K:16M:x4"
+FULL_SIZES = "1K:64M:x2"
+ELEMENT_BYTES = 4  # float32
+
+
+def grid(options: GridOptions) -> list[Case]:
+    if options.world < 2:
+        return []  # send/recv needs a peer
+    sizes = options.sizes_bytes or parse_sizes(FULL_SIZES if options.profile == "full" else QUICK_SIZES)
+    return [
+        FAMILY.case(backend=options.backend, size_bytes=size - size % ELEMENT_BYTES, world=options.world)
+        for size in sizes
+        if size >= ELEMENT_BYTES
+    ]
+
+
+@dataclass
+class State:
+    ctx: RankContext
+    send: torch.Tensor
+    recv: torch.Tensor
+    ops: list
+
+
+def setup(ctx: RankContext, case: Case) -> State:
+    p = case.params
+    if p["backend"] != ctx.backend:
+        raise ValueError(f"case is for backend {p['backend']!r} but this run uses {ctx.backend!r}")
+    if p["world"] != ctx.world or ctx.world < 2:
+        raise ValueError(f"case is for world {p['world']} but this run has {ctx.world} ranks (need >= 2)")
+    count = p["size_bytes"] // ELEMENT_BYTES
+    if count < 1:
+        raise ValueError(f"size_bytes={p['size_bytes']} holds no float32 element")
+    send = torch.zeros(count, dtype=torch.float32, device=ctx.device)
+    recv = torch.zeros(count, dtype=torch.float32, device=ctx.device)
+    nxt, prv = (ctx.rank + 1) % ctx.world, (ctx.rank - 1) % ctx.world
+    ops = [dist.P2POp(dist.isend, send, nxt), dist.P2POp(dist.irecv, recv, prv)]
+    state = State(ctx, send, recv, ops)
+    step(state)  # first exchange opens the pair's connection outside the timing
+    return state
+
+
+def step(state: State) -> None:
+    for work in dist.batch_isend_irecv(state.ops):
+        work.wait()
+
+
+def _pattern(count: int, rank: int, device) -> torch.Tensor:
+    # Small integers: exact in float32, different for every sender and every position.
+    return ((torch.arange(count, device=device) * 7 + rank * 13 + 1) % 251).to(torch.float32)
+
+
+def check(state: State) -> CheckResult:
+    ctx = state.ctx
+    count = state.send.numel()
+    state.send.copy_(_pattern(count, ctx.rank, state.send.device))
+    state.recv.fill_(-1.0)
+    step(state)
+    if ctx.device.type == "cuda":
+        torch.cuda.synchronize()
+    expected = _pattern(count, (ctx.rank - 1) % ctx.world, state.recv.device)
+    wrong = int((state.recv != expected).sum())
+    return CheckResult(wrong=wrong, checked=count)
+
+
+def report(state: State) -> dict:
+    return {"impl": "batch_isend_irecv: isend to rank+1 and irecv from rank-1, waited together"}
+
+
+def metrics(case: Case, summary: Summary, reports: list[dict]) -> dict[str, float]:
+    size, world = case.params["size_bytes"], case.params["world"]
+    mean_s, p50_s = summary.mean_ns / 1e9, summary.p50_ns / 1e9
+    return {
+        "time_us": summary.mean_ns / 1e3,
+        "algbw_gbps": algbw_gbps(size, mean_s),
+        "busbw_gbps": busbw_gbps("sendrecv", world, size, mean_s),
+        "busbw_p50_gbps": busbw_gbps("sendrecv", world, size, p50_s),
+    }
+
+
+FAMILY = Family(
+    name="sendrecv",
+    version=1,
+    description="P2P send/recv to the next rank, all ranks at once (nccl-tests sendrecv: algbw, busbw factor 1)",
+    params=(
+        Param("backend", str, "gloo or nccl"),
+        Param("size_bytes", int, "bytes each rank sends (float32 elements)"),
+        Param("world", int, "number of ranks"),
+    ),
+    grid=grid,
+    setup=setup,
+    step=step,
+    metrics=metrics,
+    check=check,
+    report=report,
+    columns=(
+        Column("size", lambda r: format_size(r.params["size_bytes"])),
+        Column("count", lambda r: r.params["size_bytes"] // ELEMENT_BYTES),
+        Column("time (us)", lambda r: r.metrics["time_us"], "{:.1f}"),
+        Column("algbw (GB/s)", lambda r: r.metrics["algbw_gbps"], "{:.3f}"),
+        Column("busbw (GB/s)", lambda r: r.metrics["busbw_gbps"], "{:.3f}"),
+        Column("#wrong", lambda r: r.check.wrong),
+        Column("p50 (us)", lambda r: r.summary.p50_ns / 1e3, "{:.1f}"),
+        Column("p99 (us)", lambda r: r.summary.p99_ns / 1e3, "{:.1f}"),
+    ),
+)
