@@ -137,6 +137,11 @@ def check(state: MoeState) -> CheckResult:
     elif is_dropped.any():
         wrong += int(is_dropped.sum())
         detail.append(f"rank {state.rank}: pairs dropped without a capacity limit")
+    S = state.placement.slots_per_rank
+    send_all = moe_step.gather_send_counts(state)
+    if not (moe_step.expected_recv_counts(send_all, state.rank, S) == state.last_recv_counts).all():
+        wrong += 1
+        detail.append(f"rank {state.rank}: received splits are not the transpose of the senders'")
     result = state.result.double().cpu().numpy()
     x = state.x.double().cpu().numpy()
     want = x[np.arange(T * k) // k] + (expert + 1)[:, None]
@@ -145,7 +150,7 @@ def check(state: MoeState) -> CheckResult:
     wrong += int(bad.sum())
     if bad.any():
         detail.append(f"rank {state.rank}: {int(bad.sum())} pairs wrong, first at pair {int(np.flatnonzero(bad)[0])}")
-    return CheckResult(wrong=wrong, checked=T * k + 1, detail="; ".join(detail))
+    return CheckResult(wrong=wrong, checked=T * k + 2, detail="; ".join(detail))
 
 
 def report(state: MoeState) -> dict:

@@ -110,6 +110,8 @@ class MoeState:
     recv_rows: np.ndarray = None  # [MAX_KEPT_STEPS]
     counters: StepCounters = field(default_factory=StepCounters)
     last_slots: Optional[np.ndarray] = None  # the routed slot of each pair in the latest step
+    last_send_counts: Optional[np.ndarray] = None  # [world * slots]: rows sent to each global slot
+    last_recv_counts: Optional[np.ndarray] = None  # [world, slots]: rows received from each source
     last_phase: int = 0
     rng: np.random.Generator = None
 
@@ -344,5 +346,24 @@ def step(state: MoeState) -> None:
     state.phase_ns[i] = (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4)
     state.recv_rows[i] = n_recv
     state.last_slots = slots
+    state.last_send_counts = send_counts
+    state.last_recv_counts = recv_counts
     state.last_phase = phase
     state.steps += 1
+
+
+def expected_recv_counts(send_all: np.ndarray, rank: int, slots_per_rank: int) -> np.ndarray:
+    """What ``rank`` must receive, [source, local slot], given every rank's send counts
+    [source, world * slots]: the receivers' splits are the transpose of the senders'."""
+    return np.asarray(send_all)[:, rank * slots_per_rank:(rank + 1) * slots_per_rank]
+
+
+def gather_send_counts(state: MoeState) -> np.ndarray:
+    mine = torch.from_numpy(state.last_send_counts.astype(np.int64))
+    if state.world == 1:
+        return mine.numpy()[None, :]
+    if state.device.type == "cuda":
+        mine = mine.to(state.device)
+    parts = [torch.empty_like(mine) for _ in range(state.world)]
+    dist.all_gather(parts, mine, group=state.group)
+    return torch.stack(parts).cpu().numpy()
