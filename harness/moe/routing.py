@@ -9,7 +9,8 @@ row; the count exchange afterwards carries what was actually sent.
   ignoring load and locality: tokens of one rank scatter over every replica's rank.
 - ``aware_flows`` + ``slots_aware``: each replica gets an equal share of its expert's demand
   (the share EPLB's packing assumed); a rank's own replica is filled from its own tokens first
-  (no network), the rest fill in rank order, so each source sends contiguous blocks to few ranks.
+  (no network), then replicas on its own node, then the rest in rank order after it, so each
+  source sends contiguous blocks to few, near ranks.
 - ``capacity_plan`` + ``apply_capacity``: each slot takes at most ``capacity`` pairs per step
   (capacity = ceil(factor * pairs / slots)); sources share a full slot in a rotated order. The
   overflow is dropped, or rerouted to slots with room (most room first); pairs that find no room
@@ -60,10 +61,16 @@ def equal_split(total: int, parts: int) -> np.ndarray:
     return base
 
 
-def aware_flows(demand: np.ndarray, placement: Placement) -> dict[int, tuple[np.ndarray, np.ndarray]]:
-    """For each replicated expert e: (replica slots [R], flow [world, R] pairs source -> replica)."""
+def aware_flows(demand: np.ndarray, placement: Placement,
+                ranks_per_node: int | None = None) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """For each replicated expert e: (replica slots [R], flow [world, R] pairs source -> replica).
+
+    Each replica takes an equal share; a source fills its own rank's replica first, then replicas
+    on its node (``ranks_per_node``; None: one node), then the others in rank order starting after
+    itself, so a source's pairs stay near it and go to few ranks."""
     demand = np.asarray(demand, dtype=np.int64)
     world, experts = demand.shape
+    per_node = ranks_per_node or world
     flows = {}
     for e in np.flatnonzero(placement.replica_counts(experts) > 1):
         slots = placement.replicas(int(e))
@@ -76,11 +83,13 @@ def aware_flows(demand: np.ndarray, placement: Placement) -> dict[int, tuple[np.
             flow[r, j] += x
             left_demand[r] -= x
             room[j] -= x
-        j = 0
-        for s in np.roll(np.arange(world), -int(e)):  # then rank order, rotated per expert
-            while left_demand[s] > 0:
-                while room[j] == 0:
-                    j += 1
+        for s in np.roll(np.arange(world), -int(e)):
+            if left_demand[s] == 0:
+                continue
+            near = np.where(owners // per_node == s // per_node, 0, 1)
+            for j in np.lexsort(((owners - s) % world, near)):
+                if left_demand[s] == 0:
+                    break
                 x = min(left_demand[s], room[j])
                 flow[s, j] += x
                 left_demand[s] -= x

@@ -139,6 +139,8 @@ def build(rank: int, world: int, device, group, shape: Shape, workload: Workload
           drift_steps: int, ns_per_token: float, expert_bytes: int, compute: str) -> MoeState:
     if shape.world != world:
         raise ValueError(f"case is for world {shape.world} but this run has {world} ranks")
+    if shape.bytes_per_elem not in DTYPES:
+        raise ValueError(f"bytes_per_elem={shape.bytes_per_elem}: measured payloads are 2 (float16) or 4 (float32)")
     if shape.experts + 1024 + 16 > MAX_EXACT[shape.bytes_per_elem]:
         raise ValueError(f"{shape.experts} experts exceed exact float16 payloads; use bytes_per_elem=4")
     if compute == "matmul" and device.type != "cuda":

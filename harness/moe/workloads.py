@@ -43,8 +43,8 @@ class Shape:
         for name in ("tokens_per_rank", "hidden", "experts_per_rank", "top_k", "world"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.bytes_per_elem not in (2, 4):
-            raise ValueError(f"bytes_per_elem must be 2 (float16) or 4 (float32), got {self.bytes_per_elem}")
+        if self.bytes_per_elem not in (1, 2, 4):
+            raise ValueError(f"bytes_per_elem must be 1 (fp8, model only), 2 or 4, got {self.bytes_per_elem}")
         if self.top_k > self.experts:
             raise ValueError(f"top_k={self.top_k} exceeds the {self.experts} experts")
 
