@@ -152,8 +152,8 @@ def _sim_from_run(args, model, console) -> int:
     scenarios = {s.name: s for s in sim.simulate(p["world"], cfg, fitted)}
     table = Table(title=f"MODELLED vs measured at {p['world']} ranks — one-tier model fitted from "
                         f"{args.from_run} ({basis['case_id'].split('/')[0]} uniform case)", title_justify="left")
-    for col in ("case", "measured rel. throughput", "modelled rel. throughput", "measured rank max/mean",
-                "modelled rank max/mean"):
+    for col in ("case", "measured rel. throughput (mean, p50)", "modelled rel. throughput",
+                "measured rank max/mean", "modelled rank max/mean"):
         table.add_column(col, justify="right")
     pairs = {("hot", "none"): "hot", ("hot", "replicate/naive"): "replicate-naive",
              ("hot", "replicate/aware"): "replicate-aware"}
@@ -162,7 +162,8 @@ def _sim_from_run(args, model, console) -> int:
         if name is None or row.get("drift_steps"):
             continue
         m = scenarios[name]
-        table.add_row(row["label"], _fmt_pct(row["rel_throughput"]), _fmt_pct(m.rel_throughput),
+        table.add_row(row["label"], f"{_fmt_pct(row['rel_throughput'])}, {_fmt_pct(row['rel_throughput_p50'])}",
+                      _fmt_pct(m.rel_throughput),
                       f"{row['rank_max_over_mean']:.2f}", f"{m.rank_max_over_mean:.2f}")
     console.print(table)
     console.print(f"fitted: all-to-all {basis['a2a_us']:.0f} us as bandwidth {fitted.intra.bandwidth_gbps:.3f} GB/s, "
@@ -189,6 +190,8 @@ def _relative(records) -> list[dict]:
             "mitigation": _label(r).split("+")[0], "drift_steps": r.params.get("drift_steps", 0),
             "tokens_per_s": r.metrics["tokens_per_s"],
             "rel_throughput": r.metrics["tokens_per_s"] / base.metrics["tokens_per_s"] if base else float("nan"),
+            "rel_throughput_p50": (r.metrics["tokens_per_s_p50"] / base.metrics["tokens_per_s_p50"]
+                                   if base else float("nan")),
             "rank_max_over_mean": r.metrics["rank_max_over_mean"],
             "rank_balancedness": r.metrics["rank_balancedness"],
             "dropped_fraction": r.metrics["dropped_fraction"],
@@ -206,7 +209,8 @@ def cmd_report(args) -> int:
         return 2
     table = Table(title=f"moe_a2a measured in {args.run_dir}: throughput relative to the uniform case of the same "
                         "shape (ratio of two records of this run)", title_justify="left")
-    for col in ("case", "tokens/s", "rel. throughput", "rank balancedness (mean/max)", "dropped", "article"):
+    for col in ("case", "tokens/s (mean step)", "rel. throughput (mean)", "rel. throughput (p50)",
+                "rank balancedness (mean/max)", "dropped", "article"):
         table.add_column(col, justify="right")
     for row in rows:
         claim = ""
@@ -217,7 +221,7 @@ def cmd_report(args) -> int:
         elif row["mitigation"] == "replicate/naive":
             claim = "A1.moe_replica: worse"
         table.add_row(row["label"], f"{row['tokens_per_s']:.0f}", _fmt_pct(row["rel_throughput"]),
-                      f"{row['rank_balancedness']:.2f}", f"{row['dropped_fraction']:.1%}", claim)
+                      _fmt_pct(row["rel_throughput_p50"]), f"{row['rank_balancedness']:.2f}", f"{row['dropped_fraction']:.1%}", claim)
     wide_console().print(table)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
