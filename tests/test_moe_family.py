@@ -48,17 +48,17 @@ def test_check_catches_a_wrong_expert(world1):
 
 def test_check_catches_rows_returned_to_the_wrong_pair(world1):
     state = setup(world1, _case())
-    real_step = moe_step.step
+    real_step = moe_step.run_once
 
     def swapping_step(s):
         real_step(s)
         s.result[[0, 1]] = s.result[[1, 0]]
 
-    moe_step.step = swapping_step
+    moe_step.run_once = swapping_step
     try:
         result = check(state)
     finally:
-        moe_step.step = real_step
+        moe_step.run_once = real_step
     assert not result.passed
 
 
@@ -86,7 +86,8 @@ def test_end_to_end_three_ranks(tmp_path):
     # hot 17x with top-2 needs 17*2 <= experts + 16: 18 experts over 3 ranks.
     base = dict(SMALL, experts_per_rank=6, workload="hot", skew=17.0, world=3)
     ids = [
-        FAMILY.case(**dict(base, mitigation="none")).id,
+        FAMILY.case(**dict(base, mitigation="none", workload="uniform", skew=0.0)).id,
+        FAMILY.case(**dict(base, mitigation="none", paired=1)).id,
         FAMILY.case(**dict(base, mitigation="replicate", routing="naive", spare_slots=1)).id,
         FAMILY.case(**dict(base, mitigation="replicate", routing="aware", spare_slots=1)).id,
         FAMILY.case(**dict(base, mitigation="capacity", capacity_factor=1.0, overflow="reroute")).id,
@@ -100,10 +101,20 @@ def test_end_to_end_three_ranks(tmp_path):
     assert [r["case_id"] for r in records] == ids
     for r in records:
         assert r["status"] == "ok" and r["check"]["wrong"] == 0
-        assert r["check"]["checked"] == 3 * (24 * 2 + 2)
+        twins = 2 if r["params"].get("paired") else 1  # a paired case checks its uniform twin too
+        assert r["check"]["checked"] == twins * 3 * (24 * 2 + 2)
         assert r["metrics"]["tokens_per_s"] > 0
-    by_mitigation = {r["params"]["mitigation"] + r["params"].get("routing", ""): r for r in records}
+    paired = records[1]["metrics"]
+    assert paired["paired_steps"] >= 3 and 0 < paired["paired_rel_throughput"] < 10
+    by_mitigation = {r["params"]["mitigation"] + r["params"].get("routing", ""): r for r in records
+                     if r["params"]["workload"] == "hot"}
     assert by_mitigation["none"]["metrics"]["rank_max_over_mean"] > by_mitigation["replicateaware"]["metrics"]["rank_max_over_mean"]
     adaptive = by_mitigation["adaptive"]
     assert adaptive["metrics"]["recomputes_per_kstep"] > 0
     assert sum(rep["migrated_bytes"] for rep in adaptive["extra"]["rank_reports"]) > 0
+
+    # The relative-throughput report pairs each case with the uniform one of the same run.
+    assert main(["moe-report", str(tmp_path / "run"), "--json", str(tmp_path / "rel.json")]) == 0
+    rows = {row["case_id"]: row for row in json.loads((tmp_path / "rel.json").read_text())}
+    assert rows[ids[0]]["rel_throughput"] == 1.0
+    assert all(0 < row["rel_throughput"] < 10 for row in rows.values())

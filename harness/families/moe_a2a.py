@@ -16,9 +16,10 @@ Expert cost: ``compute=sleep`` (CPU; ``ns_per_token`` per received row, emulated
 ``compute=matmul`` (GPU only: a hidden x hidden matmul per row). The check is exact either way:
 every (token, choice) pair must come back to its origin holding its expert's output.
 
-Effective throughput relative to the uniform case is computed from the records of a run
-(``critpath moe-report RUN_DIR``), pairing each case with the uniform, unmitigated case of the same
-shape measured in the same run.
+Effective throughput relative to the uniform case is measured two ways: as a paired metric
+(``paired=1``: the case's steps alternate with a uniform, unmitigated twin's, A B A B, and
+``paired_rel_throughput`` compares the two; the grid pairs every skewed case), and from the records
+of a run (``critpath moe-report RUN_DIR``: each case over the uniform case of the same shape).
 """
 from __future__ import annotations
 
@@ -51,7 +52,11 @@ def _base(options: GridOptions, **over) -> dict:
                  experts_per_rank=max(1, DEEPEP_EXPERTS // world), top_k=DEEPEP_TOP_K, world=world,
                  compute="matmul", ns_per_token=0.0, expert_bytes=44 * 1024 * 1024)
     else:
-        p = dict(CPU_SHAPE, compute="sleep", ns_per_token=CPU_NS_PER_TOKEN, expert_bytes=CPU_EXPERT_BYTES)
+        # --world larger than 4 is honoured; fewer ranks would hide the skew (with 2 ranks the hot
+        # rank can hold at most twice the mean), so a joined job of 2 or 3 ranks records these
+        # cases as needing 4.
+        p = dict(CPU_SHAPE, world=max(CPU_SHAPE["world"], options.world), compute="sleep",
+                 ns_per_token=CPU_NS_PER_TOKEN, expert_bytes=CPU_EXPERT_BYTES)
     p.update(backend=options.backend, seed=0, workload="uniform", skew=0.0, mitigation="none")
     p.update(over)
     return p
@@ -85,7 +90,9 @@ def grid(options: GridOptions) -> list[Case]:
             dict(hot, mitigation="capacity", capacity_factor=2.0, overflow="drop"),
             dict(hot, mitigation="replicate", routing="aware", spare_slots=2),
         ]
-    return [FAMILY.case(**_base(options, **spec)) for spec in specs]
+    # Every skewed case alternates its steps with a uniform twin (paired=1), so its ratio to
+    # uniform is measured A B A B under the same machine conditions.
+    return [FAMILY.case(**_base(options, **spec, **({} if not spec else {"paired": 1}))) for spec in specs]
 
 
 def _shape(p: dict) -> Shape:
@@ -104,10 +111,13 @@ def setup(ctx: RankContext, case: Case) -> MoeState:
     p = case.params
     if p["backend"] != ctx.backend:
         raise ValueError(f"case is for backend {p['backend']!r} but this run uses {ctx.backend!r}")
-    return moe_step.build(
-        ctx.rank, ctx.world, ctx.device, ctx.group, _shape(p), Workload(p["workload"], p["skew"], p["seed"]),
-        _mitigation(p), p.get("drift_steps", 0), p["ns_per_token"], p["expert_bytes"], p["compute"],
-    )
+    args = (ctx.rank, ctx.world, ctx.device, ctx.group, _shape(p))
+    rest = (p["ns_per_token"], p["expert_bytes"], p["compute"])
+    state = moe_step.build(*args, Workload(p["workload"], p["skew"], p["seed"]), _mitigation(p),
+                           p.get("drift_steps", 0), *rest)
+    if p.get("paired", 0):
+        state.baseline = moe_step.build(*args, Workload("uniform", 0.0, p["seed"]), Mitigation(), 0, *rest)
+    return state
 
 
 def check(state: MoeState) -> CheckResult:
@@ -115,9 +125,13 @@ def check(state: MoeState) -> CheckResult:
     row plus (expert + 1), where the expert is the gate's choice (or, for a capacity reroute, the
     expert of the slot it was sent to, whose count must match the plan). Dropped pairs must come
     back untouched."""
+    wrong, checked, detail = 0, 0, []
+    if state.baseline is not None:
+        twin = check(state.baseline)
+        wrong, checked, detail = twin.wrong, twin.checked, [twin.detail] if twin.detail else []
     state.result.fill_(SENTINEL)
     before = (state.counters.dropped_pairs, state.counters.rerouted_pairs)
-    moe_step.step(state)
+    moe_step.run_once(state)
     dropped = state.counters.dropped_pairs - before[0]
     rerouted = state.counters.rerouted_pairs - before[1]
     T, k = state.shape.tokens_per_rank, state.shape.top_k
@@ -125,8 +139,6 @@ def check(state: MoeState) -> CheckResult:
     routed = state.last_slots.ravel()
     is_dropped = routed < 0
     expert = gate.copy()
-    wrong = 0
-    detail = []
     if state.mitigation.kind == "capacity":
         routed_expert = state.placement.slots.ravel()[np.maximum(routed, 0)]
         moved = (~is_dropped) & (routed_expert != gate)
@@ -150,7 +162,7 @@ def check(state: MoeState) -> CheckResult:
     wrong += int(bad.sum())
     if bad.any():
         detail.append(f"rank {state.rank}: {int(bad.sum())} pairs wrong, first at pair {int(np.flatnonzero(bad)[0])}")
-    return CheckResult(wrong=wrong, checked=T * k + 2, detail="; ".join(detail))
+    return CheckResult(wrong=wrong, checked=checked + T * k + 2, detail="; ".join(detail))
 
 
 def report(state: MoeState) -> dict:
@@ -170,7 +182,19 @@ def report(state: MoeState) -> dict:
         "compute": "emulated: sleep ns_per_token x received rows" if state.compute == "sleep"
         else "measured: hidden x hidden matmul per received row",
         "placement_final": state.placement.slots.tolist(),
+        **_paired_report(state),
     }
+
+
+def _paired_report(state: MoeState) -> dict:
+    """Per-step host times of the case and of its uniform twin, aligned by turn (case step i
+    and twin step i are neighbours in time); the check's extra steps are left out."""
+    if state.baseline is None:
+        return {}
+    case_ns = moe_step.step_totals_ns(state)
+    twin_ns = moe_step.step_totals_ns(state.baseline)
+    n = min(case_ns.size - 1, twin_ns.size - 1)
+    return {"paired_case_step_ns": case_ns[:n].tolist(), "paired_uniform_step_ns": twin_ns[:n].tolist()}
 
 
 def metrics(case: Case, summary: Summary, reports: list[dict]) -> dict[str, float]:
@@ -196,11 +220,32 @@ def metrics(case: Case, summary: Summary, reports: list[dict]) -> dict[str, floa
     }
     for name in PHASES:
         out[f"{name}_us_p50_max_rank"] = max(r["phase_p50_us"][name] for r in reports)
+    if "paired_case_step_ns" in reports[0]:
+        out.update(_paired_metrics(reports))
     # Measured: rows each rank received per step (mean over steps), as the straggler sees it.
     out.update(Imbalance.of([r["recv_rows_mean"] for r in reports]).to_dict("rank_"))
     # The gate's load over experts in phase 0 (a property of the workload, not of the run).
     out.update(Imbalance.of(expert_load(Workload(p["workload"], p["skew"], p["seed"]), shape)).to_dict("expert_"))
     return out
+
+
+def _paired_metrics(reports: list[dict]) -> dict[str, float]:
+    """Throughput relative to the uniform twin, interleaved A B A B in this one case: per step the
+    slowest rank's host time (the driver's reduction), the first tenth of steps dropped as warm-up.
+    With pairing, the driver's own samples alternate case and twin, so step_us / tokens_per_s
+    above describe the mix; these are the per-variant figures."""
+    n = min(len(r["paired_case_step_ns"]) for r in reports)
+    case = np.max([r["paired_case_step_ns"][:n] for r in reports], axis=0)[n // 10:]
+    twin = np.max([r["paired_uniform_step_ns"][:n] for r in reports], axis=0)[n // 10:]
+    if case.size == 0:
+        return {}
+    return {
+        "paired_case_step_us": float(case.mean()) / 1e3,
+        "paired_uniform_step_us": float(twin.mean()) / 1e3,
+        "paired_rel_throughput": float(twin.mean() / case.mean()),
+        "paired_rel_throughput_p50": float(np.median(twin) / np.median(case)),
+        "paired_steps": float(case.size),
+    }
 
 
 def _label(r) -> str:
@@ -237,6 +282,7 @@ FAMILY = Family(
         Param("mitigation", str, "none, replicate, adaptive, capacity"),
         Param("ns_per_token", float, "emulated expert time per received row in ns (compute=sleep)"),
         Param("overflow", str, "capacity: drop or reroute"),
+        Param("paired", int, "1: alternate steps with a uniform, unmitigated twin (A B A B) for paired ratios"),
         Param("routing", str, "replicate: naive or aware"),
         Param("seed", int, "workload seed"),
         Param("skew", float, "zipf exponent, hot factor F or unbalanced ratio R"),
@@ -263,6 +309,7 @@ FAMILY = Family(
         Column("compute", lambda r: r.metrics["compute_us_p50_max_rank"], "{:.0f}"),
         Column("combine", lambda r: r.metrics["combine_us_p50_max_rank"], "{:.0f}"),
         Column("rank max/mean", lambda r: r.metrics["rank_max_over_mean"], "{:.2f}"),
+        Column("vs uniform (paired)", lambda r: r.metrics.get("paired_rel_throughput"), "{:.0%}"),
         Column("dropped", lambda r: r.metrics["dropped_fraction"], "{:.1%}"),
         Column("#wrong", lambda r: r.check.wrong),
     ),

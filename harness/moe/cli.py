@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from dataclasses import asdict, replace
+from math import nan
 from pathlib import Path
 
 from rich.table import Table
@@ -190,7 +191,7 @@ def _relative(records) -> list[dict]:
             "mitigation": _label(r).split("+")[0], "drift_steps": r.params.get("drift_steps", 0),
             "tokens_per_s": r.metrics["tokens_per_s"],
             "rel_throughput": r.metrics["tokens_per_s"] / base.metrics["tokens_per_s"] if base else float("nan"),
-            "rel_throughput_p50": (r.metrics["tokens_per_s_p50"] / base.metrics["tokens_per_s_p50"]
+            "rel_throughput_p50": (r.metrics.get("tokens_per_s_p50", nan) / base.metrics.get("tokens_per_s_p50", nan)
                                    if base else float("nan")),
             "rank_max_over_mean": r.metrics["rank_max_over_mean"],
             "rank_balancedness": r.metrics["rank_balancedness"],

@@ -114,6 +114,9 @@ class MoeState:
     last_recv_counts: Optional[np.ndarray] = None  # [world, slots]: rows received from each source
     last_phase: int = 0
     rng: np.random.Generator = None
+    # Paired A/B: a uniform, unmitigated twin on the same ranks; steps alternate case, twin, ...
+    baseline: Optional["MoeState"] = None
+    turns: int = 0
 
 
 def token_rows(shape: Shape, rank: int, device) -> torch.Tensor:
@@ -303,6 +306,23 @@ def _route(state: MoeState, choices: np.ndarray) -> np.ndarray:
 
 
 def step(state: MoeState) -> None:
+    """The timed operation: this case's step, or in a paired case every other call its uniform
+    twin's (every rank alternates in lockstep, so both see the same machine conditions)."""
+    if state.baseline is not None:
+        state.turns += 1
+        if state.turns % 2 == 0:
+            run_once(state.baseline)
+            return
+    run_once(state)
+
+
+def step_totals_ns(state: MoeState) -> np.ndarray:
+    """Host-clock duration of each kept step of this rank (route to combine), in step order."""
+    n = min(state.steps, MAX_KEPT_STEPS)
+    return state.phase_ns[:n].sum(axis=1)
+
+
+def run_once(state: MoeState) -> None:
     clock = time.perf_counter_ns
     W, S = state.world, state.placement.slots_per_rank
     H, k = state.shape.hidden, state.shape.top_k
