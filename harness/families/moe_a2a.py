@@ -187,14 +187,14 @@ def report(state: MoeState) -> dict:
 
 
 def _paired_report(state: MoeState) -> dict:
-    """Per-step host times of the case and of its uniform twin, aligned by turn (case step i
-    and twin step i are neighbours in time); the check's extra steps are left out."""
+    """Per-step host times of the case and of its uniform twin, in step order; the check's extra
+    step is left out."""
     if state.baseline is None:
         return {}
-    case_ns = moe_step.step_totals_ns(state)
+    case_ns = moe_step.step_totals_ns(state)[:-1]
     twin_ns = moe_step.step_totals_ns(state.baseline)
-    n = min(case_ns.size - 1, twin_ns.size - 1)
-    return {"paired_case_step_ns": case_ns[:n].tolist(), "paired_uniform_step_ns": twin_ns[:n].tolist()}
+    return {"paired_case_step_ns": case_ns.tolist(), "paired_uniform_step_ns": twin_ns.tolist(),
+            "paired_block_steps": moe_step.PAIR_BLOCK}
 
 
 def metrics(case: Case, summary: Summary, reports: list[dict]) -> dict[str, float]:
@@ -230,21 +230,28 @@ def metrics(case: Case, summary: Summary, reports: list[dict]) -> dict[str, floa
 
 
 def _paired_metrics(reports: list[dict]) -> dict[str, float]:
-    """Throughput relative to the uniform twin, interleaved A B A B in this one case: per step the
-    slowest rank's host time (the driver's reduction), the first tenth of steps dropped as warm-up.
-    With pairing, the driver's own samples alternate case and twin, so step_us / tokens_per_s
-    above describe the mix; these are the per-variant figures."""
-    n = min(len(r["paired_case_step_ns"]) for r in reports)
-    case = np.max([r["paired_case_step_ns"][:n] for r in reports], axis=0)[n // 10:]
-    twin = np.max([r["paired_uniform_step_ns"][:n] for r in reports], axis=0)[n // 10:]
-    if case.size == 0:
+    """Throughput relative to the uniform twin, interleaved in blocks (A B A B) in this one case:
+    per step the slowest rank's host time (the driver's reduction); the first block of each
+    variant is warm-up and the first step of every block is dropped (it waits for the other
+    variant's straggler). With pairing the driver's own samples mix case and twin, so step_us /
+    tokens_per_s above describe the mix; these are the per-variant figures."""
+    block = reports[0]["paired_block_steps"]
+
+    def per_step(key: str) -> np.ndarray:
+        n = min(len(r[key]) for r in reports)
+        worst = np.max([r[key][:n] for r in reports], axis=0)
+        keep = (np.arange(n) % block != 0) & (np.arange(n) >= block)
+        return worst[keep]
+
+    case, twin = per_step("paired_case_step_ns"), per_step("paired_uniform_step_ns")
+    if case.size == 0 or twin.size == 0:
         return {}
     return {
         "paired_case_step_us": float(case.mean()) / 1e3,
         "paired_uniform_step_us": float(twin.mean()) / 1e3,
         "paired_rel_throughput": float(twin.mean() / case.mean()),
         "paired_rel_throughput_p50": float(np.median(twin) / np.median(case)),
-        "paired_steps": float(case.size),
+        "paired_steps": float(min(case.size, twin.size)),
     }
 
 

@@ -63,7 +63,7 @@ def register(sub) -> None:
 
 
 def _fmt_pct(x: float) -> str:
-    return f"{100 * x:.0f} %"
+    return "-" if x != x else f"{100 * x:.0f} %"
 
 
 def cmd_sim(args) -> int:
@@ -153,7 +153,8 @@ def _sim_from_run(args, model, console) -> int:
     scenarios = {s.name: s for s in sim.simulate(p["world"], cfg, fitted)}
     table = Table(title=f"MODELLED vs measured at {p['world']} ranks — one-tier model fitted from "
                         f"{args.from_run} ({basis['case_id'].split('/')[0]} uniform case)", title_justify="left")
-    for col in ("case", "measured rel. throughput (mean, p50)", "modelled rel. throughput",
+    for col in ("case", "measured vs uniform case (mean, p50)", "measured vs paired twin (mean, p50)",
+                "modelled rel. throughput",
                 "measured rank max/mean", "modelled rank max/mean"):
         table.add_column(col, justify="right")
     pairs = {("hot", "none"): "hot", ("hot", "replicate/naive"): "replicate-naive",
@@ -164,6 +165,7 @@ def _sim_from_run(args, model, console) -> int:
             continue
         m = scenarios[name]
         table.add_row(row["label"], f"{_fmt_pct(row['rel_throughput'])}, {_fmt_pct(row['rel_throughput_p50'])}",
+                      f"{_fmt_pct(row['paired_rel_throughput'])}, {_fmt_pct(row['paired_rel_throughput_p50'])}",
                       _fmt_pct(m.rel_throughput),
                       f"{row['rank_max_over_mean']:.2f}", f"{m.rank_max_over_mean:.2f}")
     console.print(table)
@@ -193,6 +195,8 @@ def _relative(records) -> list[dict]:
             "rel_throughput": r.metrics["tokens_per_s"] / base.metrics["tokens_per_s"] if base else float("nan"),
             "rel_throughput_p50": (r.metrics.get("tokens_per_s_p50", nan) / base.metrics.get("tokens_per_s_p50", nan)
                                    if base else float("nan")),
+            "paired_rel_throughput": r.metrics.get("paired_rel_throughput", nan),
+            "paired_rel_throughput_p50": r.metrics.get("paired_rel_throughput_p50", nan),
             "rank_max_over_mean": r.metrics["rank_max_over_mean"],
             "rank_balancedness": r.metrics["rank_balancedness"],
             "dropped_fraction": r.metrics["dropped_fraction"],
@@ -208,10 +212,11 @@ def cmd_report(args) -> int:
     if not rows:
         print(f"critpath moe-report: error: {args.run_dir} holds no passing moe_a2a records", file=sys.stderr)
         return 2
-    table = Table(title=f"moe_a2a measured in {args.run_dir}: throughput relative to the uniform case of the same "
-                        "shape (ratio of two records of this run)", title_justify="left")
-    for col in ("case", "tokens/s (mean step)", "rel. throughput (mean)", "rel. throughput (p50)",
-                "rank balancedness (mean/max)", "dropped", "article"):
+    table = Table(title=f"moe_a2a measured in {args.run_dir}: throughput relative to uniform — over the uniform "
+                        "case of the same shape in this run (two records), and over the case's own uniform twin "
+                        "(paired=1, steps interleaved A B A B)", title_justify="left")
+    for col in ("case", "tokens/s (mean step)", "vs uniform case (mean)", "vs uniform case (p50)",
+                "vs paired twin (mean)", "vs paired twin (p50)", "rank balancedness (mean/max)", "dropped", "article"):
         table.add_column(col, justify="right")
     for row in rows:
         claim = ""
@@ -222,7 +227,8 @@ def cmd_report(args) -> int:
         elif row["mitigation"] == "replicate/naive":
             claim = "A1.moe_replica: worse"
         table.add_row(row["label"], f"{row['tokens_per_s']:.0f}", _fmt_pct(row["rel_throughput"]),
-                      _fmt_pct(row["rel_throughput_p50"]), f"{row['rank_balancedness']:.2f}", f"{row['dropped_fraction']:.1%}", claim)
+                      _fmt_pct(row["rel_throughput_p50"]), _fmt_pct(row["paired_rel_throughput"]),
+                      _fmt_pct(row["paired_rel_throughput_p50"]), f"{row['rank_balancedness']:.2f}", f"{row['dropped_fraction']:.1%}", claim)
     wide_console().print(table)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))

@@ -37,6 +37,7 @@ from harness.moe.workloads import Shape, Workload, route
 PHASES = ("route", "count", "dispatch", "compute", "combine")
 SENTINEL = -1.0  # a result row never written; expert outputs are >= 1
 MAX_KEPT_STEPS = 20000
+PAIR_BLOCK = 8
 DTYPES = {2: torch.float16, 4: torch.float32}
 # float16 holds integers exactly up to 2048: payload values stay below that.
 MAX_EXACT = {2: 2048, 4: 1 << 24}
@@ -306,11 +307,14 @@ def _route(state: MoeState, choices: np.ndarray) -> np.ndarray:
 
 
 def step(state: MoeState) -> None:
-    """The timed operation: this case's step, or in a paired case every other call its uniform
-    twin's (every rank alternates in lockstep, so both see the same machine conditions)."""
+    """The timed operation: this case's step, or in a paired case its uniform twin's, in
+    alternating blocks of PAIR_BLOCK steps (every rank alternates in lockstep, so both variants
+    see the same machine conditions). Blocks rather than single steps because a straggler's wait
+    spills into the next step; only the first step of a block inherits the other variant's."""
     if state.baseline is not None:
+        turn = state.turns
         state.turns += 1
-        if state.turns % 2 == 0:
+        if (turn // PAIR_BLOCK) % 2 == 1:
             run_once(state.baseline)
             return
     run_once(state)
