@@ -37,7 +37,7 @@ from harness.moe.workloads import Shape, Workload, route
 PHASES = ("route", "count", "dispatch", "compute", "combine")
 SENTINEL = -1.0  # a result row never written; expert outputs are >= 1
 MAX_KEPT_STEPS = 20000
-PAIR_BLOCK = 8
+PAIR_BLOCK = 4
 DTYPES = {2: torch.float16, 4: torch.float32}
 # float16 holds integers exactly up to 2048: payload values stay below that.
 MAX_EXACT = {2: 2048, 4: 1 << 24}
