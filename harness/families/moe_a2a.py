@@ -221,7 +221,16 @@ def metrics(case: Case, summary: Summary, reports: list[dict]) -> dict[str, floa
     for name in PHASES:
         out[f"{name}_us_p50_max_rank"] = max(r["phase_p50_us"][name] for r in reports)
     if "paired_case_step_ns" in reports[0]:
-        out.update(_paired_metrics(reports))
+        paired = _paired_metrics(reports)
+        out.update(paired)
+        if paired:
+            # The driver's samples alternate case and twin: keep their mean under its own name and
+            # give the headline figures for the case's own steps.
+            out["driver_mixed_step_us"] = out["step_us"]
+            out["step_us"] = paired["paired_case_step_us"]
+            out["step_p50_us"] = paired["paired_case_step_p50_us"]
+            out["tokens_per_s"] = shape.tokens_per_rank * world / (out["step_us"] / 1e6)
+            out["tokens_per_s_p50"] = shape.tokens_per_rank * world / (out["step_p50_us"] / 1e6)
     # Measured: rows each rank received per step (mean over steps), as the straggler sees it.
     out.update(Imbalance.of([r["recv_rows_mean"] for r in reports]).to_dict("rank_"))
     # The gate's load over experts in phase 0 (a property of the workload, not of the run).
@@ -233,8 +242,8 @@ def _paired_metrics(reports: list[dict]) -> dict[str, float]:
     """Throughput relative to the uniform twin, interleaved in blocks (A B A B) in this one case:
     per step the slowest rank's host time (the driver's reduction); the first block of each
     variant is warm-up and the first step of every block is dropped (it waits for the other
-    variant's straggler). With pairing the driver's own samples mix case and twin, so step_us /
-    tokens_per_s above describe the mix; these are the per-variant figures."""
+    variant's straggler). The driver's own samples mix case and twin, so ``metrics`` replaces
+    step_us / tokens_per_s with the case's own figures from these."""
     block = reports[0]["paired_block_steps"]
 
     def per_step(key: str) -> np.ndarray:
@@ -248,6 +257,7 @@ def _paired_metrics(reports: list[dict]) -> dict[str, float]:
         return {}
     return {
         "paired_case_step_us": float(case.mean()) / 1e3,
+        "paired_case_step_p50_us": float(np.median(case)) / 1e3,
         "paired_uniform_step_us": float(twin.mean()) / 1e3,
         "paired_rel_throughput": float(twin.mean() / case.mean()),
         "paired_rel_throughput_p50": float(np.median(twin) / np.median(case)),
