@@ -6,7 +6,6 @@ import pytest
 
 from harness.cli import main
 from harness.moe import sim
-from harness.moe.placement import contiguous
 from harness.moe.workloads import Shape, Workload
 
 CFG = sim.SimConfig(tokens=512, hidden=1024, experts=64, top_k=4)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Optional
 
 import numpy as np
@@ -314,7 +314,3 @@ def fit_from_run(records, base: CostModel = CostModel()) -> tuple[CostModel, dic
     model = replace(model, step_overhead_us=max(measured_step_us - bare.step_us, 0.0))
     return model, {"case_id": r.case_id, "phase_p50_us": phase, "recv_rows_mean": rows, "a2a_us": a2a_us,
                    "step_us": measured_step_us}
-
-
-def to_dict(obj) -> dict:
-    return asdict(obj)
