@@ -131,6 +131,7 @@ def cmd_show(args) -> int:
 COMMAND_MODULES: tuple[str, ...] = (
     "harness.model.command",
     "harness.pipeline.compare",
+    "harness.moe.cli",
 )
 
 

@@ -1,0 +1,333 @@
+"""MoE expert-parallel all-to-all: a hot expert, the straggler it makes, and its mitigations.
+
+One step is route -> count exchange -> dispatch -> expert compute -> combine over
+``all_to_all_single`` with uneven split sizes (``harness.moe.step``). Cases put each mitigation
+beside the unmitigated case on the same shape and workload:
+
+- ``mitigation=none``: experts placed contiguously, one replica each;
+- ``replicate``: EPLB-style placement with spare slots, ``routing=naive`` (each pair picks a
+  replica at random) or ``aware`` (equal share per replica, local replica first);
+- ``adaptive``: starts contiguous; recomputes the placement from the load observed in the last
+  window (``window_steps`` steps or ``window_ms`` ms) and moves expert weights over the network,
+  all inside the timed step; with ``drift_steps`` the hot expert moves every that many steps;
+- ``capacity``: per-slot capacity ``capacity_factor`` x the mean, overflow ``drop`` or ``reroute``.
+
+Expert cost: ``compute=sleep`` (CPU; ``ns_per_token`` per received row, emulated and stated) or
+``compute=matmul`` (GPU only: a hidden x hidden matmul per row). The check is exact either way:
+every (token, choice) pair must come back to its origin holding its expert's output.
+
+Effective throughput relative to the uniform case is measured two ways: as a paired metric
+(``paired=1``: the case's steps alternate with a uniform, unmitigated twin's, A B A B, and
+``paired_rel_throughput`` compares the two; the grid pairs every skewed case), and from the records
+of a run (``critpath moe-report RUN_DIR``: each case over the uniform case of the same shape).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from harness.case import Case, Param
+from harness.family import CheckResult, Column, Family, GridOptions, RankContext
+from harness.moe import step as moe_step
+from harness.moe.imbalance import Imbalance
+from harness.moe.step import PHASES, SENTINEL, Mitigation, MoeState
+from harness.moe.workloads import (DEEPEP_EXPERTS, DEEPEP_HIDDEN, DEEPEP_TOKENS, DEEPEP_TOP_K, Shape, Workload,
+                                   expert_load)
+from harness.stats import Summary
+
+# CPU defaults: 4 ranks (the skew needs more than 2 ranks to show at rank level), 32 experts,
+# top-2, 256 tokens of 1 KiB per rank; 20 us of emulated expert time per received row, so that
+# expert time dominates the step (about 10 ms of 20 ms in the uniform case) and the straggler it
+# makes stands above the noise of loopback transfers on a shared machine.
+CPU_SHAPE = dict(tokens=256, hidden=256, bytes_per_elem=4, experts_per_rank=8, top_k=2, world=4)
+CPU_NS_PER_TOKEN = 20000.0
+CPU_EXPERT_BYTES = 256 * 1024
+HOT_FACTOR = 17.0  # claim A1.moe_skew
+DRIFT_STEPS = 40
+
+
+def _base(options: GridOptions, **over) -> dict:
+    if options.backend == "nccl":
+        world = options.world
+        p = dict(tokens=DEEPEP_TOKENS, hidden=DEEPEP_HIDDEN, bytes_per_elem=2,
+                 experts_per_rank=max(1, DEEPEP_EXPERTS // world), top_k=DEEPEP_TOP_K, world=world,
+                 compute="matmul", ns_per_token=0.0, expert_bytes=44 * 1024 * 1024)
+    else:
+        # --world larger than 4 is honoured; fewer ranks would hide the skew (with 2 ranks the hot
+        # rank can hold at most twice the mean), so a joined job of 2 or 3 ranks records these
+        # cases as needing 4.
+        p = dict(CPU_SHAPE, world=max(CPU_SHAPE["world"], options.world), compute="sleep",
+                 ns_per_token=CPU_NS_PER_TOKEN, expert_bytes=CPU_EXPERT_BYTES)
+    p.update(backend=options.backend, seed=0, workload="uniform", skew=0.0, mitigation="none")
+    p.update(over)
+    return p
+
+
+def grid(options: GridOptions) -> list[Case]:
+    hot = dict(workload="hot", skew=HOT_FACTOR)
+    specs = [
+        {},
+        hot,
+        dict(hot, mitigation="replicate", routing="naive", spare_slots=1),
+        dict(hot, mitigation="replicate", routing="aware", spare_slots=1),
+        dict(hot, mitigation="capacity", capacity_factor=1.25, overflow="drop"),
+        # The hot expert moves every DRIFT_STEPS steps: adaptive every step vs every 100 ms.
+        dict(hot, drift_steps=DRIFT_STEPS, mitigation="adaptive", spare_slots=1, window_steps=1),
+        dict(hot, drift_steps=DRIFT_STEPS, mitigation="adaptive", spare_slots=1, window_ms=100.0),
+    ]
+    if options.profile == "full":
+        specs += [
+            dict(hot, mitigation="capacity", capacity_factor=1.25, overflow="reroute"),
+            dict(hot, drift_steps=DRIFT_STEPS),
+            dict(workload="zipf", skew=1.0),
+            dict(workload="zipf", skew=1.2),
+            dict(workload="unbalanced", skew=2.0),
+            dict(workload="unbalanced", skew=4.0),
+            dict(hot, skew=4.0),
+            dict(hot, skew=8.0),
+            dict(hot, drift_steps=DRIFT_STEPS, mitigation="adaptive", spare_slots=1, window_steps=10),
+            dict(hot, drift_steps=DRIFT_STEPS, mitigation="adaptive", spare_slots=1, window_ms=10.0),
+            dict(hot, mitigation="capacity", capacity_factor=1.0, overflow="drop"),
+            dict(hot, mitigation="capacity", capacity_factor=2.0, overflow="drop"),
+            dict(hot, mitigation="replicate", routing="aware", spare_slots=2),
+        ]
+    # Every skewed case alternates its steps with a uniform twin (paired=1), so its ratio to
+    # uniform is measured A B A B under the same machine conditions.
+    return [FAMILY.case(**_base(options, **spec, **({} if not spec else {"paired": 1}))) for spec in specs]
+
+
+def _shape(p: dict) -> Shape:
+    return Shape(p["tokens"], p["hidden"], p["bytes_per_elem"], p["experts_per_rank"], p["top_k"], p["world"])
+
+
+def _mitigation(p: dict) -> Mitigation:
+    return Mitigation(
+        kind=p["mitigation"], routing=p.get("routing", "static"), spare_slots=p.get("spare_slots", 0),
+        window_steps=p.get("window_steps", 0), window_ms=p.get("window_ms", 0.0),
+        capacity_factor=p.get("capacity_factor", 0.0), overflow=p.get("overflow", "drop"),
+    )
+
+
+def setup(ctx: RankContext, case: Case) -> MoeState:
+    p = case.params
+    if p["backend"] != ctx.backend:
+        raise ValueError(f"case is for backend {p['backend']!r} but this run uses {ctx.backend!r}")
+    args = (ctx.rank, ctx.world, ctx.device, ctx.group, _shape(p))
+    rest = (p["ns_per_token"], p["expert_bytes"], p["compute"])
+    state = moe_step.build(*args, Workload(p["workload"], p["skew"], p["seed"]), _mitigation(p),
+                           p.get("drift_steps", 0), *rest)
+    if p.get("paired", 0):
+        state.baseline = moe_step.build(*args, Workload("uniform", 0.0, p["seed"]), Mitigation(), 0, *rest)
+    return state
+
+
+def check(state: MoeState) -> CheckResult:
+    """One more step, then every pair's row against an independent expectation: the token's own
+    row plus (expert + 1), where the expert is the gate's choice (or, for a capacity reroute, the
+    expert of the slot it was sent to, whose count must match the plan). Dropped pairs must come
+    back untouched."""
+    wrong, checked, detail = 0, 0, []
+    if state.baseline is not None:
+        twin = check(state.baseline)
+        wrong, checked, detail = twin.wrong, twin.checked, [twin.detail] if twin.detail else []
+    state.result.fill_(SENTINEL)
+    before = (state.counters.dropped_pairs, state.counters.rerouted_pairs)
+    moe_step.run_once(state)
+    dropped = state.counters.dropped_pairs - before[0]
+    rerouted = state.counters.rerouted_pairs - before[1]
+    T, k = state.shape.tokens_per_rank, state.shape.top_k
+    gate = state.choices[state.last_phase].ravel()
+    routed = state.last_slots.ravel()
+    is_dropped = routed < 0
+    expert = gate.copy()
+    if state.mitigation.kind == "capacity":
+        routed_expert = state.placement.slots.ravel()[np.maximum(routed, 0)]
+        moved = (~is_dropped) & (routed_expert != gate)
+        if int(moved.sum()) != rerouted or int(is_dropped.sum()) != dropped:
+            wrong += 1
+            detail.append(f"rank {state.rank}: capacity counts disagree with the plan")
+        expert = np.where(moved, routed_expert, gate)
+    elif is_dropped.any():
+        wrong += int(is_dropped.sum())
+        detail.append(f"rank {state.rank}: pairs dropped without a capacity limit")
+    S = state.placement.slots_per_rank
+    send_all = moe_step.gather_send_counts(state)
+    if not (moe_step.expected_recv_counts(send_all, state.rank, S) == state.last_recv_counts).all():
+        wrong += 1
+        detail.append(f"rank {state.rank}: received splits are not the transpose of the senders'")
+    result = state.result.double().cpu().numpy()
+    x = state.x.double().cpu().numpy()
+    want = x[np.arange(T * k) // k] + (expert + 1)[:, None]
+    want[is_dropped] = SENTINEL
+    bad = ~(result == want).all(axis=1)
+    wrong += int(bad.sum())
+    if bad.any():
+        detail.append(f"rank {state.rank}: {int(bad.sum())} pairs wrong, first at pair {int(np.flatnonzero(bad)[0])}")
+    return CheckResult(wrong=wrong, checked=checked + T * k + 2, detail="; ".join(detail))
+
+
+def report(state: MoeState) -> dict:
+    n = min(state.steps, moe_step.MAX_KEPT_STEPS)
+    phases = state.phase_ns[:n]
+    c = state.counters
+    return {
+        "phase_p50_us": {name: float(np.median(phases[:, i])) / 1e3 for i, name in enumerate(PHASES)},
+        "recv_rows_mean": float(state.recv_rows[:n].mean()),
+        "steps": state.steps,
+        "dropped_pairs": c.dropped_pairs,
+        "rerouted_pairs": c.rerouted_pairs,
+        "recomputes": c.recomputes,
+        "recompute_us_mean": float(np.mean(c.recompute_ns)) / 1e3 if c.recompute_ns else 0.0,
+        "migrated_bytes": c.migrated_bytes,
+        "sent_pairs_per_step": state.shape.tokens_per_rank * state.shape.top_k,
+        "compute": "emulated: sleep ns_per_token x received rows" if state.compute == "sleep"
+        else "measured: hidden x hidden matmul per received row",
+        "placement_final": state.placement.slots.tolist(),
+        **_paired_report(state),
+    }
+
+
+def _paired_report(state: MoeState) -> dict:
+    """Per-step host times of the case and of its uniform twin, in step order; the check's extra
+    step is left out."""
+    if state.baseline is None:
+        return {}
+    case_ns = moe_step.step_totals_ns(state)[:-1]
+    twin_ns = moe_step.step_totals_ns(state.baseline)
+    return {"paired_case_step_ns": case_ns.tolist(), "paired_uniform_step_ns": twin_ns.tolist(),
+            "paired_block_steps": moe_step.PAIR_BLOCK}
+
+
+def metrics(case: Case, summary: Summary, reports: list[dict]) -> dict[str, float]:
+    p = case.params
+    shape = _shape(p)
+    world = p["world"]
+    mean_s = summary.mean_ns / 1e9
+    steps = np.array([r["steps"] for r in reports], dtype=np.float64)
+    pairs = shape.tokens_per_rank * shape.top_k * world
+    out = {
+        # Mean step: it carries the occasional recompute/migration step, which a median hides.
+        "step_us": summary.mean_ns / 1e3,
+        "step_p50_us": summary.p50_ns / 1e3,
+        "tokens_per_s": shape.tokens_per_rank * world / mean_s,
+        # The median step: robust to other tenants' spikes on a shared host, but blind to a
+        # recompute that happens on fewer than half the steps. Reports show both.
+        "tokens_per_s_p50": shape.tokens_per_rank * world / (summary.p50_ns / 1e9),
+        "dropped_fraction": sum(r["dropped_pairs"] for r in reports) / float((steps * pairs / world).sum()),
+        "rerouted_fraction": sum(r["rerouted_pairs"] for r in reports) / float((steps * pairs / world).sum()),
+        "recomputes_per_kstep": 1e3 * reports[0]["recomputes"] / max(reports[0]["steps"], 1),
+        "recompute_us_mean": reports[0]["recompute_us_mean"],
+        "migrated_bytes_per_step": sum(r["migrated_bytes"] for r in reports) / max(reports[0]["steps"], 1),
+    }
+    for name in PHASES:
+        out[f"{name}_us_p50_max_rank"] = max(r["phase_p50_us"][name] for r in reports)
+    if "paired_case_step_ns" in reports[0]:
+        paired = _paired_metrics(reports)
+        out.update(paired)
+        if paired:
+            # The driver's samples alternate case and twin: keep their mean under its own name and
+            # give the headline figures for the case's own steps.
+            out["driver_mixed_step_us"] = out["step_us"]
+            out["step_us"] = paired["paired_case_step_us"]
+            out["step_p50_us"] = paired["paired_case_step_p50_us"]
+            out["tokens_per_s"] = shape.tokens_per_rank * world / (out["step_us"] / 1e6)
+            out["tokens_per_s_p50"] = shape.tokens_per_rank * world / (out["step_p50_us"] / 1e6)
+    # Measured: rows each rank received per step (mean over steps), as the straggler sees it.
+    out.update(Imbalance.of([r["recv_rows_mean"] for r in reports]).to_dict("rank_"))
+    # The gate's load over experts in phase 0 (a property of the workload, not of the run).
+    out.update(Imbalance.of(expert_load(Workload(p["workload"], p["skew"], p["seed"]), shape)).to_dict("expert_"))
+    return out
+
+
+def _paired_metrics(reports: list[dict]) -> dict[str, float]:
+    """Throughput relative to the uniform twin, interleaved in blocks (A B A B) in this one case:
+    per step the slowest rank's host time (the driver's reduction); the first block of each
+    variant is warm-up and the first step of every block is dropped (it waits for the other
+    variant's straggler). The driver's own samples mix case and twin, so ``metrics`` replaces
+    step_us / tokens_per_s with the case's own figures from these."""
+    block = reports[0]["paired_block_steps"]
+
+    def per_step(key: str) -> np.ndarray:
+        n = min(len(r[key]) for r in reports)
+        worst = np.max([r[key][:n] for r in reports], axis=0)
+        keep = (np.arange(n) % block != 0) & (np.arange(n) >= block)
+        return worst[keep]
+
+    case, twin = per_step("paired_case_step_ns"), per_step("paired_uniform_step_ns")
+    if case.size == 0 or twin.size == 0:
+        return {}
+    return {
+        "paired_case_step_us": float(case.mean()) / 1e3,
+        "paired_case_step_p50_us": float(np.median(case)) / 1e3,
+        "paired_uniform_step_us": float(twin.mean()) / 1e3,
+        "paired_rel_throughput": float(twin.mean() / case.mean()),
+        "paired_rel_throughput_p50": float(np.median(twin) / np.median(case)),
+        "paired_steps": float(min(case.size, twin.size)),
+    }
+
+
+def _label(r) -> str:
+    p = r.params
+    text = p["mitigation"]
+    if text == "replicate":
+        text += f"/{p['routing']}+{p['spare_slots']}"
+    elif text == "adaptive":
+        text += f"/{p['window_steps']}st" if p.get("window_steps") else f"/{p['window_ms']:g}ms"
+    elif text == "capacity":
+        text += f"/{p['capacity_factor']:g}/{p['overflow']}"
+    return text
+
+
+def _workload(r) -> str:
+    p = r.params
+    text = p["workload"] if p["workload"] == "uniform" else f"{p['workload']}{p['skew']:g}"
+    return text + (f"~{p['drift_steps']}" if p.get("drift_steps") else "")
+
+
+FAMILY = Family(
+    name="moe_a2a",
+    version=1,
+    description="MoE dispatch/compute/combine over all_to_all_single: hot-expert skew and mitigations",
+    params=(
+        Param("backend", str, "gloo or nccl"),
+        Param("bytes_per_elem", int, "2 (float16) or 4 (float32) payload"),
+        Param("capacity_factor", float, "capacity: slot capacity as a multiple of the mean pairs per slot"),
+        Param("compute", str, "sleep (emulated cost per received row, CPU) or matmul (GPU)"),
+        Param("drift_steps", int, "the hot expert moves every this many steps (0 or absent: never)"),
+        Param("expert_bytes", int, "weight bytes per expert moved when a placement changes"),
+        Param("experts_per_rank", int, "logical experts per rank (experts = this x world)"),
+        Param("hidden", int, "hidden size (elements per token row)"),
+        Param("mitigation", str, "none, replicate, adaptive, capacity"),
+        Param("ns_per_token", float, "emulated expert time per received row in ns (compute=sleep)"),
+        Param("overflow", str, "capacity: drop or reroute"),
+        Param("paired", int, "1: alternate steps with a uniform, unmitigated twin (A B A B) for paired ratios"),
+        Param("routing", str, "replicate: naive or aware"),
+        Param("seed", int, "workload seed"),
+        Param("skew", float, "zipf exponent, hot factor F or unbalanced ratio R"),
+        Param("spare_slots", int, "replica slots per rank beyond experts_per_rank"),
+        Param("tokens", int, "tokens per rank per step"),
+        Param("top_k", int, "experts per token"),
+        Param("window_ms", float, "adaptive: recompute placement every this many ms (rank 0's clock)"),
+        Param("window_steps", int, "adaptive: recompute placement every this many steps"),
+        Param("workload", str, "uniform, zipf, hot, unbalanced"),
+        Param("world", int, "number of ranks"),
+    ),
+    grid=grid,
+    setup=setup,
+    step=moe_step.step,
+    metrics=metrics,
+    check=check,
+    report=report,
+    columns=(
+        Column("workload", _workload),
+        Column("mitigation", _label),
+        Column("step (us)", lambda r: r.metrics["step_us"], "{:.0f}"),
+        Column("tokens/s", lambda r: r.metrics["tokens_per_s"], "{:.0f}"),
+        Column("dispatch", lambda r: r.metrics["dispatch_us_p50_max_rank"], "{:.0f}"),
+        Column("compute", lambda r: r.metrics["compute_us_p50_max_rank"], "{:.0f}"),
+        Column("combine", lambda r: r.metrics["combine_us_p50_max_rank"], "{:.0f}"),
+        Column("rank max/mean", lambda r: r.metrics["rank_max_over_mean"], "{:.2f}"),
+        Column("vs uniform (paired)", lambda r: r.metrics.get("paired_rel_throughput"), "{:.0%}"),
+        Column("dropped", lambda r: r.metrics["dropped_fraction"], "{:.1%}"),
+        Column("#wrong", lambda r: r.check.wrong),
+    ),
+)
