@@ -5,10 +5,10 @@ from typing import Iterable
 
 from harness.case import Case, CaseIdError, parse_case_id
 from harness.family import Family, GridOptions
-from harness.families import allreduce, selftest
+from harness.families import allreduce, kv_alloc, selftest
 
 # Order is the order of `critpath list` and of a run.
-FAMILIES: dict[str, Family] = {f.name: f for f in (allreduce.FAMILY, selftest.FAMILY)}
+FAMILIES: dict[str, Family] = {f.name: f for f in (allreduce.FAMILY, kv_alloc.FAMILY, selftest.FAMILY)}
 
 
 def get(name: str) -> Family:

@@ -153,6 +153,24 @@ class CachingAllocator:
             num_alloc_retries=self.num_alloc_retries,
         )
 
+    def torch_stats(self) -> dict[str, int]:
+        """The model's figures under ``torch.cuda.memory_stats()`` names and meanings:
+        ``allocated_bytes`` there counts whole (rounded) blocks, ``requested_bytes`` the request;
+        ``inactive_split_bytes`` is free memory in blocks split off a segment that is partly in use
+        (not counted for expandable segments, as in PyTorch)."""
+        inactive_split = sum(
+            b.size for pool in (self.small, self.large) for b in pool.blocks()
+            if b.is_split and b.chain.addr in self._segments
+        )
+        return {
+            "reserved_bytes": self.device.reserved_bytes,
+            "allocated_bytes": self._live_block_bytes,
+            "requested_bytes": self._allocated,
+            "inactive_split_bytes": inactive_split,
+            "num_alloc_retries": self.num_alloc_retries,
+            "num_ooms": self.num_ooms,
+        }
+
     def layout(self) -> Layout:
         live = {h: (Extent(b.addr, b.size),) for h, b in self._live.items()}
         free = tuple(merged_extents(self.small.extents() + self.large.extents()))
