@@ -8,6 +8,7 @@ neighbours in the *same* chain only: two reservations never merge.
 """
 from __future__ import annotations
 
+from bisect import bisect_left, insort
 from typing import Optional
 
 from sortedcontainers import SortedList
@@ -34,36 +35,63 @@ class Block:
 
 
 class FreeIndex:
-    """Free blocks of one pool, best-fit searchable."""
+    """Free blocks of one pool, best-fit searchable.
+
+    Sizes repeat a lot in KV traffic (blocks, chunks), so blocks are bucketed by exact size:
+    a sorted list of the distinct sizes finds the smallest size that fits, and each bucket keeps
+    its addresses sorted, so the lowest address among equals is chosen, the order of PyTorch's
+    (size, pointer) set.
+    """
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self._keys = SortedList()
+        self._sizes = SortedList()
+        self._buckets: dict[int, list[int]] = {}
         self._by_addr: dict[int, Block] = {}
 
     def __len__(self) -> int:
         return len(self._by_addr)
 
     def add(self, block: Block) -> None:
-        self._keys.add((block.size, block.addr))
+        size = block.size
+        bucket = self._buckets.get(size)
+        if bucket is None:
+            self._buckets[size] = [block.addr]
+            self._sizes.add(size)
+        elif block.addr > bucket[-1]:
+            bucket.append(block.addr)
+        else:
+            insort(bucket, block.addr)
         self._by_addr[block.addr] = block
 
     def remove(self, block: Block) -> None:
-        self._keys.remove((block.size, block.addr))
+        size = block.size
+        bucket = self._buckets[size]
+        del bucket[bisect_left(bucket, block.addr)]
+        if not bucket:
+            del self._buckets[size]
+            self._sizes.remove(size)
         del self._by_addr[block.addr]
 
     def best_fit(self, size: int) -> Optional[Block]:
         """Remove and return the smallest free block of at least ``size`` bytes (lowest address
         among equals), or None."""
-        keys = self._keys
-        i = keys.bisect_left((size, -1))
-        if i == len(keys):
-            return None
-        _, addr = keys.pop(i)
+        bucket = self._buckets.get(size)
+        if bucket is None:
+            sizes = self._sizes
+            i = sizes.bisect_left(size)
+            if i == len(sizes):
+                return None
+            size = sizes[i]
+            bucket = self._buckets[size]
+        addr = bucket.pop(0)
+        if not bucket:
+            del self._buckets[size]
+            self._sizes.remove(size)
         return self._by_addr.pop(addr)
 
     def largest(self) -> int:
-        return self._keys[-1][0] if self._keys else 0
+        return self._sizes[-1] if self._sizes else 0
 
     def blocks(self) -> list[Block]:
         return list(self._by_addr.values())
