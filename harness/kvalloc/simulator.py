@@ -87,7 +87,8 @@ def simulate(trace: Trace, policy: Policy, allocator, config: SimConfig) -> SimR
         _Req(i, int(a), int(p), int(min(o, cap_out) if cap_out else o))
         for i, (a, p, o) in enumerate(zip(arrivals, trace.prompt_tokens, trace.output_tokens))
     ]
-    every = max(1, -(-int(arrivals[-1]) // max(1, config.samples)))
+    last_arrival = int(arrivals[-1])
+    every = max(1, -(-last_arrival // max(1, config.samples)))
     series: dict[str, list] = {k: [] for k in SERIES}
     ev_ids: list[int] = []
     ev_sizes: list[int] = []
@@ -189,6 +190,10 @@ def simulate(trace: Trace, policy: Policy, allocator, config: SimConfig) -> SimR
         while next_sample < t_next:
             sample(next_sample)
             next_sample += every
+            if next_sample > last_arrival and len(series["step"]) >= 2 * config.samples:
+                # The drain after the last arrival can be far longer than the arrival window;
+                # thin it out (the window's own samples stay evenly spaced).
+                every *= 2
         now = int(t_next)
         while i_arr < n and reqs[i_arr].arrival <= now:
             queue.append(reqs[i_arr])
