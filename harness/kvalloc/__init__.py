@@ -1,0 +1,1 @@
+"""KV-cache allocator models, request traces and a continuous-batching simulator (``kv_alloc``)."""
