@@ -48,6 +48,7 @@ class Measure:
     statistic: Optional[str] = None
     compare: Optional[str] = None  # bound | change | range
     min_world: int = 1
+    expect: Optional[str] = None  # lower | higher: a change the article states without figures
     reason: str = ""
     note: str = ""
 
@@ -155,7 +156,7 @@ def load_file(path: Path) -> list[Claim]:
                 measure=Measure(
                     status=m["status"], family=m.get("family"), case=m.get("case"),
                     select=m.get("select", {}), before=m.get("before"), after=m.get("after"),
-                    statistic=m.get("statistic"), compare=m.get("compare"), min_world=m.get("min_world", 1),
+                    statistic=m.get("statistic"), compare=m.get("compare"), min_world=m.get("min_world", 1), expect=m.get("expect"),
                     reason=m.get("reason", ""), note=m.get("note", ""),
                 ),
                 value=raw.get("value"), relation=raw.get("relation", "="), before=raw.get("before"),
