@@ -198,11 +198,18 @@ def fingerprint_problems(profile: Mapping[str, Any], fp: Mapping[str, Any]) -> l
         problems.append(f"driver {gpus.get('driver_version')}, the profile pins {pins['driver_version']}")
     if "nccl_version" in pins and fp.get("nccl_version") != pins["nccl_version"]:
         problems.append(f"NCCL {fp.get('nccl_version')}, the profile pins {pins['nccl_version']}")
-    for d in devices:
-        for key, label in (("gpu_name", "name"), ("pcie_gen", "pcie_gen"), ("pcie_width", "pcie_width"),
-                           ("nvlink_active", "nvlink_active")):
-            if key in pins and d.get(label) != pins[key]:
-                problems.append(f"GPU {d.get('index', '?')}: {label} is {d.get(label)}, the profile pins {pins[key]}")
+    for key, label in (("gpu_name", "name"), ("pcie_gen", "pcie_gen"), ("pcie_width", "pcie_width"),
+                       ("nvlink_active", "nvlink_active")):
+        if key not in pins:
+            continue
+        # Group devices by what they have, so 8 GPUs missing a field give one line, not eight.
+        by_value: dict = {}
+        for d in devices:
+            if d.get(label) != pins[key]:
+                by_value.setdefault(d.get(label), []).append(str(d.get("index", "?")))
+        for value, indices in by_value.items():
+            what = "not recorded in the fingerprint" if value is None else f"is {value}"
+            problems.append(f"GPU {','.join(indices)}: {label} {what}, the profile pins {pins[key]}")
     return problems
 
 

@@ -45,11 +45,11 @@ MACHINE_ROWS = (
     ("CPU", lambda fp: fp.get("cpu_model")),
     ("usable cores", lambda fp: fp.get("cpu_usable")),
     ("kernel", lambda fp: fp.get("kernel")),
-    ("Python / torch", lambda fp: f"{fp.get('python')} / {fp.get('torch')}" if fp else None),
-    ("backend, world, launch", lambda fp: f"{fp.get('backend')}, {fp.get('world')}, {fp.get('launch')}" if fp else None),
+    ("Python / torch", lambda fp: f"{fp.get('python')} / {fp.get('torch')}" if fp.get("python") else None),
+    ("backend, world, launch", lambda fp: f"{fp.get('backend')}, {fp.get('world')}, {fp.get('launch')}" if fp.get("backend") else None),
     ("NCCL", lambda fp: fp.get("nccl_version")),
-    ("GPUs", lambda fp: _gpus(fp) if fp else None),
-    ("commit", lambda fp: ((fp.get("git") or {}).get("commit") or "-")[:12] + (" (dirty)" if (fp.get("git") or {}).get("dirty") else "") if fp else None),
+    ("GPUs", lambda fp: _gpus(fp) if fp.get("gpus") else None),
+    ("commit", lambda fp: (fp["git"].get("commit") or "-")[:12] + (" (dirty)" if fp["git"].get("dirty") else "") if fp.get("git") else None),
     ("imported from", lambda fp: fp.get("imported_from")),
 )
 
