@@ -65,9 +65,11 @@ def make_report(run_dirs: Sequence[Path], labels: Sequence[str] = (), baselines_
 def cmd_report(args) -> int:
     import sys
 
+    from harness.report.history import HistoryError
+
     try:
         report = make_report(args.run_dirs, args.label, args.baselines, args.asv_results)
-    except baselines.BaselineError as exc:
+    except (baselines.BaselineError, HistoryError) as exc:
         print(f"critpath report: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if args.out:
