@@ -63,7 +63,7 @@ GOOD = FIXTURES.joinpath("baselines_bad_mapping.yaml")
         ("direction: lower", "direction: sideways", 11, "claims.0.direction"),
         ("    unit: us\n", "", 6, "claims.0.unit"),
         ("status: available", "status: maybe", 15, "claims.0.measure.status"),
-        ("file: 000_c5026049f14ef9b1.txt", "file: ../shared/seeds/x.txt", 4, "article.file"),
+        ("file: 000_c5026049f14ef9b1.txt", "file: ../seeds/x.txt", 4, "article.file"),
     ],
 )
 def test_malformed_file_names_file_line_and_field(tmp_path, old, new, line, field):
