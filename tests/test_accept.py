@@ -67,7 +67,7 @@ def test_missing_record_could_not_run_and_failed_case_fails(run):
     ]
     result = accept(profile, run.records, run.fingerprint)
     assert result.outcomes[0].verdict == CANNOT and result.exit_code == EXIT_CANNOT
-    profile["checks"].append({"name": "grpc", "family": "rpc", "select": {"transport": "grpc"},
+    profile["checks"].append({"name": "grpc", "family": "rpc", "select": {"transport": "grpc_unary"},
                               "statistic": "p99_us", "max": 1e9, "source": "t"})
     result = accept(profile, run.records, run.fingerprint)
     assert result.outcomes[1].verdict == FAIL and "server did not become ready" in result.outcomes[1].detail

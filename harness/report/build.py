@@ -135,7 +135,12 @@ def _families(runs: Sequence[RunData]) -> list[Block]:
         if fam == "allreduce":
             blocks += _crossover_text(runs)
         for spec in plotlib.family_plots(fam):
-            fig = spec.draw(runs)
+            try:
+                fig = spec.draw(runs)
+            except (KeyError, TypeError, ValueError, IndexError) as exc:
+                # Records of another shape (an older family version) must not take the report down.
+                blocks.append(Para(f"{spec.title}: could not be drawn from these records ({type(exc).__name__}: {exc})."))
+                continue
             if fig is None:
                 blocks.append(Para(f"{spec.title}: nothing to plot (the records lack the fields it needs; see docs/reports.md)."))
             else:

@@ -157,28 +157,47 @@ def plot_allreduce_busbw(runs):
 
 # ---------------------------------------------------------------- rpc
 
-
 def _varying(records: Sequence[Record], skip: tuple = ()) -> list[str]:
+    """Parameter names whose values differ between the records (what tells their lines apart)."""
     keys = sorted({k for r in records for k in r.params})
     return [k for k in keys if k not in skip and len({str(r.params.get(k)) for r in records}) > 1]
+
+
+RPC_FAULT_KEYS = ("hops", "delay_us", "jitter_us", "stall_every", "stall_us", "reference")
+
+
+def rpc_cdf_records(records: Sequence[Record]) -> list[Record]:
+    """One plain ping-pong record per transport (256 B when measured, else the smallest size):
+    raw samples only, no forwarding hops, no injected faults."""
+    by_transport: dict[str, list[Record]] = defaultdict(list)
+    for r in _ok(records):
+        p = r.params
+        if is_mean_only(r) or p.get("mode", "pingpong") != "pingpong" or p.get("codec", "raw") != "raw":
+            continue
+        if any(k in p for k in RPC_FAULT_KEYS):
+            continue
+        by_transport[str(p.get("transport", "?"))].append(r)
+    chosen = []
+    for transport, recs in sorted(by_transport.items()):
+        sized = {r.params.get("payload_bytes"): r for r in recs}
+        chosen.append(sized.get(256) or recs[0])
+    return chosen
 
 
 @plot("rpc", "rpc_cdf", "RPC round-trip CDF per transport")
 def plot_rpc_cdf(runs):
     # Only records with raw samples: a CDF of one averaged sample would be a lie.
-    if not any(r.summary and not is_mean_only(r) for run in runs for r in _ok(run.of("rpc"))):
+    if not any(rpc_cdf_records(run.of("rpc")) for run in runs):
         return None
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for i, run in enumerate(runs):
-        recs = [r for r in _ok(run.of("rpc")) if not is_mean_only(r)]
-        keys = _varying(recs)
-        for r in sorted(recs, key=lambda r: r.case_id):
+        for r in rpc_cdf_records(run.of("rpc")):
             xs = np.sort(np.asarray(r.samples_ns, dtype=np.float64)) / 1e3
             ys = np.arange(1, xs.size + 1) / xs.size
-            text = ", ".join(f"{k}={r.params.get(k)}" for k in keys) or r.params.get("transport", r.case_id)
-            ax.step(xs, ys, where="post", label=_label(run, str(text), runs), linestyle=LINESTYLES[i % 4])
+            text = f"{r.params.get('transport')} ({r.params.get('payload_bytes', '?')} B)"
+            ax.step(xs, ys, where="post", label=_label(run, text, runs), linestyle=LINESTYLES[i % 4])
     ax.set_xscale("log")
-    ax.set_xlabel("round trip (us)")
+    ax.set_xlabel("round trip (us), ping-pong, no faults")
     ax.set_ylabel("fraction of requests")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)
@@ -188,60 +207,94 @@ def plot_rpc_cdf(runs):
 # ---------------------------------------------------------------- pipeline
 
 
-@plot("pipeline", "pipeline_bubble", "Pipeline bubble fraction per schedule")
+@plot("pipeline", "pipeline_bubble", "Pipeline bubble per schedule: measured idle share and the fill/drain model")
 def plot_pipeline_bubble(runs):
-    rows = [(run, r) for run in runs for r in _ok(run.of("pipeline")) if "bubble_fraction" in r.metrics]
+    rows = [(run, r) for run in runs for r in _ok(run.of("pipeline")) if "bubble_idle_share" in r.metrics]
     if not rows:
         return None
-    keys = _varying([r for _, r in rows])
-    labels = [_label(run, ", ".join(f"{k}={r.params.get(k)}" for k in keys) or r.case_id, runs) for run, r in rows]
-    fig, ax = plt.subplots(figsize=(7, 0.5 + 0.35 * len(rows)))
-    ax.barh(range(len(rows)), [r.metrics["bubble_fraction"] for _, r in rows], color="#6a8caf")
-    ax.set_yticks(range(len(rows)), labels, fontsize=7)
-    definitions = sorted({str(r.extra.get("bubble_definition", "not stated")) for _, r in rows})
-    ax.set_xlabel("bubble fraction (" + "; ".join(definitions) + ")")
+    keys = [k for k in _varying([r for _, r in rows]) if k not in ("world",)]
+    labels = [_label(run, ", ".join(str(r.params.get(k)) for k in keys) or r.case_id, runs) for run, r in rows]
+    fig, ax = plt.subplots(figsize=(7, 0.6 + 0.32 * len(rows)))
+    y = np.arange(len(rows))
+    ax.barh(y, [r.metrics["bubble_idle_share"] for _, r in rows], color="#6a8caf",
+            label="measured: 1 - stage compute / stage step time")
+    model = [r.metrics.get("bubble_fill_drain_formula") for _, r in rows]
+    if any(m is not None for m in model):
+        ax.scatter([m if m is not None else np.nan for m in model], y, marker="|", s=120, color="black",
+                   label="modelled: (P-1)/(M+P-1)", zorder=3)
+    ax.set_yticks(y, labels, fontsize=7)
+    ax.set_xlabel("bubble (fraction of stage time idle); labels: " + ", ".join(keys))
     ax.set_xlim(0, 1)
     ax.invert_yaxis()
+    ax.legend(fontsize=7, loc="lower right")
     return fig
 
 
 # ---------------------------------------------------------------- moe_a2a
 
 
-@plot("moe_a2a", "moe_rank_load", "MoE tokens received per rank (most skewed case)")
+def moe_rank_load(record: Record) -> list[float]:
+    """Rows each rank received per step (mean), from the family's per-rank reports."""
+    reports = record.extra.get("rank_reports") or []
+    return [float(rep["recv_rows_mean"]) for rep in reports if isinstance(rep, dict) and "recv_rows_mean" in rep]
+
+
+def _hot_factor(record: Record) -> Optional[float]:
+    workload = record.params.get("workload")
+    if workload == "uniform":
+        return 1.0
+    if workload == "hot":
+        return float(record.params.get("skew", 1.0))
+    return None  # zipf / unbalanced: skew means something else
+
+
+@plot("moe_a2a", "moe_rank_load", "MoE rows received per rank (most imbalanced case vs uniform)")
 def plot_moe_load(runs):
-    cases = [(run, r) for run in runs for r in _ok(run.of("moe_a2a")) if r.extra.get("rank_load_tokens")]
+    cases = [(run, r) for run in runs for r in _ok(run.of("moe_a2a")) if moe_rank_load(r)]
     if not cases:
         return None
     fig, ax = plt.subplots(figsize=(7, 3.8))
-    width = 0.8 / len(runs)
-    for i, run in enumerate(runs):
+    shown = []
+    for run in runs:
         mine = [r for rr, r in cases if rr is run]
         if not mine:
             continue
-        worst = max(mine, key=lambda r: max(r.extra["rank_load_tokens"]) / max(1e-9, np.mean(r.extra["rank_load_tokens"])))
-        load = worst.extra["rank_load_tokens"]
-        ax.bar(np.arange(len(load)) + i * width, load, width, label=_label(run, worst.case_id, runs))
+        worst = max(mine, key=lambda r: max(moe_rank_load(r)) / max(1e-9, float(np.mean(moe_rank_load(r)))))
+        uniform = next((r for r in mine if r.params.get("workload") == "uniform"), None)
+        shown += [(run, worst)] + ([(run, uniform)] if uniform is not None and uniform is not worst else [])
+    width = 0.8 / len(shown)
+    for i, (run, r) in enumerate(shown):
+        load = moe_rank_load(r)
+        text = f"{r.params.get('workload')} skew={r.params.get('skew')} mitigation={r.params.get('mitigation')}"
+        ax.bar(np.arange(len(load)) + i * width, load, width, label=_label(run, text, runs))
     ax.set_xlabel("rank")
-    ax.set_ylabel("tokens received")
+    ax.set_ylabel("rows received per step (mean)")
     ax.legend(fontsize=7)
     return fig
 
 
-@plot("moe_a2a", "moe_step_vs_skew", "MoE step time vs skew per mitigation")
+@plot("moe_a2a", "moe_step_vs_skew", "MoE step time vs hot-expert skew per mitigation")
 def plot_moe_skew(runs):
-    if not any(_ok(run.of("moe_a2a")) for run in runs):
+    if not any(_hot_factor(r) is not None for run in runs for r in _ok(run.of("moe_a2a"))):
         return None
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for i, run in enumerate(runs):
         groups: dict[str, list[Record]] = defaultdict(list)
         for r in _ok(run.of("moe_a2a")):
-            groups[str(r.params.get("mitigation", "none"))].append(r)
-        for mitigation, recs in sorted(groups.items()):
-            recs = sorted(recs, key=lambda r: float(r.params.get("hot_factor", 1)))
-            xs = [float(r.params.get("hot_factor", 1)) for r in recs]
-            ys = [r.summary.p50_ns / 1e3 for r in recs]
-            ax.plot(xs, ys, label=_label(run, f"mitigation={mitigation}", runs), **_style(i), markersize=3)
+            if _hot_factor(r) is None:
+                continue
+            p = r.params
+            name = str(p.get("mitigation", "none")) + (f"/{p['routing']}" if "routing" in p else "")
+            if p.get("workload") == "uniform":
+                for key in ("none",):  # the uniform step is every mitigation's skew-1 point
+                    groups[key].append(r)
+            else:
+                groups[name].append(r)
+        for name, recs in sorted(groups.items()):
+            recs = sorted(recs, key=_hot_factor)
+            ax.plot([_hot_factor(r) for r in recs], [r.summary.p50_ns / 1e3 for r in recs],
+                    label=_label(run, f"mitigation={name}", runs), **_style(i), markersize=4)
+    ax.set_xscale("log")
     ax.set_xlabel("hot-expert load factor (1 = uniform)")
     ax.set_ylabel("step time p50 (us, slowest rank)")
     ax.grid(True, alpha=0.3)
@@ -252,23 +305,43 @@ def plot_moe_skew(runs):
 # ---------------------------------------------------------------- kv_alloc
 
 
-@plot("kv_alloc", "kv_fragmentation", "KV-cache fragmentation over the trace per allocator")
-def plot_kv_frag(runs):
-    rows = [(run, r) for run in runs for r in _ok(run.of("kv_alloc")) if r.extra.get("frag_series")]
-    if not rows:
+def kv_fragmentation_series(record: Record) -> Optional[tuple[list[float], list[float]]]:
+    """(step, fragmentation %) over the replay: (reserved - allocated) / reserved per sample."""
+    reports = record.extra.get("rank_reports") or []
+    series = reports[0].get("series") if reports and isinstance(reports[0], dict) else None
+    if not series or "reserved_gb" not in series or "allocated_gb" not in series:
         return None
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    steps, pct = [], []
+    for step, reserved, allocated in zip(series["step"], series["reserved_gb"], series["allocated_gb"]):
+        if reserved > 0:  # undefined before anything is reserved
+            steps.append(step)
+            pct.append(100.0 * (reserved - allocated) / reserved)
+    return steps, pct
+
+
+@plot("kv_alloc", "kv_fragmentation", "KV-cache fragmentation over the trace per allocator (modelled replay)")
+def plot_kv_frag(runs):
+    groups: dict[tuple, list[tuple]] = defaultdict(list)
     for i, run in enumerate(runs):
-        for rr, r in rows:
-            if rr is not run:
+        for r in _ok(run.of("kv_alloc")):
+            series = kv_fragmentation_series(r)
+            if series is None:
                 continue
-            s = r.extra["frag_series"]
-            ax.plot(s["event"], s["fragmentation_pct"], linestyle=LINESTYLES[i % 4],
-                    label=_label(run, str(r.params.get("allocator", r.case_id)), runs))
-    ax.set_xlabel("allocation event")
-    ax.set_ylabel("fragmentation (%) = (reserved - allocated) / reserved")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7)
+            key = tuple(sorted((k, v) for k, v in r.params.items() if k != "allocator"))
+            groups[key].append((i, run, r, series))
+    if not groups:
+        return None
+    keys = sorted(groups)[:3]  # one panel per configuration, at most three
+    fig, axes = plt.subplots(len(keys), 1, figsize=(7, 2.6 * len(keys)), squeeze=False)
+    varying = [k for k in _varying([r for key in keys for _, _, r, _ in groups[key]]) if k != "allocator"]
+    for ax, key in zip(axes[:, 0], keys):
+        for i, run, r, (steps, pct) in groups[key]:
+            ax.plot(steps, pct, linestyle=LINESTYLES[i % 4], label=_label(run, str(r.params.get("allocator")), runs))
+        ax.set_title(", ".join(f"{k}={v}" for k, v in key if k in varying) or "", fontsize=8)
+        ax.set_ylabel("fragmentation (%)", fontsize=8)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=6)
+    axes[-1, 0].set_xlabel("replay step; fragmentation = (reserved - allocated) / reserved")
     return fig
 
 
