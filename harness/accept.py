@@ -266,7 +266,7 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_accept)
 
 
-def _run_cases(profile: Mapping[str, Any], out: Optional[Path]) -> Path:
+def _run_cases(profile: Mapping[str, Any], out: Optional[Path]) -> tuple[Path, int]:
     from harness.runner import RunOptions, run
     from harness.store import new_run_id
 
@@ -277,17 +277,25 @@ def _run_cases(profile: Mapping[str, Any], out: Optional[Path]) -> Path:
     opts = RunOptions(case_ids=tuple(spec["cases"]), world=profile["world"], backend=profile.get("backend"),
                       iters=spec.get("iters"), warmup=spec.get("warmup"), timeout_s=spec.get("timeout_s", 60.0),
                       out=out, argv=tuple(sys.argv))
-    run(opts)  # failed cases become records; the checks judge them
-    return out
+    code = run(opts)  # failed cases become records; the checks judge them
+    return out, code
 
 
 def cmd_accept(args) -> int:
     from harness.report.cli import make_report, write_report
     from harness.report.run import load_run
 
+    import os
+
     try:
         profile = load_profile(args.profile)
-        run_dir = args.run if args.run else _run_cases(profile, args.out)
+        if args.run:
+            run_dir = args.run
+        else:
+            run_dir, code = _run_cases(profile, args.out)
+            if int(os.environ.get("RANK", "0")) != 0:
+                # Under torchrun/Slurm every rank ran the cases; rank 0 alone holds and judges them.
+                return EXIT_PASS if code == 0 else EXIT_FAIL
         run = load_run(run_dir)
     except ProfileError as exc:
         print(f"critpath accept: error: {exc}", file=sys.stderr)

@@ -98,6 +98,13 @@ def _stat_cells(r: Record) -> list[str]:
 
 
 def _family_table(records: Sequence[Record]) -> Table:
+    family = registry.FAMILIES.get(records[0].family)
+    # The family's own columns (as in the terminal table), unless a record is an imported mean:
+    # those columns may read percentiles that such a record does not have.
+    if family is not None and family.columns and not any(is_mean_only(r) for r in records):
+        rows = [[c.render(r) for c in family.columns] + ["ok" if r.ok else r.status if r.status != "ok" else "wrong"]
+                for r in records]
+        return Table([c.header for c in family.columns] + ["status"], rows)
     metric_names = sorted({k for r in records for k in r.metrics})[:6]
     rows = []
     for r in records:
