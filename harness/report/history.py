@@ -125,9 +125,9 @@ def _date(ms: int) -> str:
 
 
 def _plot(machine: str, benchmark: str, group: list[Series]) -> Image:
-    from harness.report.plots import plt, png_bytes
+    from harness.report.plots import legend, png_bytes, subplots
 
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = subplots((7, 4))
     commits = sorted({(p.date_ms, p.commit) for s in group for p in s.points})
     x_of = {c: i for i, (_, c) in enumerate(commits)}
     shown = sorted(group, key=lambda s: (s.reference is None, s.case_id))[:MAX_LINES_PER_PLOT]
@@ -141,7 +141,7 @@ def _plot(machine: str, benchmark: str, group: list[Series]) -> Image:
     ax.set_xlabel("commit (by date)")
     ax.set_ylabel(benchmark.rsplit(".", 1)[-1].removeprefix("track_"))
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=6)
+    legend(ax)
     name = "history_" + re.sub(r"[^A-Za-z0-9]+", "_", f"{machine}_{benchmark}").strip("_")
     caption = "" if len(group) <= MAX_LINES_PER_PLOT else f"{len(group) - MAX_LINES_PER_PLOT} more cases in the table"
     return Image(name, f"{benchmark} over commits ({machine})", png_bytes(fig), caption)

@@ -54,6 +54,21 @@ def png_bytes(fig: plt.Figure) -> bytes:
     return buf.getvalue()
 
 
+def subplots(figsize, rows: int = 1):
+    """A figure whose axes cycle through 20 distinct colours (an RPC run has more transports than
+    the default cycle's 10); set per axes, so importing this module changes no global style."""
+    fig, axes = plt.subplots(rows, 1, figsize=figsize, squeeze=False)
+    for ax in axes[:, 0]:
+        colours = plt.get_cmap("tab20").colors
+        ax.set_prop_cycle(color=colours[0::2] + colours[1::2])  # ten distinct hues first
+    return fig, (axes[0, 0] if rows == 1 else axes)
+
+
+def legend(ax) -> None:
+    # Outside the axes, so many series never hide the data (savefig uses bbox_inches="tight").
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+
+
 def _label(run: RunData, text: str, runs: Sequence[RunData]) -> str:
     return f"{run.label}: {text}" if len(runs) > 1 else text
 
@@ -125,7 +140,7 @@ def ring_tree_crossovers(records: Sequence[Record]) -> list[tuple[tuple, float]]
 def _allreduce(runs: Sequence[RunData], ylabel: str, value: Callable[[Record], float], mark: bool) -> Optional[plt.Figure]:
     if not any(_ok(run.of("allreduce")) for run in runs):
         return None
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fig, ax = subplots((7, 4.2))
     for i, run in enumerate(runs):
         for (algo, dtype, world, backend), recs in allreduce_series(run.of("allreduce")).items():
             xs = [r.params["size_bytes"] for r in recs]
@@ -141,7 +156,7 @@ def _allreduce(runs: Sequence[RunData], ylabel: str, value: Callable[[Record], f
     ax.set_xlabel("message size (bytes)")
     ax.set_ylabel(ylabel)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7)
+    legend(ax)
     return fig
 
 
@@ -189,7 +204,7 @@ def plot_rpc_cdf(runs):
     # Only records with raw samples: a CDF of one averaged sample would be a lie.
     if not any(rpc_cdf_records(run.of("rpc")) for run in runs):
         return None
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fig, ax = subplots((7, 4.2))
     for i, run in enumerate(runs):
         for r in rpc_cdf_records(run.of("rpc")):
             xs = np.sort(np.asarray(r.samples_ns, dtype=np.float64)) / 1e3
@@ -200,7 +215,7 @@ def plot_rpc_cdf(runs):
     ax.set_xlabel("round trip (us), ping-pong, no faults")
     ax.set_ylabel("fraction of requests")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7)
+    legend(ax)
     return fig
 
 
@@ -214,7 +229,7 @@ def plot_pipeline_bubble(runs):
         return None
     keys = [k for k in _varying([r for _, r in rows]) if k not in ("world",)]
     labels = [_label(run, ", ".join(str(r.params.get(k)) for k in keys) or r.case_id, runs) for run, r in rows]
-    fig, ax = plt.subplots(figsize=(7, 0.6 + 0.32 * len(rows)))
+    fig, ax = subplots((7, 0.6 + 0.32 * len(rows)))
     y = np.arange(len(rows))
     ax.barh(y, [r.metrics["bubble_idle_share"] for _, r in rows], color="#6a8caf",
             label="measured: 1 - stage compute / stage step time")
@@ -253,7 +268,7 @@ def plot_moe_load(runs):
     cases = [(run, r) for run in runs for r in _ok(run.of("moe_a2a")) if moe_rank_load(r)]
     if not cases:
         return None
-    fig, ax = plt.subplots(figsize=(7, 3.8))
+    fig, ax = subplots((7, 3.8))
     shown = []
     for run in runs:
         mine = [r for rr, r in cases if rr is run]
@@ -269,7 +284,7 @@ def plot_moe_load(runs):
         ax.bar(np.arange(len(load)) + i * width, load, width, label=_label(run, text, runs))
     ax.set_xlabel("rank")
     ax.set_ylabel("rows received per step (mean)")
-    ax.legend(fontsize=7)
+    legend(ax)
     return fig
 
 
@@ -277,7 +292,7 @@ def plot_moe_load(runs):
 def plot_moe_skew(runs):
     if not any(_hot_factor(r) is not None for run in runs for r in _ok(run.of("moe_a2a"))):
         return None
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fig, ax = subplots((7, 4.2))
     for i, run in enumerate(runs):
         groups: dict[str, list[Record]] = defaultdict(list)
         for r in _ok(run.of("moe_a2a")):
@@ -298,7 +313,7 @@ def plot_moe_skew(runs):
     ax.set_xlabel("hot-expert load factor (1 = uniform)")
     ax.set_ylabel("step time p50 (us, slowest rank)")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7)
+    legend(ax)
     return fig
 
 
@@ -332,16 +347,17 @@ def plot_kv_frag(runs):
     if not groups:
         return None
     keys = sorted(groups)[:3]  # one panel per configuration, at most three
-    fig, axes = plt.subplots(len(keys), 1, figsize=(7, 2.6 * len(keys)), squeeze=False)
+    fig, axes = subplots((7, 2.6 * len(keys)), len(keys))
+    axes = [axes] if len(keys) == 1 else list(axes[:, 0])
     varying = [k for k in _varying([r for key in keys for _, _, r, _ in groups[key]]) if k != "allocator"]
-    for ax, key in zip(axes[:, 0], keys):
+    for ax, key in zip(axes, keys):
         for i, run, r, (steps, pct) in groups[key]:
             ax.plot(steps, pct, linestyle=LINESTYLES[i % 4], label=_label(run, str(r.params.get("allocator")), runs))
         ax.set_title(", ".join(f"{k}={v}" for k, v in key if k in varying) or "", fontsize=8)
         ax.set_ylabel("fragmentation (%)", fontsize=8)
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=6)
-    axes[-1, 0].set_xlabel("replay step; fragmentation = (reserved - allocated) / reserved")
+        legend(ax)
+    axes[-1].set_xlabel("replay step; fragmentation = (reserved - allocated) / reserved")
     return fig
 
 
