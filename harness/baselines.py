@@ -49,6 +49,7 @@ class Measure:
     compare: Optional[str] = None  # bound | change | range
     min_world: int = 1
     expect: Optional[str] = None  # lower | higher: a change the article states without figures
+    ignore: tuple[str, ...] = ()  # change: parameters that do not take part in pairing
     over: str = "worst"  # bound: worst (must hold for every matching case) or best (shown by at least one)
     reason: str = ""
     note: str = ""
@@ -157,7 +158,7 @@ def load_file(path: Path) -> list[Claim]:
                 measure=Measure(
                     status=m["status"], family=m.get("family"), case=m.get("case"),
                     select=m.get("select", {}), before=m.get("before"), after=m.get("after"),
-                    statistic=m.get("statistic"), compare=m.get("compare"), min_world=m.get("min_world", 1), expect=m.get("expect"), over=m.get("over", "worst"),
+                    statistic=m.get("statistic"), compare=m.get("compare"), min_world=m.get("min_world", 1), expect=m.get("expect"), over=m.get("over", "worst"), ignore=tuple(m.get("ignore", ())),
                     reason=m.get("reason", ""), note=m.get("note", ""),
                 ),
                 value=raw.get("value"), relation=raw.get("relation", "="), before=raw.get("before"),

@@ -187,7 +187,7 @@ def _pair_key(record: Record, drop: Iterable[str]) -> tuple:
 
 def _check_change(claim: Claim, records: list[Record], run_label: str, pending: str) -> ClaimResult:
     m = claim.measure
-    keys = set(m.before) | set(m.after)
+    keys = set(m.before) | set(m.after) | set(m.ignore)
     before = {_pair_key(r, keys): r for r in records if matches(r, m.before)}
     after = {_pair_key(r, keys): r for r in records if matches(r, m.after)}
     pairs = sorted(set(before) & set(after))
