@@ -102,7 +102,7 @@ class CheckOutcome:
 
 
 def load_profile(path: Path) -> dict:
-    from harness.baselines import _line_of_key  # same file:line:field reporting as baselines
+    from harness.baselines import line_of_field  # same file:line:field reporting as baselines
 
     path = Path(path)
     try:
@@ -120,7 +120,7 @@ def load_profile(path: Path) -> dict:
     if error is not None:
         where = list(error.absolute_path)
         field = ".".join(str(p) for p in where) or "(profile)"
-        raise ProfileError(f"{path}:{_line_of_key(root, where)}: field {field}: {error.message}")
+        raise ProfileError(f"{path}:{line_of_field(root, where)}: field {field}: {error.message}")
     return data
 
 

@@ -112,7 +112,7 @@ def _node_at(node: yaml.Node, path: Sequence[Any]) -> yaml.Node:
     return node
 
 
-def _line_of_key(node: yaml.Node, path: Sequence[Any]) -> int:
+def line_of_field(node: yaml.Node, path: Sequence[Any]) -> int:
     """1-based line of the field at ``path``: its key when it is a mapping entry."""
     parent = _node_at(node, path[:-1]) if path else node
     if path and isinstance(parent, yaml.MappingNode):
@@ -140,7 +140,7 @@ def load_file(path: Path) -> list[Claim]:
     error = jsonschema.exceptions.best_match(_VALIDATOR.iter_errors(data))
     if error is not None:
         where = list(error.absolute_path)
-        line = _line_of_key(root, where)
+        line = line_of_field(root, where)
         field_name = ".".join(str(p) for p in where) or "(file)"
         if error.validator == "required" and isinstance(error.instance, dict):
             missing = [k for k in error.validator_value if k not in error.instance]

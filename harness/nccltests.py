@@ -37,7 +37,7 @@ _COLUMNS = re.compile(r"^#\s*size\s+count\s+type\s+(redop\s+)?(root\s+)?(time|cp
 _VERSION = re.compile(r"^#\s*nccl-tests version\s+(\S+).*?nccl-library=(\d+)")
 
 
-class ImportError_(ValueError):
+class NcclTestsFormatError(ValueError):
     """Input that is not nccl-tests output; the message names file and line (or JSON field)."""
 
 
@@ -89,10 +89,10 @@ def _side(cols: list[str], where: str, per_iter: bool) -> dict:
         try:
             return float(text)
         except ValueError:
-            raise ImportError_(f"{where}: {what} is {text!r}, not a number") from None
+            raise NcclTestsFormatError(f"{where}: {what} is {text!r}, not a number") from None
 
     if num(cols[0], "time") <= 0:
-        raise ImportError_(f"{where}: time is {cols[0]}, not a positive number of microseconds")
+        raise NcclTestsFormatError(f"{where}: time is {cols[0]}, not a positive number of microseconds")
     side = {"time_us": num(cols[0], "time"), "algbw_gbps": num(cols[1], "algbw"), "busbw_gbps": num(cols[2], "busbw"),
             "wrong": None if cols[3] == "N/A" else int(num(cols[3], "#wrong"))}
     if per_iter:
@@ -130,34 +130,34 @@ def parse_text(text: str, path: str, collective: Optional[str] = None) -> Parsed
         if not cols[0].isdigit():
             continue  # warnings and launcher noise between table rows
         if header is None:
-            raise ImportError_(f"{where}: a result row before the '# nThread ... iters:' header; is this nccl-tests output?")
+            raise NcclTestsFormatError(f"{where}: a result row before the '# nThread ... iters:' header; is this nccl-tests output?")
         # The column header says the layout: size count type [redop] [root], then per side (out-of-place,
         # in-place) time algbw busbw #wrong, plus i_min i_max i_p99 i_cv% with per-iteration timing.
         # Without a header line, assume the current layout (with redop and root).
         base, width = layout or (5, 8 if len(cols) == 21 else 4)
         if len(cols) != base + 2 * width:
-            raise ImportError_(f"{where}: {len(cols)} columns, the table header says {base + 2 * width} "
+            raise NcclTestsFormatError(f"{where}: {len(cols)} columns, the table header says {base + 2 * width} "
                                "(size count type redop root, then time algbw busbw #wrong out-of-place and in-place)")
         per_iter = width == 8
         try:
             size, count = int(cols[0]), int(cols[1])
         except ValueError:
-            raise ImportError_(f"{where}: size and count must be integers") from None
+            raise NcclTestsFormatError(f"{where}: size and count must be integers") from None
         if cols[2] not in DTYPES:
-            raise ImportError_(f"{where}: unknown data type {cols[2]!r}")
+            raise NcclTestsFormatError(f"{where}: unknown data type {cols[2]!r}")
         out_of_place = _side(cols[base:base + width], where, per_iter)
         in_place = _side(cols[base + width:base + 2 * width], where, per_iter)
         root = int(cols[base - 1]) if base == 5 and re.fullmatch(r"-?\d+", cols[base - 1]) else -1
         redop = cols[3] if base >= 4 else ""
         rows.append(Row(number, where, size, count, cols[2], redop, root, in_place, out_of_place))
     if header is None:
-        raise ImportError_(f"{path}:1: no '# nThread ... iters:' header line; is this nccl-tests output?")
+        raise NcclTestsFormatError(f"{path}:1: no '# nThread ... iters:' header line; is this nccl-tests output?")
     if not rows:
-        raise ImportError_(f"{path}: no result rows")
+        raise NcclTestsFormatError(f"{path}: no result rows")
     if coll is None:
         coll = _collective_from_name(path)
     if coll is None:
-        raise ImportError_(f"{path}: cannot tell which collective this is (no 'Collective test starting' line); "
+        raise NcclTestsFormatError(f"{path}: cannot tell which collective this is (no 'Collective test starting' line); "
                            "pass --collective")
     nthreads, ngpus, warmup, iters, agg = header
     return Parsed(coll, rows, iters, warmup, agg, devices, nccl_version, tests_version, fmt="text")
@@ -170,13 +170,13 @@ def _get(data: Any, path: list, file: str) -> Any:
             node = node[part]
         except (KeyError, IndexError, TypeError):
             dotted = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".")
-            raise ImportError_(f"{file}: field {dotted} is missing") from None
+            raise NcclTestsFormatError(f"{file}: field {dotted} is missing") from None
     return node
 
 
 def _num(value: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ImportError_(f"{where}: {value!r} is not a number")
+        raise NcclTestsFormatError(f"{where}: {value!r} is not a number")
     return float(value)
 
 
@@ -184,17 +184,17 @@ def parse_json(text: str, path: str, collective: Optional[str] = None) -> Parsed
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ImportError_(f"{path}:{exc.lineno}: not valid JSON ({exc.msg}, column {exc.colno})") from None
+        raise NcclTestsFormatError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg}, column {exc.colno})") from None
     if not isinstance(data, dict):
-        raise ImportError_(f"{path}:1: the JSON output of nccl-tests is an object")
+        raise NcclTestsFormatError(f"{path}:1: the JSON output of nccl-tests is an object")
     version = _get(data, ["version"], path)
     if version not in (1, 2):
-        raise ImportError_(f"{path}: field version: {version!r} is not a known nccl-tests JSON version (1, 2)")
+        raise NcclTestsFormatError(f"{path}: field version: {version!r} is not a known nccl-tests JSON version (1, 2)")
     config = _get(data, ["config"], path)
     iters = int(_num(_get(data, ["config", "iterations"], path), f"{path}: field config.iterations"))
     results = _get(data, ["results"], path)
     if not isinstance(results, list) or not results:
-        raise ImportError_(f"{path}: field results: no result entries")
+        raise NcclTestsFormatError(f"{path}: field results: no result entries")
     coll = collective
     if coll is None:
         for arg in data.get("args", [])[:1]:
@@ -202,7 +202,7 @@ def parse_json(text: str, path: str, collective: Optional[str] = None) -> Parsed
     if coll is None:
         coll = _collective_from_name(path)
     if coll is None:
-        raise ImportError_(f"{path}: cannot tell which collective this is (args[0] names no nccl-tests binary); "
+        raise NcclTestsFormatError(f"{path}: cannot tell which collective this is (args[0] names no nccl-tests binary); "
                            "pass --collective")
     rows = []
     for i, entry in enumerate(results):
@@ -223,7 +223,7 @@ def parse_json(text: str, path: str, collective: Optional[str] = None) -> Parsed
                 sides[key]["times_us"] = [_num(x, f"{where}.{key}_per_iter.times_us") for x in per_iter["times_us"]]
         dtype = _get(data, ["results", i, "type"], path)
         if dtype not in DTYPES:
-            raise ImportError_(f"{where}.type: unknown data type {dtype!r}")
+            raise NcclTestsFormatError(f"{where}.type: unknown data type {dtype!r}")
         root_text = str(entry.get("root", "-1")).strip()
         rows.append(Row(0, where, int(_num(_get(data, ["results", i, "size"], path), f"{where}.size")),
                         int(_num(_get(data, ["results", i, "count"], path), f"{where}.count")), dtype,
@@ -242,7 +242,7 @@ def parse_file(path: Path, collective: Optional[str] = None) -> Parsed:
     try:
         text = path.read_text(errors="replace")
     except OSError as exc:
-        raise ImportError_(f"{path}: cannot read: {exc}") from None
+        raise NcclTestsFormatError(f"{path}: cannot read: {exc}") from None
     if text.lstrip().startswith("{"):
         return parse_json(text, str(path), collective)
     return parse_text(text, str(path), collective)
@@ -313,7 +313,7 @@ def import_file(path: Path, out: Path, collective: Optional[str] = None, run_id:
     run_id = run_id or f"nccl-tests-{path.stem}-{digest}"
     out = Path(out)
     if out.exists() and any(out.iterdir()):
-        raise ImportError_(f"{out} already holds a run; choose another --out")
+        raise NcclTestsFormatError(f"{out} already holds a run; choose another --out")
     records = to_records(parsed, run_id, path.name)
     run_dir = RunDir(out, run_id)
     run_dir.write_fingerprint(fingerprint_of(parsed, path.name))
@@ -340,7 +340,7 @@ def cmd_import(args) -> int:
 
     try:
         records = import_file(args.file, args.out, args.collective, args.run_id)
-    except ImportError_ as exc:
+    except NcclTestsFormatError as exc:
         print(f"critpath import-nccl-tests: error: {exc}", file=sys.stderr)
         return 2
     wrong = [r for r in records if not r.ok]

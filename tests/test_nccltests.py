@@ -8,7 +8,7 @@ import pytest
 
 from harness.claims import StatisticUnavailable, is_mean_only, statistic
 from harness.cli import main
-from harness.nccltests import ImportError_, import_file, nccl_version_text, parse_file
+from harness.nccltests import NcclTestsFormatError, import_file, nccl_version_text, parse_file
 from harness.store import load_records
 
 NT = Path(__file__).parent / "fixtures" / "nccl_tests"
@@ -64,7 +64,7 @@ def test_per_iteration_json_keeps_real_samples(tmp_path):
 @pytest.mark.parametrize("name,where", [("malformed.txt", "malformed.txt:21: 12 columns"),
                                         ("truncated.json", "truncated.json:1: not valid JSON")])
 def test_malformed_input_names_file_and_line(tmp_path, name, where, capsys):
-    with pytest.raises(ImportError_, match=where):
+    with pytest.raises(NcclTestsFormatError, match=where):
         parse_file(NT / name)
     assert main(["import-nccl-tests", str(NT / name), "--out", str(tmp_path / "x")]) == 2
     assert where in capsys.readouterr().err
@@ -74,14 +74,14 @@ def test_malformed_input_names_file_and_line(tmp_path, name, where, capsys):
 def test_json_missing_field_is_named(tmp_path):
     path = tmp_path / "all_reduce.json"
     path.write_text('{"version": 2, "config": {"iterations": 20}, "results": [{"size": 8, "count": 2}]}')
-    with pytest.raises(ImportError_, match=r"field results\[0\].type is missing"):
+    with pytest.raises(NcclTestsFormatError, match=r"field results\[0\].type is missing"):
         parse_file(path)
 
 
 def test_not_nccl_tests_output(tmp_path):
     path = tmp_path / "x.txt"
     path.write_text("hello\n       8   2  float  sum  -1  1 1 1 0  1 1 1 0\n")
-    with pytest.raises(ImportError_, match=r"x.txt:2: a result row before"):
+    with pytest.raises(NcclTestsFormatError, match=r"x.txt:2: a result row before"):
         parse_file(path)
 
 
