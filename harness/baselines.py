@@ -218,3 +218,30 @@ def mapping_problems(claims: Sequence[Claim]) -> list[str]:
                 if key not in family.declared:
                     problems.append(f"{claim.source}: {claim.id}: family {m.family!r} has no parameter {key!r}")
     return problems
+
+
+def register(sub) -> None:
+    p = sub.add_parser("baselines", help="validate baselines YAML and list the claims with how each is measured")
+    p.add_argument("--dir", type=Path, default=DEFAULT_DIR, help="directory of baselines YAML (default: baselines/)")
+    p.set_defaults(func=cmd_baselines)
+
+
+def cmd_baselines(args) -> int:
+    import sys
+    from collections import Counter
+
+    try:
+        claims = load_dir(args.dir)
+    except BaselineError as exc:
+        print(f"critpath baselines: error: {exc}", file=sys.stderr)
+        return 2
+    for claim in claims:
+        m = claim.measure
+        how = m.reason if m.status == "not_measurable" else f"{m.family} {m.compare} on {m.statistic}"
+        print(f"{claim.id:22} {m.status:15} {claim.article_figure:28} {how}")
+    counts = Counter(c.measure.status for c in claims)
+    print(f"{len(claims)} claims: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+    problems = mapping_problems(claims)
+    for problem in problems:
+        print(f"mapping: {problem}", file=sys.stderr)
+    return 1 if problems else 0

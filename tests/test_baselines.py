@@ -90,3 +90,14 @@ def test_duplicate_id_across_files_is_an_error(tmp_path):
         (tmp_path / name).write_text(GOOD.read_text())
     with pytest.raises(BaselineError, match="already defined at a.yaml"):
         load_dir(tmp_path)
+
+
+def test_cli_lists_and_validates(tmp_path, capsys):
+    from harness.cli import main
+
+    assert main(["baselines"]) == 0
+    out = capsys.readouterr().out
+    assert "69 claims:" in out and "A2.rpc_p999" in out
+    (tmp_path / "bad.yaml").write_text("schema: critpath.baselines/1\narticle: {file: x, title: t}\nclaims: []\n")
+    assert main(["baselines", "--dir", str(tmp_path)]) == 2
+    assert "bad.yaml:3: field claims: [] should be non-empty" in capsys.readouterr().err
