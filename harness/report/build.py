@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 from harness import registry
 from harness.baselines import Claim
+from harness.family import Family
 from harness.claims import CONFIRMED, CONTRADICTED, NOT_MEASURABLE, ClaimResult, check_claims, is_mean_only
 from harness.records import Record
 from harness.report import plots as plotlib
@@ -97,8 +98,8 @@ def _stat_cells(r: Record) -> list[str]:
     return [str(s.n), _fmt(s.p50_ns / 1e3, "{:.2f}"), _fmt(s.p99_ns / 1e3, "{:.2f}"), _fmt(s.mean_ns / 1e3, "{:.2f}")]
 
 
-def _family_table(records: Sequence[Record]) -> Table:
-    family = registry.FAMILIES.get(records[0].family)
+def _family_table(records: Sequence[Record], families: Mapping[str, Family]) -> Table:
+    family = families.get(records[0].family)
     # The family's own columns (as in the terminal table), unless a record is an imported mean:
     # those columns may read percentiles that such a record does not have.
     if family is not None and family.columns and not any(is_mean_only(r) for r in records):
@@ -113,19 +114,19 @@ def _family_table(records: Sequence[Record]) -> Table:
     return Table(["case", "status", "n", "p50 (us)", "p99 (us)", "mean (us)", *metric_names], rows)
 
 
-def known_families() -> list[str]:
-    names = [n for n in registry.FAMILIES if n != "selftest"]
+def known_families(families: Mapping[str, Family]) -> list[str]:
+    names = [n for n in families if n != "selftest"]
     return names + [n for n in plotlib.PLOTS if n not in names]
 
 
-def _families(runs: Sequence[RunData]) -> list[Block]:
+def _families(runs: Sequence[RunData], families: Mapping[str, Family]) -> list[Block]:
     blocks: list[Block] = []
     present: list[str] = []
     for run in runs:
         present += [f for f in run.families() if f not in present]
     for fam in present:
         blocks.append(Heading(2, f"Family {fam}"))
-        family = registry.FAMILIES.get(fam)
+        family = families.get(fam)
         if family is not None:
             blocks.append(Para(family.description))
         for run in runs:
@@ -138,7 +139,7 @@ def _families(runs: Sequence[RunData]) -> list[Block]:
             if any(is_mean_only(r) for r in recs):
                 blocks.append(Para("Imported records carry one averaged time per case (no per-iteration "
                                    "samples exist in the source): percentiles are shown as n/a."))
-            blocks.append(_family_table(recs))
+            blocks.append(_family_table(recs, families))
         if fam == "allreduce":
             blocks += _crossover_text(runs)
         for spec in plotlib.family_plots(fam):
@@ -152,7 +153,7 @@ def _families(runs: Sequence[RunData]) -> list[Block]:
                 blocks.append(Para(f"{spec.title}: nothing to plot (the records lack the fields it needs; see docs/reports.md)."))
             else:
                 blocks.append(Image(spec.name, spec.title, plotlib.png_bytes(fig)))
-    absent = [f for f in known_families() if f not in present]
+    absent = [f for f in known_families(families) if f not in present]
     if absent:
         blocks += [Heading(2, "Families not in this run"),
                    Para("; ".join(f"no records of family {f} in this run" for f in absent) + ".")]
@@ -202,7 +203,11 @@ def _claims(runs: Sequence[RunData], claims: Sequence[Claim], report: Report) ->
     return blocks
 
 
-def build(runs: Sequence[RunData], claims: Sequence[Claim], extra: Sequence[Block] = ()) -> Report:
+def build(runs: Sequence[RunData], claims: Sequence[Claim], extra: Sequence[Block] = (),
+          families: Optional[Mapping[str, Family]] = None) -> Report:
+    """``families`` (default: the registry) gives descriptions, table columns and the families
+    a run may lack; a fixed mapping keeps a golden report independent of what else is registered."""
+    families = registry.FAMILIES if families is None else families
     if not runs:
         raise ValueError("a report needs at least one run")
     title = ("critpath report: " + runs[0].label) if len(runs) == 1 else (
@@ -217,7 +222,7 @@ def build(runs: Sequence[RunData], claims: Sequence[Claim], extra: Sequence[Bloc
                                   "differences include machine and load noise."))
     report.blocks += _machine(runs)
     report.blocks += _cases(runs)
-    report.blocks += _families(runs)
+    report.blocks += _families(runs, families)
     report.blocks += list(extra)
     report.blocks += _claims(runs, claims, report)
     return report

@@ -49,7 +49,7 @@ def _atomic_write(path: Path, data: bytes) -> None:
 
 
 def make_report(run_dirs: Sequence[Path], labels: Sequence[str] = (), baselines_dir: Path = baselines.DEFAULT_DIR,
-                asv_results: Path | None = None) -> Report:
+                asv_results: Path | None = None, families=None) -> Report:
     if labels and len(labels) != len(run_dirs):
         raise baselines.BaselineError(f"--label given {len(labels)} times for {len(run_dirs)} runs")
     runs = [load_run(p, labels[i] if labels else None) for i, p in enumerate(run_dirs)]
@@ -59,7 +59,7 @@ def make_report(run_dirs: Sequence[Path], labels: Sequence[str] = (), baselines_
         from harness.report.history import history_blocks
 
         extra = history_blocks(asv_results, claims)
-    return build(runs, claims, extra)
+    return build(runs, claims, extra, families)
 
 
 def cmd_report(args) -> int:
