@@ -132,6 +132,10 @@ COMMAND_MODULES: tuple[str, ...] = (
     "harness.model.command",
     "harness.pipeline.compare",
     "harness.moe.cli",
+    "harness.report.cli",
+    "harness.accept",
+    "harness.nccltests",
+    "harness.baselines",
 )
 
 

@@ -1,3 +1,4 @@
+<<<<<<< HEAD
 
 
 def test_cli_comparison_with_labels(tmp_path, capsys):
@@ -9,3 +10,111 @@ def test_cli_comparison_with_labels(tmp_path, capsys):
     assert text.count("![AllReduce latency vs message size]") == 1
     assert main(["report", str(RUN), str(RUN), "--label", "only-one", "--out", str(out)]) == 2
     assert "--label given 1 times for 2 runs" in capsys.readouterr().err
+=======
+"""Reports from a fixed fixture run: golden markdown, plots present, absent families named."""
+from __future__ import annotations
+
+import base64
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from harness.baselines import load_dir
+from harness.cli import main
+from harness.families import allreduce
+from harness.report.build import build
+from harness.report.cli import make_report
+from harness.report.document import to_markdown
+from harness.report.plots import crossover_bytes
+from harness.report.run import load_run
+
+FIXTURES = Path(__file__).parent / "fixtures"
+RUN = FIXTURES / "run_mixed"
+GOLDEN = FIXTURES / "report_mixed.md"
+
+
+# The golden report sees a fixed set of families, so families registered later (whose columns and
+# descriptions would change the tables) do not change it.
+FAMILIES = {"allreduce": allreduce.FAMILY}
+
+
+@pytest.fixture(scope="module")
+def report():
+    return make_report([RUN], families=FAMILIES)
+
+
+def test_markdown_matches_the_golden_file(report):
+    text = to_markdown(report.blocks)
+    if os.environ.get("CRITPATH_REGEN_GOLDEN") == "1":  # deliberate update: review the diff, commit it
+        GOLDEN.write_text(text)
+    assert text == GOLDEN.read_text(), "after a deliberate change: CRITPATH_REGEN_GOLDEN=1 pytest tests/test_report.py"
+
+
+def test_markdown_is_deterministic(report):
+    assert to_markdown(make_report([RUN], families=FAMILIES).blocks) == to_markdown(report.blocks)
+
+
+def test_every_family_plot_is_drawn(report):
+    names = {b.name for b in report.blocks if hasattr(b, "png")}
+    assert names == {"allreduce_latency", "allreduce_busbw", "rpc_cdf", "pipeline_bubble", "moe_rank_load",
+                     "moe_step_vs_skew", "kv_fragmentation"}
+    for b in report.blocks:
+        if hasattr(b, "png"):
+            assert b.png.startswith(b"\x89PNG"), b.name
+
+
+def test_a_run_without_a_family_says_so(tmp_path):
+    lines = (RUN / "results.jsonl").read_text().splitlines(keepends=True)
+    (tmp_path / "results.jsonl").write_text("".join(l for l in lines if '"family":"allreduce"' in l))
+    text = to_markdown(make_report([tmp_path]).blocks)
+    assert "no records of family rpc in this run" in text
+    assert "no records of family kv_alloc in this run" in text
+    assert "![RPC round-trip CDF" not in text
+
+
+def test_claims_table_has_every_claim_with_a_verdict(report):
+    ids = (FIXTURES / "claim_ids.txt").read_text().split()
+    results = report.claim_results[0]
+    assert sorted(r.claim.id for r in results) == sorted(ids)
+    verdicts = {r.claim.id: r.verdict for r in results}
+    assert verdicts["A0.nagle"] == "confirmed"          # 40 ms stall removed by TCP_NODELAY
+    assert verdicts["A2.mean_vs_p999"] == "contradicted"  # the fixture's tail is only ~3x the mean
+    assert verdicts["A1.tree"] == "not measurable here"   # world 2 < 24
+    assert verdicts["A2.pps"] == "not measurable here"
+
+
+def test_crossover_interpolates_on_log_axes():
+    # ring slower below, faster above: log-difference crosses zero halfway between 1K and 4K.
+    assert crossover_bytes([1024, 4096], [2.0, 1.0], [1.0, 2.0]) == [pytest.approx(2048.0)]
+    assert crossover_bytes([1024, 4096], [2.0, 3.0], [1.0, 2.0]) == []
+
+
+def test_cli_writes_self_contained_html(tmp_path):
+    out = tmp_path / "out"
+    assert main(["report", str(RUN), "--out", str(out)]) == 0
+    html = (out / "report.html").read_text()
+    assert "<script" not in html and "http://" not in html and "https://" not in html
+    images = re.findall(r'src="data:image/png;base64,([^"]+)"', html)
+    assert len(images) == 7
+    assert base64.b64decode(images[0]).startswith(b"\x89PNG")
+    assert sorted(p.name for p in (out / "plots").iterdir())[0] == "allreduce_busbw.png"
+
+
+def test_comparison_overlays_runs(tmp_path):
+    other = tmp_path / "b"
+    shutil.copytree(RUN, other)
+    report = build([load_run(RUN, "cluster-a"), load_run(other, "cluster-b")], load_dir())
+    text = to_markdown(report.blocks)
+    assert text.startswith("# critpath comparison: cluster-a vs cluster-b")
+    assert "cluster-a: measured" in text and "cluster-b: verdict" in text
+    assert "not an A/B measurement" in text
+
+
+def test_unreadable_run_is_a_usage_error(tmp_path, capsys):
+    (tmp_path / "results.jsonl").write_text('{"schema": "critpath.record/1"}\n')
+    assert main(["report", str(tmp_path)]) == 2
+    assert "results.jsonl:1" in capsys.readouterr().err
+>>>>>>> report

@@ -1,0 +1,247 @@
+"""Baselines: the figures the source articles report, as validated data (``baselines/*.yaml``).
+
+Each file holds one article's claims. A claim is a reference point from someone else's cluster;
+its ``measure`` block says how critpath measures the comparable quantity here (a family, the
+parameters of the records to use and a statistic), or why nothing can (``not_measurable``).
+
+A malformed file is reported with its file, line and field: the YAML is composed into nodes
+(which keep their line numbers) and the JSON Schema error's path is walked down those nodes.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Mapping, Optional, Sequence, Union
+
+import jsonschema
+import yaml
+
+from harness.fingerprint import PROJECT_ROOT
+
+SCHEMA_ID = "critpath.baselines/1"
+DEFAULT_DIR = PROJECT_ROOT / "baselines"
+
+Selector = Mapping[str, Union[int, float, str, list]]
+
+
+class BaselineError(ValueError):
+    """A baselines file that does not load; the message names file, line and field."""
+
+
+def _schema() -> dict:
+    return json.loads(resources.files("harness").joinpath("schemas/baselines-1.json").read_text())
+
+
+_VALIDATOR = jsonschema.Draft202012Validator(_schema())
+
+
+@dataclass(frozen=True)
+class Measure:
+    status: str  # available | pending | not_measurable
+    family: Optional[str] = None
+    case: Optional[str] = None
+    select: Selector = field(default_factory=dict)
+    before: Optional[Selector] = None
+    after: Optional[Selector] = None
+    statistic: Optional[str] = None
+    compare: Optional[str] = None  # bound | change | range
+    min_world: int = 1
+    expect: Optional[str] = None  # lower | higher: a change the article states without figures
+    ignore: tuple[str, ...] = ()  # change: parameters that do not take part in pairing
+    over: str = "worst"  # bound: worst (must hold for every matching case) or best (shown by at least one)
+    reason: str = ""
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Claim:
+    id: str
+    figure: str
+    metric: str
+    unit: str
+    direction: str  # lower | higher | none
+    hardware: str
+    section: str
+    article_file: str
+    measure: Measure
+    value: Optional[float] = None
+    relation: str = "="
+    before: Optional[float] = None
+    after: Optional[float] = None
+    low: Optional[float] = None
+    high: Optional[float] = None
+    context: str = ""
+    model_dependent: bool = False
+    source: str = ""  # baselines file:line, for messages
+
+    @property
+    def article_figure(self) -> str:
+        """The article's figure in one short string, with its unit."""
+        if self.before is not None:
+            return f"{_num(self.before)} -> {_num(self.after)} {self.unit}"
+        if self.low is not None:
+            return f"{_num(self.low)}-{_num(self.high)} {self.unit}"
+        rel = "" if self.relation in ("=",) else f"{self.relation} "
+        return f"{rel}{_num(self.value)} {self.unit}"
+
+
+def _num(x: Optional[float]) -> str:
+    if x is None:
+        return "-"
+    return f"{x:g}"
+
+
+def _node_at(node: yaml.Node, path: Sequence[Any]) -> yaml.Node:
+    """The deepest YAML node along a JSON path (keys and list indices)."""
+    for part in path:
+        if isinstance(node, yaml.MappingNode):
+            found = None
+            for key, value in node.value:
+                if key.value == part:
+                    found = value
+                    break
+            if found is None:
+                return node
+            node = found
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+            node = node.value[part]
+        else:
+            return node
+    return node
+
+
+def line_of_field(node: yaml.Node, path: Sequence[Any]) -> int:
+    """1-based line of the field at ``path``: its key when it is a mapping entry."""
+    parent = _node_at(node, path[:-1]) if path else node
+    if path and isinstance(parent, yaml.MappingNode):
+        for key, _ in parent.value:
+            if key.value == path[-1]:
+                return key.start_mark.line + 1
+    return _node_at(node, path).start_mark.line + 1
+
+
+def load_file(path: Path) -> list[Claim]:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise BaselineError(f"{path}: cannot read: {exc}") from None
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        raise BaselineError(f"{where}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
+    if root is None or not isinstance(data, dict):
+        raise BaselineError(f"{path}:1: a baselines file must be a mapping with schema, article and claims")
+    error = jsonschema.exceptions.best_match(_VALIDATOR.iter_errors(data))
+    if error is not None:
+        where = list(error.absolute_path)
+        line = line_of_field(root, where)
+        field_name = ".".join(str(p) for p in where) or "(file)"
+        if error.validator == "required" and isinstance(error.instance, dict):
+            missing = [k for k in error.validator_value if k not in error.instance]
+            field_name = ".".join(str(p) for p in [*where, missing[0]])
+        raise BaselineError(f"{path}:{line}: field {field_name}: {error.message}")
+    claims = []
+    for index, raw in enumerate(data["claims"]):
+        line = _node_at(root, ["claims", index]).start_mark.line + 1
+        m = raw["measure"]
+        claims.append(
+            Claim(
+                id=raw["id"], figure=raw["figure"], metric=raw["metric"], unit=raw["unit"],
+                direction=raw["direction"], hardware=raw["hardware"], section=raw["section"],
+                article_file=data["article"]["file"],
+                measure=Measure(
+                    status=m["status"], family=m.get("family"), case=m.get("case"),
+                    select=m.get("select", {}), before=m.get("before"), after=m.get("after"),
+                    statistic=m.get("statistic"), compare=m.get("compare"), min_world=m.get("min_world", 1), expect=m.get("expect"), over=m.get("over", "worst"), ignore=tuple(m.get("ignore", ())),
+                    reason=m.get("reason", ""), note=m.get("note", ""),
+                ),
+                value=raw.get("value"), relation=raw.get("relation", "="), before=raw.get("before"),
+                after=raw.get("after"), low=raw.get("low"), high=raw.get("high"),
+                context=raw.get("context", ""), model_dependent=raw.get("model_dependent", False),
+                source=f"{path.name}:{line}",
+            )
+        )
+    return claims
+
+
+def load_dir(directory: Path = DEFAULT_DIR) -> list[Claim]:
+    """Every claim in ``directory/*.yaml``, in file order; an ID given twice is an error."""
+    directory = Path(directory)
+    files = sorted(directory.glob("*.yaml"))
+    if not files:
+        raise BaselineError(f"{directory}: no baselines files (*.yaml)")
+    claims: list[Claim] = []
+    seen: dict[str, str] = {}
+    for path in files:
+        for claim in load_file(path):
+            if claim.id in seen:
+                raise BaselineError(f"{claim.source}: claim {claim.id} is already defined at {seen[claim.id]}")
+            seen[claim.id] = claim.source
+            claims.append(claim)
+    return claims
+
+
+def mapping_problems(claims: Sequence[Claim]) -> list[str]:
+    """Mappings that name something the registry lacks.
+
+    ``available`` means the family exists and every selector key is one of its declared
+    parameters; a ``case`` must parse against the registry. A ``pending`` mapping whose family
+    is in the registry is held to the same parameter check (a misspelt key would never match);
+    one whose family is not there yet is reported by the claims check as pending.
+    """
+    from harness import registry
+
+    problems = []
+    for claim in claims:
+        m = claim.measure
+        if m.case is not None and m.status != "not_measurable":
+            try:
+                registry.parse(m.case)
+            except (ValueError, KeyError) as exc:
+                problems.append(f"{claim.source}: {claim.id}: case {m.case!r}: {exc}")
+        if m.status == "not_measurable":
+            continue
+        family = registry.FAMILIES.get(m.family or "")
+        if family is None and m.status == "pending":
+            continue
+        if family is None:
+            problems.append(f"{claim.source}: {claim.id}: family {m.family!r} is not in the registry (mark it pending)")
+            continue
+        for selector in (m.select, m.before or {}, m.after or {}):
+            for key in selector:
+                if key not in family.declared:
+                    problems.append(f"{claim.source}: {claim.id}: family {m.family!r} has no parameter {key!r}")
+    return problems
+
+
+def register(sub) -> None:
+    p = sub.add_parser("baselines", help="validate baselines YAML and list the claims with how each is measured")
+    p.add_argument("--dir", type=Path, default=DEFAULT_DIR, help="directory of baselines YAML (default: baselines/)")
+    p.set_defaults(func=cmd_baselines)
+
+
+def cmd_baselines(args) -> int:
+    import sys
+    from collections import Counter
+
+    try:
+        claims = load_dir(args.dir)
+    except BaselineError as exc:
+        print(f"critpath baselines: error: {exc}", file=sys.stderr)
+        return 2
+    for claim in claims:
+        m = claim.measure
+        how = m.reason if m.status == "not_measurable" else f"{m.family} {m.compare} on {m.statistic}"
+        print(f"{claim.id:22} {m.status:15} {claim.article_figure:28} {how}")
+    counts = Counter(c.measure.status for c in claims)
+    print(f"{len(claims)} claims: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+    problems = mapping_problems(claims)
+    for problem in problems:
+        print(f"mapping: {problem}", file=sys.stderr)
+    return 1 if problems else 0

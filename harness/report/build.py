@@ -1,0 +1,228 @@
+"""Build a report (one run, or several side by side) from stored records only.
+
+The content is deterministic given the run directories and the baselines: no wall-clock time,
+no host lookups, so the markdown of a fixed run is a golden file.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Mapping, Optional, Sequence
+
+from harness import registry
+from harness.baselines import Claim
+from harness.family import Family
+from harness.claims import CONFIRMED, CONTRADICTED, NOT_MEASURABLE, ClaimResult, check_claims, is_mean_only
+from harness.records import Record
+from harness.report import plots as plotlib
+from harness.report.document import Block, Heading, Image, Para, Table
+from harness.report.run import RunData
+
+
+human_bytes = plotlib.human_bytes
+
+
+@dataclass
+class Report:
+    title: str
+    blocks: list[Block] = field(default_factory=list)
+    claim_results: list[list[ClaimResult]] = field(default_factory=list)  # per run
+
+
+def _fmt(x: Optional[float], spec: str = "{:.4g}") -> str:
+    return "-" if x is None else spec.format(x)
+
+
+def _gpus(fp: dict) -> str:
+    g = fp.get("gpus") or {}
+    if not g.get("present"):
+        return "none" + (f" ({g['reason']})" if g.get("reason") else "")
+    names = Counter(d.get("name", "?") for d in g.get("devices", []))
+    return ", ".join(f"{n} x {name}" for name, n in names.items()) + f"; driver {g.get('driver_version', '?')}"
+
+
+MACHINE_ROWS = (
+    ("host", lambda fp: fp.get("host")),
+    ("CPU", lambda fp: fp.get("cpu_model")),
+    ("usable cores", lambda fp: fp.get("cpu_usable")),
+    ("kernel", lambda fp: fp.get("kernel")),
+    ("Python / torch", lambda fp: f"{fp.get('python')} / {fp.get('torch')}" if fp.get("python") else None),
+    ("backend, world, launch", lambda fp: f"{fp.get('backend')}, {fp.get('world')}, {fp.get('launch')}" if fp.get("backend") else None),
+    ("NCCL", lambda fp: fp.get("nccl_version")),
+    ("GPUs", lambda fp: _gpus(fp) if fp.get("gpus") else None),
+    ("commit", lambda fp: (fp["git"].get("commit") or "-")[:12] + (" (dirty)" if fp["git"].get("dirty") else "") if fp.get("git") else None),
+    ("imported from", lambda fp: fp.get("imported_from")),
+)
+
+
+def _machine(runs: Sequence[RunData]) -> list[Block]:
+    rows = []
+    for name, get in MACHINE_ROWS:
+        values = [get(r.fingerprint) for r in runs]
+        if all(v is None for v in values):
+            continue
+        rows.append([name, *("-" if v is None else str(v) for v in values)])
+    if not rows:
+        return [Heading(2, "Machine"), Para("No fingerprint.json in the run directory.")]
+    return [Heading(2, "Machine"), Table(["", *(r.label for r in runs)], rows)]
+
+
+def _cases(runs: Sequence[RunData]) -> list[Block]:
+    rows = []
+    failures = []
+    for run in runs:
+        for fam in run.families():
+            recs = run.of(fam)
+            ok = sum(r.ok for r in recs)
+            timeouts = sum(r.status == "timeout" for r in recs)
+            rows.append([run.label, fam, str(len(recs)), str(ok), str(len(recs) - ok - timeouts), str(timeouts)])
+            for r in recs:
+                if not r.ok:
+                    why = r.error.message.splitlines()[0] if r.error and r.error.message else (
+                        f"check: {r.check.wrong} wrong of {r.check.checked}" if r.check else r.status)
+                    failures.append([run.label, r.case_id, r.status, why])
+    blocks: list[Block] = [Heading(2, "Cases"), Table(["run", "family", "cases", "ok", "failed", "timed out"], rows)]
+    if failures:
+        blocks += [Para("Cases that did not pass (each is a record; the run went on):"),
+                   Table(["run", "case", "status", "why"], failures)]
+    return blocks
+
+
+def _stat_cells(r: Record) -> list[str]:
+    s = r.summary
+    if s is None:
+        return ["-", "-", "-", "-"]
+    if is_mean_only(r):
+        n = r.extra["imported"].get("iters", "?")
+        return [f"1 mean of {n}", "n/a", "n/a", _fmt(s.mean_ns / 1e3, "{:.2f}")]
+    return [str(s.n), _fmt(s.p50_ns / 1e3, "{:.2f}"), _fmt(s.p99_ns / 1e3, "{:.2f}"), _fmt(s.mean_ns / 1e3, "{:.2f}")]
+
+
+def _family_table(records: Sequence[Record], families: Mapping[str, Family]) -> Table:
+    family = families.get(records[0].family)
+    # The family's own columns (as in the terminal table), unless a record is an imported mean:
+    # those columns may read percentiles that such a record does not have.
+    if family is not None and family.columns and not any(is_mean_only(r) for r in records):
+        rows = [[c.render(r) for c in family.columns] + ["ok" if r.ok else r.status if r.status != "ok" else "wrong"]
+                for r in records]
+        return Table([c.header for c in family.columns] + ["status"], rows)
+    metric_names = sorted({k for r in records for k in r.metrics})[:6]
+    rows = []
+    for r in records:
+        rows.append([r.case_id, "ok" if r.ok else r.status if r.status != "ok" else "wrong", *_stat_cells(r),
+                     *(_fmt(r.metrics.get(m)) for m in metric_names)])
+    return Table(["case", "status", "n", "p50 (us)", "p99 (us)", "mean (us)", *metric_names], rows)
+
+
+def known_families(families: Mapping[str, Family]) -> list[str]:
+    names = [n for n in families if n != "selftest"]
+    return names + [n for n in plotlib.PLOTS if n not in names]
+
+
+def _families(runs: Sequence[RunData], families: Mapping[str, Family]) -> list[Block]:
+    blocks: list[Block] = []
+    present: list[str] = []
+    for run in runs:
+        present += [f for f in run.families() if f not in present]
+    for fam in present:
+        blocks.append(Heading(2, f"Family {fam}"))
+        family = families.get(fam)
+        if family is not None:
+            blocks.append(Para(family.description))
+        for run in runs:
+            recs = run.of(fam)
+            if len(runs) > 1:
+                blocks.append(Heading(3, run.label))
+            if not recs:
+                blocks.append(Para(f"No records of family {fam} in this run."))
+                continue
+            if any(is_mean_only(r) for r in recs):
+                blocks.append(Para("Imported records carry one averaged time per case (no per-iteration "
+                                   "samples exist in the source): percentiles are shown as n/a."))
+            blocks.append(_family_table(recs, families))
+        if fam == "allreduce":
+            blocks += _crossover_text(runs)
+        for spec in plotlib.family_plots(fam):
+            try:
+                fig = spec.draw(runs)
+            except (KeyError, TypeError, ValueError, IndexError) as exc:
+                # Records of another shape (an older family version) must not take the report down.
+                blocks.append(Para(f"{spec.title}: could not be drawn from these records ({type(exc).__name__}: {exc})."))
+                continue
+            if fig is None:
+                blocks.append(Para(f"{spec.title}: nothing to plot (the records lack the fields it needs; see docs/reports.md)."))
+            else:
+                blocks.append(Image(spec.name, spec.title, plotlib.png_bytes(fig)))
+    absent = [f for f in known_families(families) if f not in present]
+    if absent:
+        blocks += [Heading(2, "Families not in this run"),
+                   Para("; ".join(f"no records of family {f} in this run" for f in absent) + ".")]
+    return blocks
+
+
+def _crossover_text(runs: Sequence[RunData]) -> list[Block]:
+    rows = []
+    for run in runs:
+        found = plotlib.ring_tree_crossovers(run.of("allreduce"))
+        for (dtype, world, backend), x in found:
+            rows.append([run.label, backend, dtype, str(world), human_bytes(x)])
+        if not found:
+            rows.append([run.label, "-", "-", "-", "none in the measured sizes"])
+    return [Para("Ring/tree crossover: the size at which the faster of ring and tree changes "
+                 "(p50 latency, log-log interpolation between measured sizes)."),
+            Table(["run", "backend", "dtype", "world", "crossover"], rows)]
+
+
+def _claims(runs: Sequence[RunData], claims: Sequence[Claim], report: Report) -> list[Block]:
+    per_run = [check_claims(claims, run.records, run.label) for run in runs]
+    report.claim_results = per_run
+    blocks: list[Block] = [Heading(2, "Claims check")]
+    for run, results in zip(runs, per_run):
+        counts = Counter(r.verdict for r in results)
+        blocks.append(Para(
+            f"{run.label}: {counts[CONFIRMED]} confirmed, {counts[CONTRADICTED]} contradicted, "
+            f"{counts[NOT_MEASURABLE]} not measurable here, of {len(results)} claims. A confirmed claim "
+            "shows the same direction or bound on this machine; the ratio says how far the figures are apart."))
+    headers = ["claim", "article figure"]
+    for run in runs:
+        prefix = f"{run.label}: " if len(runs) > 1 else ""
+        headers += [f"{prefix}measured", f"{prefix}ratio", f"{prefix}verdict"]
+    headers += ["notes", "source"]
+    rows = []
+    for i, claim in enumerate(claims):
+        row = [claim.id, claim.article_figure]
+        notes: list[str] = []
+        for results in per_run:
+            res = results[i]
+            row += [res.measured_text, _fmt(res.ratio, "{:.3g}"), res.verdict]
+            if res.notes and res.notes not in notes:
+                notes.append(res.notes)
+        row += [" / ".join(notes), f"{claim.article_file}, {claim.section}"]
+        rows.append(row)
+    blocks.append(Table(headers, rows))
+    return blocks
+
+
+def build(runs: Sequence[RunData], claims: Sequence[Claim], extra: Sequence[Block] = (),
+          families: Optional[Mapping[str, Family]] = None) -> Report:
+    """``families`` (default: the registry) gives descriptions, table columns and the families
+    a run may lack; a fixed mapping keeps a golden report independent of what else is registered."""
+    families = registry.FAMILIES if families is None else families
+    if not runs:
+        raise ValueError("a report needs at least one run")
+    title = ("critpath report: " + runs[0].label) if len(runs) == 1 else (
+        "critpath comparison: " + " vs ".join(r.label for r in runs))
+    report = Report(title)
+    report.blocks.append(Heading(1, title))
+    report.blocks.append(Para(
+        "Built from the stored records only (" + ", ".join(f"{r.label}: {len(r.records)} records" for r in runs)
+        + "). Latencies are per operation; for collectives an iteration's time is the slowest rank's."))
+    if len(runs) > 1:
+        report.blocks.append(Para("Runs from different jobs or machines are not an A/B measurement: "
+                                  "differences include machine and load noise."))
+    report.blocks += _machine(runs)
+    report.blocks += _cases(runs)
+    report.blocks += _families(runs, families)
+    report.blocks += list(extra)
+    report.blocks += _claims(runs, claims, report)
+    return report

@@ -1,0 +1,83 @@
+"""``critpath report RUN_DIR [RUN_DIR ...]``: markdown + self-contained HTML from stored records.
+
+One run writes ``report.md``, ``report.html`` and ``plots/`` into the run directory (or --out);
+several runs give a comparison with the plots overlaid (--out, default reports/compare-<labels>).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Sequence
+
+from harness import baselines
+from harness.report.build import Report, build
+from harness.report.document import Block, Image, to_html, to_markdown
+from harness.report.run import load_run
+
+EXIT_OK, EXIT_USAGE = 0, 2
+
+
+def register(sub) -> None:
+    p = sub.add_parser("report", help="markdown + HTML report of one run, or a comparison of several")
+    p.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR")
+    p.add_argument("--out", type=Path, help="output directory (default: the run directory; for several runs reports/compare-...)")
+    p.add_argument("--label", action="append", default=[], help="label per run, in order (default: the run ID)")
+    p.add_argument("--baselines", type=Path, default=baselines.DEFAULT_DIR, help="directory of baselines YAML")
+    p.add_argument("--asv-results", type=Path, metavar="DIR", help="asv results directory (.asv/results) for history plots")
+    p.set_defaults(func=cmd_report)
+
+
+def write_report(report: Report, out: Path) -> tuple[Path, Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    plots = out / "plots"
+    images = [b for b in report.blocks if isinstance(b, Image)]
+    if images:
+        plots.mkdir(exist_ok=True)
+    for image in images:
+        _atomic_write(plots / f"{image.name}.png", image.png)
+    md, html = out / "report.md", out / "report.html"
+    _atomic_write(md, to_markdown(report.blocks).encode())
+    _atomic_write(html, to_html(report.blocks, report.title).encode())
+    return md, html
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def make_report(run_dirs: Sequence[Path], labels: Sequence[str] = (), baselines_dir: Path = baselines.DEFAULT_DIR,
+                asv_results: Path | None = None, families=None) -> Report:
+    if labels and len(labels) != len(run_dirs):
+        raise baselines.BaselineError(f"--label given {len(labels)} times for {len(run_dirs)} runs")
+    runs = [load_run(p, labels[i] if labels else None) for i, p in enumerate(run_dirs)]
+    claims = baselines.load_dir(baselines_dir)
+    extra: list[Block] = []
+    if asv_results is not None:
+        from harness.report.history import history_blocks
+
+        extra = history_blocks(asv_results, claims)
+    return build(runs, claims, extra, families)
+
+
+def cmd_report(args) -> int:
+    import sys
+
+    from harness.report.history import HistoryError
+
+    try:
+        report = make_report(args.run_dirs, args.label, args.baselines, args.asv_results)
+    except (baselines.BaselineError, HistoryError) as exc:
+        print(f"critpath report: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.out:
+        out = args.out
+    elif len(args.run_dirs) == 1:
+        out = args.run_dirs[0]
+    else:
+        out = Path("reports") / ("compare-" + "-".join(p.name for p in args.run_dirs))[:120]
+    md, html = write_report(report, out)
+    print(f"{md}\n{html}")
+    return EXIT_OK

@@ -1,0 +1,103 @@
+"""A report as a list of blocks, rendered to markdown and to self-contained HTML from the same
+content, so the two never disagree."""
+from __future__ import annotations
+
+import base64
+import html
+from dataclasses import dataclass, field
+from typing import Sequence, Union
+
+
+@dataclass(frozen=True)
+class Heading:
+    level: int
+    text: str
+
+
+@dataclass(frozen=True)
+class Para:
+    text: str
+
+
+@dataclass(frozen=True)
+class Table:
+    headers: Sequence[str]
+    rows: Sequence[Sequence[str]]
+
+
+@dataclass(frozen=True)
+class Image:
+    name: str  # file stem under plots/
+    title: str
+    png: bytes = field(repr=False)
+    caption: str = ""
+
+
+Block = Union[Heading, Para, Table, Image]
+
+
+def _md_cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def to_markdown(blocks: Sequence[Block], plots_dir: str = "plots") -> str:
+    out: list[str] = []
+    for b in blocks:
+        if isinstance(b, Heading):
+            out += ["#" * b.level + " " + b.text, ""]
+        elif isinstance(b, Para):
+            out += [b.text, ""]
+        elif isinstance(b, Table):
+            out.append("| " + " | ".join(_md_cell(h) for h in b.headers) + " |")
+            out.append("|" + "|".join("---" for _ in b.headers) + "|")
+            out += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in b.rows]
+            out.append("")
+        elif isinstance(b, Image):
+            out += [f"![{b.title}]({plots_dir}/{b.name}.png)", ""]
+            if b.caption:
+                out += [f"*{b.caption}*", ""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+_CSS = """
+body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
+table{border-collapse:collapse;margin:1em 0;font-size:0.9em}
+th,td{border:1px solid #ccc;padding:0.25em 0.5em;text-align:left;vertical-align:top}
+th{background:#f3f3f3} figure{margin:1em 0} img{max-width:100%}
+figcaption{font-size:0.9em;color:#555}
+.confirmed{color:#17692d}.contradicted{color:#b3261e}
+"""
+
+
+def _html_cell(text: str) -> str:
+    escaped = html.escape(str(text))
+    if text in ("confirmed", "contradicted"):
+        return f'<span class="{text}">{escaped}</span>'
+    return escaped
+
+
+def to_html(blocks: Sequence[Block], title: str) -> str:
+    body: list[str] = []
+    for b in blocks:
+        if isinstance(b, Heading):
+            body.append(f"<h{b.level}>{html.escape(b.text)}</h{b.level}>")
+        elif isinstance(b, Para):
+            body.append(f"<p>{html.escape(b.text)}</p>")
+        elif isinstance(b, Table):
+            head = "".join(f"<th>{html.escape(str(h))}</th>" for h in b.headers)
+            rows = "".join("<tr>" + "".join(f"<td>{_html_cell(c)}</td>" for c in row) + "</tr>" for row in b.rows)
+            body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
+        elif isinstance(b, Image):
+            data = base64.b64encode(b.png).decode("ascii")
+            caption = f"<figcaption>{html.escape(b.caption)}</figcaption>" if b.caption else ""
+            body.append(
+                f'<figure data-plot="{html.escape(b.name)}"><img alt="{html.escape(b.title)}" '
+                f'src="data:image/png;base64,{data}">{caption}</figure>'
+            )
+    # No scripts, no external resources: the file opens anywhere and prints no console errors.
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>\n"
+        + "\n".join(body)
+        + "\n</body></html>\n"
+    )

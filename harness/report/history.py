@@ -1,0 +1,173 @@
+"""History from asv results across commits: each tracked figure over commits, with the article's
+figure drawn as a reference line where a claim applies, so a regression and the distance to the
+published figure are seen together.
+
+Results are read with asv's own loader (``asv.results.iter_results``) from ``.asv/results``.
+A tracked figure is an asv ``track_<statistic>`` benchmark parameterised by case ID (the suite in
+``benchmarks/``). A claim applies when it is a bound on the same statistic of the same family and
+its parameters are a subset of the case's.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Sequence
+
+from harness.baselines import Claim
+from harness.report.document import Block, Heading, Image, Para, Table
+
+_STAT = re.compile(r"^(min|p50|p90|p99|p999|max|mean)_(ns|us|ms|s)$")
+_SCALE = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
+MAX_LINES_PER_PLOT = 8
+
+
+class HistoryError(ValueError):
+    """An asv results directory that cannot be read."""
+
+
+@dataclass(frozen=True)
+class Point:
+    commit: str
+    date_ms: int
+    value: float
+
+
+@dataclass(frozen=True)
+class Reference:
+    claim_id: str
+    value: float  # in the tracked figure's unit
+    text: str
+
+
+@dataclass
+class Series:
+    machine: str
+    benchmark: str  # e.g. bench_families.Allreduce.track_p50_us
+    case_id: str
+    points: list[Point]
+    reference: Optional[Reference] = None
+
+    @property
+    def statistic(self) -> str:
+        return self.benchmark.rsplit(".", 1)[-1].removeprefix("track_")
+
+
+def _case_params(case_id: str) -> tuple[str, dict]:
+    family, _, body = case_id.partition("/")
+    params: dict = {}
+    for item in filter(None, body.split(",")):
+        key, _, text = item.partition("=")
+        for cast in (int, float):
+            try:
+                params[key] = cast(text)
+                break
+            except ValueError:
+                continue
+        else:
+            params[key] = text
+    return family, params
+
+
+def reference_for(series: Series, claims: Sequence[Claim]) -> Optional[Reference]:
+    family, params = _case_params(series.case_id)
+    tracked = _STAT.match(series.statistic)
+    for claim in claims:
+        m = claim.measure
+        if m.status == "not_measurable" or m.compare != "bound" or m.family != family or not m.statistic:
+            continue
+        if any(params.get(k) != v for k, v in m.select.items() if not isinstance(v, list)):
+            continue
+        target = claim.value if claim.value is not None else claim.after
+        wanted = _STAT.match(m.statistic)
+        if tracked and wanted and tracked.group(1) == wanted.group(1):
+            value = target * _SCALE[wanted.group(2)] / _SCALE[tracked.group(2)]
+        elif m.statistic == series.statistic:
+            value = target
+        else:
+            continue
+        return Reference(claim.id, value, f"{claim.id} ({claim.article_file}): {claim.article_figure}")
+    return None
+
+
+def load_history(results_dir: Path) -> list[Series]:
+    from asv.results import iter_results
+
+    results_dir = Path(results_dir)
+    if not results_dir.is_dir():
+        raise HistoryError(f"{results_dir}: no asv results directory (run `asv run` first; see docs/reports.md)")
+    by_key: dict[tuple, list[Point]] = defaultdict(list)
+    for result in iter_results(str(results_dir)):
+        machine = result.params.get("machine", "?")
+        for key in result.get_all_result_keys():
+            if not key.rsplit(".", 1)[-1].startswith("track_"):
+                continue
+            params = result.get_result_params(key)
+            values = result.get_result_value(key, params)
+            if not params or len(params) != 1:
+                continue  # tracked figures are parameterised by case ID only
+            for case_id, value in zip(params[0], values):
+                if value is None or (isinstance(value, float) and math.isnan(value)):
+                    continue  # a failed case is missing, never zero
+                case_id = case_id.strip("'\"")
+                by_key[(machine, key, case_id)].append(Point(result.commit_hash, int(result.date), float(value)))
+    series = [Series(m, k, c, sorted(pts, key=lambda p: (p.date_ms, p.commit))) for (m, k, c), pts in by_key.items()]
+    if not series:
+        raise HistoryError(f"{results_dir}: no asv track_* results found")
+    return sorted(series, key=lambda s: (s.machine, s.benchmark, s.case_id))
+
+
+def _date(ms: int) -> str:
+    return _dt.datetime.fromtimestamp(ms / 1000, _dt.timezone.utc).strftime("%Y-%m-%d")
+
+
+def _plot(machine: str, benchmark: str, group: list[Series]) -> Image:
+    from harness.report.plots import legend, png_bytes, subplots
+
+    fig, ax = subplots((7, 4))
+    commits = sorted({(p.date_ms, p.commit) for s in group for p in s.points})
+    x_of = {c: i for i, (_, c) in enumerate(commits)}
+    shown = sorted(group, key=lambda s: (s.reference is None, s.case_id))[:MAX_LINES_PER_PLOT]
+    for i, s in enumerate(shown):
+        line, = ax.plot([x_of[p.commit] for p in s.points], [p.value for p in s.points], marker="o", markersize=3,
+                        label=s.case_id.split("/", 1)[1])
+        if s.reference is not None:
+            ax.axhline(s.reference.value, color=line.get_color(), linestyle="--", linewidth=1,
+                       label=f"article {s.reference.claim_id}")
+    ax.set_xticks(range(len(commits)), [c[:8] for _, c in commits], rotation=45, fontsize=7)
+    ax.set_xlabel("commit (by date)")
+    ax.set_ylabel(benchmark.rsplit(".", 1)[-1].removeprefix("track_"))
+    ax.grid(True, alpha=0.3)
+    legend(ax)
+    name = "history_" + re.sub(r"[^A-Za-z0-9]+", "_", f"{machine}_{benchmark}").strip("_")
+    caption = "" if len(group) <= MAX_LINES_PER_PLOT else f"{len(group) - MAX_LINES_PER_PLOT} more cases in the table"
+    return Image(name, f"{benchmark} over commits ({machine})", png_bytes(fig), caption)
+
+
+def history_blocks(results_dir: Path, claims: Sequence[Claim]) -> list[Block]:
+    series = load_history(results_dir)
+    for s in series:
+        s.reference = reference_for(s, claims)
+    blocks: list[Block] = [Heading(2, "History (asv results)"), Para(
+        f"{len(series)} tracked figures from {results_dir}. A dashed line is the article's figure where a claim applies; "
+        "the last column is the latest value over it.")]
+    rows = []
+    for s in series:
+        last = s.points[-1]
+        prev = s.points[-2] if len(s.points) > 1 else None
+        change = f"x{last.value / prev.value:.3g}" if prev and prev.value else "-"
+        ref = s.reference
+        rows.append([s.machine, s.benchmark.rsplit(".", 2)[-2] + "." + s.statistic, s.case_id, str(len(s.points)),
+                     f"{last.commit[:8]} ({_date(last.date_ms)})", f"{last.value:.4g}", change,
+                     ref.text if ref else "-", f"{last.value / ref.value:.3g}" if ref and ref.value else "-"])
+    blocks.append(Table(["machine", "figure", "case", "commits", "latest", "value", "vs previous", "article",
+                         "latest / article"], rows))
+    groups: dict[tuple, list[Series]] = defaultdict(list)
+    for s in series:
+        groups[(s.machine, s.benchmark)].append(s)
+    for (machine, benchmark), group in groups.items():
+        blocks.append(_plot(machine, benchmark, group))
+    return blocks

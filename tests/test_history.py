@@ -1,0 +1,47 @@
+"""History from asv results: series per tracked figure, the article's figure as reference."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.baselines import load_dir
+from harness.cli import main
+from harness.report.history import HistoryError, history_blocks, load_history, reference_for
+
+ASV = Path(__file__).parent / "fixtures" / "asv_results"
+
+
+def test_series_are_ordered_by_commit_date():
+    series = load_history(ASV)
+    assert len(series) == 6
+    rpc = next(s for s in series if s.case_id == "rpc/codec=raw,mode=pingpong,payload_bytes=256,transport=tcp_nodelay")
+    assert [p.commit[:8] for p in rpc.points] == ["11111111", "22222222", "33333333"]
+    assert [p.value for p in rpc.points] == pytest.approx([120.0, 122.4, 162.0])
+
+
+def test_reference_line_converts_the_claims_unit():
+    claims = load_dir()
+    series = {s.case_id + s.benchmark: s for s in load_history(ASV)}
+    tcp = series["rpc/codec=raw,mode=pingpong,payload_bytes=256,transport=tcp_nodelay" + "bench_families.Rpc.track_p50_us"]
+    ref = reference_for(tcp, claims)
+    assert ref.claim_id == "A0.fixed_cost" and ref.value == pytest.approx(200.0)  # 0.2 ms in us
+    uds = series["rpc/codec=raw,mode=pingpong,payload_bytes=256,transport=uds" + "bench_families.Rpc.track_p50_us"]
+    assert reference_for(uds, claims) is None
+
+
+def test_history_blocks_table_and_plots():
+    blocks = history_blocks(ASV, load_dir())
+    images = [b for b in blocks if hasattr(b, "png")]
+    assert len(images) == 3
+    table = next(b for b in blocks if hasattr(b, "rows"))
+    row = next(r for r in table.rows if r[2] == "rpc/codec=raw,mode=pingpong,payload_bytes=256,transport=tcp_nodelay")
+    assert row[6] == "x1.32" and row[8] == "0.81"
+
+
+def test_missing_results_directory_is_a_usage_error(tmp_path, capsys):
+    with pytest.raises(HistoryError):
+        load_history(tmp_path / "nope")
+    run = Path(__file__).parent / "fixtures" / "run_mixed"
+    assert main(["report", str(run), "--asv-results", str(tmp_path / "nope"), "--out", str(tmp_path / "o")]) == 2
+    assert "no asv results directory" in capsys.readouterr().err

@@ -1,0 +1,74 @@
+"""The HTML report renders in a real browser: headless Chromium loads it, every plot decodes, and
+the console stays silent. Skipped with a reason where Chromium is not installed."""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+
+RUN = Path(__file__).parent / "fixtures" / "run_mixed"
+BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+BROWSER = next((path for path in map(shutil.which, BROWSERS) if path), None)
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(BROWSER is None, reason="no Chromium on PATH (Debian: apt-get install chromium)"),
+]
+
+# Appended to a copy of the report (the report itself has no script): after the load event, which
+# waits for every image, count the images that decoded and write the result into the DOM.
+PROBE = """<script>
+window.addEventListener("load", () => {
+  const imgs = [...document.querySelectorAll("figure[data-plot] img")];
+  const bad = imgs.filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.alt);
+  document.body.setAttribute("data-probe", `images=${imgs.length} broken=${bad.length}`);
+  console.log("critpath-probe-done");
+});
+</script>"""
+
+
+def _chromium(url: str, profile: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [BROWSER, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={profile}",
+         "--enable-logging=stderr", "--v=0", "--virtual-time-budget=5000", "--dump-dom", url],
+        capture_output=True, text=True, timeout=120,
+    )
+
+
+def _console_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if "CONSOLE" in line]
+
+
+def test_report_renders_with_plots_and_no_console_errors(tmp_path):
+    out = tmp_path / "report"
+    assert main(["report", str(RUN), "--out", str(out)]) == 0
+    html = (out / "report.html").read_text()
+    probed = out / "probed.html"
+    probed.write_text(html.replace("</body>", PROBE + "</body>"))
+
+    proc = _chromium(probed.as_uri(), tmp_path / "profile")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    dom = proc.stdout
+    assert "<h1>critpath report: fixture-mixed</h1>" in dom
+    assert 'data-probe="images=7 broken=0"' in dom, re.findall(r'data-probe="[^"]*"', dom) or dom[:500]
+    # The probe's own message shows that console output is captured; anything else is from the page.
+    lines = _console_lines(proc.stderr)
+    assert any("critpath-probe-done" in line for line in lines), proc.stderr[-2000:]
+    assert [line for line in lines if "critpath-probe-done" not in line] == []
+
+
+def test_the_probe_can_fail(tmp_path):
+    """A broken image and a script error are seen: the check above is not vacuous."""
+    page = tmp_path / "broken.html"
+    page.write_text('<!DOCTYPE html><html><body><figure data-plot="x"><img alt="x" '
+                    'src="data:image/png;base64,AAAA"></figure><script>undefinedFunction();</script>'
+                    + PROBE + "</body></html>")
+    proc = _chromium(page.as_uri(), tmp_path / "profile")
+    assert 'data-probe="images=1 broken=1"' in proc.stdout
+    assert any("undefinedFunction" in line for line in _console_lines(proc.stderr)), proc.stderr[-2000:]
