@@ -104,3 +104,14 @@ def test_unreadable_run_is_a_usage_error(tmp_path, capsys):
     (tmp_path / "results.jsonl").write_text('{"schema": "critpath.record/1"}\n')
     assert main(["report", str(tmp_path)]) == 2
     assert "results.jsonl:1" in capsys.readouterr().err
+
+
+def test_cli_comparison_with_labels(tmp_path, capsys):
+    out = tmp_path / "cmp"
+    assert main(["report", str(RUN), str(RUN), "--label", "cluster-a", "--label", "cluster-b", "--out", str(out)]) == 0
+    text = (out / "report.md").read_text()
+    assert text.startswith("# critpath comparison: cluster-a vs cluster-b")
+    # Same plots, overlaid: one image per plot, not one per run.
+    assert text.count("![AllReduce latency vs message size]") == 1
+    assert main(["report", str(RUN), str(RUN), "--label", "only-one", "--out", str(out)]) == 2
+    assert "--label given 1 times for 2 runs" in capsys.readouterr().err
