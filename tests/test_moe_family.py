@@ -18,9 +18,12 @@ SMALL = dict(backend="gloo", bytes_per_elem=4, compute="sleep", expert_bytes=256
 
 @pytest.fixture(scope="module")
 def world1():
-    if not dist.is_initialized():
+    owned = not dist.is_initialized()
+    if owned:
         dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     yield RankContext(0, 1, 0, "gloo", torch.device("cpu"), dist.group.WORLD)
+    if owned:  # leave no process group behind for other tests in this process
+        dist.destroy_process_group()
 
 
 def _case(**over):
