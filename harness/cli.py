@@ -51,7 +51,10 @@ def _positive_float(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="critpath", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="critpath",
+        description="Latency of collectives and control messages on the critical path of distributed LLM inference.",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     p_list = sub.add_parser("list", help="families and their case IDs")

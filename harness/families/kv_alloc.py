@@ -243,7 +243,7 @@ FAMILY = Family(
         Column("decode OOMs", lambda r: r.metrics["decode_ooms"], "{:.0f}"),
         Column("ns/op", lambda r: r.metrics["replay_ns_per_op_p50"], "{:.0f}"),
     ),
-    # Opt-in (``--families kv_alloc``): a simulation, not a latency of the critical path, and its
-    # cases take no --sizes; a plain `critpath run` stays the collectives.
-    default=False,
+    # Part of a plain `critpath run`: the quick profile is a few small replays (modelled figures,
+    # labelled as such in every record).
+    default=True,
 )
