@@ -128,7 +128,7 @@ def cmd_show(args) -> int:
 
 # Other subcommands live with their concern; each module has register(subparsers), which adds
 # its parser with set_defaults(func=handler); a handler takes the parsed args, returns the exit code.
-COMMAND_MODULES: tuple[str, ...] = ("harness.gate.cli",)
+COMMAND_MODULES: tuple[str, ...] = ("harness.gate.cli", "harness.gate.power")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

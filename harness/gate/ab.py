@@ -5,11 +5,14 @@ exposed to the same slow drifts of a shared machine, and reversing every other p
 a linear drift inside each pair (the side that always went first would otherwise always see the
 machine a few seconds earlier). Each process is ``python -m harness run --case ... --out DIR``
 started with an argument list (never a shell) from its side's tree; every selected case runs in
-each process, so a repeat samples between-process variance for all cases at once.
+each process, so a repeat samples between-process variance for all cases at once. The order of
+cases inside a process is shuffled per repeat (the same order on both sides), so no case always
+runs first in a fresh process or last after the others have warmed or heated the machine.
 """
 from __future__ import annotations
 
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -112,12 +115,16 @@ def _run_process(tree: Tree, case_ids: Sequence[str], run_dir: Path, run_args: S
 def run_interleaved(cases: Sequence[GateCase], base: Tree, cand: Tree, repeats: int, out_dir: Path,
                     run_args: Sequence[str] = (), process_timeout_s: float = 600.0,
                     python: str = sys.executable,
-                    progress: Optional[Callable[[ProcessRun], None]] = None) -> ABRuns:
+                    progress: Optional[Callable[[ProcessRun], None]] = None, seed: int = 0) -> ABRuns:
     """Run ``repeats`` processes per side, interleaved; records are read back from each run dir."""
     result = ABRuns(list(cases))
-    ids = {BASE: list(dict.fromkeys(c.base_id for c in cases)), CANDIDATE: list(dict.fromkeys(c.cand_id for c in cases))}
     trees = {BASE: base, CANDIDATE: cand}
+    shuffler = random.Random(seed)
     for repeat in range(repeats):
+        shuffled = list(cases)
+        shuffler.shuffle(shuffled)
+        ids = {BASE: list(dict.fromkeys(c.base_id for c in shuffled)),
+               CANDIDATE: list(dict.fromkeys(c.cand_id for c in shuffled))}
         order = (BASE, CANDIDATE) if repeat % 2 == 0 else (CANDIDATE, BASE)
         for side in order:
             run_dir = Path(out_dir) / side / f"rep-{repeat:03d}"
