@@ -104,8 +104,14 @@ def _run_process(tree: Tree, case_ids: Sequence[str], run_dir: Path, run_args: S
             os.killpg(proc.pid, signal.SIGKILL)
             code = proc.wait()
             note = f"process exceeded {timeout_s:.0f} s and was killed"
+        except BaseException:
+            # Ctrl-C reaches only this process (the run has its own session): stop the run too.
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
     wall_s = time.perf_counter() - start
-    if code != 0 and not note:
+    if code != 0 and not note and not (run_dir / "results.jsonl").exists():
+        # Nothing measured: the log's last error line says why (a failed case is in its record).
         lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
         errors = [ln for ln in lines if "error" in ln.lower()]
         note = (errors or lines or ["(no output)"])[-1].strip()
