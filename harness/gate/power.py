@@ -36,6 +36,7 @@ from harness.gate import ab
 from harness.gate.stats import Outcome, Policy, verdict
 from harness.gate.trees import WORKTREE, Tree, repo_root
 from harness.gate.values import process_value
+from harness.store import ResultsFileError, load_records
 
 SPIN_CASE = "selftest/fault_rank=0,mode=spin,spin_iters={iters},world=1"
 
@@ -57,6 +58,9 @@ def register(sub) -> None:
     p.add_argument("--iters", type=int, default=2000, help="timed iterations per case (default 2000)")
     p.add_argument("--out", type=Path, default=Path("reports/gate-power"), help="directory for runs and power.json")
     p.add_argument("--from-json", type=Path, help="recompute the tables from a power.json instead of measuring")
+    p.add_argument("--from-dir", type=Path, help="recompute from the trial directories of an earlier measurement "
+                   "(any --statistics, from the raw records)")
+    p.add_argument("--trial-walls", type=_csv_floats, help="with --from-dir: wall seconds per trial when no trial.json")
     p.set_defaults(func=cmd_power)
 
 
@@ -66,6 +70,38 @@ def _pairs(spin_iters: int, slowdowns: Sequence[float]) -> list[ab.GateCase]:
     for s in slowdowns:
         pairs.append(ab.GateCase(f"+{s * 100:g} %", ref, SPIN_CASE.format(iters=round(spin_iters * (1 + s)))))
     return pairs
+
+
+def _rounds(trial_dir: Path, pairs: Sequence[ab.GateCase], statistics: Sequence[str], repeats: int) -> list[dict]:
+    """One row per repeat with both processes usable: the statistic of each pair's cases."""
+    rows = []
+    for repeat in range(repeats):
+        dirs = {side: trial_dir / side / f"rep-{repeat:03d}" for side in (ab.BASE, ab.CANDIDATE)}
+        try:
+            records = {side: {r.case_id: r for r in load_records(d)} for side, d in dirs.items()}
+        except ResultsFileError:
+            continue
+        try:
+            if not all(r.ok for side in records.values() for r in side.values()):
+                continue
+            row = {"values": {}}
+            for stat in statistics:
+                row["values"][stat] = {
+                    "base": process_value(records[ab.BASE][pairs[0].base_id], stat),
+                    **{p.name: process_value(records[ab.CANDIDATE][p.cand_id], stat) for p in pairs},
+                }
+        except KeyError:
+            continue
+        rows.append(row)
+    return rows
+
+
+def _document(args, pairs, statistics, trials) -> dict:
+    return {
+        "schema": "critpath.gate-power/1", "spin_iters": args.spin_iters, "slowdowns": list(args.slowdowns),
+        "pairs": [p.name for p in pairs], "statistics": list(statistics), "repeats": args.repeats,
+        "iters": args.iters, "min_effect": args.min_effect, "alpha": args.alpha, "trials": trials,
+    }
 
 
 def measure(args) -> dict:
@@ -82,39 +118,39 @@ def measure(args) -> dict:
     for t in range(args.trials):
         start = time.perf_counter()
         out = args.out / f"trial-{t:02d}"
-        runs = ab.run_interleaved(run_cases, tree, replace(tree, label="candidate"), args.repeats, out,
-                                  ["--iters", str(args.iters)], 600.0, seed=t,
-                                  progress=lambda r: print(f"  trial {t + 1}/{args.trials} {r.side:<9} repeat "
-                                                           f"{r.repeat + 1}: {r.wall_s:.1f} s", file=sys.stderr))
+        ab.run_interleaved(run_cases, tree, replace(tree, label="candidate"), args.repeats, out,
+                           ["--iters", str(args.iters)], 600.0, seed=t,
+                           progress=lambda r: print(f"  trial {t + 1}/{args.trials} {r.side:<9} repeat "
+                                                    f"{r.repeat + 1}: {r.wall_s:.1f} s", file=sys.stderr))
         wall_s = time.perf_counter() - start
-        rounds = []
-        for repeat in range(args.repeats):
-            by_side = {r.side: r for r in runs.runs if r.repeat == repeat}
-            if len(by_side) < 2 or any(not r.records for r in by_side.values()):
-                continue
-            row = {"process_wall_s": {s: r.wall_s for s, r in by_side.items()}, "values": {}}
-            try:
-                for stat in statistics:
-                    row["values"][stat] = {
-                        "base": process_value(by_side["base"].records[pairs[0].base_id], stat),
-                        **{p.name: process_value(by_side["candidate"].records[p.cand_id], stat) for p in pairs},
-                    }
-            except KeyError:
-                continue
-            rounds.append(row)
+        (out / "trial.json").write_text(json.dumps({"wall_s": wall_s}) + "\n")
+        rounds = _rounds(out, pairs, statistics, args.repeats)
         trials.append({"trial": t, "wall_s": wall_s, "rounds": rounds})
+        # Saved after every trial, so an interrupted measurement keeps what it measured.
+        (args.out / "power.json").write_text(json.dumps(_document(args, pairs, statistics, trials), indent=1) + "\n")
         print(f"trial {t + 1}/{args.trials}: {len(rounds)} usable rounds, {wall_s:.0f} s", file=sys.stderr)
-    return {
-        "schema": "critpath.gate-power/1", "spin_iters": args.spin_iters, "slowdowns": list(args.slowdowns),
-        "pairs": [p.name for p in pairs], "statistics": statistics, "repeats": args.repeats,
-        "iters": args.iters, "min_effect": args.min_effect, "alpha": args.alpha, "trials": trials,
-    }
+    return _document(args, pairs, statistics, trials)
+
+
+def from_dir(args) -> dict:
+    """Rebuild the document from the trial directories (any statistic, recomputed from the raw
+    records). A trial's wall time comes from its trial.json, else from ``--trial-walls``."""
+    pairs = _pairs(args.spin_iters, args.slowdowns)
+    statistics = [s.strip() for s in args.statistics.split(",") if s.strip()]
+    walls = list(args.trial_walls or ())
+    trials = []
+    for t, trial_dir in enumerate(sorted(args.from_dir.glob("trial-*"))):
+        meta = trial_dir / "trial.json"
+        wall_s = json.loads(meta.read_text())["wall_s"] if meta.exists() else (walls[t] if t < len(walls) else None)
+        trials.append({"trial": t, "wall_s": wall_s, "rounds": _rounds(trial_dir, pairs, statistics, args.repeats)})
+    return _document(args, pairs, statistics, trials)
 
 
 def analyse(data: dict, draws: int, seed: int = 0) -> dict:
     policy = Policy(alpha=data["alpha"], min_effect=data["min_effect"], n_resamples=200)
     n = data["repeats"]
-    out = {"measured": {}, "resampled": {}, "noise": {}, "wall_s": [t["wall_s"] for t in data["trials"]]}
+    out = {"measured": {}, "resampled": {}, "noise": {},
+           "wall_s": [t["wall_s"] for t in data["trials"] if t["wall_s"] is not None]}
     pool = [row for t in data["trials"] for row in t["rounds"]]
     rng = np.random.default_rng(seed)
     for stat in data["statistics"]:
@@ -174,6 +210,8 @@ def table(data: dict, result: dict) -> str:
 def cmd_power(args) -> int:
     if args.from_json:
         data = json.loads(args.from_json.read_text())
+    elif args.from_dir:
+        data = from_dir(args)
     else:
         if args.repeats < 2 or args.trials < 1:
             print("critpath gate-power: error: need --repeats >= 2 and --trials >= 1", file=sys.stderr)
@@ -182,10 +220,9 @@ def cmd_power(args) -> int:
             print(f"critpath gate-power: error: {args.out} is not empty; choose another --out", file=sys.stderr)
             return 2
         data = measure(args)
-        (args.out / "power.json").write_text(json.dumps(data, indent=1) + "\n")
     result = analyse(data, args.draws)
     text = table(data, result)
     print(text)
-    if not args.from_json:
+    if not (args.from_json or args.from_dir):
         (args.out / "power.md").write_text(text + "\n")
     return 0
