@@ -160,3 +160,17 @@ def test_compare_case_missing_on_one_side_could_not_run(tmp_path):
 
 def test_compare_of_a_missing_directory_could_not_run(tmp_path):
     assert main(["compare", str(tmp_path / "nope"), str(tmp_path / "nope2"), "--out", str(tmp_path / "out")]) == EXIT_COULD_NOT_RUN
+
+
+@pytest.mark.integration
+def test_against_a_baseline_table_runs_only_the_candidate(tmp_repo, tmp_path):
+    table = tmp_path / "baselines.yaml"
+    # A noop step cannot take a second: far below the reference, so never a regression.
+    table.write_text(f"baselines:\n  - {{case_id: '{NOOP}', statistic: min_ns, value: 1.0e+9, direction: lower}}\n")
+    out = tmp_path / "out"
+    code, data = _gate(tmp_repo, out, "--against", str(table), "--repeats", "2", "--iters", "50")
+    assert not (out / "base").exists() and len(list((out / "candidate").glob("rep-*/results.jsonl"))) == 2
+    (case,) = data["cases"]
+    assert data["statistic"] == "min_ns" and case["comparison"]["base_center"] == 1.0e9
+    assert case["comparison"]["ratio"] < 1e-3 and case["outcome"] in ("inconclusive", "improved")
+    assert code == EXIT_PASS and any("not an A/B" in w for w in data["warnings"])

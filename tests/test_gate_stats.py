@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from harness.gate.stats import (
-    CaseInput, Comparison, Outcome, Policy, compare, decide, holm, min_repeats_for_alpha, repeats_to_decide,
+    CaseInput, Comparison, Outcome, Policy, compare, decide, holm, min_repeats_for_alpha, min_repeats_signed_rank,
+    repeats_to_decide,
     threshold_verdict, verdict, verdicts,
 )
 
@@ -109,6 +110,7 @@ def test_repeats_to_decide_is_none_on_the_boundary():
 def test_min_repeats_for_alpha_matches_the_exact_test():
     assert min_repeats_for_alpha(0.05) == 4  # 2/C(8,4) = 0.029
     assert min_repeats_for_alpha(0.01) == 5  # 2/C(10,5) = 0.0079; n=4 gives 0.029
+    assert min_repeats_signed_rank(0.01) == 8  # 2/2**8 = 0.0078
 
 
 def test_holm_adjustment_known_values():

@@ -85,7 +85,7 @@ class ABRuns:
             return [], f"{side}: {exc}"
 
 
-def _run_process(tree: Tree, case_ids: Sequence[str], run_dir: Path, run_args: Sequence[str],
+def run_process(tree: Tree, case_ids: Sequence[str], run_dir: Path, run_args: Sequence[str],
                  timeout_s: float, python: str) -> tuple[int, float, str]:
     args = [python, "-m", "harness", "run"]
     for case_id in case_ids:
@@ -135,7 +135,7 @@ def run_interleaved(cases: Sequence[GateCase], base: Tree, cand: Tree, repeats: 
         for side in order:
             run_dir = Path(out_dir) / side / f"rep-{repeat:03d}"
             run_dir.parent.mkdir(parents=True, exist_ok=True)
-            code, wall_s, note = _run_process(trees[side], ids[side], run_dir, run_args, process_timeout_s, python)
+            code, wall_s, note = run_process(trees[side], ids[side], run_dir, run_args, process_timeout_s, python)
             run = ProcessRun(side, repeat, run_dir, code, wall_s, error=note)
             if (run_dir / "results.jsonl").exists():
                 try:

@@ -129,9 +129,13 @@ def cmd_gate(args) -> int:
         return _error_result(args, mode, "--base REF (or --against FILE) is required")
     if not args.case_ids and not args.families and not args.against:
         return _error_result(args, mode, "select cases with --case ID or --families F")
+    if args.against and (args.case_ids or args.families):
+        return _error_result(args, mode, "with --against, the cases are the table's entries; drop --case/--families")
     out = args.out or _default_out("gate")
     if out.exists() and any(out.iterdir()):
-        return _error_result(args, mode, f"{out} is not empty; choose another --out")
+        # Not written into: the directory holds something else.
+        print(f"critpath gate: error: {out} is not empty; choose another --out", file=sys.stderr)
+        return EXIT_COULD_NOT_RUN
     start = time.perf_counter()
     try:
         result = _run_gate(args, config, out, mode)
@@ -202,8 +206,9 @@ def _run_gate(args, config: GateConfig, out: Path, mode: str) -> GateResult:
     result = GateResult(mode, config.statistic, Unit.PROCESS, config.policy, verdicts(inputs, config.policy),
                         base=base.to_dict() if base else {"ref": str(args.against)}, candidate=cand.to_dict(),
                         repeats=args.repeats, fail_on_inconclusive=args.fail_on_inconclusive)
-    if baselines and len({b.statistic for b in baselines}) > 1:
-        result.statistic = "per baseline entry"
+    if baselines:
+        stats = {b.statistic for b in baselines}
+        result.statistic = stats.pop() if len(stats) == 1 else "per baseline entry"
     if base is None:
         result.warnings.append("a baseline table was measured elsewhere: this is not an A/B in one job, so "
                                "machine and job differences count as change; set min_effect accordingly")
@@ -221,7 +226,7 @@ def _run_one_side(cases, tree, repeats, out, run_args, timeout, progress) -> ab.
     for repeat in range(repeats):
         run_dir = out / ab.CANDIDATE / f"rep-{repeat:03d}"
         run_dir.parent.mkdir(parents=True, exist_ok=True)
-        code, wall_s, note = ab._run_process(tree, ids, run_dir, run_args, timeout * len(ids) + 180.0, sys.executable)
+        code, wall_s, note = ab.run_process(tree, ids, run_dir, run_args, timeout * len(ids) + 180.0, sys.executable)
         run = ab.ProcessRun(ab.CANDIDATE, repeat, run_dir, code, wall_s, error=note)
         if (run_dir / "results.jsonl").exists():
             try:

@@ -75,7 +75,14 @@ def _load_yaml(path: Path) -> Any:
 
 def _number(path: Path, field_name: str, value: Any, low: float, high: float) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(f"{path}: field {field_name}: expected a number, got {value!r}")
+        hint = ""
+        if isinstance(value, str):
+            try:
+                float(value)
+                hint = " (YAML reads an exponent without a sign as text: write 1.0e+9, not 1.0e9)"
+            except ValueError:
+                pass
+        raise ConfigError(f"{path}: field {field_name}: expected a number, got {value!r}{hint}")
     if not low <= float(value) <= high:
         raise ConfigError(f"{path}: field {field_name}: must be in [{low}, {high}], got {value}")
     return float(value)

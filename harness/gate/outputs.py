@@ -23,6 +23,8 @@ from harness.gate.stats import Outcome, Policy, Verdict
 
 EXIT_PASS, EXIT_REGRESSION, EXIT_COULD_NOT_RUN = 0, 1, 2
 SCHEMA_ID = "critpath.gate/1"
+TESTS = {"ab": "Mann-Whitney U", "compare": "Mann-Whitney U",
+         "against": "Wilcoxon signed-rank against the table's value"}
 
 
 @dataclass
@@ -167,7 +169,8 @@ def markdown(result: GateResult) -> str:
                  + (" (with uncommitted changes)" if result.candidate.get("dirty") else "")
                  + f"; statistic `{result.statistic}`, unit of replication: {result.unit}"
                  + (f", {result.repeats} repeats per side" if result.repeats else "")
-                 + f"; Holm-adjusted Mann-Whitney U at alpha {result.policy.alpha:g}; {result.wall_s:.0f} s.")
+                 + f"; Holm-adjusted {TESTS.get(result.mode, TESTS['ab'])} at alpha {result.policy.alpha:g}; "
+                 f"{result.wall_s:.0f} s.")
     lines.append("")
     for w in result.warnings:
         lines.append(f"> **Warning:** {w}")
@@ -185,7 +188,7 @@ def markdown(result: GateResult) -> str:
                 cells = ["", "", "", ""]
             else:
                 cells = [_pct(c.ratio), f"[{_pct(c.ci_low)}, {_pct(c.ci_high)}]", f"{v.p_adjusted:.2g}",
-                         f"{c.n_base}/{c.n_cand}"]
+                         f"{c.n_base or 'ref'}/{c.n_cand}"]
             note = v.reason if v.outcome == Outcome.COULD_NOT_RUN else ""
             if v.outcome == Outcome.INCONCLUSIVE:
                 note = (f"~{v.repeats_to_decide} repeats per side would decide it" if v.repeats_to_decide

@@ -283,8 +283,18 @@ def repeats_to_decide(comparison: Comparison, min_effect: float, significant: bo
         return None
     sides = 1 if comparison.n_base == 0 else 2  # against a fixed value only one side is noisy
     needed = math.ceil(sides * (z_decide + norm.ppf(power)) ** 2 * sigma ** 2 / distance ** 2 * math.pi / 3)
-    needed = max(needed, min_repeats_for_alpha(alpha), comparison.n_cand + 1)
+    floor = min_repeats_for_alpha(alpha) if sides == 2 else min_repeats_signed_rank(alpha)
+    needed = max(needed, floor, comparison.n_cand + 1)
     return needed if needed <= MAX_REPEATS_ADVICE else None
+
+
+def min_repeats_signed_rank(alpha: float) -> int:
+    """Fewest values at which a two-sided Wilcoxon signed-rank test can reach p < alpha
+    (all signs alike gives p = 2 / 2**n)."""
+    n = 1
+    while 2.0 / 2 ** n >= alpha:
+        n += 1
+    return n
 
 
 def min_repeats_for_alpha(alpha: float) -> int:
