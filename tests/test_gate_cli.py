@@ -174,3 +174,18 @@ def test_against_a_baseline_table_runs_only_the_candidate(tmp_repo, tmp_path):
     assert data["statistic"] == "min_ns" and case["comparison"]["base_center"] == 1.0e9
     assert case["comparison"]["ratio"] < 1e-3 and case["outcome"] in ("inconclusive", "improved")
     assert code == EXIT_PASS and any("not an A/B" in w for w in data["warnings"])
+
+
+def test_compare_a_throughput_metric_counts_a_drop_as_a_regression(tmp_path):
+    def runs(root, busbw):
+        for i, value in enumerate(busbw):
+            run = RunDir(root / f"run-{i}", f"run-{i}")
+            rec = _record(NOOP, [1000] * 10, run.run_id)
+            run.append(Record(**{**rec.__dict__, "metrics": {"busbw_gbps": value}}))
+        return root
+    base = runs(tmp_path / "a", [10.0, 10.1, 9.9, 10.0, 10.2, 9.8])
+    cand = runs(tmp_path / "b", [8.0, 8.1, 7.9, 8.0, 8.2, 7.8])
+    code = main(["compare", str(base), str(cand), "--statistic", "busbw_gbps", "--out", str(tmp_path / "out")])
+    data = json.loads((tmp_path / "out" / "gate.json").read_text())
+    assert code == EXIT_REGRESSION and data["cases"][0]["direction"] == "higher"
+    assert main(["compare", str(base), str(cand), "--statistic", "imbalance", "--out", str(tmp_path / "o2")]) == EXIT_COULD_NOT_RUN

@@ -147,3 +147,12 @@ def test_baselines_load_and_errors_name_the_entry(tmp_path):
         load_baselines(path)
     with pytest.raises(ConfigError, match="cannot read"):
         load_baselines(tmp_path / "missing.yaml")
+
+
+def test_direction_follows_the_unit_in_the_statistic_name():
+    from harness.gate.values import StatisticError, default_direction
+
+    assert default_direction("p50_ns") == "lower" and default_direction("min_ns") == "lower"
+    assert default_direction("busbw_gbps") == "higher"
+    with pytest.raises(StatisticError, match="--direction"):
+        default_direction("imbalance")

@@ -17,7 +17,9 @@ from harness.gate.config import ConfigError, GateConfig, load_baselines, load_co
 from harness.gate.outputs import EXIT_COULD_NOT_RUN, GateResult, write_outputs
 from harness.gate.stats import CaseInput, Outcome, Unit, verdicts
 from harness.gate.trees import WORKTREE, TreeError, checkout, list_cases, probe, repo_root
-from harness.gate.values import StatisticError, failure_text, iteration_values, process_value, validate_statistic
+from harness.gate.values import (
+    StatisticError, default_direction, failure_text, iteration_values, process_value, validate_statistic,
+)
 from harness.records import Record
 from harness.store import ResultsFileError, load_records
 
@@ -47,6 +49,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--statistic", type=_statistic, help="per-process statistic (default p50_ns; p99_ns, pNN_ns, min_ns, a metric)")
     p.add_argument("--min-effect", type=float, metavar="FRACTION", help="default minimum effect (0.05 = 5 %%), below per-family/case config")
     p.add_argument("--alpha", type=float, help="family-wise false-alarm rate across cases (Holm; default 0.01)")
+    p.add_argument("--direction", choices=("lower", "higher"),
+                   help="which way is better for --statistic (default: from its unit: *_ns lower, *_gbps higher)")
     p.add_argument("--out", type=Path, help="directory for gate.json, gate.xml (JUnit), gate.md and the runs")
     p.add_argument("--markdown", type=Path, metavar="FILE", help="also append the markdown summary here (e.g. $GITHUB_STEP_SUMMARY)")
     p.add_argument("--fail-on-inconclusive", action="store_true", help="exit 1 when a case is inconclusive (default: pass, listed)")
@@ -117,10 +121,15 @@ def _error_result(args, mode: str, message: str, statistic: str = "p50_ns") -> i
     return code
 
 
+def _direction(args, statistic: str) -> str:
+    return args.direction or default_direction(statistic)
+
+
 def cmd_gate(args) -> int:
     mode = "against" if args.against else "ab"
     try:
         config = _gate_config(args)
+        direction = None if args.against else _direction(args, config.statistic)
     except (ConfigError, ValueError) as exc:
         return _error_result(args, mode, str(exc))
     if args.against and args.base:
@@ -138,7 +147,7 @@ def cmd_gate(args) -> int:
         return EXIT_COULD_NOT_RUN
     start = time.perf_counter()
     try:
-        result = _run_gate(args, config, out, mode)
+        result = _run_gate(args, config, out, mode, direction)
     except (TreeError, ConfigError) as exc:
         result = GateResult(mode, config.statistic, Unit.PROCESS, config.policy, error=str(exc),
                             fail_on_inconclusive=args.fail_on_inconclusive)
@@ -146,7 +155,7 @@ def cmd_gate(args) -> int:
     return _finish(result, args, out)
 
 
-def _run_gate(args, config: GateConfig, out: Path, mode: str) -> GateResult:
+def _run_gate(args, config: GateConfig, out: Path, mode: str, direction: Optional[str]) -> GateResult:
     repo = repo_root(args.repo)
     baselines = load_baselines(args.against) if args.against else []
     explicit = list(dict.fromkeys(args.case_ids + [b.case_id for b in baselines]))
@@ -201,7 +210,7 @@ def _run_gate(args, config: GateConfig, out: Path, mode: str) -> GateResult:
                                         reference=baseline.value))
                 continue
             base_values, base_problem = runs.values(case, ab.BASE, statistic)
-            inputs.append(CaseInput(case_id, base_values, cand_values, config.min_effect(case_id),
+            inputs.append(CaseInput(case_id, base_values, cand_values, config.min_effect(case_id), direction,
                                     problem="; ".join(p for p in (base_problem, cand_problem) if p)))
     result = GateResult(mode, config.statistic, Unit.PROCESS, config.policy, verdicts(inputs, config.policy),
                         base=base.to_dict() if base else {"ref": str(args.against)}, candidate=cand.to_dict(),
@@ -256,6 +265,7 @@ def _load_side(path: Path) -> list[list[Record]]:
 def cmd_compare(args) -> int:
     try:
         config = _gate_config(args)
+        direction = _direction(args, config.statistic)
     except (ConfigError, ValueError) as exc:
         return _error_result(args, "compare", str(exc))
     out = args.out or _default_out("compare")
@@ -294,7 +304,8 @@ def cmd_compare(args) -> int:
             except StatisticError as exc:
                 problems.append(f"{label}: {exc}")
                 values.append([])
-        inputs.append(CaseInput(case_id, values[0], values[1], config.min_effect(case_id), problem="; ".join(problems)))
+        inputs.append(CaseInput(case_id, values[0], values[1], config.min_effect(case_id), direction,
+                                problem="; ".join(problems)))
     result = GateResult("compare", config.statistic, unit, config.policy, verdicts(inputs, config.policy),
                         base={"ref": str(args.run_a), "runs": len(sides[0])},
                         candidate={"ref": str(args.run_b), "runs": len(sides[1])},

@@ -24,6 +24,21 @@ class StatisticError(ValueError):
     """A statistic that a record cannot give (unknown name, metric missing)."""
 
 
+_LOWER_SUFFIXES = ("_ns", "_us", "_ms", "_s", "_bytes", "_fraction", "_pct")
+_HIGHER_SUFFIXES = ("_gbps", "_gbs", "_mbps", "_per_s", "_ops", "_hz", "_tflops")
+
+
+def default_direction(statistic: str) -> str:
+    """Which way is better, from the unit in the name: times are lower-is-better, rates
+    higher-is-better. Anything else must be said with --direction (or direction: in a table)."""
+    if statistic.endswith(_HIGHER_SUFFIXES):
+        return "higher"
+    if statistic.endswith(_LOWER_SUFFIXES):
+        return "lower"
+    raise StatisticError(f"statistic {statistic!r}: cannot tell from its unit whether lower or higher is better; "
+                         "give --direction lower|higher")
+
+
 def is_sample_statistic(name: str) -> bool:
     return name in SAMPLE_STATISTICS or bool(_PERCENTILE.match(name))
 
