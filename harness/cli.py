@@ -139,6 +139,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "harness.accept",
     "harness.nccltests",
     "harness.baselines",
+    "harness.gate.cli",
+    "harness.gate.power",
 )
 
 

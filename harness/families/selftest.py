@@ -5,6 +5,11 @@
 - ``mode=raise`` / ``hang`` / ``exit`` / ``wrong``: rank ``fault_rank`` raises in its step, sleeps
   forever, dies without a word, or returns a wrong answer. Each must give its documented outcome
   (failed, timeout, failed, failed check) while the run goes on with the next case.
+- ``mode=spin``: a fixed amount of CPU work per step (a pure-Python summing loop of ``spin_iters``
+  iterations). It is the regression gate's known injected cost: ``spin_iters`` x 1.10 is 10 % more
+  work. Fixed work, not a clock-based busy wait, so the step suffers the same preemption and
+  frequency noise as real code; a wait-until-deadline loop would hide that noise and flatter the
+  gate's measured power. The check verifies the sum, so a step that skips work is caught.
 """
 from __future__ import annotations
 
@@ -16,7 +21,8 @@ from harness.case import Case, Param
 from harness.family import CheckResult, Column, Family, GridOptions, RankContext
 from harness.stats import Summary
 
-MODES = ("noop", "raise", "hang", "exit", "wrong")
+MODES = ("noop", "raise", "hang", "exit", "wrong", "spin")
+FAULT_MODES = ("raise", "hang", "exit", "wrong")
 
 
 class InjectedFault(RuntimeError):
@@ -26,7 +32,7 @@ class InjectedFault(RuntimeError):
 def grid(options: GridOptions) -> list[Case]:
     cases = [FAMILY.case(mode="noop", fault_rank=0, world=1)]
     if options.profile == "full":
-        cases += [FAMILY.case(mode=m, fault_rank=options.world - 1, world=options.world) for m in MODES[1:]]
+        cases += [FAMILY.case(mode=m, fault_rank=options.world - 1, world=options.world) for m in FAULT_MODES]
     return cases
 
 
@@ -36,16 +42,27 @@ class State:
     mode: str
     faulty: bool
     calls: int = 0
+    spin_iters: int = 0
+    spin_sum: int = 0  # last step's sum, verified by check
 
 
 def setup(ctx: RankContext, case: Case) -> State:
     mode = case.params["mode"]
     if mode not in MODES:
         raise ValueError(f"selftest mode must be one of {MODES}, got {mode!r}")
-    return State(ctx, mode, ctx.rank == case.params["fault_rank"])
+    spin_iters = int(case.params.get("spin_iters", 0))
+    if mode == "spin" and spin_iters < 1:
+        raise ValueError(f"selftest mode=spin needs spin_iters >= 1, got {spin_iters}")
+    return State(ctx, mode, ctx.rank == case.params["fault_rank"], spin_iters=spin_iters)
 
 
 def step(state: State) -> None:
+    if state.mode == "spin":
+        total = 0
+        for i in range(state.spin_iters):
+            total += i
+        state.spin_sum = total
+        return
     if not state.faulty or state.mode in ("noop", "wrong"):
         return
     if state.mode == "raise":
@@ -58,6 +75,10 @@ def step(state: State) -> None:
 
 
 def check(state: State) -> CheckResult:
+    if state.mode == "spin":
+        want = state.spin_iters * (state.spin_iters - 1) // 2
+        wrong = int(state.spin_sum != want)
+        return CheckResult(wrong=wrong, checked=1, detail=f"spin sum {state.spin_sum} != {want}" if wrong else "")
     wrong = 1 if (state.faulty and state.mode == "wrong") else 0
     return CheckResult(wrong=wrong, checked=1, detail="injected wrong answer" if wrong else "")
 
@@ -69,11 +90,12 @@ def metrics(case: Case, summary: Summary, reports: list[dict]) -> dict[str, floa
 FAMILY = Family(
     name="selftest",
     version=1,
-    description="timing-loop overhead (noop) and fault handling (raise, hang, exit, wrong)",
+    description="timing-loop overhead (noop), fault handling (raise, hang, exit, wrong), known work (spin)",
     params=(
         Param("mode", str, "noop, raise, hang, exit, wrong"),
         Param("fault_rank", int, "rank that misbehaves"),
         Param("world", int, "number of ranks"),
+        Param("spin_iters", int, "mode=spin: loop iterations of CPU work per step"),
     ),
     grid=grid,
     setup=setup,

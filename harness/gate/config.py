@@ -1,0 +1,176 @@
+"""Gate configuration and baseline tables, from YAML (``yaml.safe_load``); errors name the file
+and the field.
+
+Gate config (``--config``)::
+
+    alpha: 0.01            # family-wise false-alarm rate across the cases of one run (Holm)
+    confidence: 0.95       # of the bootstrap interval on the ratio
+    statistic: p50_ns      # per-process statistic (see harness.gate.values)
+    min_effect:            # relative; a case's own entry wins over its family's, then default
+      default: 0.05
+      families: {allreduce: 0.05, selftest: 0.10}
+      cases: {"selftest/fault_rank=0,mode=noop,world=1": 0.20}
+
+Baseline table (``critpath gate --against FILE``), a minimal shape until the baselines format
+settles; every entry compares the candidate's repeats against a fixed value::
+
+    baselines:
+      - case_id: "selftest/fault_rank=0,mode=spin,spin_iters=1000,world=1"
+        statistic: p50_ns
+        value: 30000          # in the statistic's unit
+        direction: lower      # lower is better (latency) or higher (throughput)
+        min_effect: 0.10      # optional; else the config's
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+import yaml
+
+from harness.gate.stats import DIRECTIONS, Policy
+from harness.gate.values import StatisticError, validate_statistic
+
+
+class ConfigError(ValueError):
+    """A config or baseline file that cannot be used; the message names file and field."""
+
+
+@dataclass(frozen=True)
+class GateConfig:
+    policy: Policy = Policy()
+    statistic: str = "p50_ns"
+    family_min_effect: Mapping[str, float] = field(default_factory=dict)
+    case_min_effect: Mapping[str, float] = field(default_factory=dict)
+
+    def min_effect(self, case_id: str) -> float:
+        if case_id in self.case_min_effect:
+            return self.case_min_effect[case_id]
+        family = case_id.partition("/")[0]
+        return self.family_min_effect.get(family, self.policy.min_effect)
+
+
+@dataclass(frozen=True)
+class Baseline:
+    case_id: str
+    statistic: str
+    value: float
+    direction: str = "lower"
+    min_effect: Optional[float] = None
+
+
+def _load_yaml(path: Path) -> Any:
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        raise ConfigError(f"{where}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
+
+
+def _number(path: Path, field_name: str, value: Any, low: float, high: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        hint = ""
+        if isinstance(value, str):
+            try:
+                float(value)
+                hint = " (YAML reads an exponent without a sign as text: write 1.0e+9, not 1.0e9)"
+            except ValueError:
+                pass
+        raise ConfigError(f"{path}: field {field_name}: expected a number, got {value!r}{hint}")
+    if not low <= float(value) <= high:
+        raise ConfigError(f"{path}: field {field_name}: must be in [{low}, {high}], got {value}")
+    return float(value)
+
+
+def _mapping(path: Path, field_name: str, value: Any) -> Mapping:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{path}: field {field_name}: expected a mapping, got {type(value).__name__}")
+    return value
+
+
+def load_config(path: Optional[Path], base: GateConfig = GateConfig()) -> GateConfig:
+    if path is None:
+        return base
+    data = _mapping(path, "(top level)", _load_yaml(path))
+    known = {"alpha", "confidence", "statistic", "min_effect", "n_resamples"}
+    for key in data:
+        if key not in known:
+            raise ConfigError(f"{path}: field {key}: unknown; expected one of {', '.join(sorted(known))}")
+    policy = base.policy
+    if "alpha" in data:
+        policy = replace(policy, alpha=_number(path, "alpha", data["alpha"], 1e-6, 0.5))
+    if "confidence" in data:
+        policy = replace(policy, confidence=_number(path, "confidence", data["confidence"], 0.5, 0.999))
+    if "n_resamples" in data:
+        policy = replace(policy, n_resamples=int(_number(path, "n_resamples", data["n_resamples"], 100, 1e6)))
+    statistic = base.statistic
+    if "statistic" in data:
+        try:
+            statistic = validate_statistic(str(data["statistic"]))
+        except StatisticError as exc:
+            raise ConfigError(f"{path}: field statistic: {exc}") from None
+    families: dict[str, float] = dict(base.family_min_effect)
+    cases: dict[str, float] = dict(base.case_min_effect)
+    effects = data.get("min_effect")
+    if effects is not None and not isinstance(effects, dict):
+        effects = {"default": effects}
+    effects = _mapping(path, "min_effect", effects)
+    for key in effects:
+        if key not in ("default", "families", "cases"):
+            raise ConfigError(f"{path}: field min_effect.{key}: unknown; expected default, families or cases")
+    if "default" in effects:
+        policy = replace(policy, min_effect=_number(path, "min_effect.default", effects["default"], 0.0, 5.0))
+    for name, value in _mapping(path, "min_effect.families", effects.get("families")).items():
+        families[str(name)] = _number(path, f"min_effect.families.{name}", value, 0.0, 5.0)
+    for case_id, value in _mapping(path, "min_effect.cases", effects.get("cases")).items():
+        if "/" not in str(case_id):
+            raise ConfigError(f"{path}: field min_effect.cases.{case_id}: not a case ID (family/key=value,...)")
+        cases[str(case_id)] = _number(path, f"min_effect.cases.{case_id}", value, 0.0, 5.0)
+    return GateConfig(policy, statistic, families, cases)
+
+
+def load_baselines(path: Path) -> list[Baseline]:
+    data = _mapping(path, "(top level)", _load_yaml(path))
+    entries = data.get("baselines")
+    if not isinstance(entries, list) or not entries:
+        raise ConfigError(f"{path}: field baselines: expected a non-empty list of entries")
+    out: list[Baseline] = []
+    seen: set[tuple[str, str]] = set()
+    for i, entry in enumerate(entries):
+        where = f"baselines[{i}]"
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{path}: field {where}: expected a mapping")
+        unknown = set(entry) - {"case_id", "statistic", "value", "direction", "min_effect"}
+        if unknown:
+            raise ConfigError(f"{path}: field {where}.{sorted(unknown)[0]}: unknown")
+        case_id = entry.get("case_id")
+        if not isinstance(case_id, str) or "/" not in case_id:
+            raise ConfigError(f"{path}: field {where}.case_id: expected a case ID, got {case_id!r}")
+        try:
+            statistic = validate_statistic(str(entry.get("statistic", "p50_ns")))
+        except StatisticError as exc:
+            raise ConfigError(f"{path}: field {where}.statistic: {exc}") from None
+        if "value" not in entry:
+            raise ConfigError(f"{path}: field {where}.value: missing")
+        value = _number(path, f"{where}.value", entry["value"], 1e-300, float("inf"))
+        if value <= 0:
+            raise ConfigError(f"{path}: field {where}.value: must be > 0")
+        direction = entry.get("direction", "lower")
+        if direction not in DIRECTIONS:
+            raise ConfigError(f"{path}: field {where}.direction: expected one of {DIRECTIONS}, got {direction!r}")
+        min_effect = entry.get("min_effect")
+        if min_effect is not None:
+            min_effect = _number(path, f"{where}.min_effect", min_effect, 0.0, 5.0)
+        if (case_id, statistic) in seen:
+            raise ConfigError(f"{path}: field {where}: {case_id} {statistic} listed twice")
+        seen.add((case_id, statistic))
+        out.append(Baseline(case_id, statistic, value, direction, min_effect))
+    return out
