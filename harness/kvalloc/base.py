@@ -34,6 +34,32 @@ class DoubleFree(AllocatorError):
     pass
 
 
+class Handles(dict):
+    """The live handles of one allocator (handle -> whatever it keeps per allocation): numbering,
+    and the errors for a handle freed twice or never given out, the same for every allocator."""
+
+    def __init__(self, owner: str) -> None:
+        super().__init__()
+        self.owner = owner
+        self._freed: set[int] = set()
+        self._next = 1
+
+    def issue(self, entry) -> int:
+        handle = self._next
+        self._next += 1
+        self[handle] = entry
+        return handle
+
+    def retire(self, handle: int):
+        entry = self.pop(handle, None)
+        if entry is None:
+            if handle in self._freed:
+                raise DoubleFree(f"{self.owner}: handle {handle} was already freed")
+            raise UnknownHandle(f"{self.owner}: handle {handle} was never allocated")
+        self._freed.add(handle)
+        return entry
+
+
 class OutOfMemory(Exception):
     """The device budget cannot hold the request, even after releasing cached memory."""
 

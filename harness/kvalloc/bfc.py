@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 from harness.kvalloc.base import (
-    AllocatorStats, DoubleFree, Device, Extent, Layout, MiB, OutOfMemory, UnknownHandle, merged_extents,
+    AllocatorStats, Handles, Device, Extent, Layout, MiB, OutOfMemory, merged_extents,
     round_up,
 )
 from harness.kvalloc.blocks import Block, FreeIndex, release, split
@@ -41,9 +41,7 @@ class BFCAllocator:
         self.pool = FreeIndex("bfc")
         self._regions: list[_Region] = []
         self._curr_region_bytes = INITIAL_REGION_BYTES
-        self._live: dict[int, Block] = {}
-        self._freed: set[int] = set()
-        self._next_handle = 1
+        self._live = Handles(self.name)
         self._allocated = 0
         self._live_block_bytes = 0
         self.num_ooms = 0
@@ -62,20 +60,13 @@ class BFCAllocator:
             split(block, rounded)
         block.allocated = True
         block.requested = size_bytes
-        handle = self._next_handle
-        self._next_handle += 1
-        self._live[handle] = block
+        handle = self._live.issue(block)
         self._allocated += size_bytes
         self._live_block_bytes += block.size
         return handle
 
     def free(self, handle: int) -> None:
-        block = self._live.pop(handle, None)
-        if block is None:
-            if handle in self._freed:
-                raise DoubleFree(f"{self.name}: handle {handle} was already freed")
-            raise UnknownHandle(f"{self.name}: handle {handle} was never allocated")
-        self._freed.add(handle)
+        block = self._live.retire(handle)
         self._allocated -= block.requested
         self._live_block_bytes -= block.size
         release(block)

@@ -34,7 +34,7 @@ from __future__ import annotations
 from typing import Optional
 
 from harness.kvalloc.base import (
-    AllocatorStats, DoubleFree, Device, Extent, Layout, MiB, OutOfMemory, UnknownHandle, merged_extents,
+    AllocatorStats, Handles, Device, Extent, Layout, MiB, OutOfMemory, merged_extents,
     round_up,
 )
 from harness.kvalloc.blocks import Block, FreeIndex, release, split
@@ -82,9 +82,7 @@ class CachingAllocator:
         self.large = FreeIndex("large")
         self._segments: dict[int, _Segment] = {}
         self._expandable: dict[bool, _Segment] = {}
-        self._live: dict[int, Block] = {}
-        self._freed: set[int] = set()
-        self._next_handle = 1
+        self._live = Handles(self.name)
         self._allocated = 0
         self._live_block_bytes = 0
         self.num_ooms = 0
@@ -115,20 +113,13 @@ class CachingAllocator:
                 seg.tail = rest
         block.allocated = True
         block.requested = size_bytes
-        handle = self._next_handle
-        self._next_handle += 1
-        self._live[handle] = block
+        handle = self._live.issue(block)
         self._allocated += size_bytes
         self._live_block_bytes += block.size
         return handle
 
     def free(self, handle: int) -> None:
-        block = self._live.pop(handle, None)
-        if block is None:
-            if handle in self._freed:
-                raise DoubleFree(f"{self.name}: handle {handle} was already freed")
-            raise UnknownHandle(f"{self.name}: handle {handle} was never allocated")
-        self._freed.add(handle)
+        block = self._live.retire(handle)
         self._allocated -= block.requested
         self._live_block_bytes -= block.size
         seg = block.chain

@@ -9,7 +9,7 @@ at the end of the budget is cut to the blocks that still fit.
 """
 from __future__ import annotations
 
-from harness.kvalloc.base import AllocatorStats, DoubleFree, Device, Extent, Layout, MiB, OutOfMemory, UnknownHandle
+from harness.kvalloc.base import AllocatorStats, Device, Extent, Handles, Layout, MiB, OutOfMemory
 
 DEFAULT_CHUNK_BYTES = 256 * MiB
 
@@ -25,9 +25,7 @@ class PagedAllocator:
         self.chunk_blocks = max(1, chunk_bytes // block_bytes)
         self._free: list[int] = []  # block addresses, used as a stack
         self._chunks: list[Extent] = []
-        self._live: dict[int, tuple[list[int], int]] = {}  # handle -> (block addrs, requested bytes)
-        self._freed: set[int] = set()
-        self._next_handle = 1
+        self._live = Handles(self.name)
         self._allocated = 0
         self._live_blocks = 0
         self.num_ooms = 0
@@ -43,20 +41,13 @@ class PagedAllocator:
                 raise OutOfMemory(size_bytes, self.device.reserved_bytes, self._allocated, self.device.budget_bytes)
         blocks = free[-n:]
         del free[-n:]
-        handle = self._next_handle
-        self._next_handle += 1
-        self._live[handle] = (blocks, size_bytes)
+        handle = self._live.issue((blocks, size_bytes))
         self._allocated += size_bytes
         self._live_blocks += n
         return handle
 
     def free(self, handle: int) -> None:
-        entry = self._live.pop(handle, None)
-        if entry is None:
-            if handle in self._freed:
-                raise DoubleFree(f"{self.name}: handle {handle} was already freed")
-            raise UnknownHandle(f"{self.name}: handle {handle} was never allocated")
-        self._freed.add(handle)
+        entry = self._live.retire(handle)
         blocks, requested = entry
         self._allocated -= requested
         self._live_blocks -= len(blocks)

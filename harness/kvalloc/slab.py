@@ -19,7 +19,7 @@ from typing import Mapping, Optional, Sequence
 import numpy as np
 
 from harness.kvalloc.base import (
-    AllocatorStats, DoubleFree, Device, Extent, Layout, MiB, OutOfMemory, UnknownHandle, round_up,
+    AllocatorStats, Handles, Device, Extent, Layout, MiB, OutOfMemory, round_up,
 )
 
 DEFAULT_SLAB_BYTES = 1 << 30
@@ -75,9 +75,7 @@ class SlabAllocator:
         self._free: dict[int, list[tuple[_Slab, int]]] = {c: [] for c in classes}  # class -> (slab, slot)
         self._slabs: dict[int, _Slab] = {}
         self._oversize: dict[int, Extent] = {}
-        self._live: dict[int, tuple[Optional[_Slab], int, int, int]] = {}  # handle -> (slab, slot, addr, requested)
-        self._freed: set[int] = set()
-        self._next_handle = 1
+        self._live = Handles(self.name)
         self._allocated = 0
         self._live_block_bytes = 0
         self.num_ooms = 0
@@ -160,20 +158,13 @@ class SlabAllocator:
             slab.live += 1
             entry = (slab, slot, slab.addr + slot * cls, size_bytes)
             block = cls
-        handle = self._next_handle
-        self._next_handle += 1
-        self._live[handle] = entry
+        handle = self._live.issue(entry)
         self._allocated += size_bytes
         self._live_block_bytes += block
         return handle
 
     def free(self, handle: int) -> None:
-        entry = self._live.pop(handle, None)
-        if entry is None:
-            if handle in self._freed:
-                raise DoubleFree(f"{self.name}: handle {handle} was already freed")
-            raise UnknownHandle(f"{self.name}: handle {handle} was never allocated")
-        self._freed.add(handle)
+        entry = self._live.retire(handle)
         slab, slot, addr, requested = entry
         self._allocated -= requested
         if slab is None:
