@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from rich.console import Console
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 

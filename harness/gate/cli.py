@@ -10,7 +10,7 @@ import sys
 import time
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional
 
 from harness.gate import ab
 from harness.gate.config import ConfigError, GateConfig, load_baselines, load_config

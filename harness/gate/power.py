@@ -22,7 +22,6 @@ run of one case is what is being measured).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time

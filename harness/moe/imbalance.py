@@ -13,7 +13,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 import numpy as np
-from scipy import stats
 
 
 @dataclass(frozen=True)
@@ -33,6 +32,10 @@ class Imbalance:
         if mean == 0.0:
             raise ValueError("loads are all zero: imbalance is undefined")
         ratio = peak / mean
+        # Imported here: scipy.stats costs ~0.8 s to import, paid by every rank and every gate
+        # repeat if it sat at module level of a family the registry loads.
+        from scipy import stats
+
         return cls(
             max_over_mean=ratio,
             maxvio=ratio - 1.0,

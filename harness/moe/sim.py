@@ -27,7 +27,7 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Optional
 
 import numpy as np
@@ -231,7 +231,6 @@ def simulate(world: int, cfg: SimConfig = SimConfig(), model: CostModel = CostMo
     skewed = step(d0, base, shape, model)
     add("hot", skewed)
     spare = cfg.spare_slots
-    wide = contiguous(S, world, spare)
     planned = eplb(d0.sum(axis=0), world, S + spare)
     for how in ("naive", "aware"):
         m = step(route_pairs(d0, planned, how, cfg.seed, model.ranks_per_node), planned, shape, model)

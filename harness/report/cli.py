@@ -5,7 +5,6 @@ several runs give a comparison with the plots overlaid (--out, default reports/c
 """
 from __future__ import annotations
 
-import argparse
 import os
 from pathlib import Path
 from typing import Sequence
