@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime as _dt
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import numpy as np
 import torch
@@ -70,14 +70,15 @@ def _now_iso() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
 
 
-def _timer(family: Family, ctx: RankContext, clock: Clock) -> tuple[str, Callable[[Any, int], np.ndarray]]:
+def time_iterations(family: Family, ctx: RankContext, clock: Clock, state: Any, iters: int) -> tuple[np.ndarray, str]:
+    """One latency per iteration, and the name of the clock that took them."""
     if family.iterate is not None:
-        return f"family-owned loop ({family.name})", lambda state, n: np.asarray(
-            family.iterate(state, n, clock), dtype=np.int64
-        )
+        owned = family.iterate(state, iters, clock)
+        if owned is not None:  # None: this case leaves the loop to the driver
+            return np.asarray(owned, dtype=np.int64), f"family-owned loop ({family.name})"
     if ctx.device is not None and getattr(ctx.device, "type", "cpu") == "cuda":
-        return "cuda_event", lambda state, n: time_each_cuda(family.step, state, n)
-    return "perf_counter_ns", lambda state, n: time_each(family.step, state, n, clock)
+        return time_each_cuda(family.step, state, iters), "cuda_event"
+    return time_each(family.step, state, iters, clock), "perf_counter_ns"
 
 
 def run_case(
@@ -93,13 +94,12 @@ def run_case(
     t_start = time.perf_counter()
     state = family.setup(ctx, case)
     try:
-        timer_name, timed = _timer(family, ctx, clock)
-        warm = timed(state, policy.warmup) if policy.warmup else np.zeros(0, dtype=np.int64)
+        warm = time_iterations(family, ctx, clock, state, policy.warmup)[0] if policy.warmup else np.zeros(0, dtype=np.int64)
         # Estimate from the slowest rank so the plan fits every rank's budget.
         estimate = comm.max_(np.array([int(np.median(warm)) if warm.size else 0], dtype=np.int64))[0]
         plan = comm.broadcast_plan(policy.decide(float(estimate)) if ctx.rank == 0 else None)
         comm.barrier()
-        samples = timed(state, plan.iters)
+        samples, timer_name = time_iterations(family, ctx, clock, state, plan.iters)
         if samples.shape != (plan.iters,):
             raise RuntimeError(f"timer returned {samples.shape} samples, plan asked for {plan.iters}")
         samples = comm.max_(samples)

@@ -15,7 +15,8 @@ Optional hooks:
   and handed to ``metrics`` as ``reports`` (one entry per rank, rank order).
 - ``iterate(state, iters, clock) -> samples_ns``: a family that must own its timed loop (for
   example open-loop load, where latency runs from the intended send time) returns one latency per
-  iteration itself. Everything else about the case (plan, reduction, check) stays the driver's.
+  iteration itself, or None to leave this case's loop to the driver. Everything else about the
+  case (plan, reduction, check) stays the driver's.
 
 The driver (``harness.driver``) owns warm-up, the loop plan, timing, the cross-rank reduction,
 timeouts and the check; families never time themselves unless they use ``iterate``.

@@ -6,6 +6,7 @@ import json
 import pytest
 
 from harness import registry
+from harness.driver import time_iterations
 from harness.family import GridOptions, RankContext
 from harness.families import rpc
 
@@ -33,7 +34,8 @@ def run_case(case_id: str, iters: int = 20):
     case = registry.parse(case_id)
     state = rpc.setup(CTX, case)
     try:
-        samples = rpc.iterate(state, iters, __import__("time").perf_counter_ns)
+        # The driver's path: the family's own loop for open-loop cases, the driver's timer otherwise.
+        samples, _timer = time_iterations(rpc.FAMILY, CTX, __import__("time").perf_counter_ns, state, iters)
         result = rpc.check(state)
         report = rpc.report(state)
     finally:
