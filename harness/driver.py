@@ -16,8 +16,6 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 import numpy as np
-import torch
-import torch.distributed as dist
 
 from harness.case import Case
 from harness.family import CheckResult, Family, RankContext
@@ -28,28 +26,37 @@ from harness.timing import Clock, LoopPlan, PlanPolicy, time_each, time_each_cud
 
 @dataclass(frozen=True)
 class Collectives:
-    """Control-plane reductions over ranks; identity operations when there is one rank."""
+    """Control-plane reductions over ranks; identity operations when there is one rank.
+
+    torch is imported only when there is more than one rank: a one-rank case of a torch-free
+    family (rpc, kv_alloc, selftest) runs without it."""
 
     group: Any = None
     world: int = 1
 
     def max_(self, values: np.ndarray) -> np.ndarray:
-        return self._all_reduce(values, dist.ReduceOp.MAX)
+        return self._all_reduce(values, "MAX")
 
     def sum_(self, values: np.ndarray) -> np.ndarray:
-        return self._all_reduce(values, dist.ReduceOp.SUM)
+        return self._all_reduce(values, "SUM")
 
-    def _all_reduce(self, values: np.ndarray, op) -> np.ndarray:
+    def _all_reduce(self, values: np.ndarray, op_name: str) -> np.ndarray:
         if self.world == 1:
             return values
+        import torch
+        import torch.distributed as dist
+
         t = torch.from_numpy(np.ascontiguousarray(values, dtype=np.int64))
-        dist.all_reduce(t, op=op, group=self.group)
+        dist.all_reduce(t, op=getattr(dist.ReduceOp, op_name), group=self.group)
         return t.numpy()
 
     def broadcast_plan(self, plan: Optional[LoopPlan]) -> LoopPlan:
         if self.world == 1:
             assert plan is not None
             return plan
+        import torch
+        import torch.distributed as dist
+
         t = torch.tensor([plan.warmup, plan.iters] if plan else [0, 0], dtype=torch.int64)
         dist.broadcast(t, src=0, group=self.group)
         return LoopPlan(int(t[0]), int(t[1]))
@@ -57,12 +64,16 @@ class Collectives:
     def gather(self, obj: Any, rank: int) -> Optional[list]:
         if self.world == 1:
             return [obj]
+        import torch.distributed as dist
+
         out = [None] * self.world if rank == 0 else None
         dist.gather_object(obj, out, dst=0, group=self.group)
         return out
 
     def barrier(self) -> None:
         if self.world > 1:
+            import torch.distributed as dist
+
             dist.barrier(group=self.group)
 
 

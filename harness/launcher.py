@@ -4,7 +4,8 @@ The parent owns the rendezvous store (a TCPStore on 127.0.0.1, free port chosen 
 the per-case deadline and the cleanup. A rank that raises, exits or hangs past the timeout turns
 its case into a failed/timeout record; the whole pool is then killed (every rank, with anything it
 started, as a process group) and a fresh pool carries on with the next case. Nothing waits forever:
-each case has a deadline and so does pool start-up.
+each case has a deadline and so does pool start-up. Between batches the pool stays up (see
+``Supervisor``), so repeated batches do not pay for spawning ranks again.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import queue as _queue
 import signal
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import torch.distributed as dist
 
@@ -25,6 +26,7 @@ from harness.timing import PlanPolicy
 from harness.worker import Rank, SpawnSpec, spawned_main
 
 POLL_S = 0.1
+CLOSE_GRACE_S = 10.0  # idle ranks leave the group within this, or are killed
 
 
 def _now_iso() -> str:
@@ -42,7 +44,12 @@ def _describe_exit(code: int) -> str:
 
 @dataclass
 class Supervisor:
-    """Runs ``cases`` (all of one world size) on locally spawned ranks."""
+    """Runs ``cases`` (all of one world size) on locally spawned ranks.
+
+    The ranks stay up between calls to ``run`` (one pool serves every batch until a case fails
+    or ``close``), so a caller that runs the same cases again and again, like a gate worker
+    serving many repeats, pays for spawning ranks and joining the group once. Use it as a
+    context manager, or call ``close``."""
 
     world: int
     backend: str
@@ -54,75 +61,121 @@ class Supervisor:
     on_start: Callable[[str], None] = lambda case_id: None
     on_record: Callable[[Record], None] = lambda record: None
     _ctx: mp.context.BaseContext = field(default_factory=lambda: mp.get_context("spawn"))
+    _pool: Optional["_Pool"] = None
 
-    def run(self, cases: Sequence[Case]) -> None:
+    def __enter__(self) -> "Supervisor":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def run(self, cases: Sequence[Case], policy: Optional[PlanPolicy] = None) -> None:
+        """Every case gets a record (ok, failed or timeout), in order. ``policy`` overrides the
+        loop policy for this batch (a gate fixes each case's iterations once for both sides)."""
         pending = list(cases)
+        policy = policy or self.policy
         while pending:
-            done = self._run_pool(pending)
+            if self._pool is None:
+                self._pool = self._start_pool()
+            done = self._run_batch(self._pool, pending, policy)
             pending = pending[done:]
 
-    # One pool: returns how many of ``pending`` got a record (ok or not).
-    def _run_pool(self, pending: list[Case]) -> int:
+    def close(self) -> None:
+        """Ask idle ranks to leave the group, then make sure every one is gone."""
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        for commands in pool.commands:
+            try:
+                commands.put(None)
+            except (OSError, ValueError):
+                pass
+        deadline = time.monotonic() + CLOSE_GRACE_S
+        for proc in pool.procs:
+            proc.join(timeout=max(0.0, deadline - time.monotonic()))
+        self._discard(pool)
+
+    def _start_pool(self) -> "_Pool":
         store = dist.TCPStore(
             "127.0.0.1", 0, self.world, is_master=True, wait_for_workers=False,
             timeout=_dt.timedelta(seconds=self.start_timeout_s),
         )
         events = self._ctx.Queue()
-        procs = []
+        pool = _Pool(store, events, started_at=time.monotonic())
         for rank in range(self.world):
+            commands = self._ctx.Queue()
             spec = SpawnSpec(
-                Rank(rank, self.world, rank, self.backend), store.port, tuple(pending), self.policy,
-                self.run_id, pg_timeout_s=self.case_timeout_s + self.start_timeout_s,
-                threads=self.threads_per_rank,
+                Rank(rank, self.world, rank, self.backend), store.port, self.run_id,
+                pg_timeout_s=self.case_timeout_s + self.start_timeout_s, threads=self.threads_per_rank,
             )
-            proc = self._ctx.Process(target=spawned_main, args=(spec, events), name=f"critpath-rank{rank}", daemon=False)
+            proc = self._ctx.Process(target=spawned_main, args=(spec, commands, events), name=f"critpath-rank{rank}",
+                                     daemon=False)
             proc.start()
-            procs.append(proc)
-        state = _PoolState(deadline=time.monotonic() + self.start_timeout_s, procs=procs)
+            pool.procs.append(proc)
+            pool.commands.append(commands)
+        return pool
+
+    def _discard(self, pool: "_Pool") -> None:
+        self._kill(pool.procs)
+        for q in (pool.events, *pool.commands):
+            q.close()
+        pool.store = None
+
+    # One batch on one pool: returns how many of ``pending`` got a record (ok or not). A failed
+    # case ends the pool (its peers may be stuck in a collective with the failed rank).
+    def _run_batch(self, pool: "_Pool", pending: list[Case], policy: PlanPolicy) -> int:
+        for commands in pool.commands:
+            commands.put((tuple(pending), policy))
+        # The first batch of a pool includes spawning and joining the group.
+        limit_s = self.start_timeout_s if pool.batches == 0 else self.case_timeout_s
+        pool.batches += 1
+        state = _PoolState(deadline=time.monotonic() + limit_s, procs=pool.procs)
+        procs, events = pool.procs, pool.events
+        outcome: Optional[int] = None
         try:
+            while outcome is None:
+                outcome = self._poll(events, procs, pending, state)
+            return outcome
+        finally:
+            if outcome is None or state.failed:
+                self._pool = None
+                self._discard(pool)
+
+    def _poll(self, events, procs, pending: list[Case], state: "_PoolState") -> Optional[int]:
+        try:
+            event = events.get(timeout=POLL_S)
+        except _queue.Empty:
+            event = None
+        if event is not None:
+            return self._handle(event, pending, state)
+        dead = [(rank, p.exitcode) for rank, p in enumerate(procs) if p.exitcode is not None]
+        if dead:
+            # Events a rank queued just before it exited (its error, or "done") come first.
             while True:
                 try:
                     event = events.get(timeout=POLL_S)
                 except _queue.Empty:
-                    event = None
-                if event is not None:
-                    outcome = self._handle(event, pending, state)
-                    if outcome is not None:
-                        return outcome
-                    continue
-                dead = [(rank, p.exitcode) for rank, p in enumerate(procs) if p.exitcode is not None]
-                if dead:
-                    # Events a rank queued just before it exited (its error, or "done") come first.
-                    while True:
-                        try:
-                            event = events.get(timeout=POLL_S)
-                        except _queue.Empty:
-                            break
-                        outcome = self._handle(event, pending, state)
-                        if outcome is not None:
-                            return outcome
-                    lost = [(rank, code) for rank, code in dead if code != 0 or rank not in state.finished]
-                    if lost:
-                        rank, code = lost[0]
-                        error = ErrorInfo("exit", f"rank {rank} {_describe_exit(code)} without reporting an error", rank)
-                        self._fail(pending, state, "failed", error)
-                        return state.completed + 1
-                if time.monotonic() > state.deadline:
-                    if state.current:
-                        what = f"case did not finish within {self.case_timeout_s:g} s"
-                    else:
-                        what = "ranks did not reach the next case in time"
-                    waiting = sorted(set(range(self.world)) - state.finished)
-                    error = ErrorInfo("timeout", f"{what}; killed ranks {waiting}")
-                    self._fail(pending, state, "timeout", error)
-                    return state.completed + 1
-        finally:
-            self._kill(procs)
-            events.close()
-            del store
+                    break
+                outcome = self._handle(event, pending, state)
+                if outcome is not None:
+                    return outcome
+            rank, code = dead[0]
+            error = ErrorInfo("exit", f"rank {rank} {_describe_exit(code)} without reporting an error", rank)
+            self._fail(pending, state, "failed", error)
+            return state.completed + 1
+        if time.monotonic() > state.deadline:
+            if state.current:
+                what = f"case did not finish within {self.case_timeout_s:g} s"
+            else:
+                what = "ranks did not reach the next case in time"
+            waiting = sorted(set(range(self.world)) - state.finished)
+            error = ErrorInfo("timeout", f"{what}; killed ranks {waiting}")
+            self._fail(pending, state, "timeout", error)
+            return state.completed + 1
+        return None
 
     def _handle(self, event: tuple, pending: list[Case], state: "_PoolState") -> Optional[int]:
-        """Apply one event; returns the pool's outcome when the pool is finished."""
+        """Apply one event; returns the batch's outcome when the batch is finished."""
         kind, now = event[0], time.monotonic()
         if kind == "start" and event[1] != state.current:
             state.current, state.started_at, state.since = event[1], _now_iso(), now
@@ -166,6 +219,7 @@ class Supervisor:
         return error
 
     def _fail(self, pending: list[Case], state: "_PoolState", status: str, error: ErrorInfo) -> None:
+        state.failed = True
         case = pending[state.completed]
         self.on_record(
             Record(
@@ -190,6 +244,18 @@ class Supervisor:
 
 
 @dataclass
+class _Pool:
+    """Ranks that are up, with the store they met at and a command queue each."""
+
+    store: Any
+    events: Any
+    started_at: float
+    procs: list = field(default_factory=list)
+    commands: list = field(default_factory=list)
+    batches: int = 0
+
+
+@dataclass
 class _PoolState:
     deadline: float
     completed: int = 0
@@ -198,6 +264,7 @@ class _PoolState:
     since: float = field(default_factory=time.monotonic)
     finished: set = field(default_factory=set)
     procs: list = field(default_factory=list)
+    failed: bool = False
 
 
 def _family_version(name: str) -> int:

@@ -1,37 +1,63 @@
-"""The families critpath knows, by name. Everything else iterates this registry."""
+"""The families critpath knows, by name. Everything else iterates this registry.
+
+A family's module is imported the first time the family is asked for, not when the registry is:
+an rpc-only run or gate repeat never imports torch, which the collective families need and which
+costs about a second of start-up per process on a small machine.
+"""
 from __future__ import annotations
 
-from typing import Iterable
+import importlib
+from collections.abc import Mapping
+from typing import Iterable, Iterator
 
 from harness.case import Case, CaseIdError, parse_case_id
 from harness.family import Family, GridOptions
-from harness.families import (
-    allreduce,
-    sendrecv,
-    pipeline,
-    moe_a2a,
-    rpc,
-    kv_alloc,
-    allreduce_tiers,
-    p2p_tiers,
-    selftest,
-)
 
-# Order is the order of `critpath list` and of a run.
-FAMILIES: dict[str, Family] = {
-    f.name: f
-    for f in (
-        allreduce.FAMILY,
-        sendrecv.FAMILY,
-        pipeline.FAMILY,
-        moe_a2a.FAMILY,
-        rpc.FAMILY,
-        kv_alloc.FAMILY,
-        allreduce_tiers.FAMILY,
-        p2p_tiers.FAMILY,
-        selftest.FAMILY,
+# Order is the order of `critpath list` and of a run. Each family lives in its own module under
+# harness.families, which defines FAMILY.
+FAMILY_MODULES: dict[str, str] = {
+    name: f"harness.families.{name}"
+    for name in (
+        "allreduce",
+        "sendrecv",
+        "pipeline",
+        "moe_a2a",
+        "rpc",
+        "kv_alloc",
+        "allreduce_tiers",
+        "p2p_tiers",
+        "selftest",
     )
 }
+
+
+class _Families(Mapping):
+    """Name -> Family, importing each family's module on first use."""
+
+    def __init__(self, modules: Mapping[str, str]) -> None:
+        self._modules = dict(modules)
+        self._loaded: dict[str, Family] = {}
+
+    def __getitem__(self, name: str) -> Family:
+        if name not in self._loaded:
+            module = self._modules[name]  # KeyError for an unknown name, as a dict would
+            family = importlib.import_module(module).FAMILY
+            if family.name != name:
+                raise RuntimeError(f"{module} defines family {family.name!r}, registered as {name!r}")
+            self._loaded[name] = family
+        return self._loaded[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._modules)
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._modules
+
+
+FAMILIES: Mapping[str, Family] = _Families(FAMILY_MODULES)
 
 
 def get(name: str) -> Family:
@@ -52,8 +78,24 @@ def cases(families: Iterable[Family], options: GridOptions) -> list[Case]:
     return [case for family in families for case in family.grid(options)]
 
 
+class _Declarations(Mapping):
+    """Family name -> declared parameters, importing only the family a case ID names."""
+
+    def __getitem__(self, name: str):
+        return FAMILIES[name].declared
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(FAMILIES)
+
+    def __len__(self) -> int:
+        return len(FAMILIES)
+
+    def __contains__(self, name: object) -> bool:
+        return name in FAMILIES
+
+
 def parse(case_id: str) -> Case:
-    return parse_case_id(case_id, {name: f.declared for name, f in FAMILIES.items()})
+    return parse_case_id(case_id, _Declarations())
 
 
-__all__ = ["FAMILIES", "get", "select", "cases", "parse", "CaseIdError"]
+__all__ = ["FAMILIES", "FAMILY_MODULES", "get", "select", "cases", "parse", "CaseIdError"]

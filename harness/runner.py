@@ -199,12 +199,13 @@ def _run_local(opts: RunOptions, console: Console) -> int:
 
         try:
             for case_world, group in by_world.items():
-                Supervisor(
+                with Supervisor(
                     world=case_world, backend=backend, policy=opts.policy(), run_id=run_id,
                     case_timeout_s=opts.timeout_s,
                     threads_per_rank=max(1, (os.cpu_count() or 1) // case_world),
                     on_start=reporter.started, on_record=keep,
-                ).run(group)
+                ) as supervisor:
+                    supervisor.run(group)
             state = "finished"
         finally:
             run_dir.write_meta(_meta(run_id, opts, cases, state, records, started))

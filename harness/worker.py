@@ -126,8 +126,6 @@ class QueueSink:
 class SpawnSpec:
     me: Rank
     store_port: int
-    cases: tuple[Case, ...]
-    policy: PlanPolicy
     run_id: str
     pg_timeout_s: float
     threads: int
@@ -149,8 +147,12 @@ def _die_with_parent() -> None:
         pass
 
 
-def spawned_main(spec: SpawnSpec, queue) -> None:
-    """Entry point of a locally spawned rank (multiprocessing, spawn start method)."""
+def spawned_main(spec: SpawnSpec, commands, queue) -> None:
+    """Entry point of a locally spawned rank (multiprocessing, spawn start method).
+
+    The rank joins the group once, then serves batches of cases from ``commands`` until it gets
+    None (the supervisor is done with it) or a case fails (its peers may be stuck in a collective
+    with it, so the pool ends and the supervisor starts a fresh one)."""
     # Own session: the supervisor kills this rank and anything it started (servers) as a group.
     os.setsid()
     _die_with_parent()
@@ -163,10 +165,17 @@ def spawned_main(spec: SpawnSpec, queue) -> None:
             timeout=_dt.timedelta(seconds=spec.pg_timeout_s),
         )
         comm = init_group(spec.me, spec.pg_timeout_s, store=store)
-        ok = serve(spec.cases, spec.me, comm, spec.policy, spec.run_id, sink)
+        ok = True
+        while ok:
+            batch = commands.get()
+            if batch is None:
+                break
+            cases, policy = batch
+            ok = serve(cases, spec.me, comm, policy, spec.run_id, sink)
         if ok:
             dist.destroy_process_group()
     except BaseException as exc:  # noqa: BLE001
+        ok = False
         if not isinstance(exc, KeyboardInterrupt):
             sink.queue.put(("fatal", spec.me.rank, ErrorInfo(type(exc).__name__, str(exc), spec.me.rank, traceback.format_exc()).to_dict()))
     finally:
