@@ -49,7 +49,8 @@ def _positive_float(text: str) -> float:
     return value
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(modules: Optional[Sequence[str]] = None) -> argparse.ArgumentParser:
+    """The parser with the built-in commands and those of ``modules`` (default: every module)."""
     parser = argparse.ArgumentParser(
         prog="critpath",
         description="Latency of collectives and control messages on the critical path of distributed LLM inference.",
@@ -77,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_list.set_defaults(func=cmd_list)
     p_run.set_defaults(func=cmd_run)
     p_show.set_defaults(func=cmd_show)
-    for module in COMMAND_MODULES:
+    for module in COMMAND_MODULES if modules is None else modules:
         importlib.import_module(module).register(sub)
     return parser
 
@@ -130,17 +131,34 @@ def cmd_show(args) -> int:
 
 # Other subcommands live with their concern; each module has register(subparsers), which adds
 # its parser with set_defaults(func=handler); a handler takes the parsed args, returns the exit code.
-COMMAND_MODULES: tuple[str, ...] = (
-    "harness.model.command",
-    "harness.pipeline.compare",
-    "harness.moe.cli",
-    "harness.report.cli",
-    "harness.accept",
-    "harness.nccltests",
-    "harness.baselines",
-    "harness.gate.cli",
-    "harness.gate.power",
-)
+# Keyed by the commands each module registers, so that one command imports only its own module:
+# the report's matplotlib and the gate's scipy cost most of a second, which every `critpath run`
+# and every gate repeat would otherwise pay (tests/test_project.py keeps this table true).
+COMMAND_MODULES: dict[str, tuple[str, ...]] = {
+    "harness.model.command": ("model",),
+    "harness.pipeline.compare": ("pipeline-compare",),
+    "harness.moe.cli": ("moe-sim", "moe-report"),
+    "harness.report.cli": ("report",),
+    "harness.accept": ("accept",),
+    "harness.nccltests": ("import-nccl-tests",),
+    "harness.baselines": ("baselines",),
+    "harness.gate.cli": ("gate", "compare"),
+    "harness.gate.power": ("gate-power",),
+    "harness.rounds": ("worker",),
+}
+
+
+BUILTIN_COMMANDS = ("list", "run", "show")  # defined in this module, below
+
+
+def _modules_for(argv: Sequence[str]) -> tuple[str, ...]:
+    """The command modules a command line needs: the one that owns its command, or all of them
+    (help, a typo, no command) so argparse can list every choice."""
+    command = next((a for a in argv if not a.startswith("-")), None)
+    owner = [m for m, commands in COMMAND_MODULES.items() if command in commands]
+    if owner or command in BUILTIN_COMMANDS:
+        return tuple(owner)
+    return tuple(COMMAND_MODULES)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -148,7 +166,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from harness.runner import UsageError
     from harness.store import ResultsFileError
 
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser(_modules_for(argv)).parse_args(argv)
     try:
         return args.func(args)
     except (UsageError, ResultsFileError, RecordError, KeyError) as exc:

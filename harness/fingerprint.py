@@ -207,7 +207,9 @@ def collect(backend: str, world: int, launch: str, layout: Optional[dict] = None
         "world": world,
         "launch": launch,
         "layout": layout,
-        "nccl_version": nccl_version(),
+        # Asking torch for its NCCL version costs a torch import (about a second here), which a
+        # torch-free gloo/CPU process never pays otherwise; NCCL is not in play there anyway.
+        "nccl_version": nccl_version() if backend == "nccl" or "torch" in sys.modules else None,
         "gpus": gpus(),
         "git": git_commit(),
         "env": {k: v for k, v in sorted(os.environ.items()) if ENV_PATTERNS.match(k)},

@@ -75,10 +75,34 @@ class Supervisor:
         pending = list(cases)
         policy = policy or self.policy
         while pending:
-            if self._pool is None:
-                self._pool = self._start_pool()
+            self.start()
             done = self._run_batch(self._pool, pending, policy)
             pending = pending[done:]
+
+    def start(self, wait: bool = False) -> None:
+        """Spawn the ranks now; ``run`` would otherwise spawn them on first use. With ``wait``,
+        return once every rank has joined the group (a caller about to time something on this
+        machine does not want ranks still importing torch beside it)."""
+        if self._pool is None:
+            self._pool = self._start_pool()
+        if wait:
+            self._await_up(self._pool)
+
+    def _await_up(self, pool: "_Pool") -> None:
+        deadline = time.monotonic() + self.start_timeout_s
+        while len(pool.up) < self.world:
+            try:
+                event = pool.events.get(timeout=POLL_S)
+            except _queue.Empty:
+                event = None
+            if event is not None and event[0] == "up":
+                pool.up.add(event[1])
+                continue
+            if event is not None:
+                pool.early.append(event)  # an error before the first batch: that batch reports it
+                return
+            if any(p.exitcode is not None for p in pool.procs) or time.monotonic() > deadline:
+                return  # the first batch finds the dead or late rank and records why
 
     def close(self) -> None:
         """Ask idle ranks to leave the group, then make sure every one is gone."""
@@ -129,7 +153,7 @@ class Supervisor:
         # The first batch of a pool includes spawning and joining the group.
         limit_s = self.start_timeout_s if pool.batches == 0 else self.case_timeout_s
         pool.batches += 1
-        state = _PoolState(deadline=time.monotonic() + limit_s, procs=pool.procs)
+        state = _PoolState(deadline=time.monotonic() + limit_s, procs=pool.procs, early=pool.early)
         procs, events = pool.procs, pool.events
         outcome: Optional[int] = None
         try:
@@ -143,7 +167,7 @@ class Supervisor:
 
     def _poll(self, events, procs, pending: list[Case], state: "_PoolState") -> Optional[int]:
         try:
-            event = events.get(timeout=POLL_S)
+            event = state.early.pop(0) if state.early else events.get(timeout=POLL_S)
         except _queue.Empty:
             event = None
         if event is not None:
@@ -177,6 +201,8 @@ class Supervisor:
     def _handle(self, event: tuple, pending: list[Case], state: "_PoolState") -> Optional[int]:
         """Apply one event; returns the batch's outcome when the batch is finished."""
         kind, now = event[0], time.monotonic()
+        if kind == "up":
+            return None  # a rank joined the group; its cases come next
         if kind == "start" and event[1] != state.current:
             state.current, state.started_at, state.since = event[1], _now_iso(), now
             state.deadline = now + self.case_timeout_s
@@ -253,6 +279,8 @@ class _Pool:
     procs: list = field(default_factory=list)
     commands: list = field(default_factory=list)
     batches: int = 0
+    up: set = field(default_factory=set)  # ranks that have joined the group
+    early: list = field(default_factory=list)  # events read while waiting for ranks to join
 
 
 @dataclass
@@ -265,6 +293,7 @@ class _PoolState:
     finished: set = field(default_factory=set)
     procs: list = field(default_factory=list)
     failed: bool = False
+    early: list = field(default_factory=list)
 
 
 def _family_version(name: str) -> int:

@@ -20,6 +20,7 @@ from harness import registry
 from harness.case import Case
 from harness.driver import Collectives, run_case
 from harness.family import RankContext
+from harness.lifetime import die_with_parent
 from harness.records import ErrorInfo, Record
 from harness.timing import PlanPolicy
 
@@ -131,22 +132,6 @@ class SpawnSpec:
     threads: int
 
 
-def _die_with_parent() -> None:
-    """If the supervisor is killed (SIGKILL leaves it no chance to clean up), take the rank down
-    too instead of leaving it blocked on a queue nobody reads. Linux only; a no-op elsewhere."""
-    try:
-        import ctypes
-        import signal
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        PR_SET_PDEATHSIG = 1
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() == 1:  # the parent died before prctl took effect
-            os._exit(1)
-    except (OSError, AttributeError):
-        pass
-
-
 def spawned_main(spec: SpawnSpec, commands, queue) -> None:
     """Entry point of a locally spawned rank (multiprocessing, spawn start method).
 
@@ -155,7 +140,7 @@ def spawned_main(spec: SpawnSpec, commands, queue) -> None:
     with it, so the pool ends and the supervisor starts a fresh one)."""
     # Own session: the supervisor kills this rank and anything it started (servers) as a group.
     os.setsid()
-    _die_with_parent()
+    die_with_parent()
     torch.set_num_threads(spec.threads)
     sink = QueueSink(queue)
     ok = False
@@ -165,6 +150,7 @@ def spawned_main(spec: SpawnSpec, commands, queue) -> None:
             timeout=_dt.timedelta(seconds=spec.pg_timeout_s),
         )
         comm = init_group(spec.me, spec.pg_timeout_s, store=store)
+        queue.put(("up", spec.me.rank))
         ok = True
         while ok:
             batch = commands.get()

@@ -32,3 +32,33 @@ def test_asv_check_passes():
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "No problems found" in proc.stdout
+
+
+def _subcommands(parser) -> set:
+    import argparse
+
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return set(action.choices)
+
+
+def test_each_command_module_registers_exactly_the_commands_the_cli_table_names():
+    from harness import cli
+
+    builtins = _subcommands(cli.build_parser(()))
+    assert builtins == set(cli.BUILTIN_COMMANDS)
+    for module, commands in cli.COMMAND_MODULES.items():
+        assert _subcommands(cli.build_parser((module,))) - builtins == set(commands), module
+
+
+def test_a_command_imports_only_its_own_module():
+    # `critpath run` and the gate's worker must not pay for the report's matplotlib or the
+    # gate's scipy: each is most of a second per process on a small machine.
+    code = ("import sys; from harness import cli; cli.build_parser(cli._modules_for(['run', '--help'])); "
+            "print(sorted(m for m in ('matplotlib', 'scipy', 'torch', 'pandas') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.strip() == "[]"
+    from harness import cli
+
+    assert cli._modules_for(["gate", "--base", "main"]) == ("harness.gate.cli",)
+    assert cli._modules_for(["--help"]) == tuple(cli.COMMAND_MODULES)
+    assert cli._modules_for(["no-such-command"]) == tuple(cli.COMMAND_MODULES)

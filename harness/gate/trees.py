@@ -103,7 +103,11 @@ for case_id in sys.argv[1:]:
         registry.parse(case_id)
     except Exception as exc:
         unknown[case_id] = str(exc)
-print(json.dumps({"harness_file": harness.__file__, "unknown": unknown}))
+try:
+    from harness.rounds import PROTOCOL as protocol
+except ImportError:  # a tree from before the worker: each round is a fresh `critpath run`
+    protocol = None
+print(json.dumps({"harness_file": harness.__file__, "unknown": unknown, "worker_protocol": protocol}))
 """
 
 
@@ -111,6 +115,7 @@ print(json.dumps({"harness_file": harness.__file__, "unknown": unknown}))
 class Probe:
     harness_file: str
     unknown: dict  # case ID -> why this tree does not know it
+    worker_protocol: Optional[int] = None  # None: the tree has no `critpath worker`
 
 
 def probe(tree: Tree, case_ids: Sequence[str], python: str = sys.executable) -> Probe:
@@ -128,7 +133,7 @@ def probe(tree: Tree, case_ids: Sequence[str], python: str = sys.executable) -> 
     if tree.path.resolve() not in found.parents:
         raise TreeError(f"{tree.label} ({tree.ref}): imports harness from {found}, not from {tree.path}; "
                         "is another copy shadowing it on sys.path?")
-    return Probe(str(found), dict(data["unknown"]))
+    return Probe(str(found), dict(data["unknown"]), data.get("worker_protocol"))
 
 
 def list_cases(tree: Tree, families: Sequence[str], profile: str, python: str = sys.executable) -> list[str]:

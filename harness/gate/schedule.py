@@ -1,0 +1,261 @@
+"""The gate's measurement loop: generations of fresh A/B processes, looked at within a budget.
+
+A *generation* is one fresh process per side (a ``critpath worker``, or a ``critpath run`` per
+round for an old tree), started together, then ``rounds`` rounds each, interleaved A B / B A:
+round r of generation g goes base first when g + r is even. Every case of the gate runs in every
+round, in an order shuffled per round and identical on both sides. The generation's value per
+case is the mean log of its rounds' statistic on the candidate side minus that on the base side:
+one paired observation, its pair sharing the minutes of the machine it was measured in. Fresh
+processes every generation keep between-process variance (memory layout, CPU placement,
+neighbours) in every observation, as a fresh CI job would see it; the rounds inside a
+generation make each observation cheaper and less noisy. ``harness.gate.sequential`` decides.
+
+The loop looks at the data every ``look_every_s`` seconds and stops a case once it is decided;
+it stops starting generations when the next one would not fit in the budget, and the last look
+spends what is left of alpha. The first base round of a case calibrates its iterations to the
+window; every later round, on both sides, runs exactly that many.
+"""
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Mapping, Optional, Sequence
+
+import numpy as np
+
+from harness.gate.sides import RoundCase, RoundResult, RunSide, SideError, WorkerSide
+from harness.gate.trees import Tree
+from harness.gate.values import StatisticError, failure_text, process_value
+
+BASE, CANDIDATE = "base", "candidate"
+SIDES = (BASE, CANDIDATE)
+START_TIMEOUT_S = 180.0  # a worker must be ready, its ranks up, within this
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How long and how a gate measures."""
+
+    budget_s: float = 180.0
+    rounds: int = 3  # rounds per fresh process (a generation); docs/gate.md has the measured trade-off
+    window_s: float = 0.3  # timed seconds per case per round, when --iters does not fix it
+    iters: Optional[int] = None  # fixed iterations per case per round (else calibrated once)
+    warmup: Optional[int] = None
+    case_timeout_s: float = 60.0
+    look_every_s: Optional[float] = None  # default: a twentieth of the budget
+    probe_pairs: int = 4  # pairs after which the minimum detectable effect is first estimated
+    seed: int = 0
+
+    @property
+    def look_interval_s(self) -> float:
+        return self.look_every_s if self.look_every_s is not None else self.budget_s / 20.0
+
+
+@dataclass
+class CaseTrack:
+    """What the loop knows about one case so far."""
+
+    case_id: str
+    iters: Optional[int] = None
+    pairs: list = field(default_factory=list)  # log(candidate / base) per generation
+    values: dict = field(default_factory=lambda: {BASE: [], CANDIDATE: []})  # per generation: round values
+    problem: str = ""  # set: could not run, with why
+    state: object = None  # the sequential decision's last CaseState
+    decided_at_s: Optional[float] = None
+
+
+@dataclass
+class ScheduleResult:
+    tracks: dict[str, CaseTrack]
+    generations: int
+    wall_s: float
+    side_kind: str  # "worker" or "run"
+    stopped: str  # why the loop ended: decided, budget, interrupted, error
+    generation_s: list = field(default_factory=list)
+    looks: int = 0
+
+
+def side_kind(protocols: Mapping[str, Optional[int]]) -> str:
+    """Workers when both trees have them; else a fresh run per round on both sides."""
+    return "worker" if all(p == 1 for p in protocols.values()) else "run"
+
+
+class Schedule:
+    def __init__(self, case_ids: Sequence[str], trees: Mapping[str, Tree], kind: str, plan: Plan, out: Path,
+                 statistic: str, decide: Callable, on_event: Callable[[str, dict], None] = lambda kind, data: None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        """``decide(tau, {case_id: pairs}, final) -> {case_id: CaseState}`` is the sequential
+        decision (``SequentialGate.look``); ``on_event`` hears of generations, looks and the probe."""
+        self.tracks = {c: CaseTrack(c) for c in case_ids}
+        self.trees, self.kind, self.plan, self.out = trees, kind, plan, Path(out)
+        self.statistic, self.decide, self.on_event, self.clock = statistic, decide, on_event, clock
+        self._shuffle = random.Random(plan.seed)
+        self._live: list = []
+
+    # -- the loop --------------------------------------------------------------------------------
+
+    def run(self) -> ScheduleResult:
+        start = self.clock()
+        generation, looks, last_look = 0, 0, 0.0
+        gen_times: list[float] = []
+        stopped = "decided"
+        try:
+            while self._open():
+                elapsed = self.clock() - start
+                if gen_times and elapsed + gen_times[-1] > self.plan.budget_s:
+                    stopped = "budget"
+                    break
+                t0 = self.clock()
+                fatal = self._generation(generation)
+                gen_times.append(self.clock() - t0)
+                generation += 1
+                self.on_event("generation", {"generation": generation, "elapsed_s": self.clock() - start,
+                                             "generation_s": gen_times[-1], "tracks": self.tracks})
+                if fatal:
+                    stopped = "error"
+                    break
+                elapsed = self.clock() - start
+                if generation == self._probe_generation():
+                    self.on_event("probe", {"elapsed_s": elapsed, "generation_s": gen_times[-1], "tracks": self.tracks})
+                if elapsed - last_look >= self.plan.look_interval_s:
+                    self._look(min(1.0, elapsed / self.plan.budget_s), final=False, elapsed_s=elapsed)
+                    looks, last_look = looks + 1, elapsed
+        except KeyboardInterrupt:
+            stopped = "interrupted"
+            raise
+        finally:
+            self._kill_live()
+        if self._open():
+            self._look(1.0, final=True, elapsed_s=self.clock() - start)
+            looks += 1
+        return ScheduleResult(self.tracks, generation, self.clock() - start, self.kind, stopped, gen_times, looks)
+
+    def _probe_generation(self) -> int:
+        return self.plan.probe_pairs
+
+    def _open(self) -> list[CaseTrack]:
+        return [t for t in self.tracks.values() if not t.problem and (t.state is None or t.state.outcome is None)]
+
+    def _look(self, tau: float, final: bool, elapsed_s: float) -> None:
+        open_tracks = [t for t in self._open() if t.pairs]
+        if not open_tracks:
+            return
+        states = self.decide(tau, {t.case_id: list(t.pairs) for t in open_tracks}, final)
+        for t in open_tracks:
+            t.state = states[t.case_id]
+            if t.state.outcome is not None and t.decided_at_s is None:
+                t.decided_at_s = elapsed_s
+        self.on_event("look", {"tau": tau, "final": final, "elapsed_s": elapsed_s, "tracks": self.tracks})
+
+    # -- one generation ----------------------------------------------------------------------------
+
+    def _generation(self, number: int) -> bool:
+        """Runs one generation; True if a side cannot run at all (the gate must stop)."""
+        open_ids = [t.case_id for t in self._open()]
+        kind = WorkerSide if self.kind == "worker" else RunSide
+        run_args = {"timeout_s": self.plan.case_timeout_s, "warmup": self.plan.warmup,
+                    "target_s": self.plan.window_s}
+        sides = {s: kind(self.trees[s], s, number, self.out / s / f"gen-{number:03d}", run_args) for s in SIDES}
+        self._live = list(sides.values())
+        try:
+            # Both sides start and prepare at once: their start-up overlaps and nothing is timed yet.
+            for side in sides.values():
+                side.start()
+            for side in sides.values():
+                side.await_ready(START_TIMEOUT_S)
+            for side in sides.values():
+                side.prepare(open_ids)
+            for side in sides.values():
+                side.await_prepared(START_TIMEOUT_S)
+        except SideError as exc:
+            for side in sides.values():
+                side.kill()
+            for t in self._open():
+                t.problem = f"could not start: {exc}"
+            return True
+        try:
+            rounds: dict[str, list[RoundResult]] = {s: [] for s in SIDES}
+            for r in range(self.plan.rounds):
+                order = SIDES if (number + r) % 2 == 0 else SIDES[::-1]
+                ids = list(open_ids)
+                self._shuffle.shuffle(ids)
+                for side in order:
+                    result = sides[side].run_round(r, [RoundCase(c, self._iters(c)) for c in ids],
+                                                   self.plan.case_timeout_s * len(ids) + 30.0)
+                    rounds[side].append(result)
+                    self._calibrate(side, result)
+                    if result.error:
+                        self._blame(ids, result)
+                        return False  # this generation has no pair; fresh processes next time
+                    self._check_records(ids, result)
+                    ids = [c for c in ids if not self.tracks[c].problem]
+                    if not ids:
+                        return False
+            self._pair(open_ids, rounds)
+            return False
+        except BaseException:
+            for side in sides.values():
+                side.kill()  # Ctrl-C or SIGTERM: nothing waits for a polite stop
+            raise
+        finally:
+            for side in sides.values():
+                side.stop()
+            self._live = []
+
+    def _iters(self, case_id: str) -> Optional[int]:
+        return self.plan.iters or self.tracks[case_id].iters
+
+    def _calibrate(self, side: str, result: RoundResult) -> None:
+        """The first base round fixes each case's iterations for every later round of both sides."""
+        if side != BASE:
+            return
+        for case_id, record in result.records.items():
+            track = self.tracks.get(case_id)
+            if track is not None and track.iters is None and record.ok and record.plan:
+                track.iters = int(record.plan["iters"])
+
+    def _check_records(self, ids: Sequence[str], result: RoundResult) -> None:
+        for case_id in ids:
+            record = result.records.get(case_id)
+            if record is None:
+                self.tracks[case_id].problem = f"{result.side} round {result.number} of generation " \
+                                               f"{result.generation} has no record of the case ({result.run_dir})"
+                continue
+            bad = failure_text([record])
+            if bad:
+                self.tracks[case_id].problem = f"{result.side}: {bad} ({result.run_dir})"
+                continue
+            try:
+                value = process_value(record, self.statistic)
+            except StatisticError as exc:
+                self.tracks[case_id].problem = f"{result.side}: {exc}"
+                continue
+            if not (math.isfinite(value) and value > 0):
+                self.tracks[case_id].problem = f"{result.side}: {self.statistic} = {value!r}, not a positive number"
+
+    def _blame(self, ids: Sequence[str], result: RoundResult) -> None:
+        """A process that died or hung mid-round: its records show how far it got, and the first
+        case without a record was running. That case cannot run; the others try again."""
+        self._check_records([c for c in ids if c in result.records], result)
+        missing = [c for c in ids if c not in result.records]
+        if missing:
+            self.tracks[missing[0]].problem = f"{result.error} (while running this case; {result.run_dir})"
+
+    def _pair(self, ids: Sequence[str], rounds: Mapping[str, list[RoundResult]]) -> None:
+        for case_id in ids:
+            track = self.tracks[case_id]
+            if track.problem:
+                continue
+            logs = {}
+            for side in SIDES:
+                values = [process_value(r.records[case_id], self.statistic) for r in rounds[side]]
+                track.values[side].append(values)
+                logs[side] = float(np.mean(np.log(values)))
+            track.pairs.append(logs[CANDIDATE] - logs[BASE])
+
+    def _kill_live(self) -> None:
+        for side in self._live:
+            side.kill()

@@ -1,0 +1,269 @@
+"""The measuring processes of one side of an A/B: how a round of cases gets run from a tree.
+
+Two kinds, chosen per gate from what both trees support (both sides always use the same kind,
+or their processes would differ in make-up and the difference would count as change):
+
+- ``WorkerSide``: a ``critpath worker`` process (``harness.rounds``) started from the side's tree,
+  serving several rounds over a pipe. Start-up is paid once per worker, not per round.
+- ``RunSide``: a fresh ``critpath run --case ...`` process per round, for a base tree older than
+  the worker protocol.
+
+Every process gets its own session, so a timeout or Ctrl-C stops it with everything it started
+(rank pools, servers) in one ``killpg``; a worker also dies with the gate (PDEATHSIG).
+"""
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional, Sequence
+
+from harness.gate.trees import Tree
+from harness.records import Record
+from harness.store import ResultsFileError, load_records
+
+STOP_GRACE_S = 10.0
+
+
+class SideError(RuntimeError):
+    """A side's process that died, hung or spoke out of turn; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class RoundCase:
+    case_id: str
+    iters: Optional[int] = None  # None: calibrated from the warm-up (the first round of a gate)
+
+
+@dataclass
+class RoundResult:
+    side: str
+    generation: int
+    number: int
+    run_dir: Path
+    wall_s: float
+    records: dict[str, Record] = field(default_factory=dict)
+    error: str = ""  # why some case of the round has no record, when one has none
+
+
+def _read_records(run_dir: Path) -> tuple[dict[str, Record], str]:
+    if not (run_dir / "results.jsonl").exists():
+        return {}, ""
+    try:
+        return {r.case_id: r for r in load_records(run_dir)}, ""
+    except ResultsFileError as exc:
+        return {}, str(exc)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            proc.kill()
+    try:
+        proc.wait(timeout=STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+class WorkerSide:
+    """One ``critpath worker`` of one side, for one generation of rounds."""
+
+    def __init__(self, tree: Tree, side: str, generation: int, out_dir: Path, run_args: dict,
+                 python: str = sys.executable) -> None:
+        self.tree, self.side, self.generation = tree, side, generation
+        self.out_dir = Path(out_dir)
+        self.run_args = run_args  # timeout_s, warmup, target_s
+        self.python = python
+        self.proc: Optional[subprocess.Popen] = None
+        self._buffer = b""
+        self._log = None
+
+    def start(self) -> None:
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self._log = open(self.out_dir / "worker.log", "wb")
+        args = [self.python, "-m", "harness", "worker", "--out", str(self.out_dir),
+                "--timeout", str(self.run_args["timeout_s"])]
+        self.proc = subprocess.Popen(args, cwd=self.tree.path, env=self.tree.env(), stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self._log, start_new_session=True)
+
+    def await_ready(self, timeout_s: float) -> None:
+        message = self._expect("ready", timeout_s)
+        if message.get("protocol") != 1:
+            raise SideError(f"{self.side} worker speaks protocol {message.get('protocol')!r}, not 1")
+
+    def prepare(self, case_ids: Sequence[str]) -> None:
+        self._send({"cmd": "prepare", "cases": [{"id": c} for c in case_ids]})
+
+    def await_prepared(self, timeout_s: float) -> None:
+        self._expect("prepared", timeout_s)
+
+    def run_round(self, number: int, cases: Sequence[RoundCase], timeout_s: float) -> RoundResult:
+        run_dir = self.out_dir / f"round-{number:03d}"
+        start = time.perf_counter()
+        error = ""
+        try:
+            self._send({"cmd": "round", "round": number, "cases": [{"id": c.case_id, "iters": c.iters} for c in cases],
+                        "warmup": self.run_args.get("warmup"), "target_s": self.run_args.get("target_s")})
+            self._expect("round", timeout_s)
+        except SideError as exc:
+            error = str(exc)
+        records, read_error = _read_records(run_dir)
+        return RoundResult(self.side, self.generation, number, run_dir, time.perf_counter() - start, records,
+                           error or read_error)
+
+    def stop(self) -> None:
+        """Ask the worker to leave; kill it (and its session) if it does not within the grace."""
+        if self.proc is None:
+            return
+        try:
+            if self.proc.poll() is None:
+                self._send({"cmd": "stop"})
+                self._expect("bye", STOP_GRACE_S)
+                self.proc.wait(timeout=STOP_GRACE_S)
+        except (SideError, subprocess.TimeoutExpired):
+            pass
+        finally:
+            _kill_group(self.proc)
+            for stream in (self.proc.stdin, self.proc.stdout):
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+            if self._log:
+                self._log.close()
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            _kill_group(self.proc)
+
+    # -- the pipe ----------------------------------------------------------------------------
+
+    def _send(self, message: dict) -> None:
+        try:
+            self.proc.stdin.write((json.dumps(message) + "\n").encode())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError, ValueError):
+            raise SideError(self._dead_reason("its pipe closed")) from None
+
+    def _expect(self, event: str, timeout_s: float) -> dict:
+        message = self._read(timeout_s)
+        if message.get("event") == "error":
+            raise SideError(f"{self.side} worker refused a message: {message.get('message')}")
+        if message.get("event") != event:
+            raise SideError(f"{self.side} worker sent {message.get('event')!r} where {event!r} was due")
+        return message
+
+    def _read(self, timeout_s: float) -> dict:
+        deadline = time.monotonic() + timeout_s
+        fd = self.proc.stdout.fileno()
+        with selectors.DefaultSelector() as sel:
+            sel.register(fd, selectors.EVENT_READ)
+            while b"\n" not in self._buffer:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    _kill_group(self.proc)
+                    raise SideError(f"{self.side} worker did not answer within {timeout_s:.0f} s; killed it "
+                                    f"(log: {self.out_dir / 'worker.log'})")
+                if not sel.select(left):
+                    continue
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    raise SideError(self._dead_reason("it closed its output"))
+                self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        try:
+            message = json.loads(line)
+        except json.JSONDecodeError:
+            raise SideError(f"{self.side} worker wrote a line that is not JSON: {line[:200]!r}") from None
+        if not isinstance(message, dict):
+            raise SideError(f"{self.side} worker wrote {line[:200]!r}, not a JSON object")
+        return message
+
+    def _dead_reason(self, what: str) -> str:
+        code = None
+        try:
+            code = self.proc.wait(timeout=2.0)
+        except subprocess.TimeoutExpired:
+            pass
+        tail = ""
+        log = self.out_dir / "worker.log"
+        if log.exists():
+            lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+            tail = f"; last log line: {lines[-1].strip()}" if lines else ""
+        how = f"exit code {code}" if code is not None else "still running"
+        if code is not None and code < 0:
+            try:
+                how = f"killed by {signal.Signals(-code).name}"
+            except ValueError:
+                how = f"killed by signal {-code}"
+        return f"{self.side} worker {what} ({how}){tail}"
+
+
+class RunSide:
+    """A fresh ``critpath run`` per round: for a tree that predates the worker protocol."""
+
+    def __init__(self, tree: Tree, side: str, generation: int, out_dir: Path, run_args: dict,
+                 python: str = sys.executable) -> None:
+        self.tree, self.side, self.generation = tree, side, generation
+        self.out_dir = Path(out_dir)
+        self.run_args = run_args
+        self.python = python
+        self._procs: list[subprocess.Popen] = []
+
+    def start(self) -> None:
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+
+    def await_ready(self, timeout_s: float) -> None:
+        pass
+
+    def prepare(self, case_ids: Sequence[str]) -> None:
+        pass
+
+    def await_prepared(self, timeout_s: float) -> None:
+        pass
+
+    def run_round(self, number: int, cases: Sequence[RoundCase], timeout_s: float) -> RoundResult:
+        run_dir = self.out_dir / f"round-{number:03d}"
+        args = [self.python, "-m", "harness", "run"]
+        for c in cases:
+            args += ["--case", c.case_id]
+        # One process runs every case with one --iters: the largest fixed count asked for.
+        fixed = [c.iters for c in cases if c.iters]
+        if fixed:
+            args += ["--iters", str(max(fixed))]
+        if self.run_args.get("warmup") is not None:
+            args += ["--warmup", str(self.run_args["warmup"])]
+        args += ["--out", str(run_dir), "--timeout", str(self.run_args["timeout_s"])]
+        start = time.perf_counter()
+        error = ""
+        with open(run_dir.with_suffix(".log"), "wb") as log:
+            proc = subprocess.Popen(args, cwd=self.tree.path, env=self.tree.env(), stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+            self._procs.append(proc)
+            try:
+                proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                error = f"{self.side} run exceeded {timeout_s:.0f} s and was killed"
+            finally:
+                _kill_group(proc)
+                self._procs.remove(proc)
+        records, read_error = _read_records(run_dir)
+        if not records and not error:
+            lines = [ln for ln in run_dir.with_suffix(".log").read_text(errors="replace").splitlines() if ln.strip()]
+            error = read_error or f"{self.side} run exited {proc.returncode}: {(lines or ['(no output)'])[-1].strip()}"
+        return RoundResult(self.side, self.generation, number, run_dir, time.perf_counter() - start, records, error)
+
+    def stop(self) -> None:
+        self.kill()
+
+    def kill(self) -> None:
+        for proc in list(self._procs):
+            _kill_group(proc)

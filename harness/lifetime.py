@@ -1,0 +1,21 @@
+"""Processes that must not outlive the process that started them."""
+from __future__ import annotations
+
+import os
+import signal
+
+
+def die_with_parent(sig: int = signal.SIGKILL) -> None:
+    """If the parent is killed (SIGKILL leaves it no chance to clean up), take this process down
+    too instead of leaving it blocked on a pipe or queue nobody reads. Linux only; a no-op
+    elsewhere."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        PR_SET_PDEATHSIG = 1
+        libc.prctl(PR_SET_PDEATHSIG, sig)
+        if os.getppid() == 1:  # the parent died before prctl took effect
+            os._exit(1)
+    except (OSError, AttributeError):
+        pass
