@@ -34,7 +34,30 @@ def _schema() -> dict:
     return json.loads(text)
 
 
-_VALIDATOR = jsonschema.Draft202012Validator(_schema())
+def _without_sample_items(schema: dict) -> dict:
+    """The schema with ``samples_ns.items`` left to ``_check_samples``: jsonschema checks an array
+    one element at a time in Python, about 15 us each, which made reading or writing a record of
+    36,000 samples take a fifth of a second (the gate reads hundreds). The rule is the schema's."""
+    fast = json.loads(json.dumps(schema))
+    fast["properties"]["samples_ns"] = {k: v for k, v in fast["properties"]["samples_ns"].items() if k != "items"}
+    return fast
+
+
+_SAMPLE_ITEMS = _schema()["properties"]["samples_ns"]["items"]
+_VALIDATOR = jsonschema.Draft202012Validator(_without_sample_items(_schema()))
+
+
+def _check_samples(samples: Any, where: str) -> None:
+    """``samples_ns.items`` of the schema (integers >= its minimum), checked in bulk."""
+    if not isinstance(samples, list):
+        return  # the schema's type check reports it
+    for i, x in enumerate(samples):
+        if type(x) is not int:  # bool and float are not JSON integers here
+            raise RecordError(f"field samples_ns.{i}: {x!r} is not of type 'integer'", where)
+    low = _SAMPLE_ITEMS["minimum"]
+    if samples and min(samples) < low:
+        i = next(i for i, x in enumerate(samples) if x < low)
+        raise RecordError(f"field samples_ns.{i}: {samples[i]} is less than the minimum of {low}", where)
 
 
 @dataclass(frozen=True)
@@ -156,6 +179,7 @@ def validate(data: Mapping[str, Any], where: str = "") -> None:
     if error is not None:
         path = ".".join(str(p) for p in error.absolute_path) or "(record)"
         raise RecordError(f"field {path}: {error.message}", where)
+    _check_samples(data["samples_ns"], where)
     if data["status"] == "ok" and not data["samples_ns"]:
         raise RecordError("field samples_ns: an ok record must carry its samples", where)
     if data["status"] != "ok" and not data.get("error"):

@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
 from harness import fingerprint, registry
 from harness.case import Case
 from harness.family import GridOptions
+from harness.progress import LiveProgress
 from harness.records import ErrorInfo, Record
 from harness.store import RunDir, new_run_id
 from harness.table import print_tables
@@ -93,28 +94,15 @@ def select_cases(opts: RunOptions, grid: GridOptions) -> list[Case]:
     return registry.cases(families, grid)
 
 
-class Reporter:
+class Reporter(LiveProgress):
     """Progress while the run goes on: a bar on a terminal, one line per case in CI logs."""
 
     def __init__(self, console: Console, total: int) -> None:
-        self.console = console
+        super().__init__(console, TextColumn("[bold]critpath run"), BarColumn(), MofNCompleteColumn(),
+                         TimeElapsedColumn(), TextColumn("{task.description}"))
         self.total = total
         self.done = 0
-        self.live = console.is_terminal
-        self.progress = Progress(
-            TextColumn("[bold]critpath run"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            TextColumn("{task.description}"), console=console, transient=True,
-        )
         self.task = self.progress.add_task("", total=total)
-
-    def __enter__(self):
-        if self.live:
-            self.progress.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.live:
-            self.progress.stop()
 
     def started(self, case_id: str) -> None:
         self.progress.update(self.task, description=case_id)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -65,7 +66,7 @@ def test_a_case_unknown_in_the_base_could_not_run(tmp_repo, tmp_path):
     selftest.write_text("\n".join(line for line in original.splitlines() if 'Param("spin_iters"' not in line) + "\n")
     _git(tmp_repo, "commit", "-q", "-am", "base without spin_iters")
     selftest.write_text(original)
-    code, data = _gate(tmp_repo, tmp_path / "out", "--base", "HEAD", "--case", SPIN, "--repeats", "2")
+    code, data = _gate(tmp_repo, tmp_path / "out", "--base", "HEAD", "--case", SPIN, "--max-pairs", "2")
     assert code == EXIT_COULD_NOT_RUN
     (case,) = data["cases"]
     assert case["outcome"] == "could_not_run" and "unknown in base" in case["reason"] and "spin_iters" in case["reason"]
@@ -83,19 +84,23 @@ def test_bad_baseline_file_names_the_field(tmp_repo, tmp_path):
 def test_worktree_ab_end_to_end_with_a_failing_case(tmp_repo, tmp_path):
     head = _git(tmp_repo, "rev-parse", "HEAD")
     out = tmp_path / "out"
-    code, data = _gate(tmp_repo, out, "--base", "HEAD", "--case", NOOP, "--case", RAISE, "--repeats", "2", "--iters", "50")
+    code, data = _gate(tmp_repo, out, "--base", "HEAD", "--case", NOOP, "--case", RAISE, "--max-pairs", "3",
+                       "--rounds", "2", "--iters", "50")
     cases = {c["case_id"]: c for c in data["cases"]}
     # The failing case is never a silent pass, and it does not hide the other case's verdict.
     assert code == EXIT_COULD_NOT_RUN
     assert cases[RAISE]["outcome"] == "could_not_run" and "InjectedFault" in cases[RAISE]["reason"]
-    assert cases[NOOP]["outcome"] in ("unchanged", "inconclusive")
-    assert cases[NOOP]["comparison"]["n_base"] == 2 and cases[NOOP]["comparison"]["n_cand"] == 2
-    # Interleaved: A B then B A, one fresh process each.
-    order = sorted((p.stat().st_mtime, p.parent.parent.name) for p in out.glob("*/rep-*/run.json"))
-    assert [side for _, side in order] == ["base", "candidate", "candidate", "base"]
+    # Three pairs cannot decide anything, and the gate says so rather than passing.
+    assert cases[NOOP]["outcome"] == "could_not_run" and "budget too small" in cases[NOOP]["reason"]
+    assert cases[NOOP]["detail"]["n_pairs"] == 3 and len(cases[NOOP]["detail"]["pairs"]) == 3
+    # Interleaved per generation: A B, B A in the first pair of processes, B A, A B in the next.
+    for gen, expected in ((0, ["base", "candidate", "candidate", "base"]), (1, ["candidate", "base", "base", "candidate"])):
+        rounds = sorted((p.stat().st_mtime_ns, p.parent.parent.parent.name)
+                        for p in out.glob(f"*/gen-{gen:03d}/round-*/results.jsonl"))
+        assert [side for _, side in rounds] == expected
     # The base really ran from its own checkout of HEAD, which is gone afterwards.
     assert data["base"]["commit"] == head and data["base"]["path"] != str(tmp_repo)
-    fingerprint = json.loads((out / "base" / "rep-000" / "fingerprint.json").read_text())
+    fingerprint = json.loads((out / "base" / "gen-000" / "fingerprint.json").read_text())
     assert fingerprint["git"]["commit"] == head
     assert not Path(data["base"]["path"]).exists()
     assert _git(tmp_repo, "worktree", "list").count("\n") == 0  # only the main checkout is left
@@ -189,3 +194,108 @@ def test_compare_a_throughput_metric_counts_a_drop_as_a_regression(tmp_path):
     data = json.loads((tmp_path / "out" / "gate.json").read_text())
     assert code == EXIT_REGRESSION and data["cases"][0]["direction"] == "higher"
     assert main(["compare", str(base), str(cand), "--statistic", "imbalance", "--out", str(tmp_path / "o2")]) == EXIT_COULD_NOT_RUN
+
+
+# -- the sequential gate on real trees: budget, injected slowdowns, interruption ------------------
+
+@pytest.mark.integration
+def test_a_budget_too_small_to_decide_says_so(tmp_repo, tmp_path):
+    code, data = _gate(tmp_repo, tmp_path / "out", "--base", "HEAD", "--case", NOOP, "--budget", "0.5", "--iters", "50")
+    (case,) = data["cases"]
+    assert code == EXIT_COULD_NOT_RUN
+    assert case["outcome"] == "could_not_run" and "budget too small to reach a decision" in case["reason"]
+    assert "--budget" in case["reason"] and data["extra"]["stopped"] == "budget"
+
+
+@pytest.mark.integration
+def test_the_budget_stops_a_gate(tmp_repo, tmp_path):
+    # A minimum effect of 0 can never be shown "unchanged", and an A/A is rarely rejected: the
+    # gate runs until its budget, and no longer than one more pair of processes.
+    budget_s = 6.0
+    code, data = _gate(tmp_repo, tmp_path / "out", "--base", "HEAD", "--case", NOOP, "--budget", str(budget_s),
+                       "--min-effect", "0", "--iters", "50", "--rounds", "1")
+    (case,) = data["cases"]
+    extra = data["extra"]
+    assert extra["stopped"] in ("budget", "decided")
+    if extra["stopped"] == "budget":
+        assert case["outcome"] == "inconclusive"
+    assert extra["measure_wall_s"] <= budget_s + max(extra["generation_s"]) + 1.0
+    assert case["detail"]["n_pairs"] == extra["generations"] >= 8
+
+
+def _slowed_branch(repo: Path, case_id: str, kind: str, fraction: float, mean_ns: float) -> str:
+    from harness.gate.inject import Slowdown, commit_slowdowns
+
+    head = _git(repo, "rev-parse", "HEAD")
+    sha = commit_slowdowns(repo, head, "slow", [Slowdown(case_id, kind, fraction, mean_ns)])
+    _git(repo, "checkout", "-q", "--force", head)
+    return sha
+
+
+@pytest.mark.integration
+def test_a_real_two_tree_gate_catches_an_injected_slowdown_and_passes_an_a_a(tmp_repo, tmp_path):
+    # The candidate is a real commit on a branch: a busy-wait of 4 us on every step of a ~3 us
+    # spin case, committed into the driver's step path, as critpath gate-power does.
+    slow = _slowed_branch(tmp_repo, SPIN, "uniform", 1.0, 4000.0)
+    args = ("--case", SPIN, "--budget", "40", "--window", "0.05", "--rounds", "2")
+    code, data = _gate(tmp_repo, tmp_path / "slow", "--base", "HEAD", "--candidate", slow, *args)
+    (case,) = data["cases"]
+    assert code == EXIT_REGRESSION and case["outcome"] == "regressed", case["reason"]
+    assert case["comparison"]["ratio"] > 1.5 and case["comparison"]["test"].startswith("wilcoxon signed-rank")
+    assert data["candidate"]["commit"] == slow
+    code, data = _gate(tmp_repo, tmp_path / "aa", "--base", "HEAD", "--candidate", "HEAD", *args)
+    (case,) = data["cases"]
+    assert code == EXIT_PASS and case["outcome"] in ("unchanged", "inconclusive"), case["reason"]
+    assert not case["likely_regression"]
+
+
+@pytest.mark.integration
+def test_a_partial_slowdown_is_found_by_the_default_statistic(tmp_repo, tmp_path):
+    # One step in ten waits 10 x 3 us: the mean grows by about 100 %, the fastest steps not at all.
+    slow = _slowed_branch(tmp_repo, SPIN, "partial", 1.0, 3000.0)
+    args = ("--base", "HEAD", "--candidate", slow, "--case", SPIN, "--budget", "40", "--window", "0.05",
+            "--rounds", "2")
+    code, data = _gate(tmp_repo, tmp_path / "mean", *args)
+    assert code == EXIT_REGRESSION and data["statistic"] == "mean_ns"
+    code, data = _gate(tmp_repo, tmp_path / "min", *args, "--statistic", "min_ns", "--max-pairs", "10")
+    (case,) = data["cases"]
+    assert case["outcome"] != "regressed" and abs(case["comparison"]["ratio"] - 1) < 0.2
+
+
+def _processes_mentioning(text: str) -> list[str]:
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in args:
+            found.append(args)
+    return found
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_an_interrupted_gate_removes_its_worktree_and_leaves_no_process(tmp_repo, tmp_path, sig):
+    import signal
+    import sys
+    import time
+
+    out = tmp_path / "out"
+    temp_trees = set(Path(tempfile.gettempdir()).glob("critpath-gate-*"))
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "gate", "--repo", str(tmp_repo), "--base", "HEAD",
+                             "--case", SPIN, "--budget", "120", "--out", str(out)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    while not list(out.glob("*/gen-000/round-*/results.jsonl")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _processes_mentioning(str(out)), "no worker was running"
+    proc.send_signal(getattr(signal, sig))
+    code = proc.wait(timeout=60)
+    assert code == 128 + getattr(signal, sig)
+    data = json.loads((out / "gate.json").read_text())
+    assert "interrupted" in data["error"] and data["exit_code"] == EXIT_COULD_NOT_RUN
+    time.sleep(0.5)
+    assert _processes_mentioning(str(out)) == []
+    assert _git(tmp_repo, "worktree", "list").count("\n") == 0
+    assert set(Path(tempfile.gettempdir()).glob("critpath-gate-*")) <= temp_trees  # the base's checkout is gone

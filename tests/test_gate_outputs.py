@@ -57,6 +57,41 @@ def test_fail_on_inconclusive_makes_inconclusive_fail():
     assert root.find(".//failure") is not None
 
 
+def _likely(result: GateResult) -> GateResult:
+    """Mark the inconclusive cases as the budget leaves them when their estimate reaches the
+    minimum effect: a likely regression."""
+    from dataclasses import replace
+
+    result.verdicts = {c: replace(v, likely_regression=True) if v.outcome == Outcome.INCONCLUSIVE else v
+                       for c, v in result.verdicts.items()}
+    return result
+
+
+def test_a_likely_regression_at_the_budget_fails_the_build_by_default():
+    result = _likely(_result(a="unchanged", b="inconclusive"))
+    assert result.exit_code == EXIT_REGRESSION
+    assert "likely regression" in result.headline
+    root = ET.fromstring(junit_xml(result).split("\n", 1)[1])
+    assert root.find(".//failure").get("type") == "inconclusive"
+    assert "fails the build" in markdown(result)
+
+
+def test_allow_inconclusive_lets_a_likely_regression_pass_and_says_so():
+    result = _likely(_result(a="inconclusive"))
+    result.allow_inconclusive = True
+    assert result.exit_code == EXIT_PASS
+    assert "(allowed)" in result.headline and "allowed by --allow-inconclusive" in markdown(result)
+    # A real regression still fails: --allow-inconclusive only concerns the budget rule.
+    result = _likely(_result(a="inconclusive", b="regressed"))
+    result.allow_inconclusive = True
+    assert result.exit_code == EXIT_REGRESSION
+
+
+def test_an_inconclusive_case_short_of_the_minimum_effect_passes():
+    result = _result(a="inconclusive")
+    assert not result.verdicts["fam/a=1"].likely_regression and result.exit_code == EXIT_PASS
+
+
 def test_a_gate_that_could_not_run_exits_2_whatever_its_cases():
     result = _result(a="unchanged")
     result.error = "ref 'nope' does not name a commit"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import signal
 import sys
 import time
 from contextlib import ExitStack
@@ -15,6 +16,9 @@ from typing import Optional
 from harness.gate import ab
 from harness.gate.config import ConfigError, GateConfig, load_baselines, load_config
 from harness.gate.outputs import EXIT_COULD_NOT_RUN, GateResult, write_outputs
+from harness.gate.paired import DESIGN, SPENDING, paired_verdicts
+from harness.gate.progress import GateProgress
+from harness.gate.schedule import Plan
 from harness.gate.stats import CaseInput, Outcome, Unit, verdicts
 from harness.gate.trees import WORKTREE, TreeError, checkout, list_cases, probe, repo_root
 from harness.gate.values import (
@@ -23,7 +27,9 @@ from harness.gate.values import (
 from harness.records import Record
 from harness.store import ResultsFileError, load_records
 
-DEFAULT_REPEATS = 10
+DEFAULT_REPEATS = 10  # --against: processes of the candidate
+DEFAULT_BUDGET_S = 180.0
+DEFAULT_STATISTIC = "mean_ns"  # sees every iteration: a slowdown of one iteration in ten moves it
 
 
 def _csv(text: str) -> tuple[str, ...]:
@@ -37,6 +43,15 @@ def _repeats(text: str) -> int:
     return value
 
 
+def _positive(kind):
+    def parse(text: str):
+        value = kind(text)
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+        return value
+    return parse
+
+
 def _statistic(text: str) -> str:
     try:
         return validate_statistic(text)
@@ -46,21 +61,23 @@ def _statistic(text: str) -> str:
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", type=Path, help="gate config YAML: alpha, confidence, statistic, min_effect per family/case")
-    p.add_argument("--statistic", type=_statistic, help="per-process statistic (default p50_ns; p99_ns, pNN_ns, min_ns, a metric)")
+    p.add_argument("--statistic", type=_statistic,
+                   help=f"per-round statistic (default {DEFAULT_STATISTIC}; p50_ns, pNN_ns, min_ns, a metric)")
     p.add_argument("--min-effect", type=float, metavar="FRACTION", help="default minimum effect (0.05 = 5 %%), below per-family/case config")
     p.add_argument("--alpha", type=float, help="family-wise false-alarm rate across cases (Holm; default 0.01)")
     p.add_argument("--direction", choices=("lower", "higher"),
                    help="which way is better for --statistic (default: from its unit: *_ns lower, *_gbps higher)")
     p.add_argument("--out", type=Path, help="directory for gate.json, gate.xml (JUnit), gate.md and the runs")
     p.add_argument("--markdown", type=Path, metavar="FILE", help="also append the markdown summary here (e.g. $GITHUB_STEP_SUMMARY)")
-    p.add_argument("--fail-on-inconclusive", action="store_true", help="exit 1 when a case is inconclusive (default: pass, listed)")
+    p.add_argument("--fail-on-inconclusive", action="store_true", help="exit 1 when any case is inconclusive")
 
 
 def register(sub) -> None:
     p = sub.add_parser("gate", help="A/B regression gate: base vs candidate, interleaved, in this job",
-                       description="Measure base and candidate interleaved (A B, B A, ...) in fresh processes and "
-                                   "decide per case: regressed, improved, unchanged, inconclusive, could not run. "
-                                   "Exit 0 pass, 1 regression, 2 could not run.")
+                       description="Measure base and candidate in pairs of fresh processes, interleaved A B / B A, "
+                                   "look at the pairs as they come and stop each case once it is decided, within "
+                                   "--budget seconds: regressed, improved, unchanged, inconclusive, could not run. "
+                                   "Exit 0 pass, 1 regression (or a likely one at the budget), 2 could not run.")
     p.add_argument("--base", metavar="REF", help="git ref of the base (checked out in a temporary git worktree)")
     p.add_argument("--candidate", metavar="REF", default=WORKTREE,
                    help="git ref of the candidate, or 'worktree' (default): this checkout with its edits")
@@ -68,9 +85,18 @@ def register(sub) -> None:
     p.add_argument("--case", dest="case_ids", action="append", default=[], metavar="ID", help="case ID (repeatable)")
     p.add_argument("--families", type=_csv, help="comma-separated families (their quick grid, or --full)")
     p.add_argument("--full", action="store_true", help="with --families: the full grid")
-    p.add_argument("--repeats", type=_repeats, default=DEFAULT_REPEATS, help=f"processes per side (default {DEFAULT_REPEATS})")
-    p.add_argument("--iters", type=int, help="passed to critpath run: timed iterations per case")
-    p.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS", help="passed to critpath run: per-case limit")
+    p.add_argument("--budget", type=_positive(float), default=DEFAULT_BUDGET_S, metavar="SECONDS",
+                   help=f"wall time for measuring (default {DEFAULT_BUDGET_S:g}); the gate stops earlier once every case is decided")
+    p.add_argument("--allow-inconclusive", action="store_true",
+                   help="pass a case still undecided at the budget even when its estimate reaches the minimum effect")
+    p.add_argument("--rounds", type=_positive(int), default=Plan.rounds, metavar="N",
+                   help=f"rounds per fresh process pair (default {Plan.rounds}; see docs/gate.md)")
+    p.add_argument("--window", type=_positive(float), default=Plan.window_s, metavar="SECONDS",
+                   help=f"timed seconds per case per round, calibrated once (default {Plan.window_s:g})")
+    p.add_argument("--max-pairs", type=_positive(int), metavar="N", help="stop after this many process pairs")
+    p.add_argument("--repeats", type=_repeats, default=DEFAULT_REPEATS, help=f"with --against: candidate processes (default {DEFAULT_REPEATS})")
+    p.add_argument("--iters", type=_positive(int), help="timed iterations per case per round (default: from --window)")
+    p.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS", help="per-case limit in one round")
     p.add_argument("--repo", type=Path, default=Path.cwd(), help="the git checkout (default: the current directory)")
     _common(p)
     p.set_defaults(func=cmd_gate)
@@ -85,7 +111,7 @@ def register(sub) -> None:
 def _gate_config(args) -> GateConfig:
     from dataclasses import replace
 
-    config = load_config(args.config)
+    config = load_config(args.config, GateConfig(statistic=DEFAULT_STATISTIC))
     policy = config.policy
     if args.alpha is not None:
         policy = replace(policy, alpha=args.alpha)
@@ -110,11 +136,15 @@ def _finish(result: GateResult, args, out: Path) -> int:
     return result.exit_code
 
 
-def _error_result(args, mode: str, message: str, statistic: str = "p50_ns") -> int:
+def _new_result(args, mode: str, statistic: str, policy=None, **kw) -> GateResult:
     from harness.gate.stats import Policy
 
-    result = GateResult(mode, statistic, Unit.PROCESS, Policy(), error=message,
-                        fail_on_inconclusive=args.fail_on_inconclusive)
+    return GateResult(mode, statistic, Unit.PROCESS, policy or Policy(), fail_on_inconclusive=args.fail_on_inconclusive,
+                      allow_inconclusive=getattr(args, "allow_inconclusive", False), **kw)
+
+
+def _error_result(args, mode: str, message: str, statistic: str = DEFAULT_STATISTIC) -> int:
+    result = _new_result(args, mode, statistic, error=message)
     out = args.out or _default_out(mode)
     code = _finish(result, args, out)
     print(f"critpath {args.command}: error: {message}", file=sys.stderr)
@@ -123,6 +153,14 @@ def _error_result(args, mode: str, message: str, statistic: str = "p50_ns") -> i
 
 def _direction(args, statistic: str) -> str:
     return args.direction or default_direction(statistic)
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, delivered as an interrupt so every context (worktrees, workers) unwinds."""
+
+
+def _on_sigterm(signum, frame) -> None:
+    raise _Terminated()
 
 
 def cmd_gate(args) -> int:
@@ -146,38 +184,102 @@ def cmd_gate(args) -> int:
         print(f"critpath gate: error: {out} is not empty; choose another --out", file=sys.stderr)
         return EXIT_COULD_NOT_RUN
     start = time.perf_counter()
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    interrupted = None
     try:
-        result = _run_gate(args, config, out, mode, direction)
+        if args.against:
+            result = _run_against(args, config, out, mode)
+        else:
+            result = _run_ab(args, config, out, direction)
     except (TreeError, ConfigError) as exc:
-        result = GateResult(mode, config.statistic, Unit.PROCESS, config.policy, error=str(exc),
-                            fail_on_inconclusive=args.fail_on_inconclusive)
+        result = _new_result(args, mode, config.statistic, config.policy, error=str(exc))
+    except KeyboardInterrupt as exc:
+        interrupted = signal.SIGTERM if isinstance(exc, _Terminated) else signal.SIGINT
+        result = _new_result(args, mode, config.statistic, config.policy,
+                             error=f"interrupted by {interrupted.name}; worktrees and processes were removed")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     result.wall_s = time.perf_counter() - start
-    return _finish(result, args, out)
+    code = _finish(result, args, out)
+    return 128 + int(interrupted) if interrupted is not None else code
 
 
-def _run_gate(args, config: GateConfig, out: Path, mode: str, direction: Optional[str]) -> GateResult:
+def _select_cases(args, sides: dict) -> tuple[list[str], list[str]]:
+    """(every case ID, the ones named explicitly): --case first, then each side's --families grid."""
+    explicit = list(dict.fromkeys(args.case_ids))
+    from_families: list[str] = []
+    if args.families:
+        profile = "full" if args.full else "quick"
+        for tree in sides.values():
+            from_families += list_cases(tree, args.families, profile)
+    return list(dict.fromkeys(explicit + from_families)), explicit
+
+
+def _run_ab(args, config: GateConfig, out: Path, direction: str) -> GateResult:
+    from harness.gate.schedule import Plan, Schedule, side_kind
+    from harness.gate.sequential import CaseSpec, SequentialGate
+
     repo = repo_root(args.repo)
-    baselines = load_baselines(args.against) if args.against else []
-    explicit = list(dict.fromkeys(args.case_ids + [b.case_id for b in baselines]))
+    with ExitStack() as stack:
+        cand = stack.enter_context(checkout(repo, args.candidate, ab.CANDIDATE))
+        base = stack.enter_context(checkout(repo, args.base, ab.BASE))
+        sides = {ab.BASE: base, ab.CANDIDATE: cand}
+        case_ids, explicit = _select_cases(args, sides)
+        problems: dict[str, tuple[str, str]] = {}  # case -> (outcome, reason)
+        protocols = {}
+        for label, tree in sides.items():
+            found = probe(tree, case_ids)
+            protocols[label] = found.worker_protocol
+            for case_id, why in found.unknown.items():
+                outcome = Outcome.COULD_NOT_RUN if case_id in explicit else Outcome.INCONCLUSIVE
+                problems.setdefault(case_id, (outcome, f"unknown in {label} ({tree.ref}): {why}"))
+        runnable = [c for c in case_ids if c not in problems]
+        plan = Plan(budget_s=args.budget, rounds=args.rounds, window_s=args.window, iters=args.iters,
+                    case_timeout_s=args.timeout, max_pairs=args.max_pairs)
+        kind = side_kind(protocols)
+        specs = [CaseSpec(c, config.min_effect(c), direction) for c in runnable]
+        gate = SequentialGate(specs, alpha=config.policy.alpha, confidence=config.policy.confidence,
+                              spending=SPENDING) if specs else None
+        progress = GateProgress(plan, gate, specs, sys.stderr)
+        print(f"critpath gate: {len(runnable)} cases, base {args.base} vs candidate {args.candidate}, "
+              f"budget {plan.budget_s:g} s, {plan.rounds} rounds per process pair"
+              f"{'' if kind == 'worker' else ' (a fresh critpath run per round: a tree predates critpath worker)'}"
+              f" -> {out}", file=sys.stderr)
+        schedule_result = None
+        if runnable:
+            schedule = Schedule(runnable, sides, kind, plan, out, config.statistic, gate.look, progress.event)
+            with progress:
+                schedule_result = schedule.run()
+    inputs_problems = [CaseInput(c, problem=reason, problem_outcome=outcome, min_effect=config.min_effect(c))
+                       for c, (outcome, reason) in problems.items()]
+    verdicts_ = verdicts(inputs_problems, config.policy)
+    if schedule_result is not None:
+        verdicts_.update(paired_verdicts(schedule_result, gate, specs, plan, config))
+    result = _new_result(args, "ab", config.statistic, config.policy,
+                         verdicts={c: verdicts_[c] for c in case_ids}, base=base.to_dict(), candidate=cand.to_dict())
+    result.extra = {"plan": plan.to_dict(), "design": DESIGN, "side_kind": kind}
+    if schedule_result is not None:
+        result.repeats = schedule_result.generations
+        result.extra.update(schedule_result.summary())
+        if schedule_result.stopped == "budget" and any(v.outcome == Outcome.INCONCLUSIVE for v in verdicts_.values()):
+            result.warnings.append(f"the {plan.budget_s:g} s budget ended before every case was decided")
+    if cand.dirty:
+        result.warnings.append("the candidate has uncommitted changes")
+    return result
+
+
+def _run_against(args, config: GateConfig, out: Path, mode: str) -> GateResult:
+    """--against: only the candidate runs, a fixed number of fresh processes, each case tested
+    against its table value (a table measured elsewhere is not an A/B)."""
+    repo = repo_root(args.repo)
+    baselines = load_baselines(args.against)
+    case_ids = list(dict.fromkeys(b.case_id for b in baselines))
     run_args = ["--timeout", str(args.timeout)] + (["--iters", str(args.iters)] if args.iters else [])
     with ExitStack() as stack:
         cand = stack.enter_context(checkout(repo, args.candidate, ab.CANDIDATE))
-        base = None if args.against else stack.enter_context(checkout(repo, args.base, ab.BASE))
-        sides = {ab.CANDIDATE: cand} if base is None else {ab.BASE: base, ab.CANDIDATE: cand}
-        from_families: list[str] = []
-        if args.families:
-            profile = "full" if args.full else "quick"
-            for tree in sides.values():
-                from_families += list_cases(tree, args.families, profile)
-        case_ids = list(dict.fromkeys(explicit + from_families))
-        problems: dict[str, tuple[str, str]] = {}  # case -> (outcome, reason)
-        for label, tree in sides.items():
-            for case_id, why in probe(tree, case_ids).unknown.items():
-                outcome = Outcome.COULD_NOT_RUN if case_id in explicit else Outcome.INCONCLUSIVE
-                problems.setdefault(case_id, (outcome, f"unknown in {label} ({tree.ref}): {why}"))
+        problems = {c: f"unknown in candidate ({cand.ref}): {why}" for c, why in probe(cand, case_ids).unknown.items()}
         runnable = [ab.GateCase.same(c) for c in case_ids if c not in problems]
-        print(f"critpath gate: {len(runnable)} cases, {args.repeats} repeats per side, "
-              f"{'against ' + str(args.against) if base is None else f'base {args.base} vs candidate {args.candidate}'} -> {out}",
+        print(f"critpath gate: {len(runnable)} cases, {args.repeats} candidate processes against {args.against} -> {out}",
               file=sys.stderr)
 
         def progress(run: ab.ProcessRun) -> None:
@@ -185,42 +287,22 @@ def _run_gate(args, config: GateConfig, out: Path, mode: str, direction: Optiona
             print(f"  {run.side:<9} repeat {run.repeat + 1}/{args.repeats}: {state}, {run.wall_s:.1f} s"
                   + (f" ({run.error})" if run.error else ""), file=sys.stderr)
 
-        runs = ab.ABRuns(runnable)
-        if runnable:
-            if base is None:
-                runs = _run_one_side(runnable, cand, args.repeats, out, run_args, args.timeout, progress)
-            else:
-                timeout = args.timeout * len(runnable) + 180.0
-                runs = ab.run_interleaved(runnable, base, cand, args.repeats, out, run_args, timeout, progress=progress)
-        inputs = []
-        by_case = {b.case_id: b for b in baselines}
-        for case_id in case_ids:
-            if case_id in problems:
-                outcome, reason = problems[case_id]
-                inputs.append(CaseInput(case_id, problem=reason, problem_outcome=outcome,
-                                        min_effect=config.min_effect(case_id)))
-                continue
-            case = ab.GateCase.same(case_id)
-            baseline = by_case.get(case_id)
-            statistic = baseline.statistic if baseline else config.statistic
-            cand_values, cand_problem = runs.values(case, ab.CANDIDATE, statistic)
-            if baseline is not None:
-                min_effect = baseline.min_effect if baseline.min_effect is not None else config.min_effect(case_id)
-                inputs.append(CaseInput(case_id, (), cand_values, min_effect, baseline.direction, cand_problem,
-                                        reference=baseline.value))
-                continue
-            base_values, base_problem = runs.values(case, ab.BASE, statistic)
-            inputs.append(CaseInput(case_id, base_values, cand_values, config.min_effect(case_id), direction,
-                                    problem="; ".join(p for p in (base_problem, cand_problem) if p)))
-    result = GateResult(mode, config.statistic, Unit.PROCESS, config.policy, verdicts(inputs, config.policy),
-                        base=base.to_dict() if base else {"ref": str(args.against)}, candidate=cand.to_dict(),
-                        repeats=args.repeats, fail_on_inconclusive=args.fail_on_inconclusive)
-    if baselines:
-        stats = {b.statistic for b in baselines}
-        result.statistic = stats.pop() if len(stats) == 1 else "per baseline entry"
-    if base is None:
-        result.warnings.append("a baseline table was measured elsewhere: this is not an A/B in one job, so "
-                               "machine and job differences count as change; set min_effect accordingly")
+        runs = _run_one_side(runnable, cand, args.repeats, out, run_args, args.timeout, progress) if runnable \
+            else ab.ABRuns([])
+    inputs = []
+    for b in baselines:
+        if b.case_id in problems:
+            inputs.append(CaseInput(b.case_id, problem=problems[b.case_id], min_effect=config.min_effect(b.case_id)))
+            continue
+        cand_values, cand_problem = runs.values(ab.GateCase.same(b.case_id), ab.CANDIDATE, b.statistic)
+        min_effect = b.min_effect if b.min_effect is not None else config.min_effect(b.case_id)
+        inputs.append(CaseInput(b.case_id, (), cand_values, min_effect, b.direction, cand_problem, reference=b.value))
+    result = _new_result(args, mode, config.statistic, config.policy, verdicts=verdicts(inputs, config.policy),
+                         base={"ref": str(args.against)}, candidate=cand.to_dict(), repeats=args.repeats)
+    stats = {b.statistic for b in baselines}
+    result.statistic = stats.pop() if len(stats) == 1 else "per baseline entry"
+    result.warnings.append("a baseline table was measured elsewhere: this is not an A/B in one job, so "
+                           "machine and job differences count as change; set min_effect accordingly")
     if cand.dirty:
         result.warnings.append("the candidate has uncommitted changes")
     if runs.stopped:

@@ -6,12 +6,15 @@ Exit codes (distinct, for CI):
 - 2: the gate could not run, or some case could not be measured on a side (failed or timed-out
   run, wrong answer, case unknown to one side, bad ref, bad config). Never a silent pass.
 
-Inconclusive cases pass by default (the gate could not tell, and says how many repeats would);
-``--fail-on-inconclusive`` turns them into exit 1 for a stricter gate.
+An inconclusive case passes when its estimate is short of the minimum effect; one whose estimate
+is a worsening of at least the minimum effect (``likely_regression``, the budget ran out before
+significance) fails with exit 1 unless ``--allow-inconclusive``. ``--fail-on-inconclusive`` fails
+every inconclusive case.
 """
 from __future__ import annotations
 
 import json
+import math
 import os
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
@@ -23,7 +26,7 @@ from harness.gate.stats import Outcome, Policy, Verdict
 
 EXIT_PASS, EXIT_REGRESSION, EXIT_COULD_NOT_RUN = 0, 1, 2
 SCHEMA_ID = "critpath.gate/1"
-TESTS = {"ab": "Mann-Whitney U", "compare": "Mann-Whitney U",
+TESTS = {"ab": "Wilcoxon signed-rank on paired log ratios", "compare": "Mann-Whitney U",
          "against": "Wilcoxon signed-rank against the table's value"}
 
 
@@ -41,7 +44,16 @@ class GateResult:
     warnings: list[str] = field(default_factory=list)
     error: str = ""  # set when the gate as a whole could not run
     fail_on_inconclusive: bool = False
+    allow_inconclusive: bool = False  # a likely regression at the budget passes
     extra: dict = field(default_factory=dict)
+
+    def fails_build(self, v: Verdict) -> bool:
+        """Whether this case's verdict fails the build under this gate's exit rules."""
+        if v.outcome == Outcome.REGRESSED:
+            return True
+        if v.outcome != Outcome.INCONCLUSIVE:
+            return False
+        return self.fail_on_inconclusive or (v.likely_regression and not self.allow_inconclusive)
 
     def counts(self) -> dict[str, int]:
         counts = {o: 0 for o in Outcome.ALL}
@@ -52,7 +64,7 @@ class GateResult:
     @property
     def exit_code(self) -> int:
         counts = self.counts()
-        if counts[Outcome.REGRESSED] or (self.fail_on_inconclusive and counts[Outcome.INCONCLUSIVE]):
+        if any(self.fails_build(v) for v in self.verdicts.values()):
             return EXIT_REGRESSION
         if self.error or counts[Outcome.COULD_NOT_RUN] or not self.verdicts:
             return EXIT_COULD_NOT_RUN
@@ -65,6 +77,10 @@ class GateResult:
             return f"could not run: {self.error}"
         c = self.counts()
         parts = [f"{c[o]} {o.replace('_', ' ')}" for o in Outcome.ALL if c[o]]
+        likely = sum(1 for v in self.verdicts.values() if v.likely_regression)
+        if likely:
+            parts.append(f"{likely} likely regression{'s' if likely > 1 else ''}"
+                         + (" (allowed)" if self.allow_inconclusive else ""))
         word = {EXIT_PASS: "PASS", EXIT_REGRESSION: "FAIL (regression)", EXIT_COULD_NOT_RUN: "COULD NOT RUN"}[code]
         return f"{word}: " + (", ".join(parts) if parts else "no cases")
 
@@ -80,6 +96,7 @@ class GateResult:
             "policy": self.policy.to_dict(),
             "multiple_comparisons": "holm",
             "fail_on_inconclusive": self.fail_on_inconclusive,
+            "allow_inconclusive": self.allow_inconclusive,
             "base": self.base,
             "candidate": self.candidate,
             "repeats": self.repeats,
@@ -91,26 +108,54 @@ class GateResult:
         }
 
 
+def _json_ready(value):
+    """Infinite or NaN numbers (an interval with too few pairs to be bounded, a boundary with
+    nothing spent yet) become null: gate.json stays strict JSON."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _json_ready(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_ready(v) for v in value]
+    return value
+
+
 def write_json(result: GateResult, path: Path) -> None:
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(result.to_dict(), indent=2, allow_nan=False) + "\n")
+    tmp.write_text(json.dumps(_json_ready(result.to_dict()), indent=2, allow_nan=False) + "\n")
     os.replace(tmp, path)
 
 
 def _pct(ratio: float) -> str:
+    if ratio is None or not math.isfinite(ratio) or ratio <= 0:
+        return "unbounded" if ratio is not None and ratio == math.inf else "n/a"
     return f"{(ratio - 1) * 100:+.1f} %"
+
+
+def _test_text(v: Verdict) -> str:
+    """The significance figure: Holm-adjusted p of a fixed-size test, or z against the boundary of
+    a sequential one (whose nominal p is not comparable to alpha)."""
+    d = v.detail
+    if "z" in d:
+        boundary = d.get("test_boundary")
+        return f"z={d['z']:.2f} vs {boundary:.2f}" if boundary is not None else f"z={d['z']:.2f} (nothing spent yet)"
+    return f"p_adj={v.p_adjusted:.3g}" if v.p_adjusted is not None else ""
 
 
 def _figures(v: Verdict) -> str:
     c = v.comparison
     if c is None:
         return ""
-    text = (f"ratio {c.ratio:.4f} ({_pct(c.ratio)}), {c.confidence * 100:g} % CI [{c.ci_low:.4f}, {c.ci_high:.4f}], "
-            f"p={c.p_value:.3g}, p_adj={v.p_adjusted:.3g}, n={c.n_base}/{c.n_cand}, "
+    d = v.detail
+    n = f"{d['n_pairs']} pairs" if "n_pairs" in d else f"n={c.n_base}/{c.n_cand}"
+    text = (f"ratio {c.ratio:.4f} ({_pct(c.ratio)}), {c.confidence * 100:g} % {d.get('interval', 'CI')} "
+            f"[{c.ci_low:.4f}, {c.ci_high:.4f}], p={c.p_value:.3g}, {_test_text(v)}, {n}, "
             f"base {c.base_center:.6g}, candidate {c.cand_center:.6g}, min effect {v.min_effect * 100:g} %")
+    if d.get("mde") is not None:
+        text += f", detectable here: >= {d['mde'] * 100:.1f} %"
     if v.repeats_to_decide:
-        text += f", about {v.repeats_to_decide} repeats per side would decide it"
+        text += f", about {v.repeats_to_decide} {'pairs' if 'n_pairs' in d else 'repeats per side'} would decide it"
     return text
 
 
@@ -134,7 +179,7 @@ def junit_xml(result: GateResult) -> str:
         family = case_id.partition("/")[0]
         case = ET.SubElement(suite, "testcase", classname=f"critpath.gate.{family}", name=case_id, time="0")
         message = f"{v.outcome}: {v.reason}"
-        if v.outcome == Outcome.REGRESSED or (v.outcome == Outcome.INCONCLUSIVE and result.fail_on_inconclusive):
+        if result.fails_build(v):
             ET.SubElement(case, "failure", message=message, type=v.outcome).text = _figures(v)
             failures += 1
         elif v.outcome == Outcome.COULD_NOT_RUN:
@@ -160,17 +205,43 @@ def junit_schema_path() -> Path:
     return Path(str(resources.files("harness").joinpath("gate/junit.xsd")))
 
 
+def _note(v: Verdict, result: GateResult) -> str:
+    if v.outcome == Outcome.COULD_NOT_RUN:
+        return v.reason
+    parts = []
+    if v.outcome == Outcome.INCONCLUSIVE:
+        if v.likely_regression:
+            parts.append("fails the build: the estimate reaches the minimum effect but the budget ran out before "
+                         "significance" + (" (allowed by --allow-inconclusive)" if result.allow_inconclusive else ""))
+        if v.repeats_to_decide:
+            unit = "pairs" if "n_pairs" in v.detail else "repeats per side"
+            seconds = v.detail.get("budget_to_decide_s")
+            parts.append(f"~{v.repeats_to_decide} {unit} would decide it"
+                         + (f" (--budget {seconds:.0f})" if seconds else ""))
+        elif not v.likely_regression:
+            parts.append("sits on the minimum effect; more repeats alone will not settle it")
+    if v.detail.get("mde") is not None:
+        parts.append(f"detectable here: >= {v.detail['mde'] * 100:.1f} %")
+    return "; ".join(parts)
+
+
 def markdown(result: GateResult) -> str:
     """A summary for a CI step summary (GitHub's $GITHUB_STEP_SUMMARY renders it)."""
     lines = [f"### critpath gate: {result.headline}", ""]
     base = result.base.get("commit") or result.base.get("ref", "?")
     cand = result.candidate.get("commit") or result.candidate.get("ref", "?")
+    plan = result.extra.get("plan")
+    if result.mode == "ab" and plan:
+        how = (f"; statistic `{result.statistic}`; {result.repeats} pairs of fresh processes, {plan['rounds']} rounds "
+               f"each, interleaved; {TESTS['ab']}, sequential within a {plan['budget_s']:g} s budget, Holm across "
+               f"cases, alpha {result.policy.alpha:g}; {result.wall_s:.0f} s.")
+    else:
+        how = (f"; statistic `{result.statistic}`, unit of replication: {result.unit}"
+               + (f", {result.repeats} repeats per side" if result.repeats else "")
+               + f"; Holm-adjusted {TESTS.get(result.mode, TESTS['compare'])} at alpha {result.policy.alpha:g}; "
+               f"{result.wall_s:.0f} s.")
     lines.append(f"{result.mode}: base `{str(base)[:12]}` vs candidate `{str(cand)[:12]}`"
-                 + (" (with uncommitted changes)" if result.candidate.get("dirty") else "")
-                 + f"; statistic `{result.statistic}`, unit of replication: {result.unit}"
-                 + (f", {result.repeats} repeats per side" if result.repeats else "")
-                 + f"; Holm-adjusted {TESTS.get(result.mode, TESTS['ab'])} at alpha {result.policy.alpha:g}; "
-                 f"{result.wall_s:.0f} s.")
+                 + (" (with uncommitted changes)" if result.candidate.get("dirty") else "") + how)
     lines.append("")
     for w in result.warnings:
         lines.append(f"> **Warning:** {w}")
@@ -179,7 +250,7 @@ def markdown(result: GateResult) -> str:
         lines.append(f"**Could not run:** {result.error}")
         lines.append("")
     if result.verdicts:
-        lines.append("| case | verdict | change | CI | p (Holm) | n | min effect | note |")
+        lines.append("| case | verdict | change | interval | test | n | min effect | note |")
         lines.append("|---|---|---|---|---|---|---|---|")
         order = {o: i for i, o in enumerate(Outcome.ALL)}
         for case_id, v in sorted(result.verdicts.items(), key=lambda kv: order[kv[1].outcome]):
@@ -187,15 +258,12 @@ def markdown(result: GateResult) -> str:
             if c is None:
                 cells = ["", "", "", ""]
             else:
-                cells = [_pct(c.ratio), f"[{_pct(c.ci_low)}, {_pct(c.ci_high)}]", f"{v.p_adjusted:.2g}",
-                         f"{c.n_base or 'ref'}/{c.n_cand}"]
-            note = v.reason if v.outcome == Outcome.COULD_NOT_RUN else ""
-            if v.outcome == Outcome.INCONCLUSIVE:
-                note = (f"~{v.repeats_to_decide} repeats per side would decide it" if v.repeats_to_decide
-                        else "sits on the minimum effect; more repeats alone will not settle it")
-            note = note.replace("|", "\\|")
-            lines.append(f"| `{case_id}` | **{v.outcome.replace('_', ' ')}** | " + " | ".join(cells)
-                         + f" | {v.min_effect * 100:g} % | {note} |")
+                n = f"{v.detail['n_pairs']} pairs" if "n_pairs" in v.detail else f"{c.n_base or 'ref'}/{c.n_cand}"
+                cells = [_pct(c.ratio), f"[{_pct(c.ci_low)}, {_pct(c.ci_high)}]", _test_text(v), n]
+            note = _note(v, result)
+            verdict_text = v.outcome.replace("_", " ") + (" (likely regression)" if v.likely_regression else "")
+            lines.append(f"| `{case_id}` | **{verdict_text}** | " + " | ".join(cells)
+                         + f" | {v.min_effect * 100:g} % | {note.replace('|', chr(92) + '|')} |")
     lines.append("")
     return "\n".join(lines)
 

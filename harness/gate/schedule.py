@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
@@ -47,11 +47,15 @@ class Plan:
     case_timeout_s: float = 60.0
     look_every_s: Optional[float] = None  # default: a twentieth of the budget
     probe_pairs: int = 4  # pairs after which the minimum detectable effect is first estimated
+    max_pairs: Optional[int] = None  # stop after this many generations (else the budget decides)
     seed: int = 0
 
     @property
     def look_interval_s(self) -> float:
         return self.look_every_s if self.look_every_s is not None else self.budget_s / 20.0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
 
 
 @dataclass
@@ -76,6 +80,15 @@ class ScheduleResult:
     stopped: str  # why the loop ended: decided, budget, interrupted, error
     generation_s: list = field(default_factory=list)
     looks: int = 0
+
+    def seconds_per_pair(self) -> Optional[float]:
+        """Recent wall seconds per generation (the last few: decided cases drop out and later
+        generations get shorter)."""
+        return float(np.median(self.generation_s[-3:])) if self.generation_s else None
+
+    def summary(self) -> dict:
+        return {"generations": self.generations, "stopped": self.stopped, "looks": self.looks,
+                "generation_s": [round(g, 3) for g in self.generation_s], "measure_wall_s": round(self.wall_s, 3)}
 
 
 def side_kind(protocols: Mapping[str, Optional[int]]) -> str:
@@ -107,6 +120,9 @@ class Schedule:
                 elapsed = self.clock() - start
                 if gen_times and elapsed + gen_times[-1] > self.plan.budget_s:
                     stopped = "budget"
+                    break
+                if self.plan.max_pairs is not None and generation >= self.plan.max_pairs:
+                    stopped = "max_pairs"
                     break
                 t0 = self.clock()
                 fatal = self._generation(generation)

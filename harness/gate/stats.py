@@ -115,6 +115,11 @@ class Verdict:
     p_adjusted: Optional[float] = None
     # Repeats per side estimated to decide an inconclusive case (total, not additional), or None.
     repeats_to_decide: Optional[int] = None
+    # Inconclusive at the budget with an estimate that is a worsening of at least the minimum
+    # effect: a likely regression, which fails the build unless the gate allows inconclusive cases.
+    likely_regression: bool = False
+    # What a sequential gate adds: pairs, looks, boundary, minimum detectable effect... (JSON-able).
+    detail: Mapping[str, object] = field(default_factory=dict)
 
     @property
     def failed(self) -> bool:
@@ -123,6 +128,7 @@ class Verdict:
     def to_dict(self) -> dict:
         data = asdict(self)
         data["comparison"] = self.comparison.to_dict() if self.comparison else None
+        data["detail"] = dict(self.detail)
         return data
 
 

@@ -1,0 +1,138 @@
+"""Known slowdowns, committed for real: the gate's power is measured on trees a user could have.
+
+``critpath gate-power`` clones the repository into a temporary directory and, on a throwaway
+branch per slowdown, commits a small module that wraps one case's ``step`` with a busy-wait,
+plus the one line in the driver that applies it. The gate then compares the base commit with
+that branch exactly as it compares a pull request with main: two worktrees, fresh processes.
+
+Two shapes of slowdown, each sized to a fraction of the case's measured mean iteration time:
+
+- ``uniform``: every iteration waits ``fraction`` x the mean;
+- ``partial``: one iteration in ``PARTIAL_EVERY`` waits ``PARTIAL_EVERY`` x ``fraction`` x the
+  mean. The mean grows by the same fraction, but the fastest iterations and the median do not
+  move, so a statistic that only sees them cannot find it.
+
+The wait is a busy loop on ``perf_counter_ns`` (it burns the core like real extra work, and
+its length does not depend on what else the machine is doing).
+"""
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+KINDS = ("uniform", "partial")
+PARTIAL_EVERY = 10
+MODULE_PATH = "harness/_injected_slowdown.py"
+DRIVER_PATH = "harness/driver.py"
+# The line of the driver after which the slowed step replaces the family's own.
+ANCHOR = "    state = family.setup(ctx, case)\n"
+HOOK = "    family = __import__('harness._injected_slowdown', fromlist=['apply']).apply(family, case)\n"
+GIT_TIMEOUT_S = 120
+
+
+class InjectError(RuntimeError):
+    """The slowdown cannot be committed (no anchor in the driver, git failed)."""
+
+
+@dataclass(frozen=True)
+class Slowdown:
+    case_id: str
+    kind: str  # uniform | partial
+    fraction: float  # 0.10: the case's mean iteration time grows by 10 %
+    mean_ns: float  # the case's mean iteration time it was sized from
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"slowdown kind must be one of {KINDS}, got {self.kind!r}")
+        if not 0 < self.fraction < 10:
+            raise ValueError(f"slowdown fraction must be in (0, 10), got {self.fraction}")
+
+    @property
+    def every(self) -> int:
+        return 1 if self.kind == "uniform" else PARTIAL_EVERY
+
+    @property
+    def wait_ns(self) -> int:
+        return max(1, round(self.fraction * self.mean_ns * self.every))
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind} +{self.fraction * 100:g} %"
+
+
+def module_source(slowdowns: Sequence[Slowdown]) -> str:
+    table = {s.case_id: (s.wait_ns, s.every) for s in slowdowns}
+    lines = "\n".join(f"    {case_id!r}: {spec!r}," for case_id, spec in table.items())
+    return f'''"""A known slowdown, committed by critpath gate-power on a throwaway branch to measure the gate."""
+import time
+from dataclasses import replace
+
+# case ID -> (busy-wait in ns, applied every Nth call of the step)
+SLOWDOWNS = {{
+{lines}
+}}
+
+
+def apply(family, case):
+    spec = SLOWDOWNS.get(case.id)
+    if spec is None:
+        return family
+    wait_ns, every = spec
+    step, clock = family.step, time.perf_counter_ns
+    calls = [0]
+
+    def slowed(state):
+        calls[0] += 1
+        if calls[0] % every == 0:
+            end = clock() + wait_ns
+            while clock() < end:
+                pass
+        return step(state)
+
+    return replace(family, step=slowed)
+'''
+
+
+def _git(repo: Path, *args: str) -> str:
+    try:
+        result = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
+                                timeout=GIT_TIMEOUT_S, check=True)
+    except subprocess.CalledProcessError as exc:
+        raise InjectError(f"git {' '.join(args)}: {exc.stderr.strip() or exc}") from None
+    return result.stdout.strip()
+
+
+def clone(repo: Path, dest: Path) -> Path:
+    """A private clone of ``repo`` (its committed history only) at ``dest``."""
+    subprocess.run(["git", "clone", "--quiet", "--no-checkout", str(repo), str(dest)], check=True,
+                   capture_output=True, timeout=GIT_TIMEOUT_S)
+    _git(dest, "config", "user.name", "critpath gate-power")
+    _git(dest, "config", "user.email", "gate-power@localhost")
+    return dest
+
+
+def commit_slowdowns(repo: Path, base_sha: str, branch: str, slowdowns: Sequence[Slowdown]) -> str:
+    """Commit ``slowdowns`` on ``branch`` (from ``base_sha``) in ``repo``; returns the commit."""
+    _git(repo, "checkout", "--quiet", "--force", "-B", branch, base_sha)
+    driver = Path(repo) / DRIVER_PATH
+    text = driver.read_text()
+    if text.count(ANCHOR) != 1:
+        raise InjectError(f"{DRIVER_PATH} at {base_sha[:12]}: expected the line {ANCHOR.strip()!r} exactly once, "
+                          "to hook the slowdown after set-up")
+    driver.write_text(text.replace(ANCHOR, ANCHOR + HOOK))
+    (Path(repo) / MODULE_PATH).write_text(module_source(slowdowns))
+    _git(repo, "add", DRIVER_PATH, MODULE_PATH)
+    labels = ", ".join(f"{s.label} on {s.case_id}" for s in slowdowns)
+    _git(repo, "commit", "--quiet", "-m", f"gate-power: injected slowdown ({labels})")
+    return _git(repo, "rev-parse", "HEAD")
+
+
+def branch_name(slowdown: Slowdown, index: int) -> str:
+    return f"gate-power/{index:02d}-{slowdown.kind}-{round(slowdown.fraction * 1000)}permille"
+
+
+def describe(slowdowns: Mapping[str, Slowdown]) -> list[dict]:
+    return [{"branch": b, "case_id": s.case_id, "kind": s.kind, "fraction": s.fraction, "mean_ns": s.mean_ns,
+             "wait_ns": s.wait_ns, "every": s.every} for b, s in slowdowns.items()]
