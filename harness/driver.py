@@ -118,6 +118,10 @@ def run_case(
         wrong, checked = comm.sum_(np.array([result.wrong, result.checked], dtype=np.int64))
         total = CheckResult(int(wrong), int(checked), result.detail)
         reports = comm.gather(family.report(state) if family.report else {}, ctx.rank)
+        # No rank moves on to the next case until rank 0 has everything of this one: a peer that
+        # ran ahead and died in the next case's set-up would otherwise break this case's gather
+        # and take its record with it.
+        comm.barrier()
     finally:
         if family.teardown is not None:
             family.teardown(state)

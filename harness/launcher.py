@@ -10,9 +10,10 @@ each case has a deadline and so does pool start-up. Between batches the pool sta
 from __future__ import annotations
 
 import datetime as _dt
+import math
 import multiprocessing as mp
 import os
-import queue as _queue
+from multiprocessing import connection as mp_connection
 import signal
 import time
 from dataclasses import dataclass, field
@@ -27,6 +28,8 @@ from harness.worker import Rank, SpawnSpec, spawned_main
 
 POLL_S = 0.1
 CLOSE_GRACE_S = 10.0  # idle ranks leave the group within this, or are killed
+DEATH_GRACE_S = 3.0  # after a rank dies, how long its peers get to report what they finished
+ERROR_GRACE_S = 0.5  # after a rank reports a failure, how long the others get to report theirs
 
 
 def _now_iso() -> str:
@@ -91,10 +94,7 @@ class Supervisor:
     def _await_up(self, pool: "_Pool") -> None:
         deadline = time.monotonic() + self.start_timeout_s
         while len(pool.up) < self.world:
-            try:
-                event = pool.events.get(timeout=POLL_S)
-            except _queue.Empty:
-                event = None
+            event = pool.events.get(POLL_S)
             if event is not None and event[0] == "up":
                 pool.up.add(event[1])
                 continue
@@ -124,10 +124,11 @@ class Supervisor:
             "127.0.0.1", 0, self.world, is_master=True, wait_for_workers=False,
             timeout=_dt.timedelta(seconds=self.start_timeout_s),
         )
-        events = self._ctx.Queue()
-        pool = _Pool(store, events, started_at=time.monotonic())
+        pool = _Pool(store, _Inbox([]), started_at=time.monotonic())
         for rank in range(self.world):
             commands = self._ctx.Queue()
+            reader, events = self._ctx.Pipe(duplex=False)
+            pool.events.readers.append(reader)
             spec = SpawnSpec(
                 Rank(rank, self.world, rank, self.backend), store.port, self.run_id,
                 pg_timeout_s=self.case_timeout_s + self.start_timeout_s, threads=self.threads_per_rank,
@@ -135,13 +136,15 @@ class Supervisor:
             proc = self._ctx.Process(target=spawned_main, args=(spec, commands, events), name=f"critpath-rank{rank}",
                                      daemon=False)
             proc.start()
+            events.close()  # the rank holds the writing end; EOF then means the rank is gone
             pool.procs.append(proc)
             pool.commands.append(commands)
         return pool
 
     def _discard(self, pool: "_Pool") -> None:
         self._kill(pool.procs)
-        for q in (pool.events, *pool.commands):
+        pool.events.close()
+        for q in pool.commands:
             q.close()
         pool.store = None
 
@@ -153,7 +156,7 @@ class Supervisor:
         # The first batch of a pool includes spawning and joining the group.
         limit_s = self.start_timeout_s if pool.batches == 0 else self.case_timeout_s
         pool.batches += 1
-        state = _PoolState(deadline=time.monotonic() + limit_s, procs=pool.procs, early=pool.early)
+        state = _PoolState(deadline=time.monotonic() + limit_s, procs=pool.procs, early=pool.early, inbox=pool.events)
         procs, events = pool.procs, pool.events
         outcome: Optional[int] = None
         try:
@@ -166,20 +169,22 @@ class Supervisor:
                 self._discard(pool)
 
     def _poll(self, events, procs, pending: list[Case], state: "_PoolState") -> Optional[int]:
-        try:
-            event = state.early.pop(0) if state.early else events.get(timeout=POLL_S)
-        except _queue.Empty:
-            event = None
+        event = state.early.pop(0) if state.early else events.get(POLL_S)
         if event is not None:
             return self._handle(event, pending, state)
         dead = [(rank, p.exitcode) for rank, p in enumerate(procs) if p.exitcode is not None]
         if dead:
-            # Events a rank queued just before it exited (its error, or "done") come first.
-            while True:
-                try:
-                    event = events.get(timeout=POLL_S)
-                except _queue.Empty:
-                    break
+            # What the others say next comes first: a peer may still deliver the record of the
+            # case it finished before this rank died (its events can lag on a busy
+            # machine), and then fail on the next case naming the dead rank. Blame only what
+            # nobody accounts for within the grace.
+            grace = time.monotonic() + DEATH_GRACE_S
+            while time.monotonic() < grace:
+                event = events.get(POLL_S)
+                if event is None:
+                    if all(p.exitcode is not None for p in procs) and not events.readers:
+                        break  # nobody left to report anything
+                    continue
                 outcome = self._handle(event, pending, state)
                 if outcome is not None:
                     return outcome
@@ -215,7 +220,7 @@ class Supervisor:
             state.current, state.since = None, now
             state.deadline = now + self.case_timeout_s  # until the next case starts
         elif kind in ("error", "fatal"):
-            self._fail(pending, state, "failed", self._root_cause(ErrorInfo(**event[2]), state.procs))
+            self._fail(pending, state, "failed", self._root_cause(self._first_error(event, state), state.procs))
             return state.completed + 1
         elif kind == "done":
             state.finished.add(event[1])
@@ -227,6 +232,23 @@ class Supervisor:
     def _expect(pending: list[Case], completed: int, case_id: str) -> None:
         if completed >= len(pending) or pending[completed].id != case_id:
             raise RuntimeError(f"rank 0 reported {case_id} out of order")
+
+    def _first_error(self, event: tuple, state: "_PoolState") -> ErrorInfo:
+        """Every rank that fails says so, and its peers then fail too, on a closed connection:
+        the cause is the failure that happened first. Gather the other ranks' reports for a
+        moment and take the earliest by the ranks' common monotonic clock."""
+        reports = [event]
+        grace = time.monotonic() + ERROR_GRACE_S
+        while time.monotonic() < grace and len(reports) < self.world:
+            more = state.inbox.get(POLL_S)
+            if more is None:
+                if all(p.exitcode is not None for p in state.procs) and not state.inbox.readers:
+                    break
+                continue
+            if more[0] in ("error", "fatal"):
+                reports.append(more)
+        earliest = min(reports, key=lambda e: e[3] if len(e) > 3 else math.inf)
+        return ErrorInfo(**earliest[2])
 
     @staticmethod
     def _root_cause(error: ErrorInfo, procs) -> ErrorInfo:
@@ -269,6 +291,36 @@ class Supervisor:
             proc.join(timeout=10)
 
 
+class _Inbox:
+    """Events from every rank, each over a pipe of its own.
+
+    One shared multiprocessing Queue would be simpler, but its writers share a lock: a rank
+    that dies while its feeder thread holds that lock (``os._exit`` in a step, a SIGKILL) leaves
+    every other rank unable to report anything, and the case they finished is then lost. With a
+    pipe per rank nothing is shared, and a pipe cut mid-message is just that rank's end."""
+
+    def __init__(self, readers: Sequence) -> None:
+        self.readers = list(readers)
+        self.ready: list = []
+
+    def get(self, timeout: float) -> Optional[tuple]:
+        """The next event, or None if none came within ``timeout``."""
+        if not self.ready and self.readers:
+            for reader in mp_connection.wait(self.readers, timeout):
+                try:
+                    self.ready.append(reader.recv())
+                except (EOFError, OSError):
+                    self.readers.remove(reader)  # the rank is gone; its exit code says how
+        elif not self.readers:
+            time.sleep(timeout)
+        return self.ready.pop(0) if self.ready else None
+
+    def close(self) -> None:
+        for reader in self.readers:
+            reader.close()
+        self.readers = []
+
+
 @dataclass
 class _Pool:
     """Ranks that are up, with the store they met at and a command queue each."""
@@ -294,6 +346,7 @@ class _PoolState:
     procs: list = field(default_factory=list)
     failed: bool = False
     early: list = field(default_factory=list)
+    inbox: Optional[_Inbox] = None
 
 
 def _family_version(name: str) -> int:

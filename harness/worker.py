@@ -1,7 +1,7 @@
 """The rank side of a run: join a process group, run cases in order, hand records to a sink.
 
 The same loop serves both ways of starting ranks:
-- spawned locally by ``harness.launcher`` (the sink is a queue to the supervising parent, which
+- spawned locally by ``harness.launcher`` (the sink is a pipe to the supervising parent, which
   owns timeouts and writes the run directory);
 - started by torchrun or Slurm (the sink on rank 0 writes the run directory itself).
 """
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
+import time
 import traceback
 from dataclasses import dataclass
 from typing import Optional, Protocol, Sequence
@@ -99,28 +100,32 @@ def serve(cases: Sequence[Case], me: Rank, comm: Collectives, policy: PlanPolicy
     return True
 
 
-class QueueSink:
-    """Events to the supervising parent over a multiprocessing queue."""
+class PipeSink:
+    """Events to the supervising parent over this rank's own pipe (see launcher._Inbox for why
+    not a queue shared by all ranks)."""
 
-    def __init__(self, queue) -> None:
-        self.queue = queue
+    def __init__(self, conn) -> None:
+        self.conn = conn
+
+    def put(self, event: tuple) -> None:
+        self.conn.send(event)
 
     def started(self, case_id: str, rank: int) -> None:
-        self.queue.put(("start", case_id, rank))
+        self.put(("start", case_id, rank))
 
     def record(self, record: Record) -> None:
-        self.queue.put(("record", record.to_dict()))
+        self.put(("record", record.to_dict()))
 
     def failed(self, case_id: str, error: ErrorInfo) -> None:
-        self.queue.put(("error", case_id, error.to_dict()))
+        # The time on the host's monotonic clock lets the supervisor tell which rank failed first.
+        self.put(("error", case_id, error.to_dict(), time.monotonic()))
 
     def finished(self, rank: int) -> None:
-        self.queue.put(("done", rank))
+        self.put(("done", rank))
 
     def flush(self) -> None:
-        # The queue's feeder thread must deliver before the process exits.
-        self.queue.close()
-        self.queue.join_thread()
+        # send() has written each event whole before returning; closing tells the parent we are done.
+        self.conn.close()
 
 
 @dataclass(frozen=True)
@@ -132,7 +137,7 @@ class SpawnSpec:
     threads: int
 
 
-def spawned_main(spec: SpawnSpec, commands, queue) -> None:
+def spawned_main(spec: SpawnSpec, commands, events) -> None:
     """Entry point of a locally spawned rank (multiprocessing, spawn start method).
 
     The rank joins the group once, then serves batches of cases from ``commands`` until it gets
@@ -142,7 +147,7 @@ def spawned_main(spec: SpawnSpec, commands, queue) -> None:
     os.setsid()
     die_with_parent()
     torch.set_num_threads(spec.threads)
-    sink = QueueSink(queue)
+    sink = PipeSink(events)
     ok = False
     try:
         store = dist.TCPStore(
@@ -150,7 +155,7 @@ def spawned_main(spec: SpawnSpec, commands, queue) -> None:
             timeout=_dt.timedelta(seconds=spec.pg_timeout_s),
         )
         comm = init_group(spec.me, spec.pg_timeout_s, store=store)
-        queue.put(("up", spec.me.rank))
+        sink.put(("up", spec.me.rank))
         ok = True
         while ok:
             batch = commands.get()
@@ -163,7 +168,8 @@ def spawned_main(spec: SpawnSpec, commands, queue) -> None:
     except BaseException as exc:  # noqa: BLE001
         ok = False
         if not isinstance(exc, KeyboardInterrupt):
-            sink.queue.put(("fatal", spec.me.rank, ErrorInfo(type(exc).__name__, str(exc), spec.me.rank, traceback.format_exc()).to_dict()))
+            error = ErrorInfo(type(exc).__name__, str(exc), spec.me.rank, traceback.format_exc())
+            sink.put(("fatal", spec.me.rank, error.to_dict(), time.monotonic()))
     finally:
         sink.flush()
     os._exit(0 if ok else 3)
