@@ -2,8 +2,10 @@
 
 ``critpath gate-power`` clones the repository into a temporary directory and, on a throwaway
 branch per slowdown, commits a small module that wraps one case's ``step`` with a busy-wait,
-plus the one line in the driver that applies it. The gate then compares the base commit with
-that branch exactly as it compares a pull request with main: two worktrees, fresh processes.
+plus the one line in the registry that applies it to the family when it is loaded. Every way of
+running the case then pays for it (the driver, a worker, another tool's benchmark calling the
+family), and the gate compares the base commit with that branch exactly as it compares a pull
+request with main: two worktrees, fresh processes.
 
 Two shapes of slowdown, each sized to a fraction of the case's measured mean iteration time:
 
@@ -25,10 +27,10 @@ from typing import Mapping, Sequence
 KINDS = ("uniform", "partial")
 PARTIAL_EVERY = 10
 MODULE_PATH = "harness/_injected_slowdown.py"
-DRIVER_PATH = "harness/driver.py"
-# The line of the driver after which the slowed step replaces the family's own.
-ANCHOR = "    state = family.setup(ctx, case)\n"
-HOOK = "    family = __import__('harness._injected_slowdown', fromlist=['apply']).apply(family, case)\n"
+HOOKED_PATH = "harness/registry.py"
+# The line of the registry after which a loaded family is replaced by its slowed version.
+ANCHOR = "            family = importlib.import_module(module).FAMILY\n"
+HOOK = "            family = importlib.import_module('harness._injected_slowdown').apply(family)\n"
 GIT_TIMEOUT_S = 120
 
 
@@ -75,23 +77,36 @@ SLOWDOWNS = {{
 }}
 
 
-def apply(family, case):
-    spec = SLOWDOWNS.get(case.id)
-    if spec is None:
+def apply(family):
+    """The family with the steps of the cases above slowed (other cases pay a dict lookup)."""
+    specs = {{case_id: spec for case_id, spec in SLOWDOWNS.items() if case_id.split("/", 1)[0] == family.name}}
+    if not specs:
         return family
-    wait_ns, every = spec
-    step, clock = family.step, time.perf_counter_ns
-    calls = [0]
+    setup, step, teardown, clock = family.setup, family.step, family.teardown, time.perf_counter_ns
+    slowed = {{}}  # id(state) -> [wait_ns, every, calls]
 
-    def slowed(state):
-        calls[0] += 1
-        if calls[0] % every == 0:
-            end = clock() + wait_ns
-            while clock() < end:
-                pass
+    def slowed_setup(ctx, case):
+        state = setup(ctx, case)
+        if case.id in specs:
+            slowed[id(state)] = [*specs[case.id], 0]
+        return state
+
+    def slowed_step(state):
+        spec = slowed.get(id(state))
+        if spec is not None:
+            spec[2] += 1
+            if spec[2] % spec[1] == 0:
+                end = clock() + spec[0]
+                while clock() < end:
+                    pass
         return step(state)
 
-    return replace(family, step=slowed)
+    def slowed_teardown(state):
+        slowed.pop(id(state), None)
+        if teardown is not None:
+            teardown(state)
+
+    return replace(family, setup=slowed_setup, step=slowed_step, teardown=slowed_teardown)
 '''
 
 
@@ -116,14 +131,14 @@ def clone(repo: Path, dest: Path) -> Path:
 def commit_slowdowns(repo: Path, base_sha: str, branch: str, slowdowns: Sequence[Slowdown]) -> str:
     """Commit ``slowdowns`` on ``branch`` (from ``base_sha``) in ``repo``; returns the commit."""
     _git(repo, "checkout", "--quiet", "--force", "-B", branch, base_sha)
-    driver = Path(repo) / DRIVER_PATH
-    text = driver.read_text()
+    hooked = Path(repo) / HOOKED_PATH
+    text = hooked.read_text()
     if text.count(ANCHOR) != 1:
-        raise InjectError(f"{DRIVER_PATH} at {base_sha[:12]}: expected the line {ANCHOR.strip()!r} exactly once, "
-                          "to hook the slowdown after set-up")
-    driver.write_text(text.replace(ANCHOR, ANCHOR + HOOK))
+        raise InjectError(f"{HOOKED_PATH} at {base_sha[:12]}: expected the line {ANCHOR.strip()!r} exactly once, "
+                          "to hook the slowdown where families are loaded")
+    hooked.write_text(text.replace(ANCHOR, ANCHOR + HOOK))
     (Path(repo) / MODULE_PATH).write_text(module_source(slowdowns))
-    _git(repo, "add", DRIVER_PATH, MODULE_PATH)
+    _git(repo, "add", HOOKED_PATH, MODULE_PATH)
     labels = ", ".join(f"{s.label} on {s.case_id}" for s in slowdowns)
     _git(repo, "commit", "--quiet", "-m", f"gate-power: injected slowdown ({labels})")
     return _git(repo, "rev-parse", "HEAD")
