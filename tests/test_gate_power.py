@@ -1,43 +1,110 @@
-"""gate-power's analysis on a synthetic pool (the measurement itself is a long benchmark, run by
-``critpath gate-power``; here only its arithmetic is checked)."""
+"""gate-power's arithmetic and its injected slowdowns (the measurement itself is a long benchmark,
+run by ``critpath gate-power``; its real gates are in tests/test_gate_cli.py)."""
 from __future__ import annotations
 
-import numpy as np
+import time
+from dataclasses import replace
 
-from harness.gate.power import _pairs, analyse, table
-from harness.gate.stats import Outcome
+import pytest
 
+from harness.case import Param
+from harness.family import CheckResult, Family
+from harness.gate import inject
+from harness.gate.power import AA, analyse, clopper_pearson, table
+from harness.gate.tools import _asv_verdict
 
-def _document(shift_by_pair, rounds=20, trials=2, sigma=0.02, seed=0):
-    rng = np.random.default_rng(seed)
-    pairs = [p.name for p in _pairs(1000, (0.05, 0.10, 0.20))]
-    data = {"pairs": pairs, "statistics": ["p50_ns"], "repeats": 8, "min_effect": 0.05, "alpha": 0.01, "trials": []}
-    for t in range(trials):
-        rows = []
-        for _ in range(rounds):
-            values = {"base": float(1000 * rng.lognormal(0, sigma))}
-            values.update({name: float(1000 * shift_by_pair[name] * rng.lognormal(0, sigma)) for name in pairs})
-            rows.append({"values": {"p50_ns": values}})
-        data["trials"].append({"trial": t, "wall_s": 60.0 + t, "rounds": rows})
-    return data
+RPC = "rpc/codec=raw,mode=pingpong,payload_bytes=256,transport=tcp_nodelay"
 
 
-def test_power_analysis_separates_a_a_from_injected_slowdowns():
-    data = _document({"A/A": 1.0, "+5 %": 1.05, "+10 %": 1.10, "+20 %": 1.20})
-    result = analyse(data, draws=100)
-    resampled = result["resampled"]["p50_ns"]
-    assert resampled["A/A"].get(Outcome.REGRESSED, 0) == 0
-    assert resampled["+10 %"][Outcome.REGRESSED] >= 0.95
-    assert resampled["+20 %"][Outcome.REGRESSED] == 1.0
-    assert abs(resampled["+20 %"]["median_ratio"] - 1.2) < 0.03
-    measured = result["measured"]["p50_ns"]
-    assert measured["+20 %"] == {Outcome.REGRESSED: 2}
-    text = table(data, result)
-    assert "| +10 % |" in text and "median 60 s" in text
+def _trial(cell, trial, code, outcome, ratio, likely=False, wall=100.0, other=None):
+    cases = {RPC: {"outcome": outcome, "likely_regression": likely, "ratio": ratio, "n_pairs": 30, "mde": 0.06}}
+    if other:
+        cases["kv_alloc/x=1"] = other
+    return {"cell": cell, "trial": trial, "exit_code": code, "wall_s": wall, "cases": cases}
 
 
-def test_power_analysis_reports_could_not_run_for_an_empty_trial():
-    data = _document({"A/A": 1.0, "+5 %": 1.05, "+10 %": 1.10, "+20 %": 1.20}, trials=1)
-    data["trials"].append({"trial": 1, "wall_s": None, "rounds": []})
-    result = analyse(data, draws=50)
-    assert result["measured"]["p50_ns"]["A/A"].get(Outcome.COULD_NOT_RUN) == 1
+def _doc(trials, cells):
+    return {"base": "0" * 40, "settings": {"budget_s": 180, "min_effect": 0.05, "statistic": None, "rounds": None},
+            "cells": cells, "trials": trials, "tool_trials": []}
+
+
+def test_rates_count_the_watched_case_and_carry_exact_intervals():
+    cells = [{"name": f"{RPC}: {AA}", "case_ids": [RPC], "condition": AA, "candidate": "a", "target": None},
+             {"name": f"{RPC}: uniform +10 %", "case_ids": [RPC], "condition": "uniform +10 %", "candidate": "b",
+              "target": RPC}]
+    trials = [_trial(cells[0]["name"], t, 0, "unchanged", 1.0) for t in range(19)]
+    trials.append(_trial(cells[0]["name"], 19, 1, "inconclusive", 1.06, likely=True))
+    trials += [_trial(cells[1]["name"], t, 1, "regressed", 1.10) for t in range(18)]
+    trials += [_trial(cells[1]["name"], 18, 0, "unchanged", 1.02), _trial(cells[1]["name"], 19, 2, "could_not_run", None)]
+    rows = {r["condition"]: r for r in analyse(_doc(trials, cells))}
+    aa, slow = rows[AA], rows["uniform +10 %"]
+    assert (aa["trials"], aa["counted"], aa["rate"]) == (20, 1, 0.05)
+    assert aa["ci95"] == pytest.approx(clopper_pearson(1, 20)) and aa["ci95"][0] < 0.05 < aa["ci95"][1]
+    assert (slow["counted"], slow["could_not_run"]) == (18, 1)
+    assert abs(slow["effect_median"] - 0.10) < 1e-9
+    text = table(_doc(trials, cells))
+    assert "false alarms: 1" in text and "detected: 18" in text and "[0.1 %, 24.9 %]" in text
+
+
+def test_clopper_pearson_matches_known_values():
+    # 0 of 20: the upper end is 1 - 0.025 ** (1 / 20) = 16.8 %; 20 of 20: the lower end is 83.2 %.
+    assert clopper_pearson(0, 20)[1] == pytest.approx(1 - 0.025 ** (1 / 20), rel=1e-6)
+    assert clopper_pearson(20, 20)[0] == pytest.approx(0.025 ** (1 / 20), rel=1e-6)
+
+
+def test_a_multi_case_gate_counts_alarms_on_the_cases_not_slowed():
+    cell = {"name": "2 cases: uniform +10 %", "case_ids": [RPC, "kv_alloc/x=1"], "condition": "uniform +10 %",
+            "candidate": "b", "target": RPC}
+    trials = [_trial(cell["name"], 0, 1, "regressed", 1.1, other={"outcome": "regressed", "ratio": 1.07}),
+              _trial(cell["name"], 1, 1, "regressed", 1.1, other={"outcome": "unchanged", "ratio": 1.0})]
+    (row,) = analyse(_doc(trials, [cell]))
+    assert row["counted"] == 2 and row["other_case_alarms"] == 1
+
+
+def _family(step_calls):
+    def setup(ctx, case):
+        return {"id": case.id}
+
+    def step(state):
+        step_calls.append(state["id"])
+
+    return Family("rpc", 1, "test", [Param("transport", str)], lambda o: [], setup, step,
+                  lambda c, s, r: {}, lambda s: CheckResult(0, 1))
+
+
+def test_an_injected_slowdown_waits_on_its_case_only_and_partial_hits_one_step_in_ten():
+    source = inject.module_source([inject.Slowdown("rpc/transport=a", "partial", 1.0, 200_000.0)])
+    namespace = {}
+    exec(compile(source, "injected", "exec"), namespace)
+    calls = []
+    family = namespace["apply"](_family(calls))
+    slowed = family.setup(None, family.case(transport="a"))
+    other = family.setup(None, family.case(transport="b"))
+    timings = []
+    for _ in range(20):
+        t0 = time.perf_counter_ns()
+        family.step(slowed)
+        timings.append(time.perf_counter_ns() - t0)
+    long = [i for i, t in enumerate(timings) if t >= 2_000_000]  # 10 x 200 us
+    assert long == [9, 19]
+    t0 = time.perf_counter_ns()
+    family.step(other)
+    assert time.perf_counter_ns() - t0 < 1_000_000
+    family.teardown(slowed)
+    assert len(calls) == 21  # the real step ran every time
+
+
+def test_the_slowdown_sizes_and_the_refusals():
+    uniform = inject.Slowdown(RPC, "uniform", 0.10, 70_000.0)
+    partial = replace(uniform, kind="partial")
+    assert (uniform.wait_ns, uniform.every) == (7_000, 1)
+    assert (partial.wait_ns, partial.every) == (70_000, inject.PARTIAL_EVERY)
+    with pytest.raises(ValueError):
+        inject.Slowdown(RPC, "sometimes", 0.1, 1.0)
+
+
+def test_asv_compare_rows_are_read_as_asv_decides_them():
+    worse = "| +        | 63.8±3μs   | 71.1±2μs   |    1.11 | bench_step.Step.time_step |"
+    same = "|          | 63.8±3μs   | 64.8±3μs   |    1.02 | bench_step.Step.time_step |"
+    assert _asv_verdict(worse, 1.1).fails and _asv_verdict(worse, 1.1).ratio == 1.11
+    assert not _asv_verdict(same, 1.1).fails

@@ -11,16 +11,15 @@ import sys
 import time
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Optional
 
-from harness.gate import ab
 from harness.gate.config import ConfigError, GateConfig, load_baselines, load_config
 from harness.gate.outputs import EXIT_COULD_NOT_RUN, GateResult, write_outputs
 from harness.gate.paired import DESIGN, SPENDING, paired_verdicts
 from harness.gate.progress import GateProgress
 from harness.gate.schedule import Plan
 from harness.gate.stats import CaseInput, Outcome, Unit, verdicts
-from harness.gate.trees import WORKTREE, TreeError, checkout, list_cases, probe, repo_root
+from harness.gate.repeats import ProcessRun, Repeats, run_repeats
+from harness.gate.trees import BASE, CANDIDATE, WORKTREE, TreeError, checkout, list_cases, probe, repo_root
 from harness.gate.values import (
     StatisticError, default_direction, failure_text, iteration_values, process_value, validate_statistic,
 )
@@ -221,9 +220,9 @@ def _run_ab(args, config: GateConfig, out: Path, direction: str) -> GateResult:
 
     repo = repo_root(args.repo)
     with ExitStack() as stack:
-        cand = stack.enter_context(checkout(repo, args.candidate, ab.CANDIDATE))
-        base = stack.enter_context(checkout(repo, args.base, ab.BASE))
-        sides = {ab.BASE: base, ab.CANDIDATE: cand}
+        cand = stack.enter_context(checkout(repo, args.candidate, CANDIDATE))
+        base = stack.enter_context(checkout(repo, args.base, BASE))
+        sides = {BASE: base, CANDIDATE: cand}
         case_ids, explicit = _select_cases(args, sides)
         problems: dict[str, tuple[str, str]] = {}  # case -> (outcome, reason)
         protocols = {}
@@ -276,25 +275,26 @@ def _run_against(args, config: GateConfig, out: Path, mode: str) -> GateResult:
     case_ids = list(dict.fromkeys(b.case_id for b in baselines))
     run_args = ["--timeout", str(args.timeout)] + (["--iters", str(args.iters)] if args.iters else [])
     with ExitStack() as stack:
-        cand = stack.enter_context(checkout(repo, args.candidate, ab.CANDIDATE))
+        cand = stack.enter_context(checkout(repo, args.candidate, CANDIDATE))
         problems = {c: f"unknown in candidate ({cand.ref}): {why}" for c, why in probe(cand, case_ids).unknown.items()}
-        runnable = [ab.GateCase.same(c) for c in case_ids if c not in problems]
+        runnable = [c for c in case_ids if c not in problems]
         print(f"critpath gate: {len(runnable)} cases, {args.repeats} candidate processes against {args.against} -> {out}",
               file=sys.stderr)
 
-        def progress(run: ab.ProcessRun) -> None:
+        def progress(run: ProcessRun) -> None:
             state = "ok" if run.records and run.exit_code == 0 else f"exit {run.exit_code}"
             print(f"  {run.side:<9} repeat {run.repeat + 1}/{args.repeats}: {state}, {run.wall_s:.1f} s"
                   + (f" ({run.error})" if run.error else ""), file=sys.stderr)
 
-        runs = _run_one_side(runnable, cand, args.repeats, out, run_args, args.timeout, progress) if runnable \
-            else ab.ABRuns([])
+        runs = run_repeats(runnable, cand, args.repeats, out, run_args, args.timeout, progress) if runnable \
+            else Repeats()
     inputs = []
     for b in baselines:
         if b.case_id in problems:
             inputs.append(CaseInput(b.case_id, problem=problems[b.case_id], min_effect=config.min_effect(b.case_id)))
             continue
-        cand_values, cand_problem = runs.values(ab.GateCase.same(b.case_id), ab.CANDIDATE, b.statistic)
+        cand_values, cand_problem = runs.values(b.case_id, b.statistic)
+        cand_problem = f"candidate: {cand_problem}" if cand_problem else ""
         min_effect = b.min_effect if b.min_effect is not None else config.min_effect(b.case_id)
         inputs.append(CaseInput(b.case_id, (), cand_values, min_effect, b.direction, cand_problem, reference=b.value))
     result = _new_result(args, mode, config.statistic, config.policy, verdicts=verdicts(inputs, config.policy),
@@ -307,28 +307,6 @@ def _run_against(args, config: GateConfig, out: Path, mode: str) -> GateResult:
         result.warnings.append("the candidate has uncommitted changes")
     if runs.stopped:
         result.warnings.append(runs.stopped)
-    return result
-
-
-def _run_one_side(cases, tree, repeats, out, run_args, timeout, progress) -> ab.ABRuns:
-    """--against: only the candidate runs; the same fresh-process repeats as an A/B."""
-    result = ab.ABRuns(list(cases))
-    ids = [c.cand_id for c in cases]
-    for repeat in range(repeats):
-        run_dir = out / ab.CANDIDATE / f"rep-{repeat:03d}"
-        run_dir.parent.mkdir(parents=True, exist_ok=True)
-        code, wall_s, note = ab.run_process(tree, ids, run_dir, run_args, timeout * len(ids) + 180.0, sys.executable)
-        run = ab.ProcessRun(ab.CANDIDATE, repeat, run_dir, code, wall_s, error=note)
-        if (run_dir / "results.jsonl").exists():
-            try:
-                run.records = {r.case_id: r for r in load_records(run_dir)}
-            except ResultsFileError as exc:
-                run.error = str(exc)
-        result.runs.append(run)
-        progress(run)
-        if not run.records and repeat == 0:
-            result.stopped = f"candidate repeat 0 produced no records ({run.error or f'exit {code}'}); stopped"
-            break
     return result
 
 

@@ -1,227 +1,431 @@
-"""``critpath gate-power``: the gate's own benchmark, its false-alarm rate and detection power.
+"""``critpath gate-power``: the gate's false-alarm rate and power, measured the way users run it.
 
-The injected cost is ``selftest/mode=spin``: a fixed amount of CPU work per step, so a candidate
-with ``spin_iters`` x 1.10 does 10 % more work (a known slowdown, carrying the machine's real
-noise). Each trial is a real gate run through the same engine as ``critpath gate``: fresh
-processes, interleaved A B / B A. The base side supplies the reference spin case, the candidate
-the reference (A/A) and the slowed-down cases (A/B); both sides run all of these cases in every
-process, in the same shuffled order, and each pair compares the base's reference case with the
-candidate's case.
+Each *cell* is one kind of gate (one case alone, or a group of cases under Holm) on one kind of
+change: none (A/A: the candidate is an empty commit on top of the base), or a known slowdown of
+one case committed to a throwaway branch of a private clone (``harness.gate.inject``). Every
+trial is a real ``critpath gate`` process on those two commits, with the default exit rules:
+what a CI job would run. Trials go round the cells in turn, so the machine's drift over the
+session is shared by every cell.
 
-Two figures come out, labelled apart:
+A trial *fails the build* when the gate exits 1. On an A/A cell that is a false alarm; on a
+slowdown cell it is a detection when the slowed case itself was found (regressed, or a likely
+regression at the budget). Rates come with Clopper-Pearson 95 % intervals.
 
-- measured: the verdicts of the real trials (few, because each trial takes minutes here);
-- resampled: many gate decisions drawn from the pool of all measured processes (``--draws`` sets
-  of ``--repeats`` rounds, without replacement, each round keeping its base and candidate process
-  together so interleaving is preserved). Those draws share processes, so their rates are more
-  precise than the pool they come from really is; they say how the gate behaves on this
-  machine's measured noise, not on fresh noise.
+``--tools asv,pytest-benchmark`` also runs those tools on the same commits for the one-rank
+single-case cells (``harness.gate.tools``), in the same session.
 
-Each pair is decided as a one-case gate (no Holm across the pairs: a false alarm rate per gate
-run of one case is what is being measured).
+Everything measured is appended to ``power.json`` in ``--out`` after each trial; ``--resume``
+carries on from there, ``--report`` prints the tables from it.
 """
 from __future__ import annotations
 
 import json
+import math
+import os
+import shutil
+import subprocess
 import sys
 import time
-from dataclasses import replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Optional
 
 import numpy as np
 
-from harness.gate import ab
-from harness.gate.stats import Outcome, Policy, verdict
-from harness.gate.trees import WORKTREE, Tree, repo_root
-from harness.gate.values import process_value
-from harness.store import ResultsFileError, load_records
+from harness.gate import inject
+from harness.gate.outputs import EXIT_COULD_NOT_RUN, EXIT_REGRESSION
+from harness.gate.schedule import Plan
+from harness.gate.sides import RoundCase, WorkerSide
+from harness.gate.trees import Tree, TreeError, repo_root, resolve
 
-SPIN_CASE = "selftest/fault_rank=0,mode=spin,spin_iters={iters},world=1"
+SCHEMA = "critpath.gate-power/2"
+AA = "A/A"
+TOOLS = ("asv", "pytest-benchmark")
+CALIBRATION_ROUNDS = 3
 
 
-def _csv_floats(text: str) -> tuple[float, ...]:
-    return tuple(float(x) for x in text.split(",") if x.strip())
+def _csv(text: str) -> tuple[str, ...]:
+    return tuple(p.strip() for p in text.split(",") if p.strip())
+
+
+def _slowdowns(text: str) -> tuple[tuple[str, float], ...]:
+    out = []
+    for part in _csv(text):
+        kind, _, fraction = part.partition(":")
+        if kind not in inject.KINDS or not fraction:
+            raise ValueError(f"slowdown {part!r}: expected KIND:FRACTION with KIND one of {inject.KINDS}, e.g. uniform:0.10")
+        out.append((kind, float(fraction)))
+    return tuple(out)
 
 
 def register(sub) -> None:
-    p = sub.add_parser("gate-power", help="measure the gate's false-alarm rate and detection power (injected slowdowns)")
-    p.add_argument("--trials", type=int, default=6, help="real gate runs (default 6)")
-    p.add_argument("--repeats", type=int, default=10, help="processes per side per gate run (default 10)")
-    p.add_argument("--spin-iters", type=int, default=1000, help="work per step of the reference case (default 1000)")
-    p.add_argument("--slowdowns", type=_csv_floats, default=(0.05, 0.10, 0.20), help="injected extra work (default 0.05,0.10,0.20)")
-    p.add_argument("--statistics", default="p50_ns,p10_ns", help="per-process statistics to evaluate (default p50_ns,p10_ns)")
-    p.add_argument("--min-effect", type=float, default=0.05, help="gate minimum effect (default 0.05)")
-    p.add_argument("--alpha", type=float, default=0.01, help="gate alpha (default 0.01)")
-    p.add_argument("--draws", type=int, default=2000, help="resampled gate decisions per pair (default 2000)")
-    p.add_argument("--iters", type=int, default=2000, help="timed iterations per case (default 2000)")
-    p.add_argument("--out", type=Path, default=Path("reports/gate-power"), help="directory for runs and power.json")
-    p.add_argument("--from-json", type=Path, help="recompute the tables from a power.json instead of measuring")
-    p.add_argument("--from-dir", type=Path, help="recompute from the trial directories of an earlier measurement "
-                   "(any --statistics, from the raw records)")
-    p.add_argument("--trial-walls", type=_csv_floats, help="with --from-dir: wall seconds per trial when no trial.json")
+    p = sub.add_parser("gate-power", help="measure the gate's false-alarm rate and power on real trees with injected slowdowns",
+                       description="Run real critpath gate processes on an A/A commit and on committed slowdowns "
+                                   "(uniform and partial) of real cases, and report how often each fails the build, "
+                                   "with Clopper-Pearson intervals. See docs/gate.md.")
+    p.add_argument("--case", dest="case_ids", action="append", default=[], metavar="ID",
+                   help="a case gated alone (repeatable); each is also slowed on its own branch")
+    p.add_argument("--group", dest="groups", action="append", default=[], type=_csv, metavar="ID,ID,...",
+                   help="a multi-case gate (Holm across its cases); its first case is the one slowed")
+    p.add_argument("--slowdowns", type=_slowdowns, default=(("uniform", 0.10), ("partial", 0.10)),
+                   help="KIND:FRACTION,... (default uniform:0.10,partial:0.10)")
+    p.add_argument("--trials", type=int, default=20, help="real gates per cell (default 20)")
+    p.add_argument("--budget", type=float, default=180.0, help="--budget of each gate (default 180)")
+    p.add_argument("--min-effect", type=float, default=0.05, help="--min-effect of each gate (default 0.05)")
+    p.add_argument("--statistic", default=None, help="--statistic of each gate (default: the gate's)")
+    p.add_argument("--rounds", type=int, default=None, help="--rounds of each gate (default: the gate's)")
+    p.add_argument("--tools", type=_csv, default=(), help=f"also run these on the same commits: {','.join(TOOLS)}")
+    p.add_argument("--tool-trials", type=int, default=10, help="trials per tool and change (default 10)")
+    p.add_argument("--out", type=Path, default=Path("reports/gate-power"), help="directory for power.json and every gate")
+    p.add_argument("--resume", action="store_true", help="carry on with the measurement already in --out")
+    p.add_argument("--report", type=Path, metavar="POWER_JSON", help="print the tables of a stored measurement")
     p.set_defaults(func=cmd_power)
 
 
-def _pairs(spin_iters: int, slowdowns: Sequence[float]) -> list[ab.GateCase]:
-    ref = SPIN_CASE.format(iters=spin_iters)
-    pairs = [ab.GateCase("A/A", ref, ref)]
-    for s in slowdowns:
-        pairs.append(ab.GateCase(f"+{s * 100:g} %", ref, SPIN_CASE.format(iters=round(spin_iters * (1 + s)))))
-    return pairs
+# -- the measurement -------------------------------------------------------------------------------
 
 
-def _rounds(trial_dir: Path, pairs: Sequence[ab.GateCase], statistics: Sequence[str], repeats: int) -> list[dict]:
-    """One row per repeat with both processes usable: the statistic of each pair's cases."""
-    rows = []
-    for repeat in range(repeats):
-        dirs = {side: trial_dir / side / f"rep-{repeat:03d}" for side in (ab.BASE, ab.CANDIDATE)}
-        try:
-            records = {side: {r.case_id: r for r in load_records(d)} for side, d in dirs.items()}
-        except ResultsFileError:
-            continue
-        try:
-            if not all(r.ok for side in records.values() for r in side.values()):
-                continue
-            row = {"values": {}}
-            for stat in statistics:
-                row["values"][stat] = {
-                    "base": process_value(records[ab.BASE][pairs[0].base_id], stat),
-                    **{p.name: process_value(records[ab.CANDIDATE][p.cand_id], stat) for p in pairs},
-                }
-        except KeyError:
-            continue
-        rows.append(row)
-    return rows
+@dataclass(frozen=True)
+class Cell:
+    name: str
+    case_ids: tuple[str, ...]
+    condition: str  # "A/A" or a slowdown's label
+    candidate: str  # the commit the gate's candidate is
+    target: Optional[str] = None  # the case slowed; None for A/A
 
 
-def _document(args, pairs, statistics, trials) -> dict:
+def _calibrate(tree: Tree, case_id: str, out: Path) -> float:
+    """The case's mean iteration time on the base tree: a few worker rounds, their median."""
+    side = WorkerSide(tree, "base", 0, out, {"timeout_s": 60.0, "warmup": None, "target_s": Plan.window_s})
+    side.start()
+    try:
+        side.await_ready(120)
+        values = []
+        for r in range(CALIBRATION_ROUNDS):
+            result = side.run_round(r, [RoundCase(case_id)], 120)
+            record = result.records.get(case_id)
+            if record is None or not record.ok:
+                raise TreeError(f"calibrating {case_id}: {result.error or (record and record.error)}")
+            values.append(float(np.mean(record.samples_ns)))
+    finally:
+        side.stop()
+    return float(np.median(values))
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
+                          timeout=120).stdout.strip()
+
+
+def _prepare(args, out: Path) -> dict:
+    """Clone, calibrate, commit the A/A and slowdown branches; the plan of the measurement."""
+    repo = repo_root(Path.cwd())
+    base_sha = resolve(repo, "HEAD")
+    clone = out / "clone"
+    if clone.exists():
+        shutil.rmtree(clone)
+    inject.clone(repo, clone)
+    _git(clone, "checkout", "--quiet", "--force", "-B", "gate-power/aa", base_sha)
+    _git(clone, "commit", "--quiet", "--allow-empty", "-m", "gate-power: A/A (no change)")
+    aa_sha = _git(clone, "rev-parse", "HEAD")
+    _git(clone, "worktree", "add", "--quiet", "--detach", str(out / "base-tree"), base_sha)
+    base_tree = Tree("base", base_sha, out / "base-tree", base_sha)
+    targets = list(dict.fromkeys(list(args.case_ids) + [g[0] for g in args.groups]))
+    calibration, branches = {}, {}
+    for case_id in targets:
+        mean_ns = _calibrate(base_tree, case_id, out / "calibration" / f"case-{targets.index(case_id)}")
+        calibration[case_id] = mean_ns
+        print(f"calibrated {case_id}: mean {mean_ns / 1e3:.1f} us per iteration", file=sys.stderr)
+        for kind, fraction in args.slowdowns:
+            slowdown = inject.Slowdown(case_id, kind, fraction, mean_ns)
+            name = inject.branch_name(slowdown, len(branches))
+            sha = inject.commit_slowdowns(clone, base_sha, name, [slowdown])
+            branches[name] = {"sha": sha, **inject.describe({name: slowdown})[0]}
+    cells = []
+    gates = [(c,) for c in args.case_ids] + [tuple(g) for g in args.groups]
+    for case_ids in gates:
+        label = case_ids[0] if len(case_ids) == 1 else f"{len(case_ids)} cases, {case_ids[0]} first"
+        cells.append(Cell(f"{label}: {AA}", case_ids, AA, aa_sha))
+        for b in branches.values():
+            if b["case_id"] == case_ids[0]:
+                condition = inject.Slowdown(b["case_id"], b["kind"], b["fraction"], b["mean_ns"]).label
+                cells.append(Cell(f"{label}: {condition}", case_ids, condition, b["sha"], b["case_id"]))
     return {
-        "schema": "critpath.gate-power/1", "spin_iters": args.spin_iters, "slowdowns": list(args.slowdowns),
-        "pairs": [p.name for p in pairs], "statistics": list(statistics), "repeats": args.repeats,
-        "iters": args.iters, "min_effect": args.min_effect, "alpha": args.alpha, "trials": trials,
+        "schema": SCHEMA, "repo": str(repo), "base": base_sha, "aa": aa_sha, "clone": str(clone),
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "settings": {"trials": args.trials, "budget_s": args.budget, "min_effect": args.min_effect,
+                     "statistic": args.statistic, "rounds": args.rounds, "tools": list(args.tools),
+                     "tool_trials": args.tool_trials},
+        "calibration_mean_ns": calibration, "branches": branches, "cells": [asdict(c) for c in cells],
+        "trials": [], "tool_trials": [],
     }
 
 
+def _save(out: Path, doc: dict) -> None:
+    tmp = out / ".power.json.tmp"
+    tmp.write_text(json.dumps(doc, indent=1) + "\n")
+    os.replace(tmp, out / "power.json")
+
+
+def _gate_trial(doc: dict, cell: Cell, trial: int, out: Path) -> dict:
+    settings = doc["settings"]
+    trial_dir = out / "gates" / f"cell-{[c['name'] for c in doc['cells']].index(cell.name):02d}" / f"trial-{trial:02d}"
+    if trial_dir.exists():
+        shutil.rmtree(trial_dir)  # an interrupted trial is measured again, whole
+    args = [sys.executable, "-m", "harness", "gate", "--repo", doc["clone"], "--base", doc["base"],
+            "--candidate", cell.candidate, "--budget", str(settings["budget_s"]),
+            "--min-effect", str(settings["min_effect"]), "--out", str(trial_dir)]
+    for case_id in cell.case_ids:
+        args += ["--case", case_id]
+    if settings["statistic"]:
+        args += ["--statistic", settings["statistic"]]
+    if settings["rounds"]:
+        args += ["--rounds", str(settings["rounds"])]
+    start = time.perf_counter()
+    with open(out / "gates" / "gates.log", "ab") as log:
+        code = subprocess.run(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL).returncode
+    wall_s = time.perf_counter() - start
+    record = {"cell": cell.name, "trial": trial, "exit_code": code, "wall_s": round(wall_s, 2), "cases": {}}
+    gate_json = trial_dir / "gate.json"
+    if gate_json.exists():
+        data = json.loads(gate_json.read_text())
+        record["stopped"] = data.get("extra", {}).get("stopped")
+        record["generations"] = data.get("extra", {}).get("generations")
+        for case in data["cases"]:
+            comparison = case.get("comparison") or {}
+            detail = case.get("detail") or {}
+            record["cases"][case["case_id"]] = {
+                "outcome": case["outcome"], "likely_regression": case.get("likely_regression", False),
+                "ratio": comparison.get("ratio"), "low": comparison.get("ci_low"), "high": comparison.get("ci_high"),
+                "n_pairs": detail.get("n_pairs"), "mde": detail.get("mde"), "decided_at_s": detail.get("decided_at_s"),
+                "noise_per_pair": detail.get("noise_per_pair"), "reason": case["reason"],
+            }
+    return record
+
+
+def _tool_trees(doc: dict, out: Path) -> dict:
+    """Worktrees of every candidate commit, for the tools (the gate makes its own)."""
+    trees = {}
+    for sha in {doc["aa"], *(b["sha"] for b in doc["branches"].values())}:
+        path = out / "tool-trees" / sha[:12]
+        if not path.exists():
+            _git(Path(doc["clone"]), "worktree", "add", "--quiet", "--detach", str(path), sha)
+        trees[sha] = path
+    return trees
+
+
+def _tool_trial(doc: dict, cell: Cell, tool: str, trial: int, out: Path, trees: dict) -> dict:
+    from harness.gate import tools
+
+    pair = {"base": (doc["base"], out / "base-tree"), "candidate": (cell.candidate, trees[cell.candidate])}
+    scratch = out / "tools" / tool / f"{cell.candidate[:12]}-trial-{trial:02d}"
+    if scratch.exists():
+        shutil.rmtree(scratch)
+    record = {"cell": cell.name, "tool": tool, "trial": trial, "verdicts": []}
+    start = time.perf_counter()
+    try:
+        if tool == "asv":
+            verdicts = [tools.asv_trial(scratch, Path(doc["clone"]), cell.case_ids[0], pair)]
+        else:
+            verdicts = tools.pytest_benchmark_trial(scratch, cell.case_ids[0], pair)
+        record["verdicts"] = [v.to_dict() for v in verdicts]
+    except (tools.ToolError, subprocess.TimeoutExpired, OSError) as exc:
+        record["error"] = str(exc)
+    record["wall_s"] = round(time.perf_counter() - start, 2)
+    return record
+
+
+def _one_rank(case_id: str) -> bool:
+    from harness import registry
+
+    return registry.parse(case_id).world == 1
+
+
 def measure(args) -> dict:
-    repo = repo_root(Path.cwd())
-    tree = Tree("base", WORKTREE, repo, None)  # same code both sides; the cost is in the case
-    pairs = _pairs(args.spin_iters, args.slowdowns)
-    # Both sides run every case, in the same shuffled order: processes of identical make-up, so
-    # the A/A pair is a true A/A (a case measured alone in its process and the same case measured
-    # after others differ by several per cent here).
-    run_cases = [ab.GateCase.same(case_id) for case_id in dict.fromkeys(p.cand_id for p in pairs)]
-    statistics = [s.strip() for s in args.statistics.split(",") if s.strip()]
-    args.out.mkdir(parents=True, exist_ok=True)
-    trials = []
-    for t in range(args.trials):
-        start = time.perf_counter()
-        out = args.out / f"trial-{t:02d}"
-        ab.run_interleaved(run_cases, tree, replace(tree, label="candidate"), args.repeats, out,
-                           ["--iters", str(args.iters)], 600.0, seed=t,
-                           progress=lambda r: print(f"  trial {t + 1}/{args.trials} {r.side:<9} repeat "
-                                                    f"{r.repeat + 1}: {r.wall_s:.1f} s", file=sys.stderr))
-        wall_s = time.perf_counter() - start
-        (out / "trial.json").write_text(json.dumps({"wall_s": wall_s}) + "\n")
-        rounds = _rounds(out, pairs, statistics, args.repeats)
-        trials.append({"trial": t, "wall_s": wall_s, "rounds": rounds})
-        # Saved after every trial, so an interrupted measurement keeps what it measured.
-        (args.out / "power.json").write_text(json.dumps(_document(args, pairs, statistics, trials), indent=1) + "\n")
-        print(f"trial {t + 1}/{args.trials}: {len(rounds)} usable rounds, {wall_s:.0f} s", file=sys.stderr)
-    return _document(args, pairs, statistics, trials)
+    out = args.out
+    if args.resume:
+        doc = json.loads((out / "power.json").read_text())
+    else:
+        if out.exists() and any(out.iterdir()):
+            raise ValueError(f"{out} is not empty; choose another --out or --resume")
+        out.mkdir(parents=True, exist_ok=True)
+        doc = _prepare(args, out)
+        _save(out, doc)
+    (out / "gates").mkdir(exist_ok=True)
+    cells = [Cell(**{**c, "case_ids": tuple(c["case_ids"])}) for c in doc["cells"]]
+    settings = doc["settings"]
+    done = {(t["cell"], t["trial"]) for t in doc["trials"]}
+    tool_done = {(t["cell"], t["tool"], t["trial"]) for t in doc["tool_trials"]}
+    tool_cells = [c for c in cells if len(c.case_ids) == 1 and _one_rank(c.case_ids[0])]
+    trees = _tool_trees(doc, out) if settings["tools"] and tool_cells else {}
+    total = settings["trials"] * len(cells)
+    for trial in range(settings["trials"]):
+        for cell in cells:
+            if (cell.name, trial) in done:
+                continue
+            record = _gate_trial(doc, cell, trial, out)
+            doc["trials"].append(record)
+            _save(out, doc)
+            target = record["cases"].get(cell.target or cell.case_ids[0], {})
+            seen = "" if target.get("ratio") is None else f"{(target['ratio'] - 1) * 100:+.1f} %"
+            print(f"[{len(doc['trials'])}/{total}] {cell.name} trial {trial + 1}: exit {record['exit_code']}, "
+                  f"{record['wall_s']:.0f} s, {target.get('outcome')} {seen}", file=sys.stderr, flush=True)
+        if trial < settings["tool_trials"]:
+            for cell in tool_cells:
+                for tool in settings["tools"]:
+                    if (cell.name, tool, trial) in tool_done:
+                        continue
+                    doc["tool_trials"].append(_tool_trial(doc, cell, tool, trial, out, trees))
+                    _save(out, doc)
+    doc["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    _save(out, doc)
+    return doc
 
 
-def from_dir(args) -> dict:
-    """Rebuild the document from the trial directories (any statistic, recomputed from the raw
-    records). A trial's wall time comes from its trial.json, else from ``--trial-walls``."""
-    pairs = _pairs(args.spin_iters, args.slowdowns)
-    statistics = [s.strip() for s in args.statistics.split(",") if s.strip()]
-    walls = list(args.trial_walls or ())
-    trials = []
-    for t, trial_dir in enumerate(sorted(args.from_dir.glob("trial-*"))):
-        meta = trial_dir / "trial.json"
-        wall_s = json.loads(meta.read_text())["wall_s"] if meta.exists() else (walls[t] if t < len(walls) else None)
-        trials.append({"trial": t, "wall_s": wall_s, "rounds": _rounds(trial_dir, pairs, statistics, args.repeats)})
-    return _document(args, pairs, statistics, trials)
+# -- the analysis ------------------------------------------------------------------------------------
 
 
-def analyse(data: dict, draws: int, seed: int = 0) -> dict:
-    policy = Policy(alpha=data["alpha"], min_effect=data["min_effect"], n_resamples=200)
-    n = data["repeats"]
-    out = {"measured": {}, "resampled": {}, "noise": {},
-           "wall_s": [t["wall_s"] for t in data["trials"] if t["wall_s"] is not None]}
-    pool = [row for t in data["trials"] for row in t["rounds"]]
-    rng = np.random.default_rng(seed)
-    for stat in data["statistics"]:
-        measured, resampled = {}, {}
-        base_pool = np.array([row["values"][stat]["base"] for row in pool])
-        out["noise"][stat] = {
-            "base_log_sd": float(np.std(np.log(base_pool), ddof=1)) if len(pool) > 1 else None,
-            "pool_rounds": len(pool),
-        }
-        for name in data["pairs"]:
-            outcomes = []
-            for t in data["trials"]:
-                rows = t["rounds"]
-                if len(rows) < 2:
-                    outcomes.append(Outcome.COULD_NOT_RUN)
-                    continue
-                outcomes.append(verdict([r["values"][stat]["base"] for r in rows],
-                                        [r["values"][stat][name] for r in rows], policy).outcome)
-            measured[name] = {o: outcomes.count(o) for o in Outcome.ALL if outcomes.count(o)}
-            cand_pool = np.array([row["values"][stat][name] for row in pool])
-            counts = {o: 0 for o in Outcome.ALL}
-            if len(pool) >= n:
-                for _ in range(draws):
-                    idx = rng.choice(len(pool), size=n, replace=False)
-                    counts[verdict(base_pool[idx], cand_pool[idx], policy).outcome] += 1
-                resampled[name] = {o: c / draws for o, c in counts.items() if c}
-                resampled[name]["median_ratio"] = float(np.median(cand_pool) / np.median(base_pool))
-        out["measured"][stat] = measured
-        out["resampled"][stat] = resampled
+def clopper_pearson(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    from scipy.stats import binomtest
+
+    if n == 0:
+        return (math.nan, math.nan)
+    ci = binomtest(k, n).proportion_ci(confidence_level=confidence, method="exact")
+    return float(ci.low), float(ci.high)
+
+
+def _fails(case: dict) -> bool:
+    return case.get("outcome") == "regressed" or bool(case.get("likely_regression"))
+
+
+def analyse(doc: dict) -> list[dict]:
+    rows = []
+    for c in doc["cells"]:
+        cell = Cell(**{**c, "case_ids": tuple(c["case_ids"])})
+        trials = [t for t in doc["trials"] if t["cell"] == cell.name]
+        n = len(trials)
+        fails = sum(1 for t in trials if t["exit_code"] == EXIT_REGRESSION)
+        could_not = sum(1 for t in trials if t["exit_code"] == EXIT_COULD_NOT_RUN)
+        watched = cell.target or cell.case_ids[0]
+        if cell.target:
+            hits = sum(1 for t in trials if t["exit_code"] == EXIT_REGRESSION and _fails(t["cases"].get(watched, {})))
+        else:
+            hits = fails
+        others = [cid for cid in cell.case_ids if cid != cell.target]
+        other_alarms = sum(1 for t in trials if any(_fails(t["cases"].get(cid, {})) for cid in others)) \
+            if cell.target and others else None
+        walls = [t["wall_s"] for t in trials]
+        ratios = [t["cases"].get(watched, {}).get("ratio") for t in trials]
+        ratios = [r for r in ratios if r is not None]
+        pairs = [t["cases"].get(watched, {}).get("n_pairs") for t in trials]
+        pairs = [p for p in pairs if p is not None]
+        mdes = [t["cases"].get(watched, {}).get("mde") for t in trials]
+        mdes = [m for m in mdes if m is not None]
+        outcomes = {}
+        for t in trials:
+            o = t["cases"].get(watched, {}).get("outcome", f"exit {t['exit_code']}")
+            if t["cases"].get(watched, {}).get("likely_regression"):
+                o += " (likely)"
+            outcomes[o] = outcomes.get(o, 0) + 1
+        low, high = clopper_pearson(hits, n)
+        rows.append({
+            "cell": cell.name, "gate_cases": len(cell.case_ids), "condition": cell.condition, "trials": n,
+            "fails_build": fails, "counted": hits, "rate": hits / n if n else math.nan, "ci95": [low, high],
+            "could_not_run": could_not, "other_case_alarms": other_alarms,
+            "wall_median_s": float(np.median(walls)) if walls else math.nan,
+            "wall_max_s": max(walls) if walls else math.nan,
+            "effect_median": float(np.median(ratios)) - 1 if ratios else math.nan,
+            "pairs_median": float(np.median(pairs)) if pairs else math.nan,
+            "mde_median": float(np.median(mdes)) if mdes else math.nan,
+            "outcomes": outcomes,
+        })
+    return rows
+
+
+def analyse_tools(doc: dict) -> list[dict]:
+    rows = {}
+    for t in doc.get("tool_trials", []):
+        for v in t.get("verdicts", []) or [{"tool": t["tool"], "rule": "(error)", "fails": None, "ratio": None}]:
+            key = (t["cell"], v["tool"], v["rule"])
+            row = rows.setdefault(key, {"cell": t["cell"], "tool": v["tool"], "rule": v["rule"], "trials": 0,
+                                        "fails": 0, "errors": 0, "ratios": []})
+            row["trials"] += 1
+            if v["fails"] is None:
+                row["errors"] += 1
+            elif v["fails"]:
+                row["fails"] += 1
+            if v.get("ratio") is not None:
+                row["ratios"].append(v["ratio"])
+    out = []
+    for row in rows.values():
+        n = row["trials"] - row["errors"]
+        low, high = clopper_pearson(row["fails"], n)
+        out.append({**{k: v for k, v in row.items() if k != "ratios"}, "rate": row["fails"] / n if n else math.nan,
+                    "ci95": [low, high], "ratio_median": float(np.median(row["ratios"])) if row["ratios"] else None})
     return out
 
 
-def table(data: dict, result: dict) -> str:
-    lines = []
-    for stat in data["statistics"]:
-        lines.append(f"statistic `{stat}`, {data['repeats']} repeats per side, min effect "
-                     f"{data['min_effect'] * 100:g} %, alpha {data['alpha']:g}; per-process noise (log sd of base) "
-                     f"{(result['noise'][stat]['base_log_sd'] or 0) * 100:.1f} %, pool {result['noise'][stat]['pool_rounds']} rounds")
-        lines.append("")
-        lines.append("| pair | pooled ratio | measured trials: regressed / all | resampled: regressed | improved | unchanged | inconclusive |")
-        lines.append("|---|---|---|---|---|---|---|")
-        for name in data["pairs"]:
-            m = result["measured"][stat].get(name, {})
-            r = result["resampled"][stat].get(name, {})
-            lines.append(f"| {name} | {r.get('median_ratio', float('nan')):.3f} | {m.get(Outcome.REGRESSED, 0)} / "
-                         f"{sum(m.values())} | {r.get(Outcome.REGRESSED, 0) * 100:.1f} % | "
-                         f"{r.get(Outcome.IMPROVED, 0) * 100:.1f} % | {r.get(Outcome.UNCHANGED, 0) * 100:.1f} % | "
-                         f"{r.get(Outcome.INCONCLUSIVE, 0) * 100:.1f} % |")
-        lines.append("")
-    walls = result["wall_s"]
-    if walls:
-        lines.append(f"wall time per gate run ({len(data['pairs'])} pairs, {data['repeats']} repeats per side): "
-                     f"median {np.median(walls):.0f} s, max {max(walls):.0f} s over {len(walls)} runs")
+def _pct(x: float, digits: int = 0) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x * 100:.{digits}f} %"
+
+
+def table(doc: dict) -> str:
+    s = doc["settings"]
+    lines = [f"gate: budget {s['budget_s']:g} s, minimum effect {s['min_effect'] * 100:g} %, statistic "
+             f"{s['statistic'] or 'default'}, rounds {s['rounds'] or 'default'}; base {doc['base'][:12]}",
+             "",
+             "| gate | change | trials | fails the build (counted) | rate [95 % CI] | could not run | wall median / max | "
+             "pairs (median) | change seen (median) | detectable here (median) | outcomes of the watched case |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in analyse(doc):
+        counted = "false alarms" if r["condition"] == AA else "detected"
+        extra = f"; other cases failed it in {r['other_case_alarms']}" if r["other_case_alarms"] else ""
+        outcomes = ", ".join(f"{k} {v}" for k, v in sorted(r["outcomes"].items()))
+        seen = "n/a" if math.isnan(r["effect_median"]) else f"{r['effect_median'] * 100:+.1f} %"
+        mde = "n/a" if math.isnan(r["mde_median"]) else f">= {r['mde_median'] * 100:.1f} %"
+        lines.append(
+            f"| {r['cell'].rsplit(': ', 1)[0]} | {r['condition']} | {r['trials']} | {r['fails_build']} ({counted}: "
+            f"{r['counted']}{extra}) | {_pct(r['rate'], 1)} [{_pct(r['ci95'][0], 1)}, {_pct(r['ci95'][1], 1)}] | "
+            f"{r['could_not_run']} | {r['wall_median_s']:.0f} / {r['wall_max_s']:.0f} s | {r['pairs_median']:.0f} | "
+            f"{seen} | {mde} | {outcomes} |")
+    tool_rows = analyse_tools(doc)
+    if tool_rows:
+        lines += ["", "| gate | change | tool, rule | trials | fails | rate [95 % CI] | ratio seen (median) |",
+                  "|---|---|---|---|---|---|---|"]
+        for r in tool_rows:
+            case, condition = r["cell"].rsplit(": ", 1)
+            ratio = "n/a" if r["ratio_median"] is None else f"{r['ratio_median']:.3f}"
+            errors = f" ({r['errors']} errors)" if r["errors"] else ""
+            lines.append(f"| {case} | {condition} | {r['tool']} `{r['rule']}` | {r['trials']}{errors} | {r['fails']} | "
+                         f"{_pct(r['rate'], 1)} [{_pct(r['ci95'][0], 1)}, {_pct(r['ci95'][1], 1)}] | {ratio} |")
     return "\n".join(lines)
 
 
 def cmd_power(args) -> int:
-    if args.from_json:
-        data = json.loads(args.from_json.read_text())
-    elif args.from_dir:
-        data = from_dir(args)
-    else:
-        if args.repeats < 2 or args.trials < 1:
-            print("critpath gate-power: error: need --repeats >= 2 and --trials >= 1", file=sys.stderr)
+    if args.report:
+        try:
+            doc = json.loads(args.report.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            print(f"critpath gate-power: error: {args.report}: {exc}", file=sys.stderr)
             return 2
-        if args.out.exists() and any(args.out.iterdir()):
-            print(f"critpath gate-power: error: {args.out} is not empty; choose another --out", file=sys.stderr)
-            return 2
-        data = measure(args)
-    result = analyse(data, args.draws)
-    text = table(data, result)
+        print(table(doc))
+        return 0
+    unknown = [t for t in args.tools if t not in TOOLS]
+    if unknown:
+        print(f"critpath gate-power: error: unknown tool {unknown[0]!r}; expected {', '.join(TOOLS)}", file=sys.stderr)
+        return 2
+    if not args.case_ids and not args.groups:
+        print("critpath gate-power: error: give --case ID (repeatable) and/or --group ID,ID,...", file=sys.stderr)
+        return 2
+    if args.trials < 1:
+        print("critpath gate-power: error: --trials must be >= 1", file=sys.stderr)
+        return 2
+    try:
+        doc = measure(args)
+    except (ValueError, TreeError, inject.InjectError, OSError, subprocess.CalledProcessError) as exc:
+        print(f"critpath gate-power: error: {exc}", file=sys.stderr)
+        return 2
+    text = table(doc)
+    (args.out / "power.md").write_text(text + "\n")
     print(text)
-    if not (args.from_json or args.from_dir):
-        (args.out / "power.md").write_text(text + "\n")
     return 0

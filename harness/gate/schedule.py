@@ -27,10 +27,9 @@ from typing import Callable, Mapping, Optional, Sequence
 import numpy as np
 
 from harness.gate.sides import RoundCase, RoundResult, RunSide, SideError, WorkerSide
-from harness.gate.trees import Tree
+from harness.gate.trees import BASE, CANDIDATE, Tree
 from harness.gate.values import StatisticError, failure_text, process_value
 
-BASE, CANDIDATE = "base", "candidate"
 SIDES = (BASE, CANDIDATE)
 START_TIMEOUT_S = 180.0  # a worker must be ready, its ranks up, within this
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
 WORKTREE = "worktree"  # --candidate worktree: the checkout the command runs from, edits included
+BASE, CANDIDATE = "base", "candidate"  # the two sides' labels, in records' paths and results
 GIT_TIMEOUT_S = 120
 
 
