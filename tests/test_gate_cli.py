@@ -243,6 +243,11 @@ def test_a_real_two_tree_gate_catches_an_injected_slowdown_and_passes_an_a_a(tmp
     assert code == EXIT_REGRESSION and case["outcome"] == "regressed", case["reason"]
     assert case["comparison"]["ratio"] > 1.5 and case["comparison"]["test"].startswith("wilcoxon signed-rank")
     assert data["candidate"]["commit"] == slow
+    # The verdict can be rechecked from what the gate left on disk: the same pairs, one look.
+    assert main(["compare", str(tmp_path / "slow" / "base"), str(tmp_path / "slow" / "candidate"),
+                 "--out", str(tmp_path / "recheck")]) == EXIT_REGRESSION
+    recheck = json.loads((tmp_path / "recheck" / "gate.json").read_text())["cases"][0]
+    assert recheck["detail"]["pairs"] == case["detail"]["pairs"] and recheck["outcome"] == "regressed"
     code, data = _gate(tmp_repo, tmp_path / "aa", "--base", "HEAD", "--candidate", "HEAD", *args)
     (case,) = data["cases"]
     assert code == EXIT_PASS and case["outcome"] in ("unchanged", "inconclusive"), case["reason"]
@@ -301,3 +306,19 @@ def test_an_interrupted_gate_removes_its_worktree_and_leaves_no_process(tmp_repo
     assert _processes_mentioning(str(out)) == []
     assert _git(tmp_repo, "worktree", "list").count("\n") == 0
     assert set(Path(tempfile.gettempdir()).glob("critpath-gate-*")) <= temp_trees  # the base's checkout is gone
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("mode,why", [("hang", "did not answer within"), ("wrong", "results wrong"),
+                                      ("exit", "worker closed its output")])
+def test_a_repeat_that_hangs_dies_or_answers_wrong_could_not_run(tmp_repo, tmp_path, mode, why):
+    bad = f"selftest/fault_rank=0,mode={mode},world=1"
+    out = tmp_path / "out"
+    code, data = _gate(tmp_repo, out, "--base", "HEAD", "--case", NOOP, "--case", bad, "--timeout", "2",
+                       "--budget", "30", "--iters", "50", "--rounds", "1")
+    cases = {c["case_id"]: c for c in data["cases"]}
+    assert code == EXIT_COULD_NOT_RUN
+    assert cases[bad]["outcome"] == "could_not_run" and why in cases[bad]["reason"], cases[bad]["reason"]
+    # The other case goes on in fresh processes and gets its own verdict.
+    assert cases[NOOP]["outcome"] != "could_not_run" or "budget" in cases[NOOP]["reason"]
+    assert _processes_mentioning(str(out)) == []

@@ -18,6 +18,7 @@ from harness.gate.paired import DESIGN, SPENDING, paired_verdicts
 from harness.gate.progress import GateProgress
 from harness.gate.schedule import Plan
 from harness.gate.stats import CaseInput, Outcome, Unit, verdicts
+from harness.gate.recheck import is_gate_side
 from harness.gate.repeats import ProcessRun, Repeats, run_repeats
 from harness.gate.trees import BASE, CANDIDATE, WORKTREE, TreeError, checkout, list_cases, probe, repo_root
 from harness.gate.values import (
@@ -27,7 +28,6 @@ from harness.records import Record
 from harness.store import ResultsFileError, load_records
 
 DEFAULT_REPEATS = 10  # --against: processes of the candidate
-DEFAULT_BUDGET_S = 180.0
 DEFAULT_STATISTIC = "mean_ns"  # sees every iteration: a slowdown of one iteration in ten moves it
 
 
@@ -84,8 +84,8 @@ def register(sub) -> None:
     p.add_argument("--case", dest="case_ids", action="append", default=[], metavar="ID", help="case ID (repeatable)")
     p.add_argument("--families", type=_csv, help="comma-separated families (their quick grid, or --full)")
     p.add_argument("--full", action="store_true", help="with --families: the full grid")
-    p.add_argument("--budget", type=_positive(float), default=DEFAULT_BUDGET_S, metavar="SECONDS",
-                   help=f"wall time for measuring (default {DEFAULT_BUDGET_S:g}); the gate stops earlier once every case is decided")
+    p.add_argument("--budget", type=_positive(float), default=Plan.budget_s, metavar="SECONDS",
+                   help=f"wall time for measuring (default {Plan.budget_s:g}); the gate stops earlier once every case is decided")
     p.add_argument("--allow-inconclusive", action="store_true",
                    help="pass a case still undecided at the budget even when its estimate reaches the minimum effect")
     p.add_argument("--rounds", type=_positive(int), default=Plan.rounds, metavar="N",
@@ -262,6 +262,9 @@ def _run_ab(args, config: GateConfig, out: Path, direction: str) -> GateResult:
         result.extra.update(schedule_result.summary())
         if schedule_result.stopped == "budget" and any(v.outcome == Outcome.INCONCLUSIVE for v in verdicts_.values()):
             result.warnings.append(f"the {plan.budget_s:g} s budget ended before every case was decided")
+    if not args.allow_inconclusive and any(s.min_effect == 0 for s in specs):
+        result.warnings.append("a minimum effect of 0: a case still undecided at the budget fails whenever its "
+                               "estimate is worse at all; give a positive --min-effect or --allow-inconclusive")
     if cand.dirty:
         result.warnings.append("the candidate has uncommitted changes")
     return result
@@ -330,6 +333,8 @@ def cmd_compare(args) -> int:
         return _error_result(args, "compare", str(exc))
     out = args.out or _default_out("compare")
     start = time.perf_counter()
+    if is_gate_side(args.run_a) and is_gate_side(args.run_b):
+        return _recheck_gate(args, config, direction, out, start)
     try:
         sides = [_load_side(args.run_a), _load_side(args.run_b)]
     except ResultsFileError as exc:
@@ -374,5 +379,25 @@ def cmd_compare(args) -> int:
     if unit == Unit.ITERATION and config.statistic != "p50_ns":
         result.warnings.append(f"with per-iteration samples the effect is the ratio of the samples' medians, "
                                f"not of {config.statistic}")
+    result.wall_s = time.perf_counter() - start
+    return _finish(result, args, out)
+
+
+def _recheck_gate(args, config: GateConfig, direction: str, out: Path, start: float) -> int:
+    from harness.gate.paired import recheck_verdicts
+    from harness.gate.recheck import describe, read_pairs
+    from harness.gate.sequential import CaseSpec
+
+    try:
+        tracks, rounds = read_pairs(args.run_a, args.run_b, config.statistic)
+    except ResultsFileError as exc:
+        return _error_result(args, "compare", str(exc), config.statistic)
+    specs = [CaseSpec(c, config.min_effect(c), direction) for c in tracks]
+    result = _new_result(args, "compare", config.statistic, config.policy,
+                         verdicts=recheck_verdicts(tracks, specs, config, rounds) if specs else {},
+                         base={"ref": str(args.run_a)}, candidate={"ref": str(args.run_b)},
+                         repeats=max((len(t.pairs) for t in tracks.values()), default=0))
+    result.unit = "pair"
+    result.warnings.append(describe(tracks))
     result.wall_s = time.perf_counter() - start
     return _finish(result, args, out)

@@ -44,6 +44,9 @@ class Slowdown:
     kind: str  # uniform | partial
     fraction: float  # 0.10: the case's mean iteration time grows by 10 %
     mean_ns: float  # the case's mean iteration time it was sized from
+    # The wait as measured to give ``fraction`` (see gate-power's calibration): a busy-wait of 10 %
+    # of a round trip can slow it by more, as the peer sleeps meanwhile and wakes up later.
+    scale: float = 1.0
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -57,7 +60,7 @@ class Slowdown:
 
     @property
     def wait_ns(self) -> int:
-        return max(1, round(self.fraction * self.mean_ns * self.every))
+        return max(1, round(self.fraction * self.mean_ns * self.every * self.scale))
 
     @property
     def label(self) -> str:
@@ -150,4 +153,4 @@ def branch_name(slowdown: Slowdown, index: int) -> str:
 
 def describe(slowdowns: Mapping[str, Slowdown]) -> list[dict]:
     return [{"branch": b, "case_id": s.case_id, "kind": s.kind, "fraction": s.fraction, "mean_ns": s.mean_ns,
-             "wait_ns": s.wait_ns, "every": s.every} for b, s in slowdowns.items()]
+             "scale": s.scale, "wait_ns": s.wait_ns, "every": s.every} for b, s in slowdowns.items()]

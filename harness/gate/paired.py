@@ -20,11 +20,12 @@ import math
 from typing import Mapping, Sequence
 
 import numpy as np
+from scipy import special
 
 from harness.gate.config import GateConfig
 from harness.gate.schedule import BASE, CANDIDATE, CaseTrack, Plan, ScheduleResult
 from harness.gate.sequential import (
-    CaseSpec, SequentialGate, false_alarm_at_budget, min_detectable_effect, pairs_needed,
+    RANK_SE_FACTOR, CaseSpec, SequentialGate, false_alarm_at_budget, min_detectable_effect, pairs_needed, walsh_interval,
 )
 from harness.gate.stats import Comparison, Outcome, Verdict
 
@@ -48,8 +49,20 @@ TEST_NAME = "wilcoxon signed-rank, paired, group-sequential"
 
 
 def noise_per_pair(pairs: Sequence[float]) -> float:
-    """Standard deviation of the pairs' log ratios: the relative noise one pair carries."""
-    return float(np.std(pairs, ddof=1)) if len(pairs) >= 2 else math.nan
+    """The relative noise one pair carries, as the rank test sees it: the width of the
+    distribution-free 95 % interval of the pairs' pseudo-median, turned back into a per-pair
+    standard deviation (what ``estimate_se`` expects). On a shared runner a few pairs hit by a
+    neighbour's burst inflate the plain standard deviation several-fold while the signed-rank
+    test hardly notices them, so planning with it would understate what the gate can detect.
+    With too few pairs for a bounded interval, the plain standard deviation."""
+    d = np.asarray(pairs, dtype=float)
+    if d.size < 2:
+        return math.nan
+    z = float(special.ndtri(0.975))
+    low, high = walsh_interval(d, z)
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return float(np.std(d, ddof=1))
+    return float((high - low) / (2 * z) * math.sqrt(d.size) / RANK_SE_FACTOR)
 
 
 def projected_pairs(n_pairs: int, elapsed_s: float, seconds_per_pair: float, budget_s: float) -> int:
@@ -85,6 +98,19 @@ def paired_verdicts(result: ScheduleResult, gate: SequentialGate, specs: Sequenc
     return verdicts
 
 
+def recheck_verdicts(tracks: Mapping[str, CaseTrack], specs: Sequence[CaseSpec], config: GateConfig,
+                     rounds: int) -> dict[str, Verdict]:
+    """A gate's stored pairs tested again at a single look (all of alpha at once): the
+    fixed-sample version of what the gate decided sequentially."""
+    gate = SequentialGate(specs, alpha=config.policy.alpha, confidence=config.policy.confidence, spending=SPENDING)
+    pairs = {s.case_id: tracks[s.case_id].pairs for s in specs if not tracks[s.case_id].problem}
+    if pairs:
+        for case_id, state in gate.look(1.0, pairs, final=True).items():
+            tracks[case_id].state = state
+    plan = Plan(budget_s=math.inf, rounds=rounds)
+    return {s.case_id: _verdict(tracks[s.case_id], s, gate, plan, config, None) for s in specs}
+
+
 def _verdict(track: CaseTrack, spec: CaseSpec, gate: SequentialGate, plan: Plan, config: GateConfig,
              per_pair_s) -> Verdict:
     alpha = config.policy.alpha
@@ -94,12 +120,15 @@ def _verdict(track: CaseTrack, spec: CaseSpec, gate: SequentialGate, plan: Plan,
     state = track.state
     n = len(track.pairs)
     sd = noise_per_pair(track.pairs)
-    n_budget = max(n, int(plan.budget_s // per_pair_s)) if per_pair_s else n
+    n_budget = max(n, int(plan.budget_s // per_pair_s)) if per_pair_s and math.isfinite(plan.budget_s) else n
     detail = {"n_pairs": n, "rounds_per_pair": plan.rounds, "iters_per_round": track.iters,
               "noise_per_pair": _finite(sd), "seconds_per_pair": per_pair_s,
               "pairs_at_budget": n_budget, "decided_at_s": track.decided_at_s,
               "interval": "repeated CI", "pairs": [round(d, 6) for d in track.pairs],
               **detectable(spec, sd, n_budget, alpha / max(1, len(gate.states)))}
+    if (state is None or n < gate.min_pairs) and not math.isfinite(plan.budget_s):
+        return Verdict(Outcome.COULD_NOT_RUN, f"too few pairs to decide: {n}; the test needs at least {gate.min_pairs}",
+                       detail=detail, **common)
     if state is None or n < gate.min_pairs:
         need_s = gate.min_pairs * per_pair_s if per_pair_s else None
         return Verdict(Outcome.COULD_NOT_RUN,

@@ -26,7 +26,7 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Optional
 
@@ -42,6 +42,7 @@ SCHEMA = "critpath.gate-power/2"
 AA = "A/A"
 TOOLS = ("asv", "pytest-benchmark")
 CALIBRATION_ROUNDS = 3
+CALIBRATION_PAIRS = 12  # pairs measured to size a slowdown (twice: as first committed, then resized)
 
 
 def _csv(text: str) -> tuple[str, ...]:
@@ -70,10 +71,13 @@ def register(sub) -> None:
     p.add_argument("--slowdowns", type=_slowdowns, default=(("uniform", 0.10), ("partial", 0.10)),
                    help="KIND:FRACTION,... (default uniform:0.10,partial:0.10)")
     p.add_argument("--trials", type=int, default=20, help="real gates per cell (default 20)")
-    p.add_argument("--budget", type=float, default=180.0, help="--budget of each gate (default 180)")
+    p.add_argument("--budget", type=float, default=Plan.budget_s, help=f"--budget of each gate (default {Plan.budget_s:g})")
     p.add_argument("--min-effect", type=float, default=0.05, help="--min-effect of each gate (default 0.05)")
     p.add_argument("--statistic", default=None, help="--statistic of each gate (default: the gate's)")
     p.add_argument("--rounds", type=int, default=None, help="--rounds of each gate (default: the gate's)")
+    p.add_argument("--rounds-sweep", type=lambda t: tuple(int(x) for x in _csv(t)), default=(), metavar="K,K,...",
+                   help="instead: A/A gates of each --case at each --rounds, run to the budget, for the trade-off "
+                        "between rounds per process pair and fresh processes")
     p.add_argument("--tools", type=_csv, default=(), help=f"also run these on the same commits: {','.join(TOOLS)}")
     p.add_argument("--tool-trials", type=int, default=10, help="trials per tool and change (default 10)")
     p.add_argument("--out", type=Path, default=Path("reports/gate-power"), help="directory for power.json and every gate")
@@ -92,6 +96,7 @@ class Cell:
     condition: str  # "A/A" or a slowdown's label
     candidate: str  # the commit the gate's candidate is
     target: Optional[str] = None  # the case slowed; None for A/A
+    rounds: Optional[int] = None  # the gate's --rounds, when the cell sets its own (a rounds sweep)
 
 
 def _calibrate(tree: Tree, case_id: str, out: Path) -> float:
@@ -112,6 +117,52 @@ def _calibrate(tree: Tree, case_id: str, out: Path) -> float:
     return float(np.median(values))
 
 
+@dataclass(frozen=True)
+class _Open:
+    """The decision of a schedule that only measures: never decided."""
+
+    outcome: Optional[str] = None
+
+
+def _never(tau, pairs, final):
+    return {case_id: _Open() for case_id in pairs}
+
+
+def realized_ratio(repo: Path, base_sha: str, cand_sha: str, case_id: str, out: Path,
+                   pairs: int = CALIBRATION_PAIRS) -> float:
+    """What a slowdown does to the case's mean, measured as the gate measures it: pairs of fresh
+    processes on the two commits, interleaved; the Hodges-Lehmann estimate of their ratio."""
+    from harness.gate.schedule import Schedule
+    from harness.gate.sequential import hodges_lehmann
+    from harness.gate.trees import BASE, CANDIDATE, checkout
+
+    with checkout(repo, base_sha, BASE) as base, checkout(repo, cand_sha, CANDIDATE) as cand:
+        plan = Plan(budget_s=math.inf, max_pairs=pairs, look_every_s=math.inf)
+        result = Schedule([case_id], {BASE: base, CANDIDATE: cand}, "worker", plan, out, "mean_ns", _never).run()
+    track = result.tracks[case_id]
+    if track.problem or len(track.pairs) < 2:
+        raise TreeError(f"measuring the slowdown of {case_id}: {track.problem or 'no pairs'}")
+    return math.exp(hodges_lehmann(track.pairs))
+
+
+def _calibrated_slowdown(clone: Path, base_sha: str, branch: str, wanted: inject.Slowdown, out: Path) -> dict:
+    """Commit the slowdown, measure what it does, and resize it once so that the case's mean
+    grows by the fraction asked for: a busy-wait of 10 % of the mean can slow a round trip by
+    more (the peer sleeps meanwhile and wakes later), and "+10 %" must mean +10 % measured."""
+    sha = inject.commit_slowdowns(clone, base_sha, branch, [wanted])
+    first = realized_ratio(clone, base_sha, sha, wanted.case_id, out / "first") - 1.0
+    slowdown = wanted
+    if first > 0.2 * wanted.fraction:
+        scale = wanted.fraction / first
+        slowdown = replace(wanted, scale=scale)
+        sha = inject.commit_slowdowns(clone, base_sha, branch, [slowdown])
+    second = realized_ratio(clone, base_sha, sha, wanted.case_id, out / "second") - 1.0
+    print(f"  {wanted.label} on {wanted.case_id}: a wait of {wanted.wait_ns / 1e3:.1f} us gave {first * 100:+.1f} %; "
+          f"{slowdown.wait_ns / 1e3:.1f} us gives {second * 100:+.1f} %", file=sys.stderr)
+    return {"sha": sha, **inject.describe({branch: slowdown})[0], "first_wait_ns": wanted.wait_ns,
+            "first_effect": first, "calibrated_effect": second}
+
+
 def _git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
                           timeout=120).stdout.strip()
@@ -130,7 +181,7 @@ def _prepare(args, out: Path) -> dict:
     aa_sha = _git(clone, "rev-parse", "HEAD")
     _git(clone, "worktree", "add", "--quiet", "--detach", str(out / "base-tree"), base_sha)
     base_tree = Tree("base", base_sha, out / "base-tree", base_sha)
-    targets = list(dict.fromkeys(list(args.case_ids) + [g[0] for g in args.groups]))
+    targets = [] if args.rounds_sweep else list(dict.fromkeys(list(args.case_ids) + [g[0] for g in args.groups]))
     calibration, branches = {}, {}
     for case_id in targets:
         mean_ns = _calibrate(base_tree, case_id, out / "calibration" / f"case-{targets.index(case_id)}")
@@ -139,16 +190,19 @@ def _prepare(args, out: Path) -> dict:
         for kind, fraction in args.slowdowns:
             slowdown = inject.Slowdown(case_id, kind, fraction, mean_ns)
             name = inject.branch_name(slowdown, len(branches))
-            sha = inject.commit_slowdowns(clone, base_sha, name, [slowdown])
-            branches[name] = {"sha": sha, **inject.describe({name: slowdown})[0]}
+            branches[name] = _calibrated_slowdown(clone, base_sha, name, slowdown,
+                                                  out / "calibration" / name.replace("/", "-"))
     cells = []
-    gates = [(c,) for c in args.case_ids] + [tuple(g) for g in args.groups]
+    if args.rounds_sweep:
+        cells = [Cell(f"{case_id}: {AA}, {k} rounds", (case_id,), AA, aa_sha, rounds=k)
+                 for k in args.rounds_sweep for case_id in args.case_ids]
+    gates = [] if args.rounds_sweep else [(c,) for c in args.case_ids] + [tuple(g) for g in args.groups]
     for case_ids in gates:
         label = case_ids[0] if len(case_ids) == 1 else f"{len(case_ids)} cases, {case_ids[0]} first"
         cells.append(Cell(f"{label}: {AA}", case_ids, AA, aa_sha))
         for b in branches.values():
             if b["case_id"] == case_ids[0]:
-                condition = inject.Slowdown(b["case_id"], b["kind"], b["fraction"], b["mean_ns"]).label
+                condition = inject.Slowdown(b["case_id"], b["kind"], b["fraction"], b["mean_ns"], b["scale"]).label
                 cells.append(Cell(f"{label}: {condition}", case_ids, condition, b["sha"], b["case_id"]))
     return {
         "schema": SCHEMA, "repo": str(repo), "base": base_sha, "aa": aa_sha, "clone": str(clone),
@@ -179,8 +233,12 @@ def _gate_trial(doc: dict, cell: Cell, trial: int, out: Path) -> dict:
         args += ["--case", case_id]
     if settings["statistic"]:
         args += ["--statistic", settings["statistic"]]
-    if settings["rounds"]:
-        args += ["--rounds", str(settings["rounds"])]
+    rounds = cell.rounds or settings["rounds"]
+    if rounds:
+        args += ["--rounds", str(rounds)]
+    if cell.rounds:
+        # A sweep measures noise and pace per pair: run to the budget, never stop as unchanged.
+        args[args.index("--min-effect") + 1] = "0"
     start = time.perf_counter()
     with open(out / "gates" / "gates.log", "ab") as log:
         code = subprocess.run(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL).returncode
@@ -198,7 +256,8 @@ def _gate_trial(doc: dict, cell: Cell, trial: int, out: Path) -> dict:
                 "outcome": case["outcome"], "likely_regression": case.get("likely_regression", False),
                 "ratio": comparison.get("ratio"), "low": comparison.get("ci_low"), "high": comparison.get("ci_high"),
                 "n_pairs": detail.get("n_pairs"), "mde": detail.get("mde"), "decided_at_s": detail.get("decided_at_s"),
-                "noise_per_pair": detail.get("noise_per_pair"), "reason": case["reason"],
+                "noise_per_pair": detail.get("noise_per_pair"), "seconds_per_pair": detail.get("seconds_per_pair"),
+                "reason": case["reason"],
             }
     return record
 
@@ -365,15 +424,45 @@ def analyse_tools(doc: dict) -> list[dict]:
     return out
 
 
+def rounds_tradeoff(doc: dict, budget_s: float) -> list[dict]:
+    """Per case and rounds per pair: the noise of a pair and the seconds it costs, measured, and
+    what they give in ``budget_s``: the standard error of the estimate and the smallest slowdown
+    found 95 % of the time at the cells' minimum effect."""
+    from harness.gate.sequential import estimate_se, min_detectable_effect
+
+    rows = []
+    for c in doc["cells"]:
+        if not c.get("rounds"):
+            continue
+        case_id = c["case_ids"][0]
+        trials = [t for t in doc["trials"] if t["cell"] == c["name"]]
+        pairs = [t["cases"].get(case_id, {}) for t in trials]
+        noise = [p["noise_per_pair"] for p in pairs if p.get("noise_per_pair")]
+        pace = [p["seconds_per_pair"] for p in pairs if p.get("seconds_per_pair")]
+        count = sum(p.get("n_pairs") or 0 for p in pairs)
+        if not noise or not pace:
+            continue
+        sd, per_pair = float(np.sqrt(np.mean(np.square(noise)))), float(np.median(pace))
+        n_budget = max(1, int(budget_s // per_pair))
+        rows.append({"case_id": case_id, "rounds": c["rounds"], "trials": len(trials), "pairs": count,
+                     "noise_per_pair": sd, "seconds_per_pair": per_pair, "pairs_in_budget": n_budget,
+                     "se_at_budget": estimate_se(sd, n_budget),
+                     "mde_at_budget": min_detectable_effect(sd, n_budget, 0.01, doc["settings"]["min_effect"])})
+    return rows
+
+
 def _pct(x: float, digits: int = 0) -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x * 100:.{digits}f} %"
 
 
 def table(doc: dict) -> str:
     s = doc["settings"]
+    case_ids = list(dict.fromkeys(cid for c in doc["cells"] for cid in c["case_ids"]))
+    legend = {cid: f"C{i + 1}" for i, cid in enumerate(case_ids)}
     lines = [f"gate: budget {s['budget_s']:g} s, minimum effect {s['min_effect'] * 100:g} %, statistic "
-             f"{s['statistic'] or 'default'}, rounds {s['rounds'] or 'default'}; base {doc['base'][:12]}",
-             "",
+             f"{s['statistic'] or 'default'}, rounds {s['rounds'] or 'default'}; base {doc['base'][:12]}", ""]
+    lines += [f"- C{i + 1}: `{cid}`" for i, cid in enumerate(case_ids)]
+    lines += ["",
              "| gate | change | trials | fails the build (counted) | rate [95 % CI] | could not run | wall median / max | "
              "pairs (median) | change seen (median) | detectable here (median) | outcomes of the watched case |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -383,17 +472,31 @@ def table(doc: dict) -> str:
         outcomes = ", ".join(f"{k} {v}" for k, v in sorted(r["outcomes"].items()))
         seen = "n/a" if math.isnan(r["effect_median"]) else f"{r['effect_median'] * 100:+.1f} %"
         mde = "n/a" if math.isnan(r["mde_median"]) else f">= {r['mde_median'] * 100:.1f} %"
+        cell = next(c for c in doc["cells"] if c["name"] == r["cell"])
+        gate = " + ".join(legend[cid] for cid in cell["case_ids"]) + (f", {cell['rounds']} rounds" if cell.get("rounds") else "")
         lines.append(
-            f"| {r['cell'].rsplit(': ', 1)[0]} | {r['condition']} | {r['trials']} | {r['fails_build']} ({counted}: "
+            f"| {gate} | {r['condition']} | {r['trials']} | {r['fails_build']} ({counted}: "
             f"{r['counted']}{extra}) | {_pct(r['rate'], 1)} [{_pct(r['ci95'][0], 1)}, {_pct(r['ci95'][1], 1)}] | "
             f"{r['could_not_run']} | {r['wall_median_s']:.0f} / {r['wall_max_s']:.0f} s | {r['pairs_median']:.0f} | "
             f"{seen} | {mde} | {outcomes} |")
+    budget = Plan.budget_s  # the gate's default
+    sweep = rounds_tradeoff(doc, budget)
+    if sweep:
+        lines += ["", f"rounds per process pair (A/A gates run to their budget; projected to the default {budget:g} s "
+                  f"budget, minimum effect {s['min_effect'] * 100:g} %):", "",
+                  f"| case | rounds | trials | pairs | noise per pair | s per pair | pairs in {budget:g} s | "
+                  f"SE of the estimate | detectable in {budget:g} s |", "|---|---|---|---|---|---|---|---|---|"]
+        for r in sorted(sweep, key=lambda r: (r["case_id"], r["rounds"])):
+            lines.append(f"| {legend[r['case_id']]} | {r['rounds']} | {r['trials']} | {r['pairs']} | "
+                         f"{_pct(r['noise_per_pair'], 1)} | {r['seconds_per_pair']:.1f} | {r['pairs_in_budget']} | "
+                         f"{_pct(r['se_at_budget'], 2)} | >= {_pct(r['mde_at_budget'], 1)} |")
     tool_rows = analyse_tools(doc)
     if tool_rows:
         lines += ["", "| gate | change | tool, rule | trials | fails | rate [95 % CI] | ratio seen (median) |",
                   "|---|---|---|---|---|---|---|"]
         for r in tool_rows:
-            case, condition = r["cell"].rsplit(": ", 1)
+            cell = next(c for c in doc["cells"] if c["name"] == r["cell"])
+            case, condition = legend[cell["case_ids"][0]], cell["condition"]
             ratio = "n/a" if r["ratio_median"] is None else f"{r['ratio_median']:.3f}"
             errors = f" ({r['errors']} errors)" if r["errors"] else ""
             lines.append(f"| {case} | {condition} | {r['tool']} `{r['rule']}` | {r['trials']}{errors} | {r['fails']} | "

@@ -151,7 +151,7 @@ class WorkerSide:
             self.proc.stdin.write((json.dumps(message) + "\n").encode())
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError, ValueError):
-            raise SideError(self._dead_reason("its pipe closed")) from None
+            raise SideError(self._dead_reason("closed its pipe")) from None
 
     def _expect(self, event: str, timeout_s: float) -> dict:
         message = self._read(timeout_s)
@@ -176,7 +176,7 @@ class WorkerSide:
                     continue
                 chunk = os.read(fd, 65536)
                 if not chunk:
-                    raise SideError(self._dead_reason("it closed its output"))
+                    raise SideError(self._dead_reason("closed its output"))
                 self._buffer += chunk
         line, _, self._buffer = self._buffer.partition(b"\n")
         try:

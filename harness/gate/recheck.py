@@ -1,0 +1,63 @@
+"""``critpath compare`` on a gate's own directories: its pairs read back from the records and
+tested again, so that any verdict can be checked from what the gate left on disk.
+
+A gate writes ``base/gen-NNN/round-RRR/`` and ``candidate/gen-NNN/round-RRR/``: one generation
+is one pair of fresh processes, and its value per case is computed exactly as the gate does
+(``schedule.pair_value``). A generation that lacks a round on either side, or holds a failed
+record, is not a pair; a case with such a failed record cannot be rechecked.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping
+
+from harness.gate.schedule import SIDES, CaseTrack, pair_value
+from harness.gate.values import StatisticError, failure_text, process_value
+from harness.store import load_records
+
+
+def is_gate_side(path: Path) -> bool:
+    return Path(path).is_dir() and any(Path(path).glob("gen-*/round-*/results.jsonl"))
+
+
+def _rounds(gen_dir: Path) -> list[dict]:
+    return [{r.case_id: r for r in load_records(d)} for d in sorted(gen_dir.glob("round-*"))
+            if (d / "results.jsonl").exists()]
+
+
+def read_pairs(base_dir: Path, cand_dir: Path, statistic: str) -> tuple[dict[str, CaseTrack], int]:
+    """Per case, the pairs of every generation both sides completed; and the rounds per pair."""
+    dirs = dict(zip(SIDES, (Path(base_dir), Path(cand_dir))))
+    generations = sorted(set(p.name for p in dirs[SIDES[0]].glob("gen-*")) & set(p.name for p in dirs[SIDES[1]].glob("gen-*")))
+    tracks: dict[str, CaseTrack] = {}
+    rounds_per_pair = 0
+    for gen in generations:
+        rounds = {side: _rounds(dirs[side] / gen) for side in SIDES}
+        if not rounds[SIDES[0]] or len(rounds[SIDES[0]]) != len(rounds[SIDES[1]]):
+            continue
+        rounds_per_pair = max(rounds_per_pair, len(rounds[SIDES[0]]))
+        case_ids = set.intersection(*(set(r) for side in SIDES for r in rounds[side]))
+        for case_id in sorted(case_ids):
+            track = tracks.setdefault(case_id, CaseTrack(case_id))
+            if track.problem:
+                continue
+            records = {side: [r[case_id] for r in rounds[side]] for side in SIDES}
+            bad = next((f"{side}: {failure_text(recs)}" for side, recs in records.items() if failure_text(recs)), "")
+            if bad:
+                track.problem = f"{gen}: {bad}"
+                continue
+            try:
+                values = {side: [process_value(r, statistic) for r in recs] for side, recs in records.items()}
+            except StatisticError as exc:
+                track.problem = str(exc)
+                continue
+            for side in SIDES:
+                track.values[side].append(values[side])
+            track.pairs.append(pair_value(values[SIDES[0]], values[SIDES[1]]))
+    return tracks, rounds_per_pair
+
+
+def describe(tracks: Mapping[str, CaseTrack]) -> str:
+    n = max((len(t.pairs) for t in tracks.values()), default=0)
+    return (f"a gate's own directories: {n} pairs of fresh processes read back and tested again at one look "
+            "(all of alpha at once), not sequentially as the gate decided")
