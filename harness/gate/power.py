@@ -239,9 +239,13 @@ def _gate_trial(doc: dict, cell: Cell, trial: int, out: Path) -> dict:
     if cell.rounds:
         # A sweep measures noise and pace per pair: run to the budget, never stop as unchanged.
         args[args.index("--min-effect") + 1] = "0"
+    # The gate itself runs from the base commit's tree, not from this checkout: every trial of a
+    # measurement is then the same gate, whatever this checkout becomes meanwhile.
+    base_tree = Tree("base", doc["base"], out / "base-tree", doc["base"])
     start = time.perf_counter()
     with open(out / "gates" / "gates.log", "ab") as log:
-        code = subprocess.run(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL).returncode
+        code = subprocess.run(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                              cwd=base_tree.path, env=base_tree.env()).returncode
     wall_s = time.perf_counter() - start
     record = {"cell": cell.name, "trial": trial, "exit_code": code, "wall_s": round(wall_s, 2), "cases": {}}
     gate_json = trial_dir / "gate.json"
