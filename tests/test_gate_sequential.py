@@ -464,3 +464,24 @@ def test_planning_formulas_agree_with_each_other():
     assert pairs_needed(1e-4, 0.5, alpha=0.01) == min_repeats_signed_rank(0.01)
     assert false_alarm_at_budget(0.1, 60, 0.0) == pytest.approx(0.5)
     assert false_alarm_at_budget(0.1, 60, 0.05) < false_alarm_at_budget(0.2, 60, 0.05) < 0.5
+
+
+def test_pocock_spending_which_the_gate_uses_holds_alpha_and_stops_a_regression_sooner():
+    """The gate's choice of spending function (harness.gate.paired.SPENDING), as docs/gate.md
+    reports it: at a per-pair noise like this project's cases (6.7 %), 60 pairs and 20 looks,
+    both kinds hold the A/A rate and catch +10 %; Pocock-type decides it earlier."""
+    from harness.gate.paired import SPENDING
+
+    assert SPENDING == "pocock"
+    rng = np.random.default_rng(50)
+    gates = 2000
+    pairs, taus = schedule(20, 3)
+    noise = rng.normal(0.0, 0.067, (gates, 1, pairs[-1]))
+    stop_fraction = {}
+    for spending in ("obf", "pocock"):
+        aa = simulate_gates(noise, pairs, taus, alpha=0.05, min_effect=0.0, spending=spending)
+        assert aa.rejected.mean() <= 0.05 + 3 * binomial_se(0.05, gates), (spending, aa.rejected.mean())
+        slow = simulate_gates(noise + math.log(1.10), pairs, taus, alpha=0.01, min_effect=0.05, spending=spending)
+        assert (slow.outcome == REGRESSED).mean() >= 0.99, spending
+        stop_fraction[spending] = float(np.mean((slow.stop_look + 1) / len(pairs)))
+    assert stop_fraction["pocock"] < 0.8 * stop_fraction["obf"], stop_fraction

@@ -16,7 +16,8 @@ from harness.gate.config import ConfigError, GateConfig, load_baselines, load_co
 from harness.gate.outputs import EXIT_COULD_NOT_RUN, GateResult, write_outputs
 from harness.gate.paired import DESIGN, SPENDING, paired_verdicts
 from harness.gate.progress import GateProgress
-from harness.gate.schedule import Plan
+from harness.gate.schedule import Plan, Schedule, side_kind
+from harness.gate.sequential import CaseSpec, SequentialGate
 from harness.gate.stats import CaseInput, Outcome, Unit, verdicts
 from harness.gate.recheck import is_gate_side
 from harness.gate.repeats import ProcessRun, Repeats, run_repeats
@@ -28,7 +29,6 @@ from harness.records import Record
 from harness.store import ResultsFileError, load_records
 
 DEFAULT_REPEATS = 10  # --against: processes of the candidate
-DEFAULT_STATISTIC = "mean_ns"  # sees every iteration: a slowdown of one iteration in ten moves it
 
 
 def _csv(text: str) -> tuple[str, ...]:
@@ -61,7 +61,7 @@ def _statistic(text: str) -> str:
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", type=Path, help="gate config YAML: alpha, confidence, statistic, min_effect per family/case")
     p.add_argument("--statistic", type=_statistic,
-                   help=f"per-round statistic (default {DEFAULT_STATISTIC}; p50_ns, pNN_ns, min_ns, a metric)")
+                   help=f"per-round statistic (default {GateConfig.statistic}; p50_ns, pNN_ns, min_ns, a metric)")
     p.add_argument("--min-effect", type=float, metavar="FRACTION", help="default minimum effect (0.05 = 5 %%), below per-family/case config")
     p.add_argument("--alpha", type=float, help="family-wise false-alarm rate across cases (Holm; default 0.01)")
     p.add_argument("--direction", choices=("lower", "higher"),
@@ -110,7 +110,7 @@ def register(sub) -> None:
 def _gate_config(args) -> GateConfig:
     from dataclasses import replace
 
-    config = load_config(args.config, GateConfig(statistic=DEFAULT_STATISTIC))
+    config = load_config(args.config)
     policy = config.policy
     if args.alpha is not None:
         policy = replace(policy, alpha=args.alpha)
@@ -142,7 +142,7 @@ def _new_result(args, mode: str, statistic: str, policy=None, **kw) -> GateResul
                       allow_inconclusive=getattr(args, "allow_inconclusive", False), **kw)
 
 
-def _error_result(args, mode: str, message: str, statistic: str = DEFAULT_STATISTIC) -> int:
+def _error_result(args, mode: str, message: str, statistic: str = GateConfig.statistic) -> int:
     result = _new_result(args, mode, statistic, error=message)
     out = args.out or _default_out(mode)
     code = _finish(result, args, out)
@@ -215,9 +215,7 @@ def _select_cases(args, sides: dict) -> tuple[list[str], list[str]]:
 
 
 def _run_ab(args, config: GateConfig, out: Path, direction: str) -> GateResult:
-    from harness.gate.schedule import Plan, Schedule, side_kind
-    from harness.gate.sequential import CaseSpec, SequentialGate
-
+    started_at = time.monotonic()  # the budget counts the worktrees and probes too
     repo = repo_root(args.repo)
     with ExitStack() as stack:
         cand = stack.enter_context(checkout(repo, args.candidate, CANDIDATE))
@@ -246,7 +244,8 @@ def _run_ab(args, config: GateConfig, out: Path, direction: str) -> GateResult:
               f" -> {out}", file=sys.stderr)
         schedule_result = None
         if runnable:
-            schedule = Schedule(runnable, sides, kind, plan, out, config.statistic, gate.look, progress.event)
+            schedule = Schedule(runnable, sides, kind, plan, out, config.statistic, gate.look, progress.event,
+                                started_at=started_at)
             with progress:
                 schedule_result = schedule.run()
     inputs_problems = [CaseInput(c, problem=reason, problem_outcome=outcome, min_effect=config.min_effect(c))

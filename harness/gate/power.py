@@ -42,7 +42,9 @@ SCHEMA = "critpath.gate-power/2"
 AA = "A/A"
 TOOLS = ("asv", "pytest-benchmark")
 CALIBRATION_ROUNDS = 3
-CALIBRATION_PAIRS = 12  # pairs measured to size a slowdown (twice: as first committed, then resized)
+CALIBRATION_PAIRS = 16  # pairs measured per step of sizing a slowdown
+CALIBRATION_STEPS = 4
+CALIBRATION_TOLERANCE = 0.25  # of the fraction asked for: +10 % means +7.5 to +12.5 % measured
 
 
 def _csv(text: str) -> tuple[str, ...]:
@@ -146,21 +148,38 @@ def realized_ratio(repo: Path, base_sha: str, cand_sha: str, case_id: str, out: 
 
 
 def _calibrated_slowdown(clone: Path, base_sha: str, branch: str, wanted: inject.Slowdown, out: Path) -> dict:
-    """Commit the slowdown, measure what it does, and resize it once so that the case's mean
-    grows by the fraction asked for: a busy-wait of 10 % of the mean can slow a round trip by
-    more (the peer sleeps meanwhile and wakes later), and "+10 %" must mean +10 % measured."""
-    sha = inject.commit_slowdowns(clone, base_sha, branch, [wanted])
-    first = realized_ratio(clone, base_sha, sha, wanted.case_id, out / "first") - 1.0
-    slowdown = wanted
-    if first > 0.2 * wanted.fraction:
-        scale = wanted.fraction / first
-        slowdown = replace(wanted, scale=scale)
+    """Commit the slowdown, measure what it does to the case's mean, and resize it until that is
+    within ``CALIBRATION_TOLERANCE`` of the fraction asked for (at most ``CALIBRATION_STEPS``
+    measurements): "+10 %" must mean +10 % measured, and a busy-wait does not cost its length.
+    A wait of 10 % of a round trip slowed it by 22 % here (the peer sleeps meanwhile and wakes
+    later); in a two-rank allreduce the spinning main thread also holds off the transport's own
+    thread, and small waits cost several times their length. The size comes from a secant on the
+    measured (wait, effect) points, proportional scaling from the first."""
+    tried: list[tuple[float, float]] = []  # (scale, measured effect)
+    slowdown, sha = wanted, ""
+    for step in range(CALIBRATION_STEPS):
+        if tried:
+            slowdown = replace(wanted, scale=_next_scale(tried, wanted.fraction))
         sha = inject.commit_slowdowns(clone, base_sha, branch, [slowdown])
-    second = realized_ratio(clone, base_sha, sha, wanted.case_id, out / "second") - 1.0
-    print(f"  {wanted.label} on {wanted.case_id}: a wait of {wanted.wait_ns / 1e3:.1f} us gave {first * 100:+.1f} %; "
-          f"{slowdown.wait_ns / 1e3:.1f} us gives {second * 100:+.1f} %", file=sys.stderr)
-    return {"sha": sha, **inject.describe({branch: slowdown})[0], "first_wait_ns": wanted.wait_ns,
-            "first_effect": first, "calibrated_effect": second}
+        effect = realized_ratio(clone, base_sha, sha, wanted.case_id, out / f"step-{step}") - 1.0
+        tried.append((slowdown.scale, effect))
+        print(f"  {wanted.label} on {wanted.case_id}: a wait of {slowdown.wait_ns / 1e3:.1f} us every "
+              f"{slowdown.every} step(s) gives {effect * 100:+.1f} %", file=sys.stderr, flush=True)
+        if abs(effect - wanted.fraction) <= CALIBRATION_TOLERANCE * wanted.fraction:
+            break
+    return {"sha": sha, **inject.describe({branch: slowdown})[0],
+            "calibration": [{"scale": sc, "effect": ef} for sc, ef in tried], "calibrated_effect": tried[-1][1]}
+
+
+def _next_scale(tried: list[tuple[float, float]], target: float) -> float:
+    (s1, e1) = tried[-1]
+    if len(tried) >= 2:
+        (s0, e0) = tried[-2]
+        if e1 != e0:
+            guess = s1 + (target - e1) * (s1 - s0) / (e1 - e0)
+            if guess > 0:
+                return guess
+    return s1 * target / e1 if e1 > 0 else s1 * 2.0
 
 
 def _git(repo: Path, *args: str) -> str:

@@ -104,19 +104,22 @@ def side_kind(protocols: Mapping[str, Optional[int]]) -> str:
 class Schedule:
     def __init__(self, case_ids: Sequence[str], trees: Mapping[str, Tree], kind: str, plan: Plan, out: Path,
                  statistic: str, decide: Callable, on_event: Callable[[str, dict], None] = lambda kind, data: None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, started_at: Optional[float] = None) -> None:
         """``decide(tau, {case_id: pairs}, final) -> {case_id: CaseState}`` is the sequential
-        decision (``SequentialGate.look``); ``on_event`` hears of generations, looks and the probe."""
+        decision (``SequentialGate.look``); ``on_event`` hears of generations, looks and the probe.
+        The budget runs from ``started_at`` on ``clock`` (default: now), so a gate can count its
+        own set-up (worktrees, probes) in it."""
         self.tracks = {c: CaseTrack(c) for c in case_ids}
         self.trees, self.kind, self.plan, self.out = trees, kind, plan, Path(out)
         self.statistic, self.decide, self.on_event, self.clock = statistic, decide, on_event, clock
         self._shuffle = random.Random(plan.seed)
         self._live: list = []
+        self._started_at = started_at
 
     # -- the loop --------------------------------------------------------------------------------
 
     def run(self) -> ScheduleResult:
-        start = self.clock()
+        start = self.clock() if self._started_at is None else self._started_at
         generation, looks, last_look = 0, 0, 0.0
         gen_times: list[float] = []
         stopped = "decided"
