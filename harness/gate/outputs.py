@@ -30,6 +30,16 @@ TESTS = {"ab": "Wilcoxon signed-rank on paired log ratios", "compare": "Mann-Whi
          "against": "Wilcoxon signed-rank against the table's value"}
 
 
+def fails_build(outcome: str, likely_regression: bool, fail_on_inconclusive: bool = False,
+                allow_inconclusive: bool = False) -> bool:
+    """The exit rules: whether a case with this outcome fails the build."""
+    if outcome == Outcome.REGRESSED:
+        return True
+    if outcome != Outcome.INCONCLUSIVE:
+        return False
+    return fail_on_inconclusive or (likely_regression and not allow_inconclusive)
+
+
 @dataclass
 class GateResult:
     mode: str  # "ab" (gate --base), "compare" (two stored runs), "against" (baseline table)
@@ -49,11 +59,7 @@ class GateResult:
 
     def fails_build(self, v: Verdict) -> bool:
         """Whether this case's verdict fails the build under this gate's exit rules."""
-        if v.outcome == Outcome.REGRESSED:
-            return True
-        if v.outcome != Outcome.INCONCLUSIVE:
-            return False
-        return self.fail_on_inconclusive or (v.likely_regression and not self.allow_inconclusive)
+        return fails_build(v.outcome, v.likely_regression, self.fail_on_inconclusive, self.allow_inconclusive)
 
     def counts(self) -> dict[str, int]:
         counts = {o: 0 for o in Outcome.ALL}

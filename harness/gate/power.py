@@ -33,7 +33,7 @@ from typing import Optional
 import numpy as np
 
 from harness.gate import inject
-from harness.gate.outputs import EXIT_COULD_NOT_RUN, EXIT_REGRESSION
+from harness.gate.outputs import EXIT_COULD_NOT_RUN, EXIT_REGRESSION, fails_build
 from harness.gate.schedule import Plan
 from harness.gate.sides import RoundCase, WorkerSide
 from harness.gate.trees import Tree, TreeError, repo_root, resolve
@@ -85,6 +85,9 @@ def register(sub) -> None:
     p.add_argument("--out", type=Path, default=Path("reports/gate-power"), help="directory for power.json and every gate")
     p.add_argument("--resume", action="store_true", help="carry on with the measurement already in --out")
     p.add_argument("--report", type=Path, metavar="POWER_JSON", help="print the tables of a stored measurement")
+    p.add_argument("--resample", type=int, default=0, metavar="GATES",
+                   help="with --report: also replay GATES gates per cell from the pairs its real gates measured "
+                        "(labelled resampled) and store them in POWER_JSON")
     p.set_defaults(func=cmd_power)
 
 
@@ -153,8 +156,8 @@ def _calibrated_slowdown(clone: Path, base_sha: str, branch: str, wanted: inject
     measurements): "+10 %" must mean +10 % measured, and a busy-wait does not cost its length.
     A wait of 10 % of a round trip slowed it by 22 % here (the peer sleeps meanwhile and wakes
     later); in a two-rank allreduce the spinning main thread also holds off the transport's own
-    thread, and small waits cost several times their length. The size comes from a secant on the
-    measured (wait, effect) points, proportional scaling from the first."""
+    thread, and small waits cost several times their length. The sizes tried come from the
+    measured (wait, effect) points (``_next_scale``); the branch keeps the closest."""
     tried: list[tuple[float, float]] = []  # (scale, measured effect)
     slowdown, sha = wanted, ""
     for step in range(CALIBRATION_STEPS):
@@ -167,19 +170,30 @@ def _calibrated_slowdown(clone: Path, base_sha: str, branch: str, wanted: inject
               f"{slowdown.every} step(s) gives {effect * 100:+.1f} %", file=sys.stderr, flush=True)
         if abs(effect - wanted.fraction) <= CALIBRATION_TOLERANCE * wanted.fraction:
             break
+    scale, effect = _closest(tried, wanted.fraction)
+    if scale != slowdown.scale:  # the last try was not the closest: commit the one that was
+        slowdown = replace(wanted, scale=scale)
+        sha = inject.commit_slowdowns(clone, base_sha, branch, [slowdown])
     return {"sha": sha, **inject.describe({branch: slowdown})[0],
-            "calibration": [{"scale": sc, "effect": ef} for sc, ef in tried], "calibrated_effect": tried[-1][1]}
+            "calibration": [{"scale": sc, "effect": ef} for sc, ef in tried], "calibrated_effect": effect}
 
 
 def _next_scale(tried: list[tuple[float, float]], target: float) -> float:
-    (s1, e1) = tried[-1]
-    if len(tried) >= 2:
-        (s0, e0) = tried[-2]
-        if e1 != e0:
-            guess = s1 + (target - e1) * (s1 - s0) / (e1 - e0)
-            if guess > 0:
-                return guess
+    """The next size to try. Effects measured on 16 pairs scatter by a few percent, so a secant
+    through the last two points can leap far; instead interpolate between the closest points
+    either side of the target once there are some, else scale the closest point proportionally."""
+    below = [(s, e) for s, e in tried if e < target]
+    above = [(s, e) for s, e in tried if e >= target]
+    if below and above:
+        (s0, e0), (s1, e1) = max(below, key=lambda p: p[1]), min(above, key=lambda p: p[1])
+        if e1 > e0:
+            return s0 + (target - e0) * (s1 - s0) / (e1 - e0)
+    s1, e1 = min(tried, key=lambda p: abs(p[1] - target))
     return s1 * target / e1 if e1 > 0 else s1 * 2.0
+
+
+def _closest(tried: list[tuple[float, float]], target: float) -> tuple[float, float]:
+    return min(tried, key=lambda p: abs(p[1] - target))
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -377,7 +391,8 @@ def clopper_pearson(k: int, n: int, confidence: float = 0.95) -> tuple[float, fl
 
 
 def _fails(case: dict) -> bool:
-    return case.get("outcome") == "regressed" or bool(case.get("likely_regression"))
+    """Whether a stored case failed the build under the default exit rules."""
+    return fails_build(case.get("outcome"), bool(case.get("likely_regression")))
 
 
 def analyse(doc: dict) -> list[dict]:
@@ -474,6 +489,50 @@ def rounds_tradeoff(doc: dict, budget_s: float) -> list[dict]:
     return rows
 
 
+def resample(doc: dict, out: Path, gates: int) -> dict:
+    """Rates of ``gates`` replayed gates per cell, from the pairs that the cell's real gates (in
+    ``out/gates``) measured; stored in the document as ``resampled``."""
+    from harness.gate.resample import MeasuredGate, resampled_rate
+
+    rows = []
+    for index, c in enumerate(doc["cells"]):
+        if c.get("rounds"):
+            continue
+        trials = [t for t in doc["trials"] if t["cell"] == c["name"] and t["exit_code"] != EXIT_COULD_NOT_RUN]
+        paths = [out / "gates" / f"cell-{index:02d}" / f"trial-{t['trial']:02d}" / "gate.json" for t in trials]
+        measured = [MeasuredGate.load(p) for p in paths if p.exists()]
+        found = resampled_rate(measured, c["case_ids"], c.get("target"), doc["settings"]["budget_s"],
+                               doc["settings"]["min_effect"], gates=gates)
+        if found.get("gates"):
+            found["ci95"] = list(clopper_pearson(found["fails"], found["gates"]))
+        rows.append({"cell": c["name"], **found})
+    doc["resampled"] = {"gates_per_cell": gates, "method": "harness/gate/resample.py", "rows": rows}
+    return doc
+
+
+def _resampled_table(doc: dict, legend: dict) -> list[str]:
+    found = doc.get("resampled")
+    if not found:
+        return []
+    lines = ["", f"**Resampled, not real gates**: {found['gates_per_cell']} gates per cell replayed by the gate's own "
+             "loop and decision on pairs drawn with replacement from that cell's real gates above "
+             "(`critpath gate-power --report POWER_JSON --resample N`). The interval is Monte Carlo only; the "
+             "real gates' intervals carry the uncertainty of the pool itself.", "",
+             "| gate | change | measured gates | distinct process pairs (per case) | fails the build | "
+             "rate [95 % CI] | wall median / max |", "|---|---|---|---|---|---|---|"]
+    for r in found["rows"]:
+        cell = next(c for c in doc["cells"] if c["name"] == r["cell"])
+        gate = " + ".join(legend[cid] for cid in cell["case_ids"])
+        if not r.get("gates"):
+            lines.append(f"| {gate} | {cell['condition']} | 0 | - | - | {r.get('why', 'n/a')} | - |")
+            continue
+        pairs = ", ".join(str(n) for n in r["distinct_pairs"].values())
+        lines.append(f"| {gate} | {cell['condition']} | {r['measured_gates']} | {pairs} | {r['fails']} / {r['gates']} | "
+                     f"{_pct(r['rate'], 1)} [{_pct(r['ci95'][0], 1)}, {_pct(r['ci95'][1], 1)}] | "
+                     f"{r['wall_median_s']:.0f} / {r['wall_max_s']:.0f} s |")
+    return lines
+
+
 def _pct(x: float, digits: int = 0) -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x * 100:.{digits}f} %"
 
@@ -513,6 +572,7 @@ def table(doc: dict) -> str:
             lines.append(f"| {legend[r['case_id']]} | {r['rounds']} | {r['trials']} | {r['pairs']} | "
                          f"{_pct(r['noise_per_pair'], 1)} | {r['seconds_per_pair']:.1f} | {r['pairs_in_budget']} | "
                          f"{_pct(r['se_at_budget'], 2)} | >= {_pct(r['mde_at_budget'], 1)} |")
+    lines += _resampled_table(doc, legend)
     tool_rows = analyse_tools(doc)
     if tool_rows:
         lines += ["", "| gate | change | tool, rule | trials | fails | rate [95 % CI] | ratio seen (median) |",
@@ -534,6 +594,12 @@ def cmd_power(args) -> int:
         except (OSError, json.JSONDecodeError) as exc:
             print(f"critpath gate-power: error: {args.report}: {exc}", file=sys.stderr)
             return 2
+        if args.resample > 0:
+            if not (args.report.parent / "gates").is_dir():
+                print(f"critpath gate-power: error: {args.report.parent / 'gates'}: no real gates to resample "
+                      "(--resample needs the measurement directory, not a copy of power.json)", file=sys.stderr)
+                return 2
+            _save(args.report.parent, resample(doc, args.report.parent, args.resample))
         print(table(doc))
         return 0
     unknown = [t for t in args.tools if t not in TOOLS]
