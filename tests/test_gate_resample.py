@@ -64,3 +64,28 @@ def test_the_next_size_interpolates_across_the_target_and_keeps_the_closest():
     # One side only: proportional from the closest point.
     assert abs(power._next_scale([(1.0, 0.20)], 0.10) - 0.5) < 1e-12
     assert power._closest([(9.1, 0.143), (5.9, 0.064), (6.5, 0.092)], 0.10) == (6.5, 0.092)
+
+
+def test_gate_power_stores_and_labels_the_resampled_rates(tmp_path):
+    rng = np.random.default_rng(3)
+    cells = [{"name": f"{CASE}: {power.AA}", "case_ids": [CASE], "condition": power.AA, "candidate": "a", "target": None},
+             {"name": f"{CASE}: uniform +10 %", "case_ids": [CASE], "condition": "uniform +10 %", "candidate": "b",
+              "target": CASE}]
+    trials = []
+    for index, shift in enumerate((0.0, 0.10)):
+        for trial in range(3):
+            pairs = list(rng.normal(np.log1p(shift), 0.05, 30))
+            gate = tmp_path / "gates" / f"cell-{index:02d}" / f"trial-{trial:02d}" / "gate.json"
+            gate.parent.mkdir(parents=True)
+            gate.write_text(json.dumps({"cases": [{"case_id": CASE, "detail": {"pairs": pairs}}],
+                                        "extra": {"generation_s": [2.0] * 30, "measure_wall_s": 64.0}}))
+            trials.append({"cell": cells[index]["name"], "trial": trial, "exit_code": 1 if shift else 0, "wall_s": 64.0,
+                           "cases": {CASE: {"outcome": "regressed" if shift else "unchanged", "ratio": 1 + shift}}})
+    doc = {"base": "0" * 40, "settings": {"budget_s": 180, "min_effect": 0.05, "statistic": None, "rounds": None},
+           "cells": cells, "trials": trials, "tool_trials": []}
+    power.resample(doc, tmp_path, gates=100)
+    rows = {r["cell"]: r for r in doc["resampled"]["rows"]}
+    assert rows[cells[0]["name"]]["distinct_pairs"] == {CASE: 90} and rows[cells[0]["name"]]["fails"] <= 1
+    assert rows[cells[1]["name"]]["fails"] == 100
+    text = power.table(doc)
+    assert "Resampled, not real gates" in text and "| 3 | 90 | 100 / 100 |" in text
