@@ -42,7 +42,7 @@ SCHEMA = "critpath.gate-power/2"
 AA = "A/A"
 TOOLS = ("asv", "pytest-benchmark")
 CALIBRATION_ROUNDS = 3
-CALIBRATION_PAIRS = 16  # pairs measured per step of sizing a slowdown
+CALIBRATION_PAIRS = 32  # pairs per sizing step: at 10-20 % noise per pair, 16 left +-3-5 % on the effect
 CALIBRATION_STEPS = 4
 CALIBRATION_TOLERANCE = 0.25  # of the fraction asked for: +10 % means +7.5 to +12.5 % measured
 
