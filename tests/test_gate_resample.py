@@ -82,10 +82,17 @@ def test_gate_power_stores_and_labels_the_resampled_rates(tmp_path):
             trials.append({"cell": cells[index]["name"], "trial": trial, "exit_code": 1 if shift else 0, "wall_s": 64.0,
                            "cases": {CASE: {"outcome": "regressed" if shift else "unchanged", "ratio": 1 + shift}}})
     doc = {"base": "0" * 40, "settings": {"budget_s": 180, "min_effect": 0.05, "statistic": None, "rounds": None},
-           "cells": cells, "trials": trials, "tool_trials": []}
+           "cells": cells, "trials": trials, "tool_trials": [], "branches": {"b": {"fraction": 0.10}}}
     power.resample(doc, tmp_path, gates=100)
-    rows = {r["cell"]: r for r in doc["resampled"]["rows"]}
-    assert rows[cells[0]["name"]]["distinct_pairs"] == {CASE: 90} and rows[cells[0]["name"]]["fails"] <= 1
-    assert rows[cells[1]["name"]]["fails"] == 100
+    rows = {(r["cell"], r["shift"]): r for r in doc["resampled"]["rows"]}
+    aa = rows[(cells[0]["name"], 0.0)]
+    assert aa["distinct_pairs"] == {CASE: 90} and aa["fails"] <= 1
+    assert rows[(cells[1]["name"], 0.0)]["fails"] == 100
+    # The A/A pairs moved by +10 %, a model of the slowdown, are found as the real +10 % pairs are;
+    # moved by +5 %, exactly the minimum effect, about half the time.
+    assert rows[(cells[0]["name"], 0.10)]["fails"] >= 98
+    assert 20 <= rows[(cells[0]["name"], 0.05)]["fails"] <= 80
+    assert (cells[1]["name"], 0.05) not in rows  # only A/A pairs are moved
     text = power.table(doc)
     assert "Resampled, not real gates" in text and "| 3 | 90 | 100 / 100 |" in text
+    assert "| C1 | A/A pairs +10 % (model) | 3 | 90 |" in text

@@ -41,6 +41,7 @@ from harness.gate.trees import Tree, TreeError, repo_root, resolve
 SCHEMA = "critpath.gate-power/2"
 AA = "A/A"
 TOOLS = ("asv", "pytest-benchmark")
+RESAMPLE_SHIFTS = (0.05, 0.10)  # sizes of the targets in docs/gate.md, replayed as modelled slowdowns
 CALIBRATION_ROUNDS = 3
 CALIBRATION_PAIRS = 32  # pairs per sizing step: at 10-20 % noise per pair, 16 left +-3-5 % on the effect
 CALIBRATION_STEPS = 4
@@ -503,11 +504,23 @@ def resample(doc: dict, out: Path, gates: int) -> dict:
         measured = [MeasuredGate.load(p) for p in paths if p.exists()]
         found = resampled_rate(measured, c["case_ids"], c.get("target"), doc["settings"]["budget_s"],
                                doc["settings"]["min_effect"], gates=gates)
-        if found.get("gates"):
-            found["ci95"] = list(clopper_pearson(found["fails"], found["gates"]))
-        rows.append({"cell": c["name"], **found})
+        rows.append({"cell": c["name"], "shift": 0.0, **_with_interval(found)})
+        if c["condition"] != AA:
+            continue
+        # The A/A pairs moved by exactly the sizes asked for: a model of a uniform slowdown of
+        # that size, free of the sizing's own error, on this runner's measured noise.
+        for shift in sorted({b["fraction"] for b in doc["branches"].values()} | set(RESAMPLE_SHIFTS)):
+            found = resampled_rate(measured, c["case_ids"], c["case_ids"][0], doc["settings"]["budget_s"],
+                                   doc["settings"]["min_effect"], gates=gates, shift=shift)
+            rows.append({"cell": c["name"], "shift": shift, **_with_interval(found)})
     doc["resampled"] = {"gates_per_cell": gates, "method": "harness/gate/resample.py", "rows": rows}
     return doc
+
+
+def _with_interval(found: dict) -> dict:
+    if found.get("gates"):
+        found["ci95"] = list(clopper_pearson(found["fails"], found["gates"]))
+    return found
 
 
 def _resampled_table(doc: dict, legend: dict) -> list[str]:
@@ -517,17 +530,20 @@ def _resampled_table(doc: dict, legend: dict) -> list[str]:
     lines = ["", f"**Resampled, not real gates**: {found['gates_per_cell']} gates per cell replayed by the gate's own "
              "loop and decision on pairs drawn with replacement from that cell's real gates above "
              "(`critpath gate-power --report POWER_JSON --resample N`). The interval is Monte Carlo only; the "
-             "real gates' intervals carry the uncertainty of the pool itself.", "",
+             "real gates' intervals carry the uncertainty of the pool itself. A row \"A/A pairs +N %\" is a "
+             "*model*: the A/A gates' pairs of the first case moved by exactly +N %, as a uniform slowdown of that "
+             "size would move them.", "",
              "| gate | change | measured gates | distinct process pairs (per case) | fails the build | "
              "rate [95 % CI] | wall median / max |", "|---|---|---|---|---|---|---|"]
     for r in found["rows"]:
         cell = next(c for c in doc["cells"] if c["name"] == r["cell"])
         gate = " + ".join(legend[cid] for cid in cell["case_ids"])
+        condition = f"A/A pairs {r['shift'] * 100:+g} % (model)" if r.get("shift") else cell["condition"]
         if not r.get("gates"):
-            lines.append(f"| {gate} | {cell['condition']} | 0 | - | - | {r.get('why', 'n/a')} | - |")
+            lines.append(f"| {gate} | {condition} | 0 | - | - | {r.get('why', 'n/a')} | - |")
             continue
         pairs = ", ".join(str(n) for n in r["distinct_pairs"].values())
-        lines.append(f"| {gate} | {cell['condition']} | {r['measured_gates']} | {pairs} | {r['fails']} / {r['gates']} | "
+        lines.append(f"| {gate} | {condition} | {r['measured_gates']} | {pairs} | {r['fails']} / {r['gates']} | "
                      f"{_pct(r['rate'], 1)} [{_pct(r['ci95'][0], 1)}, {_pct(r['ci95'][1], 1)}] | "
                      f"{r['wall_median_s']:.0f} / {r['wall_max_s']:.0f} s |")
     return lines

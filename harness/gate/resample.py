@@ -79,10 +79,15 @@ def _fails(state) -> bool:
 
 
 def resampled_rate(measured: Sequence[MeasuredGate], case_ids: Sequence[str], watched: str, budget_s: float,
-                   min_effect: float, gates: int = 1000, seed: int = 0, config: GateConfig = GateConfig()) -> dict:
+                   min_effect: float, gates: int = 1000, seed: int = 0, config: GateConfig = GateConfig(),
+                   shift: float = 0.0) -> dict:
     """How often a gate on these cases fails the build on ``watched``, replayed ``gates`` times
-    from the measured pairs; with the wall seconds the replayed gates took."""
+    from the measured pairs; with the wall seconds the replayed gates took. ``shift`` (relative)
+    moves the watched case's pairs by log(1 + shift): A/A pairs so moved are a *model* of a
+    uniform slowdown of exactly that size on this runner's real noise."""
     pools = {c: np.array([d for m in measured for d in m.pairs.get(c, [])], dtype=float) for c in case_ids}
+    if shift:
+        pools[watched] = pools[watched] + np.log1p(shift)
     gen_s = np.array([g for m in measured for g in m.all_open_generation_s()], dtype=float)
     setups = np.array([m.setup_s for m in measured], dtype=float)
     if gen_s.size == 0 or any(p.size == 0 for p in pools.values()):
