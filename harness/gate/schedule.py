@@ -182,9 +182,10 @@ class Schedule:
         kind = WorkerSide if self.kind == "worker" else RunSide
         run_args = {"timeout_s": self.plan.case_timeout_s, "warmup": self.plan.warmup,
                     "target_s": self.plan.window_s}
-        # Which side starts first alternates too: the processes started second land where the
-        # scheduler puts them around the first ones (measured here: an A/A of a two-rank case
-        # came out +10 % when the base always started first).
+        # Which side starts first alternates too, so that neither side always lands where the
+        # scheduler puts the processes started second. A precaution, not a proven cause: one A/A
+        # of a two-rank case came out +10 % when the base always started first, and one has come
+        # out +10 % since with the order alternating (docs/gate.md, between-gate variation).
         first = SIDES if number % 2 == 0 else SIDES[::-1]
         sides = {s: kind(self.trees[s], s, number, self.out / s / f"gen-{number:03d}", run_args) for s in first}
         self._live = list(sides.values())
