@@ -108,3 +108,22 @@ def test_asv_compare_rows_are_read_as_asv_decides_them():
     same = "|          | 63.8±3μs   | 64.8±3μs   |    1.02 | bench_step.Step.time_step |"
     assert _asv_verdict(worse, 1.1).fails and _asv_verdict(worse, 1.1).ratio == 1.11
     assert not _asv_verdict(same, 1.1).fails
+
+
+def test_between_gate_spread_flags_gates_that_differ_by_more_than_their_pairs_explain():
+    cells = [{"name": f"{RPC}: {AA}", "case_ids": [RPC], "condition": AA, "candidate": "a", "target": None}]
+
+    def trials(ratios):
+        out = []
+        for t, r in enumerate(ratios):
+            record = _trial(cells[0]["name"], t, 0, "unchanged", r)
+            record["cases"][RPC].update(noise_per_pair=0.10, n_pairs=100)  # SE of each estimate: 1.05 %
+            out.append(record)
+        return out
+
+    from harness.gate.power import between_gates
+    alike = between_gates(_doc(trials([1.0, 1.01, 0.99, 1.005, 0.995]), cells))[0]
+    apart = between_gates(_doc(trials([1.0, 1.10, 0.96, 1.05, 0.97]), cells))[0]
+    assert alike["p"] > 0.5 and alike["between_sd"] == 0.0
+    assert apart["p"] < 0.001 and 0.03 < apart["between_sd"] < 0.08
+    assert "between-gate spread" in table(_doc(trials([1.0, 1.10, 0.96, 1.05, 0.97]), cells))

@@ -440,6 +440,37 @@ def analyse(doc: dict) -> list[dict]:
     return rows
 
 
+def between_gates(doc: dict) -> list[dict]:
+    """Per cell: do the gates' estimates of the watched case spread more than their own standard
+    errors allow? Cochran's Q on the log estimates, and the DerSimonian-Laird between-gate standard
+    deviation. A per-gate offset is what no number of pairs inside one gate averages away: where
+    it is real, a gate's interval is too narrow and its false alarms exceed alpha."""
+    from scipy import stats
+
+    from harness.gate.sequential import estimate_se
+
+    rows = []
+    for c in doc["cells"]:
+        watched = c.get("target") or c["case_ids"][0]
+        est, se = [], []
+        for t in doc["trials"]:
+            case = t["cases"].get(watched, {}) if t["cell"] == c["name"] else {}
+            if case.get("ratio") and case.get("noise_per_pair") and case.get("n_pairs"):
+                est.append(math.log(case["ratio"]))
+                se.append(estimate_se(case["noise_per_pair"], case["n_pairs"]))
+        if len(est) < 2:
+            continue
+        x, w = np.array(est), 1.0 / np.square(se)
+        centre = float(np.sum(w * x) / np.sum(w))
+        q = float(np.sum(w * np.square(x - centre)))
+        df = len(x) - 1
+        tau2 = max(0.0, (q - df) / (np.sum(w) - np.sum(np.square(w)) / np.sum(w)))
+        rows.append({"cell": c["name"], "gates": len(x), "q": q, "p": float(stats.chi2.sf(q, df)),
+                     "between_sd": math.sqrt(tau2), "within_se_median": float(np.median(se)),
+                     "spread": [float(np.min(x)), float(np.max(x))]})
+    return rows
+
+
 def analyse_tools(doc: dict) -> list[dict]:
     rows = {}
     for t in doc.get("tool_trials", []):
@@ -588,6 +619,18 @@ def table(doc: dict) -> str:
             lines.append(f"| {legend[r['case_id']]} | {r['rounds']} | {r['trials']} | {r['pairs']} | "
                          f"{_pct(r['noise_per_pair'], 1)} | {r['seconds_per_pair']:.1f} | {r['pairs_in_budget']} | "
                          f"{_pct(r['se_at_budget'], 2)} | >= {_pct(r['mde_at_budget'], 1)} |")
+    spread = between_gates(doc)
+    if spread:
+        lines += ["", "between-gate spread of the watched case's estimates (Cochran's Q against each gate's own standard "
+                  "error; a small p: the gates differ by more than their pairs explain):", "",
+                  "| gate | change | gates | estimates, lowest / highest | SE within a gate (median) | Q | p | "
+                  "between-gate SD |", "|---|---|---|---|---|---|---|---|"]
+        for r in spread:
+            cell = next(c for c in doc["cells"] if c["name"] == r["cell"])
+            low, high = (math.expm1(v) * 100 for v in r["spread"])
+            lines.append(f"| {' + '.join(legend[cid] for cid in cell['case_ids'])} | {cell['condition']} | {r['gates']} | "
+                         f"{low:+.1f} % / {high:+.1f} % | {_pct(r['within_se_median'], 1)} | {r['q']:.1f} | "
+                         f"{r['p']:.3f} | {_pct(r['between_sd'], 1)} |")
     lines += _resampled_table(doc, legend)
     tool_rows = analyse_tools(doc)
     if tool_rows:
