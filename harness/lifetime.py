@@ -19,3 +19,18 @@ def die_with_parent(sig: int = signal.SIGKILL) -> None:
             os._exit(1)
     except (OSError, AttributeError):
         pass
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, delivered as an interrupt so that every context (worktrees, workers, child
+    processes) unwinds as it does on Ctrl-C."""
+
+
+def raise_on_sigterm(signum, frame) -> None:
+    """A SIGTERM handler: ``signal.signal(signal.SIGTERM, raise_on_sigterm)``."""
+    raise Terminated()
+
+
+def interrupt_signal(exc: KeyboardInterrupt) -> int:
+    """The signal an interrupt came from: SIGTERM for ``Terminated``, else SIGINT (Ctrl-C)."""
+    return signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT

@@ -309,6 +309,32 @@ def test_an_interrupted_gate_removes_its_worktree_and_leaves_no_process(tmp_repo
 
 
 @pytest.mark.integration
+def test_an_interrupted_gate_power_stops_its_running_gate_and_leaves_no_process(tmp_repo, tmp_path):
+    import signal
+    import sys
+    import time
+
+    out = tmp_path / "power"
+    temp_trees = set(Path(tempfile.gettempdir()).glob("critpath-gate-*"))
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "gate-power", "--case", SPIN, "--slowdowns", "",
+                             "--trials", "1", "--out", str(out)], cwd=tmp_repo,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 120
+    while not list(out.glob("gates/cell-00/trial-00/*/gen-000/round-*/results.jsonl")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _processes_mentioning(f"harness gate --repo {out}"), "no gate was running"
+    proc.send_signal(signal.SIGTERM)
+    code = proc.wait(timeout=60)
+    assert code == 128 + signal.SIGTERM, proc.stdout.read().decode()
+    time.sleep(0.5)
+    assert _processes_mentioning(str(out)) == []
+    assert set(Path(tempfile.gettempdir()).glob("critpath-gate-*")) <= temp_trees
+    gate = json.loads((out / "gates" / "cell-00" / "trial-00" / "gate.json").read_text())
+    assert "interrupted by SIGTERM" in gate["error"]
+    assert json.loads((out / "power.json").read_text())["trials"] == []  # an interrupted trial is not counted
+
+
+@pytest.mark.integration
 @pytest.mark.parametrize("mode,why", [("hang", "did not answer within"), ("wrong", "results wrong"),
                                       ("exit", "worker closed its output")])
 def test_a_repeat_that_hangs_dies_or_answers_wrong_could_not_run(tmp_repo, tmp_path, mode, why):

@@ -127,3 +127,12 @@ def test_between_gate_spread_flags_gates_that_differ_by_more_than_their_pairs_ex
     assert alike["p"] > 0.5 and alike["between_sd"] == 0.0
     assert apart["p"] < 0.001 and 0.03 < apart["between_sd"] < 0.08
     assert "between-gate spread" in table(_doc(trials([1.0, 1.10, 0.96, 1.05, 0.97]), cells))
+
+
+def test_a_group_splits_only_where_another_case_id_begins():
+    from harness.gate.power import _case_ids
+
+    a, b = RPC, "allreduce/algo=tree,backend=gloo,dtype=float32,size_bytes=8,world=2"
+    assert _case_ids(f"{a},{b}") == (a, b)
+    with pytest.raises(Exception, match="two or more case IDs"):
+        _case_ids(a)

@@ -22,6 +22,7 @@ from harness.gate.stats import CaseInput, Outcome, Unit, verdicts
 from harness.gate.recheck import is_gate_side
 from harness.gate.repeats import ProcessRun, Repeats, run_repeats
 from harness.gate.trees import BASE, CANDIDATE, WORKTREE, TreeError, checkout, list_cases, probe, repo_root
+from harness.lifetime import interrupt_signal, raise_on_sigterm
 from harness.gate.values import (
     StatisticError, default_direction, failure_text, iteration_values, process_value, validate_statistic,
 )
@@ -154,14 +155,6 @@ def _direction(args, statistic: str) -> str:
     return args.direction or default_direction(statistic)
 
 
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM, delivered as an interrupt so every context (worktrees, workers) unwinds."""
-
-
-def _on_sigterm(signum, frame) -> None:
-    raise _Terminated()
-
-
 def cmd_gate(args) -> int:
     mode = "against" if args.against else "ab"
     try:
@@ -183,7 +176,7 @@ def cmd_gate(args) -> int:
         print(f"critpath gate: error: {out} is not empty; choose another --out", file=sys.stderr)
         return EXIT_COULD_NOT_RUN
     start = time.perf_counter()
-    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    previous = signal.signal(signal.SIGTERM, raise_on_sigterm)
     interrupted = None
     try:
         if args.against:
@@ -193,7 +186,7 @@ def cmd_gate(args) -> int:
     except (TreeError, ConfigError) as exc:
         result = _new_result(args, mode, config.statistic, config.policy, error=str(exc))
     except KeyboardInterrupt as exc:
-        interrupted = signal.SIGTERM if isinstance(exc, _Terminated) else signal.SIGINT
+        interrupted = interrupt_signal(exc)
         result = _new_result(args, mode, config.statistic, config.policy,
                              error=f"interrupted by {interrupted.name}; worktrees and processes were removed")
     finally:

@@ -19,9 +19,12 @@ carries on from there, ``--report`` prints the tables from it.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
+import re
+import signal
 import shutil
 import subprocess
 import sys
@@ -33,6 +36,7 @@ from typing import Optional
 import numpy as np
 
 from harness.gate import inject
+from harness.lifetime import interrupt_signal, raise_on_sigterm
 from harness.gate.outputs import EXIT_COULD_NOT_RUN, EXIT_REGRESSION, fails_build
 from harness.gate.schedule import Plan
 from harness.gate.sides import RoundCase, WorkerSide
@@ -42,6 +46,7 @@ SCHEMA = "critpath.gate-power/2"
 AA = "A/A"
 TOOLS = ("asv", "pytest-benchmark")
 RESAMPLE_SHIFTS = (0.05, 0.10)  # sizes of the targets in docs/gate.md, replayed as modelled slowdowns
+GATE_STOP_S = 30.0  # how long an interrupted gate gets to remove its worktrees and workers
 CALIBRATION_ROUNDS = 3
 CALIBRATION_PAIRS = 32  # pairs per sizing step: at 10-20 % noise per pair, 16 left +-3-5 % on the effect
 CALIBRATION_STEPS = 4
@@ -50,6 +55,19 @@ CALIBRATION_TOLERANCE = 0.25  # of the fraction asked for: +10 % means +7.5 to +
 
 def _csv(text: str) -> tuple[str, ...]:
     return tuple(p.strip() for p in text.split(",") if p.strip())
+
+
+# A case ID is "family/key=value,key=value": its own commas separate parameters, so a list of IDs
+# splits only at a comma that starts another "family/".
+_NEXT_ID = re.compile(r",(?=[A-Za-z_][A-Za-z0-9_]*/)")
+
+
+def _case_ids(text: str) -> tuple[str, ...]:
+    ids = tuple(p.strip() for p in _NEXT_ID.split(text) if p.strip())
+    if len(ids) < 2:
+        raise argparse.ArgumentTypeError(f"a group needs two or more case IDs (family/params,family/params,...), "
+                                         f"got {text!r}")
+    return ids
 
 
 def _slowdowns(text: str) -> tuple[tuple[str, float], ...]:
@@ -69,7 +87,7 @@ def register(sub) -> None:
                                    "with Clopper-Pearson intervals. See docs/gate.md.")
     p.add_argument("--case", dest="case_ids", action="append", default=[], metavar="ID",
                    help="a case gated alone (repeatable); each is also slowed on its own branch")
-    p.add_argument("--group", dest="groups", action="append", default=[], type=_csv, metavar="ID,ID,...",
+    p.add_argument("--group", dest="groups", action="append", default=[], type=_case_ids, metavar="ID,ID,...",
                    help="a multi-case gate (Holm across its cases); its first case is the one slowed")
     p.add_argument("--slowdowns", type=_slowdowns, default=(("uniform", 0.10), ("partial", 0.10)),
                    help="KIND:FRACTION,... (default uniform:0.10,partial:0.10)")
@@ -278,8 +296,19 @@ def _gate_trial(doc: dict, cell: Cell, trial: int, out: Path) -> dict:
     base_tree = Tree("base", doc["base"], out / "base-tree", doc["base"])
     start = time.perf_counter()
     with open(out / "gates" / "gates.log", "ab") as log:
-        code = subprocess.run(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                              cwd=base_tree.path, env=base_tree.env()).returncode
+        gate = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                cwd=base_tree.path, env=base_tree.env())
+        try:
+            code = gate.wait()
+        except BaseException:
+            # Interrupted: the gate removes its worktrees and workers on SIGTERM; then it is gone.
+            gate.send_signal(signal.SIGTERM)
+            try:
+                gate.wait(GATE_STOP_S)
+            except subprocess.TimeoutExpired:
+                gate.kill()
+                gate.wait()
+            raise
     wall_s = time.perf_counter() - start
     record = {"cell": cell.name, "trial": trial, "exit_code": code, "wall_s": round(wall_s, 2), "cases": {}}
     gate_json = trial_dir / "gate.json"
@@ -671,11 +700,19 @@ def cmd_power(args) -> int:
     if args.trials < 1:
         print("critpath gate-power: error: --trials must be >= 1", file=sys.stderr)
         return 2
+    previous = signal.signal(signal.SIGTERM, raise_on_sigterm)
     try:
         doc = measure(args)
     except (ValueError, TreeError, inject.InjectError, OSError, subprocess.CalledProcessError) as exc:
         print(f"critpath gate-power: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as exc:
+        signum = interrupt_signal(exc)
+        print(f"critpath gate-power: interrupted by {signal.Signals(signum).name}; the trials measured so far are in "
+              f"{args.out / 'power.json'} (--resume carries on)", file=sys.stderr)
+        return 128 + signum
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     text = table(doc)
     (args.out / "power.md").write_text(text + "\n")
     print(text)
