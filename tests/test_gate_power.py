@@ -136,3 +136,37 @@ def test_a_group_splits_only_where_another_case_id_begins():
     assert _case_ids(f"{a},{b}") == (a, b)
     with pytest.raises(Exception, match="two or more case IDs"):
         _case_ids(a)
+
+
+
+def test_bad_input_is_named_and_nothing_stored_is_overwritten(tmp_path, capsys):
+    import json
+
+    from harness.cli import main
+
+    for bad, why in (("uniform:ten", "the fraction 'ten' is not a number"), ("sometimes:0.1", "expected KIND:FRACTION")):
+        with pytest.raises(SystemExit) as exit_:
+            main(["gate-power", "--case", RPC, "--slowdowns", bad])
+        assert exit_.value.code == 2 and why in capsys.readouterr().err
+    corrupt = tmp_path / "power.json"
+    corrupt.write_text("{")
+    assert main(["gate-power", "--case", RPC, "--resume", "--out", str(tmp_path)]) == 2
+    assert f"{corrupt}: not a readable gate-power measurement" in capsys.readouterr().err
+    assert corrupt.read_text() == "{"  # refused, not rewritten
+    # A replay reads every real gate first: a corrupt one is named and the stored file is kept as it was.
+    cell = {"name": f"{RPC}: {AA}", "case_ids": [RPC], "condition": AA, "candidate": "a", "target": None}
+    doc = {**_doc([_trial(cell["name"], 0, 0, "unchanged", 1.0)], [cell]), "branches": {}}
+    stored = tmp_path / "measured.json"
+    stored.write_text(json.dumps(doc))
+    gate = tmp_path / "gates" / "cell-00" / "trial-00" / "gate.json"
+    gate.parent.mkdir(parents=True)
+    gate.write_text("garbage")
+    assert main(["gate-power", "--report", str(stored), "--resample", "5"]) == 2
+    assert f"{gate}: not a readable gate result" in capsys.readouterr().err
+    assert json.loads(stored.read_text()) == doc
+    # A good one: the replay goes into the file that was read, whatever its name.
+    gate.write_text(json.dumps({"cases": [{"case_id": RPC, "detail": {"pairs": [0.01, -0.01, 0.0, 0.02] * 5}}],
+                                "extra": {"generation_s": [2.0] * 20, "measure_wall_s": 45.0}}))
+    assert main(["gate-power", "--report", str(stored), "--resample", "5"]) == 0
+    assert json.loads(stored.read_text())["resampled"]["gates_per_cell"] == 5
+    assert corrupt.read_text() == "{"  # the other file is untouched

@@ -75,8 +75,12 @@ def _slowdowns(text: str) -> tuple[tuple[str, float], ...]:
     for part in _csv(text):
         kind, _, fraction = part.partition(":")
         if kind not in inject.KINDS or not fraction:
-            raise ValueError(f"slowdown {part!r}: expected KIND:FRACTION with KIND one of {inject.KINDS}, e.g. uniform:0.10")
-        out.append((kind, float(fraction)))
+            raise argparse.ArgumentTypeError(f"slowdown {part!r}: expected KIND:FRACTION with KIND one of "
+                                             f"{', '.join(inject.KINDS)}, e.g. uniform:0.10")
+        try:
+            out.append((kind, float(fraction)))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"slowdown {part!r}: the fraction {fraction!r} is not a number") from None
     return tuple(out)
 
 
@@ -198,7 +202,7 @@ def _calibrated_slowdown(clone: Path, base_sha: str, branch: str, wanted: inject
 
 
 def _next_scale(tried: list[tuple[float, float]], target: float) -> float:
-    """The next size to try. Effects measured on 16 pairs scatter by a few percent, so a secant
+    """The next size to try. Effects measured on a few dozen pairs scatter by a few percent, so a secant
     through the last two points can leap far; instead interpolate between the closest points
     either side of the target once there are some, else scale the closest point proportionally."""
     below = [(s, e) for s, e in tried if e < target]
@@ -207,7 +211,7 @@ def _next_scale(tried: list[tuple[float, float]], target: float) -> float:
         (s0, e0), (s1, e1) = max(below, key=lambda p: p[1]), min(above, key=lambda p: p[1])
         if e1 > e0:
             return s0 + (target - e0) * (s1 - s0) / (e1 - e0)
-    s1, e1 = min(tried, key=lambda p: abs(p[1] - target))
+    s1, e1 = _closest(tried, target)
     return s1 * target / e1 if e1 > 0 else s1 * 2.0
 
 
@@ -267,10 +271,18 @@ def _prepare(args, out: Path) -> dict:
     }
 
 
-def _save(out: Path, doc: dict) -> None:
-    tmp = out / ".power.json.tmp"
+def _save(out: Path, doc: dict, name: str = "power.json") -> None:
+    """Written whole, then renamed: an interrupted write leaves the previous file as it was."""
+    tmp = out / f".{name}.tmp"
     tmp.write_text(json.dumps(doc, indent=1) + "\n")
-    os.replace(tmp, out / "power.json")
+    os.replace(tmp, out / name)
+
+
+def _load(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: not a readable gate-power measurement ({exc})") from None
 
 
 def _gate_trial(doc: dict, cell: Cell, trial: int, out: Path) -> dict:
@@ -370,7 +382,7 @@ def _one_rank(case_id: str) -> bool:
 def measure(args) -> dict:
     out = args.out
     if args.resume:
-        doc = json.loads((out / "power.json").read_text())
+        doc = _load(out / "power.json")
     else:
         if out.exists() and any(out.iterdir()):
             raise ValueError(f"{out} is not empty; choose another --out or --resume")
@@ -678,16 +690,16 @@ def table(doc: dict) -> str:
 def cmd_power(args) -> int:
     if args.report:
         try:
-            doc = json.loads(args.report.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            print(f"critpath gate-power: error: {args.report}: {exc}", file=sys.stderr)
+            doc = _load(args.report)
+            if args.resample > 0:
+                if not (args.report.parent / "gates").is_dir():
+                    raise ValueError(f"{args.report.parent / 'gates'}: no real gates to resample (--resample needs the "
+                                     "measurement directory, not a copy of power.json)")
+                # Into the file that was read, whatever its name: the replay belongs to that measurement.
+                _save(args.report.parent, resample(doc, args.report.parent, args.resample), args.report.name)
+        except ValueError as exc:
+            print(f"critpath gate-power: error: {exc}", file=sys.stderr)
             return 2
-        if args.resample > 0:
-            if not (args.report.parent / "gates").is_dir():
-                print(f"critpath gate-power: error: {args.report.parent / 'gates'}: no real gates to resample "
-                      "(--resample needs the measurement directory, not a copy of power.json)", file=sys.stderr)
-                return 2
-            _save(args.report.parent, resample(doc, args.report.parent, args.resample))
         print(table(doc))
         return 0
     unknown = [t for t in args.tools if t not in TOOLS]
