@@ -150,7 +150,8 @@ def test_bad_input_is_named_and_nothing_stored_is_overwritten(tmp_path, capsys):
         assert exit_.value.code == 2 and why in capsys.readouterr().err
     corrupt = tmp_path / "power.json"
     corrupt.write_text("{")
-    assert main(["gate-power", "--case", RPC, "--resume", "--out", str(tmp_path)]) == 2
+    # --resume needs no --case: the cells are the stored ones (the documented command).
+    assert main(["gate-power", "--resume", "--out", str(tmp_path)]) == 2
     assert f"{corrupt}: not a readable gate-power measurement" in capsys.readouterr().err
     assert corrupt.read_text() == "{"  # refused, not rewritten
     # A replay reads every real gate first: a corrupt one is named and the stored file is kept as it was.
@@ -170,3 +171,28 @@ def test_bad_input_is_named_and_nothing_stored_is_overwritten(tmp_path, capsys):
     assert main(["gate-power", "--report", str(stored), "--resample", "5"]) == 0
     assert json.loads(stored.read_text())["resampled"]["gates_per_cell"] == 5
     assert corrupt.read_text() == "{"  # the other file is untouched
+
+
+def test_resume_carries_on_the_named_cells_and_refuses_a_name_it_does_not_hold(tmp_path, capsys):
+    import json
+
+    from harness.cli import main
+
+    other = "allreduce/algo=tree,backend=gloo,dtype=float32,size_bytes=8,world=2"
+    cells = [{"name": f"{cid}: {AA}", "case_ids": [cid], "condition": AA, "candidate": "a", "target": None}
+             for cid in (RPC, other)]
+    doc = {**_doc([], cells), "branches": {}}
+    (tmp_path / "power.json").write_text(json.dumps(doc))
+    uds = RPC.replace("tcp_nodelay", "uds")
+    assert main(["gate-power", "--resume", "--case", uds, "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"has no cells for {uds}" in err and RPC in err and other in err
+    assert json.loads((tmp_path / "power.json").read_text()) == doc  # nothing measured, nothing rewritten
+
+    from argparse import Namespace
+
+    from harness.gate.power import Cell, _chosen
+
+    stored = [Cell(**{**c, "case_ids": tuple(c["case_ids"])}) for c in cells]
+    assert [c.case_ids for c in _chosen(stored, Namespace(case_ids=[other], groups=[]), tmp_path)] == [(other,)]
+    assert _chosen(stored, Namespace(case_ids=[], groups=[]), tmp_path) == stored

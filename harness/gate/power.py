@@ -106,7 +106,9 @@ def register(sub) -> None:
     p.add_argument("--tools", type=_csv, default=(), help=f"also run these on the same commits: {','.join(TOOLS)}")
     p.add_argument("--tool-trials", type=int, default=10, help="trials per tool and change (default 10)")
     p.add_argument("--out", type=Path, default=Path("reports/gate-power"), help="directory for power.json and every gate")
-    p.add_argument("--resume", action="store_true", help="carry on with the measurement already in --out")
+    p.add_argument("--resume", action="store_true",
+                   help="carry on with the measurement already in --out: every cell, or only the cells of the "
+                        "--case and --group given")
     p.add_argument("--report", type=Path, metavar="POWER_JSON", help="print the tables of a stored measurement")
     p.add_argument("--resample", type=int, default=0, metavar="GATES",
                    help="with --report: also replay GATES gates per cell from the pairs its real gates measured "
@@ -379,6 +381,20 @@ def _one_rank(case_id: str) -> bool:
     return registry.parse(case_id).world == 1
 
 
+def _chosen(cells: list[Cell], args, out: Path) -> list[Cell]:
+    """On --resume, the stored cells of the gates named by --case and --group; all of them when none is
+    named. A name that matches no stored cell is refused: carrying on nothing would look like done."""
+    wanted = [(cid,) for cid in args.case_ids] + [tuple(g) for g in args.groups]
+    if not wanted:
+        return cells
+    stored = {c.case_ids for c in cells}
+    missing = [w for w in wanted if w not in stored]
+    if missing:
+        raise ValueError(f"{out / 'power.json'} has no cells for {','.join(missing[0])}; it measures: "
+                         + "; ".join(sorted({','.join(c.case_ids) for c in cells})))
+    return [c for c in cells if c.case_ids in wanted]
+
+
 def measure(args) -> dict:
     out = args.out
     if args.resume:
@@ -389,14 +405,17 @@ def measure(args) -> dict:
         out.mkdir(parents=True, exist_ok=True)
         doc = _prepare(args, out)
         _save(out, doc)
-    (out / "gates").mkdir(exist_ok=True)
     cells = [Cell(**{**c, "case_ids": tuple(c["case_ids"])}) for c in doc["cells"]]
+    if args.resume:
+        cells = _chosen(cells, args, out)
+    (out / "gates").mkdir(exist_ok=True)
     settings = doc["settings"]
     done = {(t["cell"], t["trial"]) for t in doc["trials"]}
     tool_done = {(t["cell"], t["tool"], t["trial"]) for t in doc["tool_trials"]}
     tool_cells = [c for c in cells if len(c.case_ids) == 1 and _one_rank(c.case_ids[0])]
     trees = _tool_trees(doc, out) if settings["tools"] and tool_cells else {}
     total = settings["trials"] * len(cells)
+    measured = sum(1 for t in doc["trials"] if t["cell"] in {c.name for c in cells})
     for trial in range(settings["trials"]):
         for cell in cells:
             if (cell.name, trial) in done:
@@ -404,9 +423,10 @@ def measure(args) -> dict:
             record = _gate_trial(doc, cell, trial, out)
             doc["trials"].append(record)
             _save(out, doc)
+            measured += 1
             target = record["cases"].get(cell.target or cell.case_ids[0], {})
             seen = "" if target.get("ratio") is None else f"{(target['ratio'] - 1) * 100:+.1f} %"
-            print(f"[{len(doc['trials'])}/{total}] {cell.name} trial {trial + 1}: exit {record['exit_code']}, "
+            print(f"[{measured}/{total}] {cell.name} trial {trial + 1}: exit {record['exit_code']}, "
                   f"{record['wall_s']:.0f} s, {target.get('outcome')} {seen}", file=sys.stderr, flush=True)
         if trial < settings["tool_trials"]:
             for cell in tool_cells:
@@ -415,7 +435,10 @@ def measure(args) -> dict:
                         continue
                     doc["tool_trials"].append(_tool_trial(doc, cell, tool, trial, out, trees))
                     _save(out, doc)
-    doc["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    # Finished only when every stored cell has its trials, not just the cells this resume chose.
+    if all((c["name"], t) in {(r["cell"], r["trial"]) for r in doc["trials"]}
+           for c in doc["cells"] for t in range(settings["trials"])):
+        doc["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     _save(out, doc)
     return doc
 
@@ -706,7 +729,7 @@ def cmd_power(args) -> int:
     if unknown:
         print(f"critpath gate-power: error: unknown tool {unknown[0]!r}; expected {', '.join(TOOLS)}", file=sys.stderr)
         return 2
-    if not args.case_ids and not args.groups:
+    if not args.case_ids and not args.groups and not args.resume:
         print("critpath gate-power: error: give --case ID (repeatable) and/or --group ID,ID,...", file=sys.stderr)
         return 2
     if args.trials < 1:
