@@ -6,8 +6,9 @@ declaration, so ``size_bytes=8`` parses back to the int 8, not the string "8".
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
-from typing import Mapping, Union
+from typing import Mapping, Optional, Union
 
 ParamValue = Union[int, float, str]
 
@@ -21,23 +22,73 @@ class CaseIdError(ValueError):
 
 @dataclass(frozen=True)
 class Param:
-    """One declared parameter of a family: its name, value type and meaning."""
+    """One declared parameter of a family: its name, value type, meaning, and what it may be.
+
+    ``choices`` or an inclusive ``low``/``high`` range bound the value; a case ID outside them is
+    refused when it is parsed, before anything runs. ``default`` is the value an ID that leaves the
+    key out means (the family reads it through ``Family.value``); ``required`` keys have none.
+    """
 
     name: str
     type: type
     doc: str = ""
+    choices: Optional[tuple[ParamValue, ...]] = None
+    low: Optional[float] = None
+    high: Optional[float] = None
+    default: Optional[ParamValue] = None
+    required: bool = False
+
+    def allowed(self) -> str:
+        """What the value may be, in words, for an error message."""
+        if self.choices is not None:
+            return "one of " + ", ".join(str(c) for c in self.choices)
+        low, high = _bound(self.low), _bound(self.high)
+        if low is not None and high is not None:
+            return f"in [{low}, {high}]"
+        if low is not None:
+            return f">= {low}"
+        if high is not None:
+            return f"<= {high}"
+        return f"any {self.type.__name__}"
+
+    def admits(self, value: ParamValue) -> bool:
+        if self.choices is not None and value not in self.choices:
+            return False
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if not math.isfinite(value):
+                return False
+            if self.low is not None and value < self.low:
+                return False
+            if self.high is not None and value > self.high:
+                return False
+        return True
+
+    def check(self, value: ParamValue, case_id: str) -> ParamValue:
+        if not self.admits(value):
+            why = f" ({self.doc})" if self.doc else ""
+            raise CaseIdError(f"case ID {case_id!r}: {self.name}={value!r} is not allowed; {self.name} must be "
+                              f"{self.allowed()}{why}")
+        return value
 
     def parse(self, text: str, case_id: str) -> ParamValue:
         try:
             if self.type is int:
-                return int(text, 10)
-            if self.type is float:
-                return float(text)
+                value: ParamValue = int(text, 10)
+            elif self.type is float:
+                value = float(text)
+            else:
+                value = text
         except ValueError:
             raise CaseIdError(
                 f"case ID {case_id!r}: key {self.name!r} expects {self.type.__name__}, got {text!r}"
             ) from None
-        return text
+        return value
+
+
+def _bound(value: Optional[float]) -> Optional[str]:
+    if value is None:
+        return None
+    return str(int(value)) if float(value).is_integer() and abs(value) < 1e15 else f"{value:g}"
 
 
 def _format_value(value: ParamValue) -> str:
@@ -104,4 +155,15 @@ def parse_case_id(case_id: str, declared: Mapping[str, Mapping[str, Param]]) -> 
         if key in params:
             raise CaseIdError(f"case ID {case_id!r}: key {key!r} given twice")
         params[key] = params_decl[key].parse(text, case_id)
-    return Case(family, params)
+    return check_declared(Case(family, params), params_decl)
+
+
+def check_declared(case: Case, declared: Mapping[str, Param]) -> Case:
+    """Refuse a case whose values fall outside their Param's bounds or that leaves out a required key."""
+    for key, value in case.params.items():
+        declared[key].check(value, case.id)
+    missing = [p for p in declared.values() if p.required and p.name not in case.params]
+    if missing:
+        raise CaseIdError(f"case ID {case.id!r}: missing key {missing[0].name!r} ({missing[0].doc}); family "
+                          f"{case.family!r} needs {', '.join(p.name for p in declared.values() if p.required)}")
+    return case

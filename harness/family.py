@@ -26,10 +26,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from harness.case import Case, Param
+from harness.case import Case, CaseIdError, Param, ParamValue, check_declared
 from harness.stats import Summary
 
 PROFILES = ("quick", "full")
+BACKENDS = ("gloo", "nccl")
+
+# Parameters many families share, declared once.
+BACKEND = Param("backend", str, "gloo or nccl", choices=BACKENDS, required=True)
+
+
+def world_param(low: int = 1, doc: str = "number of ranks") -> Param:
+    """The ``world`` key: ranks the case runs on, at least ``low`` (a peer, a pipeline of stages)."""
+    return Param("world", int, doc, low=low, required=True)
 
 
 @dataclass(frozen=True)
@@ -109,13 +118,35 @@ class Family:
     columns: Sequence[Column] = field(default_factory=tuple)
     # In `critpath run` without --families. Self-tests and fault injection are opt-in.
     default: bool = True
+    # Rules that join parameters (a mode that needs a key, a world too small for the case), checked
+    # with each Param's own bounds when a case is parsed or built: raise ValueError saying why.
+    validate: Optional[Callable[[Case], None]] = None
 
     @property
     def declared(self) -> dict[str, Param]:
         return {p.name: p for p in self.params}
 
+    def value(self, case: Any, name: str) -> ParamValue:
+        """A parameter of ``case`` (a Case or a record: anything with ``params``), or its declared
+        default when the ID leaves it out."""
+        if name in case.params:
+            return case.params[name]
+        param = self.declared[name]  # KeyError for a key the family does not declare
+        if param.default is None:
+            raise KeyError(f"{self.name} needs {name} ({param.doc}); it has no default")
+        return param.default
+
+    def check_case(self, case: Case) -> Case:
+        """The joined rules of ``validate``, as a CaseIdError naming the case."""
+        if self.validate is not None:
+            try:
+                self.validate(case)
+            except ValueError as exc:
+                raise CaseIdError(f"case ID {case.id!r}: {exc}") from None
+        return case
+
     def case(self, **params) -> Case:
-        """Build a case, checking keys and value types against the declaration."""
+        """Build a case, checking keys, value types and bounds against the declaration."""
         declared = self.declared
         for key, value in params.items():
             if key not in declared:
@@ -123,4 +154,4 @@ class Family:
             want = declared[key].type
             if not isinstance(value, want) or isinstance(value, bool):
                 raise TypeError(f"{self.name}.{key} must be {want.__name__}, got {value!r}")
-        return Case(self.name, params)
+        return self.check_case(check_declared(Case(self.name, params), declared))

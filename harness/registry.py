@@ -95,7 +95,10 @@ class _Declarations(Mapping):
 
 
 def parse(case_id: str) -> Case:
-    return parse_case_id(case_id, _Declarations())
+    """A case ID as a Case, refused (CaseIdError) unless every key, value and joined rule of its
+    family's declaration admits it: nothing runs for an ID the family cannot mean."""
+    case = parse_case_id(case_id, _Declarations())
+    return FAMILIES[case.family].check_case(case)
 
 
 __all__ = ["FAMILIES", "FAMILY_MODULES", "get", "select", "cases", "parse", "CaseIdError"]

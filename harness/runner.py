@@ -21,7 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsed
 
 from harness import fingerprint, registry
 from harness.case import Case
-from harness.family import GridOptions
+from harness.family import BACKENDS, GridOptions
 from harness.progress import LiveProgress
 from harness.records import ErrorInfo, Record
 from harness.store import RunDir, new_run_id
@@ -161,8 +161,8 @@ def _run_local(opts: RunOptions, console: Console) -> int:
     if world < 1:
         raise UsageError("--world must be >= 1")
     backend = opts.backend or pick_backend(None, world - 1)
-    if backend not in ("gloo", "nccl"):
-        raise UsageError(f"--backend must be gloo or nccl, got {backend!r}")
+    if backend not in BACKENDS:
+        raise UsageError(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
     grid = GridOptions(opts.profile, world, backend, opts.sizes_bytes)
     cases = select_cases(opts, grid)
     if not cases:

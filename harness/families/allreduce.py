@@ -21,7 +21,7 @@ import torch.distributed as dist
 from harness.bandwidth import algbw_gbps, busbw_gbps
 from harness.case import Case, Param
 from harness.collectives.p2p_allreduce import RingPlan, TreePlan, ring_allreduce, tree_allreduce
-from harness.family import CheckResult, Column, Family, GridOptions, RankContext
+from harness.family import BACKEND, CheckResult, Column, Family, GridOptions, RankContext, world_param
 from harness.sizes import format_size, parse_sizes
 from harness.stats import Summary
 
@@ -63,6 +63,12 @@ def grid(options: GridOptions) -> list[Case]:
     return cases
 
 
+def validate(case: Case) -> None:
+    p = case.params
+    if p["size_bytes"] < DTYPES[p["dtype"]].itemsize:
+        raise ValueError(f"size_bytes={p['size_bytes']} holds no {p['dtype']} element")
+
+
 @contextmanager
 def _nccl_algo(value: str | None):
     saved = os.environ.get("NCCL_ALGO")
@@ -98,8 +104,6 @@ def setup(ctx: RankContext, case: Case) -> State:
         raise ValueError(f"case is for world {p['world']} but this run has {ctx.world} ranks")
     dtype = DTYPES[p["dtype"]]
     count = p["size_bytes"] // dtype.itemsize
-    if count < 1:
-        raise ValueError(f"size_bytes={p['size_bytes']} holds no {p['dtype']} element")
     buffer = torch.zeros(count, dtype=dtype, device=ctx.device)
     state = State(ctx, case, buffer, p["algo"])
     if ctx.backend == "nccl":
@@ -182,12 +186,13 @@ FAMILY = Family(
     version=1,
     description="AllReduce sum in place: backend's own vs ring vs tree (nccl-tests algbw/busbw)",
     params=(
-        Param("algo", str, "native (backend's own), ring, tree"),
-        Param("backend", str, "gloo or nccl"),
-        Param("dtype", str, "float32, float16, bfloat16"),
-        Param("size_bytes", int, "buffer size in bytes (count x element size)"),
-        Param("world", int, "number of ranks"),
+        Param("algo", str, "native is the backend's own", choices=ALGOS, required=True),
+        BACKEND,
+        Param("dtype", str, "element type", choices=tuple(DTYPES), required=True),
+        Param("size_bytes", int, "buffer size in bytes (count x element size)", low=1, required=True),
+        world_param(),
     ),
+    validate=validate,
     grid=grid,
     setup=setup,
     step=step,

@@ -16,7 +16,7 @@ import torch.distributed as dist
 from harness.bandwidth import algbw_gbps, busbw_gbps
 from harness.case import Case, Param
 from harness.collectives.layout import TIERS, NodeLayout, discover, tier_subgroup
-from harness.family import CheckResult, Column, Family, GridOptions, RankContext
+from harness.family import BACKEND, CheckResult, Column, Family, GridOptions, RankContext, world_param
 from harness.sizes import format_size, parse_sizes
 from harness.stats import Summary
 
@@ -25,6 +25,8 @@ FULL_SIZES = "8:64M:x4"
 
 
 def grid(options: GridOptions) -> list[Case]:
+    if options.world < 2:
+        return []  # no tier has a pair of ranks
     sizes = options.sizes_bytes or parse_sizes(FULL_SIZES if options.profile == "full" else QUICK_SIZES)
     return [FAMILY.case(tier=tier, backend=options.backend, size_bytes=size - size % 4, world=options.world)
             for size in sizes if size >= 4 for tier in TIERS]
@@ -105,10 +107,11 @@ FAMILY = Family(
     version=1,
     description="AllReduce within each node vs across nodes (per rail), concurrently: which tier is slow",
     params=(
-        Param("tier", str, "intra (ranks of one node) or inter (one rank per node, same local index)"),
-        Param("backend", str, "gloo or nccl"),
-        Param("size_bytes", int, "float32 buffer size in bytes"),
-        Param("world", int, "number of ranks in the job"),
+        Param("tier", str, "intra (ranks of one node) or inter (one rank per node, same local index)",
+              choices=TIERS, required=True),
+        BACKEND,
+        Param("size_bytes", int, "float32 buffer size in bytes", low=4, required=True),
+        world_param(2, "number of ranks in the job"),
     ),
     grid=grid, setup=setup, step=step, metrics=metrics, check=check, teardown=teardown, report=report,
     columns=(

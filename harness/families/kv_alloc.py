@@ -81,11 +81,6 @@ class State:
 
 def setup(ctx: RankContext, case: Case) -> State:
     p = case.params
-    for key, allowed in (("allocator", ALLOCATORS), ("policy", POLICIES), ("trace", TRACES), ("model", tuple(MODELS))):
-        if p[key] not in allowed:
-            raise ValueError(f"kv_alloc: {key} must be one of {allowed}, got {p[key]!r}")
-    if p["budget_gb"] <= 0 or p["speedup"] <= 0 or p["block_tokens"] <= 0 or p["requests"] < 0:
-        raise ValueError("kv_alloc: budget_gb, speedup and block_tokens must be > 0, requests >= 0")
     trace = load_trace(p["trace"], p["requests"])
     bpt = MODELS[p["model"]].kv_bytes_per_token
     policy = make_policy(p["policy"], block_tokens=p["block_tokens"])
@@ -213,14 +208,15 @@ FAMILY = Family(
     version=1,
     description="KV-cache allocator fragmentation under continuous batching (modelled replay of request traces)",
     params=(
-        Param("allocator", str, "caching (PyTorch model), caching_expandable, bfc, slab, paged"),
-        Param("block_tokens", int, "tokens per block: the per_block policy and the paged allocator"),
-        Param("budget_gb", int, "KV memory budget, GB (1e9 bytes)"),
-        Param("model", str, "model shape for KV bytes per token: 7b, 32b, 70b"),
-        Param("policy", str, "KV growth: reserve_max, grow_chunk, per_block"),
-        Param("requests", int, "first N requests of the trace (0: all)"),
-        Param("speedup", float, "arrival times divided by this (load factor)"),
-        Param("trace", str, "azure_conv, azure_code, synthetic"),
+        Param("allocator", str, "allocator model (caching: PyTorch's)", choices=ALLOCATORS, required=True),
+        Param("block_tokens", int, "tokens per block: the per_block policy and the paged allocator", low=1,
+              required=True),
+        Param("budget_gb", int, "KV memory budget, GB (1e9 bytes)", low=1, high=1_000_000, required=True),
+        Param("model", str, "model shape for KV bytes per token", choices=tuple(MODELS), required=True),
+        Param("policy", str, "KV growth", choices=POLICIES, required=True),
+        Param("requests", int, "first N requests of the trace (0: all)", low=0, required=True),
+        Param("speedup", float, "arrival times divided by this (load factor)", low=1e-6, high=1e6, required=True),
+        Param("trace", str, "request trace", choices=TRACES, required=True),
     ),
     grid=grid,
     setup=setup,

@@ -26,11 +26,12 @@ from __future__ import annotations
 import numpy as np
 
 from harness.case import Case, Param
-from harness.family import CheckResult, Column, Family, GridOptions, RankContext
+from harness.family import BACKEND, CheckResult, Column, Family, GridOptions, RankContext, world_param
 from harness.moe import step as moe_step
 from harness.moe.imbalance import Imbalance
-from harness.moe.step import PHASES, SENTINEL, Mitigation, MoeState
-from harness.moe.workloads import (DEEPEP_EXPERTS, DEEPEP_HIDDEN, DEEPEP_TOKENS, DEEPEP_TOP_K, Shape, Workload,
+from harness.moe.routing import OVERFLOWS
+from harness.moe.step import MITIGATIONS, PHASES, ROUTINGS, SENTINEL, Mitigation, MoeState
+from harness.moe.workloads import (DEEPEP_EXPERTS, DEEPEP_HIDDEN, DEEPEP_TOKENS, DEEPEP_TOP_K, KINDS, Shape, Workload,
                                    expert_load)
 from harness.stats import Summary
 
@@ -99,12 +100,26 @@ def _shape(p: dict) -> Shape:
     return Shape(p["tokens"], p["hidden"], p["bytes_per_elem"], p["experts_per_rank"], p["top_k"], p["world"])
 
 
-def _mitigation(p: dict) -> Mitigation:
+def _mitigation(case: Case) -> Mitigation:
+    v = FAMILY.value
     return Mitigation(
-        kind=p["mitigation"], routing=p.get("routing", "static"), spare_slots=p.get("spare_slots", 0),
-        window_steps=p.get("window_steps", 0), window_ms=p.get("window_ms", 0.0),
-        capacity_factor=p.get("capacity_factor", 0.0), overflow=p.get("overflow", "drop"),
+        kind=v(case, "mitigation"), routing=v(case, "routing"), spare_slots=v(case, "spare_slots"),
+        window_steps=v(case, "window_steps"), window_ms=v(case, "window_ms"),
+        capacity_factor=v(case, "capacity_factor"), overflow=v(case, "overflow"),
     )
+
+
+def _workload_of(case: Case) -> Workload:
+    p = case.params
+    return Workload(p["workload"], p["skew"], p["seed"])
+
+
+def validate(case: Case) -> None:
+    # The domain's own constructors hold the rules (top_k within the world's experts, a mitigation's
+    # keys); building them here refuses a case before any rank starts.
+    moe_step.check_measurable(_shape(case.params))
+    _workload_of(case)
+    _mitigation(case)
 
 
 def setup(ctx: RankContext, case: Case) -> MoeState:
@@ -113,9 +128,8 @@ def setup(ctx: RankContext, case: Case) -> MoeState:
         raise ValueError(f"case is for backend {p['backend']!r} but this run uses {ctx.backend!r}")
     args = (ctx.rank, ctx.world, ctx.device, ctx.group, _shape(p))
     rest = (p["ns_per_token"], p["expert_bytes"], p["compute"])
-    state = moe_step.build(*args, Workload(p["workload"], p["skew"], p["seed"]), _mitigation(p),
-                           p.get("drift_steps", 0), *rest)
-    if p.get("paired", 0):
+    state = moe_step.build(*args, _workload_of(case), _mitigation(case), FAMILY.value(case, "drift_steps"), *rest)
+    if FAMILY.value(case, "paired"):
         state.baseline = moe_step.build(*args, Workload("uniform", 0.0, p["seed"]), Mitigation(), 0, *rest)
     return state
 
@@ -288,28 +302,37 @@ FAMILY = Family(
     version=1,
     description="MoE dispatch/compute/combine over all_to_all_single: hot-expert skew and mitigations",
     params=(
-        Param("backend", str, "gloo or nccl"),
-        Param("bytes_per_elem", int, "2 (float16) or 4 (float32) payload"),
-        Param("capacity_factor", float, "capacity: slot capacity as a multiple of the mean pairs per slot"),
-        Param("compute", str, "sleep (emulated cost per received row, CPU) or matmul (GPU)"),
-        Param("drift_steps", int, "the hot expert moves every this many steps (0 or absent: never)"),
-        Param("expert_bytes", int, "weight bytes per expert moved when a placement changes"),
-        Param("experts_per_rank", int, "logical experts per rank (experts = this x world)"),
-        Param("hidden", int, "hidden size (elements per token row)"),
-        Param("mitigation", str, "none, replicate, adaptive, capacity"),
-        Param("ns_per_token", float, "emulated expert time per received row in ns (compute=sleep)"),
-        Param("overflow", str, "capacity: drop or reroute"),
-        Param("paired", int, "1: alternate steps with a uniform, unmitigated twin (A B A B) for paired ratios"),
-        Param("routing", str, "replicate: naive or aware"),
-        Param("seed", int, "workload seed"),
-        Param("skew", float, "zipf exponent, hot factor F or unbalanced ratio R"),
-        Param("spare_slots", int, "replica slots per rank beyond experts_per_rank"),
-        Param("tokens", int, "tokens per rank per step"),
-        Param("top_k", int, "experts per token"),
-        Param("window_ms", float, "adaptive: recompute placement every this many ms (rank 0's clock)"),
-        Param("window_steps", int, "adaptive: recompute placement every this many steps"),
-        Param("workload", str, "uniform, zipf, hot, unbalanced"),
-        Param("world", int, "number of ranks"),
+        BACKEND,
+        Param("bytes_per_elem", int, "payload element: 2 (float16) or 4 (float32)", choices=tuple(moe_step.DTYPES),
+              required=True),
+        Param("capacity_factor", float, "capacity: slot capacity as a multiple of the mean pairs per slot", low=0,
+              high=1e6, default=Mitigation.capacity_factor),
+        Param("compute", str, "sleep (emulated cost per received row, CPU) or matmul (GPU)",
+              choices=("sleep", "matmul"), required=True),
+        Param("drift_steps", int, "the hot expert moves every this many steps (0: never)", low=0, default=0),
+        Param("expert_bytes", int, "weight bytes per expert moved when a placement changes", low=0, required=True),
+        Param("experts_per_rank", int, "logical experts per rank (experts = this x world)", low=1, required=True),
+        Param("hidden", int, "hidden size (elements per token row)", low=1, required=True),
+        Param("mitigation", str, "what answers the skew", choices=MITIGATIONS, default=Mitigation.kind),
+        Param("ns_per_token", float, "emulated expert time per received row in ns (compute=sleep)", low=0,
+              high=1e9, required=True),
+        Param("overflow", str, "capacity: what happens to pairs beyond capacity", choices=OVERFLOWS,
+              default=Mitigation.overflow),
+        Param("paired", int, "1: alternate steps with a uniform, unmitigated twin (A B A B) for paired ratios",
+              choices=(0, 1), default=0),
+        Param("routing", str, "replicate: which replica a pair goes to", choices=ROUTINGS, default=Mitigation.routing),
+        Param("seed", int, "workload seed", low=0, required=True),
+        Param("skew", float, "zipf exponent, hot factor F or unbalanced ratio R", low=0, high=1e6, required=True),
+        Param("spare_slots", int, "replica slots per rank beyond experts_per_rank", low=0,
+              default=Mitigation.spare_slots),
+        Param("tokens", int, "tokens per rank per step", low=1, required=True),
+        Param("top_k", int, "experts per token (at most the experts of the world)", low=1, required=True),
+        Param("window_ms", float, "adaptive: recompute placement every this many ms (rank 0's clock)", low=0,
+              high=1e9, default=Mitigation.window_ms),
+        Param("window_steps", int, "adaptive: recompute placement every this many steps", low=0,
+              default=Mitigation.window_steps),
+        Param("workload", str, "which experts the tokens pick", choices=KINDS, required=True),
+        world_param(),
     ),
     grid=grid,
     setup=setup,
@@ -317,6 +340,7 @@ FAMILY = Family(
     metrics=metrics,
     check=check,
     report=report,
+    validate=validate,
     columns=(
         Column("workload", _workload),
         Column("mitigation", _label),

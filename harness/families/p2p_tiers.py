@@ -15,7 +15,7 @@ import torch.distributed as dist
 
 from harness.case import Case, Param
 from harness.collectives.layout import TIERS, NodeLayout, discover
-from harness.family import CheckResult, Column, Family, GridOptions, RankContext
+from harness.family import BACKEND, CheckResult, Column, Family, GridOptions, RankContext, world_param
 from harness.sizes import format_size, parse_sizes
 from harness.stats import Summary
 
@@ -24,6 +24,8 @@ FULL_SIZES = "8:64M:x4"
 
 
 def grid(options: GridOptions) -> list[Case]:
+    if options.world < 2:
+        return []  # no tier has a pair of ranks
     sizes = options.sizes_bytes or parse_sizes(FULL_SIZES if options.profile == "full" else QUICK_SIZES)
     return [FAMILY.case(tier=tier, backend=options.backend, size_bytes=size - size % 4, world=options.world)
             for size in sizes if size >= 4 for tier in TIERS]
@@ -114,10 +116,10 @@ FAMILY = Family(
     version=1,
     description="Ping-pong inside a node vs across nodes: each tier's per-message latency and bandwidth",
     params=(
-        Param("tier", str, "intra (two ranks of one node) or inter (first ranks of nodes 0 and 1)"),
-        Param("backend", str, "gloo or nccl"),
-        Param("size_bytes", int, "float32 message size in bytes"),
-        Param("world", int, "number of ranks in the job"),
+        Param("tier", str, "intra (two ranks of one node) or inter (first ranks of nodes 0 and 1)", choices=TIERS, required=True),
+        BACKEND,
+        Param("size_bytes", int, "float32 message size in bytes", low=4, required=True),
+        world_param(2, "number of ranks in the job"),
     ),
     grid=grid, setup=setup, step=step, metrics=metrics, check=check, report=report,
     columns=(

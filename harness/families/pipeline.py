@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 
 from harness.case import Case, Param
-from harness.family import CheckResult, Column, Family, GridOptions, RankContext
+from harness.family import BACKEND, CheckResult, Column, Family, GridOptions, RankContext, world_param
 from harness.pipeline import link, model
 from harness.pipeline.executor import Stage
 from harness.pipeline.schedule import SCHEDULES, TRAINING_SCHEDULES
@@ -85,6 +85,12 @@ def grid(options: GridOptions) -> list[Case]:
     return cases
 
 
+def validate(case: Case) -> None:
+    if case.params.get("die_stage", 0) >= case.params["world"]:
+        raise ValueError(f"die_stage={case.params['die_stage']} is not a stage of a {case.params['world']}-stage "
+                         "pipeline (stages 0..world-1)")
+
+
 @dataclass
 class State:
     ctx: RankContext
@@ -122,10 +128,6 @@ def setup(ctx: RankContext, case: Case) -> State:
         raise ValueError(f"case is for backend {p['backend']!r} but this run uses {ctx.backend!r}")
     if p["world"] != ctx.world:
         raise ValueError(f"case is for {p['world']} stages but this run has {ctx.world} ranks")
-    if p["schedule"] not in SCHEDULES:
-        raise ValueError(f"schedule must be one of {SCHEDULES}, got {p['schedule']!r}")
-    if p["compute_us"] <= 0 or p["microbatches"] < 1 or p["rtt_us"] < 0:
-        raise ValueError(f"need compute_us > 0, microbatches >= 1, rtt_us >= 0 (case {case.id})")
     if ctx.world > 1:
         # A collective first: NCCL wants every rank in a group's first call before any
         # point-to-point or batch_isend_irecv on it; on gloo it is a cheap rendezvous.
@@ -275,16 +277,19 @@ FAMILY = Family(
     version=1,
     description="pipeline stages over P2P: sync barrier vs async prefetch, GPipe, 1F1B (measured beside a model)",
     params=(
-        Param("act_bytes", int, "activation bytes per microbatch per hop"),
-        Param("backend", str, "gloo or nccl"),
-        Param("compute", str, "spin (CPU busy loop), sleep (emulated device time), matmul (GPU)"),
-        Param("compute_us", int, "forward compute per stage per microbatch, microseconds"),
-        Param("die_stage", int, "fault injection: this stage exits mid-pipeline (tests)"),
-        Param("microbatches", int, "microbatches per step (M)"),
-        Param("rtt_us", int, "emulated link round trip added per hop (one way = rtt/2), 0 = none"),
-        Param("scenario", str, "name of the configuration (a0_pipeline_barrier, a0_sync_tax, ...)"),
-        Param("schedule", str, "sync, async, gpipe, 1f1b"),
-        Param("world", int, "stages = ranks (P)"),
+        Param("act_bytes", int, "activation bytes per microbatch per hop (more than the header)",
+              low=(link.HEADER_WORDS + 1) * 8, required=True),
+        BACKEND,
+        Param("compute", str, "spin (CPU busy loop), sleep (emulated device time), matmul (GPU)",
+              choices=link.COMPUTE_MODES, required=True),
+        Param("compute_us", int, "forward compute per stage per microbatch, microseconds", low=1, required=True),
+        Param("die_stage", int, "fault injection: this stage exits mid-pipeline (tests)", low=0),
+        Param("microbatches", int, "microbatches per step (M)", low=1, high=100_000, required=True),
+        Param("rtt_us", int, "emulated link round trip added per hop (one way = rtt/2), 0 = none", low=0,
+              required=True),
+        Param("scenario", str, "the configuration's label (a0_pipeline_barrier, a0_sync_tax, ...)", required=True),
+        Param("schedule", str, "pipeline schedule", choices=SCHEDULES, required=True),
+        world_param(1, "stages = ranks (P)"),
     ),
     grid=grid,
     setup=setup,
@@ -293,6 +298,7 @@ FAMILY = Family(
     check=check,
     teardown=teardown,
     report=report,
+    validate=validate,
     columns=(
         Column("scenario", lambda r: r.params["scenario"]),
         Column("sched", lambda r: r.params["schedule"]),

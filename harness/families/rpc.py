@@ -33,7 +33,7 @@ import numpy as np
 from harness.case import Case, Param
 from harness.family import CheckResult, Column, Family, GridOptions, RankContext
 from harness.rpc import openloop, sockperf_ref
-from harness.rpc.codecs import DEFAULT_CODECS, PRESETS, Codec, codec, every_byte_value, pattern_bytes, preset
+from harness.rpc.codecs import CODECS, DEFAULT_CODECS, PRESETS, Codec, codec, every_byte_value, pattern_bytes, preset
 from harness.rpc.faults import FaultSpec
 from harness.rpc.framing import MAX_FRAME_BYTES, pack_batch, unpack_batch
 from harness.rpc.transports import TRANSPORTS, Endpoint, info, open_endpoint
@@ -119,58 +119,46 @@ class State:
     batch_bodies: dict = field(default_factory=dict)
 
 
-def _check_params(case: Case) -> None:
+def validate(case: Case) -> None:
+    """The rules that join parameters; each key's own bounds are its Param's."""
     p = case.params
-    mode = p.get("mode", "pingpong")
-    if mode not in MODES:
-        raise ValueError(f"rpc mode must be one of {MODES}, got {mode!r}")
-    info(p["transport"])  # names the known transports if unknown
-    c = p.get("codec", "raw")
-    if c == "raw":
-        if "payload_bytes" not in p:
-            raise ValueError("codec=raw needs payload_bytes")
-        if not 1 <= p["payload_bytes"] <= MAX_FRAME_BYTES:
-            raise ValueError(f"payload_bytes must be in [1, {MAX_FRAME_BYTES}], got {p['payload_bytes']}")
-    elif "preset" not in p:
+    mode, c = FAMILY.value(case, "mode"), FAMILY.value(case, "codec")
+    if c == "raw" and "payload_bytes" not in p:
+        raise ValueError("codec=raw needs payload_bytes")
+    if c != "raw" and "preset" not in p:
         raise ValueError(f"codec={c} needs a preset ({', '.join(PRESETS)})")
     if mode == "pipelined" and not info(p["transport"]).pipelines:
         raise ValueError(f"transport {p['transport']!r} cannot keep requests in flight (mode=pipelined)")
-    if mode == "openloop" and p.get("rate_hz", 0) <= 0:
-        raise ValueError("mode=openloop needs rate_hz > 0")
-    if "reference" in p:
-        if p["reference"] not in REFERENCES:
-            raise ValueError(f"reference must be one of {REFERENCES}, got {p['reference']!r}")
-        if p["transport"] != "tcp_nodelay" or mode != "pingpong" or c != "raw":
-            raise ValueError("reference=sockperf compares a raw TCP_NODELAY ping-pong only")
-        if not sockperf_ref.available():
-            raise FileNotFoundError("reference=sockperf: sockperf is not on PATH (Debian/Ubuntu: apt-get install sockperf)")
+    if mode == "openloop" and "rate_hz" not in p:
+        raise ValueError("mode=openloop needs rate_hz")
+    if "reference" in p and (p["transport"] != "tcp_nodelay" or mode != "pingpong" or c != "raw"):
+        raise ValueError("reference=sockperf compares a raw TCP_NODELAY ping-pong only")
 
 
-def _faults(p: dict) -> Optional[FaultSpec]:
-    keys = ("delay_us", "jitter_us", "stall_every", "stall_us")
-    if not any(p.get(k, 0) for k in keys):
-        return None
-    return FaultSpec(**{k: p.get(k, 0) for k in keys})
+def _faults(case: Case) -> Optional[FaultSpec]:
+    values = {k: FAMILY.value(case, k) for k in ("delay_us", "jitter_us", "stall_every", "stall_us")}
+    return FaultSpec(**values) if any(values.values()) else None
 
 
 def setup(ctx: RankContext, case: Case) -> State:
-    _check_params(case)
     p = case.params
-    cdc = codec(p.get("codec", "raw"))
+    if "reference" in p and not sockperf_ref.available():
+        raise FileNotFoundError("reference=sockperf: sockperf is not on PATH (Debian/Ubuntu: apt-get install sockperf)")
+    cdc = codec(FAMILY.value(case, "codec"))
     message = pattern_bytes(p["payload_bytes"]) if cdc.name == "raw" else preset(p["preset"])
     body = cdc.encode(message)
-    endpoint = open_endpoint(p["transport"], hops=p.get("hops", 0), faults=_faults(p))
-    state = State(case, endpoint, endpoint.client, p.get("mode", "pingpong"), cdc, message, body)
+    endpoint = open_endpoint(p["transport"], hops=FAMILY.value(case, "hops"), faults=_faults(case))
+    state = State(case, endpoint, endpoint.client, FAMILY.value(case, "mode"), cdc, message, body)
     try:
         if state.mode == "pipelined":
-            state.inflight = state.msgs_per_iter = p.get("inflight", 8)
+            state.inflight = state.msgs_per_iter = FAMILY.value(case, "inflight")
         elif state.mode == "batched":
             state.batch = state.msgs_per_iter = p.get("batch", 8)
             state.batch_body = pack_batch([body] * state.batch)
         elif state.mode == "openloop":
             state.rate_hz = float(p["rate_hz"])
             state.batch = p.get("batch", 1)
-            state.window_ns = p.get("window_us", 0) * 1000
+            state.window_ns = FAMILY.value(case, "window_us") * 1000
             state.batch_bodies = {n: pack_batch([body] * n) for n in range(2, state.batch + 1)}
         if len(state.batch_body) > MAX_FRAME_BYTES or any(len(b) > MAX_FRAME_BYTES for b in state.batch_bodies.values()):
             raise ValueError(f"a batch of {state.batch} x {len(body)} B exceeds the {MAX_FRAME_BYTES} B frame bound")
@@ -329,7 +317,7 @@ def metrics(case: Case, summary: Summary, reports: list[dict]) -> dict[str, floa
         "msgs_per_s": per_iter / mean_s if mean_s > 0 else 0.0,
         "encoded_bytes": float(r.get("encoded_bytes", 0)),
     }
-    if case.params.get("mode") == "openloop":
+    if FAMILY.value(case, "mode") == "openloop":
         # Each sample is one request here; the achieved rate is bounded by the offered one.
         out.pop("per_msg_us")
         out["offered_rate_hz"] = float(case.params["rate_hz"])
@@ -369,21 +357,23 @@ FAMILY = Family(
     version=1,
     description="small-message RPC round trips: TCP/Nagle, Unix socket, shm ring, HTTP, gRPC, ZeroMQ, codecs, open loop",
     params=(
-        Param("transport", str, ", ".join(TRANSPORTS)),
-        Param("mode", str, "pingpong, pipelined, batched, openloop"),
-        Param("codec", str, "raw, json, msgpack, pickle (pickle only when named)"),
-        Param("payload_bytes", int, "raw payload size in bytes (codec=raw)"),
-        Param("preset", str, ", ".join(PRESETS) + " (codecs other than raw)"),
-        Param("inflight", int, "requests in flight (mode=pipelined)"),
-        Param("batch", int, "messages per send (mode=batched, or openloop coalescing)"),
-        Param("window_us", int, "coalescing window in microseconds (mode=openloop with batch)"),
-        Param("rate_hz", int, "offered request rate (mode=openloop)"),
-        Param("hops", int, "forwarding proxies between client and server"),
-        Param("delay_us", int, "fault proxy: fixed latency per round trip"),
-        Param("jitter_us", int, "fault proxy: uniform random extra latency"),
-        Param("stall_every", int, "fault proxy: stall every Nth request"),
-        Param("stall_us", int, "fault proxy: length of each stall"),
-        Param("reference", str, "sockperf: also run sockperf's TCP ping-pong in this case and report the ratio"),
+        Param("transport", str, "how the bytes travel", choices=tuple(TRANSPORTS), required=True),
+        Param("mode", str, "what one sample is", choices=MODES, default="pingpong"),
+        Param("codec", str, "payload encoding (pickle only when named)", choices=CODECS, default="raw"),
+        Param("payload_bytes", int, "raw payload size in bytes (codec=raw)", low=1, high=MAX_FRAME_BYTES),
+        Param("preset", str, "control message (codecs other than raw)", choices=tuple(PRESETS)),
+        Param("inflight", int, "requests in flight (mode=pipelined)", low=1, high=4096, default=8),
+        Param("batch", int, "messages per send (mode=batched: default 8; openloop coalescing: default 1)",
+              low=1, high=MAX_FRAME_BYTES),
+        Param("window_us", int, "coalescing window in microseconds (mode=openloop with batch)", low=0, default=0),
+        Param("rate_hz", int, "offered request rate (mode=openloop)", low=1, high=10_000_000),
+        Param("hops", int, "forwarding proxies between client and server", low=0, high=16, default=0),
+        Param("delay_us", int, "fault proxy: fixed latency per round trip", low=0, default=0),
+        Param("jitter_us", int, "fault proxy: uniform random extra latency", low=0, default=0),
+        Param("stall_every", int, "fault proxy: stall every Nth request", low=0, default=0),
+        Param("stall_us", int, "fault proxy: length of each stall", low=0, default=0),
+        Param("reference", str, "also run this reference tool's TCP ping-pong in the case and report the ratio",
+              choices=REFERENCES),
     ),
     grid=grid,
     setup=setup,
@@ -393,10 +383,11 @@ FAMILY = Family(
     teardown=teardown,
     report=report,
     iterate=iterate,
+    validate=validate,
     columns=(
         Column("transport", lambda r: r.params["transport"]),
-        Column("mode", lambda r: r.params.get("mode", "pingpong")),
-        Column("codec", lambda r: r.params.get("codec", "raw")),
+        Column("mode", lambda r: FAMILY.value(r, "mode")),
+        Column("codec", lambda r: FAMILY.value(r, "codec")),
         Column("payload", _payload),
         Column("p50 (us)", lambda r: r.summary.p50_ns / 1e3, "{:.1f}"),
         Column("p99 (us)", lambda r: r.summary.p99_ns / 1e3, "{:.1f}"),

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 
 from harness.case import Case, Param
-from harness.family import CheckResult, Column, Family, GridOptions, RankContext
+from harness.family import CheckResult, Column, Family, GridOptions, RankContext, world_param
 from harness.stats import Summary
 
 MODES = ("noop", "raise", "hang", "exit", "wrong", "spin")
@@ -46,14 +46,17 @@ class State:
     spin_sum: int = 0  # last step's sum, verified by check
 
 
+def validate(case: Case) -> None:
+    p = case.params
+    if p["mode"] == "spin" and FAMILY.value(case, "spin_iters") < 1:
+        raise ValueError(f"mode=spin needs spin_iters >= 1, got {FAMILY.value(case, 'spin_iters')}")
+    if p["fault_rank"] >= p["world"]:
+        raise ValueError(f"fault_rank={p['fault_rank']} is not a rank of world {p['world']} (0..world-1)")
+
+
 def setup(ctx: RankContext, case: Case) -> State:
     mode = case.params["mode"]
-    if mode not in MODES:
-        raise ValueError(f"selftest mode must be one of {MODES}, got {mode!r}")
-    spin_iters = int(case.params.get("spin_iters", 0))
-    if mode == "spin" and spin_iters < 1:
-        raise ValueError(f"selftest mode=spin needs spin_iters >= 1, got {spin_iters}")
-    return State(ctx, mode, ctx.rank == case.params["fault_rank"], spin_iters=spin_iters)
+    return State(ctx, mode, ctx.rank == case.params["fault_rank"], spin_iters=FAMILY.value(case, "spin_iters"))
 
 
 def step(state: State) -> None:
@@ -92,11 +95,13 @@ FAMILY = Family(
     version=1,
     description="timing-loop overhead (noop), fault handling (raise, hang, exit, wrong), known work (spin)",
     params=(
-        Param("mode", str, "noop, raise, hang, exit, wrong"),
-        Param("fault_rank", int, "rank that misbehaves"),
-        Param("world", int, "number of ranks"),
-        Param("spin_iters", int, "mode=spin: loop iterations of CPU work per step"),
+        Param("mode", str, "what the step does (noop: the loop's own cost; spin: known work)", choices=MODES,
+              required=True),
+        Param("fault_rank", int, "rank that misbehaves (a rank of the world)", low=0, required=True),
+        world_param(),
+        Param("spin_iters", int, "mode=spin: loop iterations of CPU work per step", low=0, high=10**9, default=0),
     ),
+    validate=validate,
     grid=grid,
     setup=setup,
     step=step,

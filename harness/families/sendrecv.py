@@ -16,7 +16,7 @@ import torch.distributed as dist
 
 from harness.bandwidth import algbw_gbps, busbw_gbps
 from harness.case import Case, Param
-from harness.family import CheckResult, Column, Family, GridOptions, RankContext
+from harness.family import BACKEND, CheckResult, Column, Family, GridOptions, RankContext, world_param
 from harness.sizes import format_size, parse_sizes
 from harness.stats import Summary
 
@@ -48,11 +48,9 @@ def setup(ctx: RankContext, case: Case) -> State:
     p = case.params
     if p["backend"] != ctx.backend:
         raise ValueError(f"case is for backend {p['backend']!r} but this run uses {ctx.backend!r}")
-    if p["world"] != ctx.world or ctx.world < 2:
-        raise ValueError(f"case is for world {p['world']} but this run has {ctx.world} ranks (need >= 2)")
+    if p["world"] != ctx.world:
+        raise ValueError(f"case is for world {p['world']} but this run has {ctx.world} ranks")
     count = p["size_bytes"] // ELEMENT_BYTES
-    if count < 1:
-        raise ValueError(f"size_bytes={p['size_bytes']} holds no float32 element")
     send = torch.zeros(count, dtype=torch.float32, device=ctx.device)
     recv = torch.zeros(count, dtype=torch.float32, device=ctx.device)
     nxt, prv = (ctx.rank + 1) % ctx.world, (ctx.rank - 1) % ctx.world
@@ -105,9 +103,9 @@ FAMILY = Family(
     version=1,
     description="P2P send/recv to the next rank, all ranks at once (nccl-tests sendrecv: algbw, busbw factor 1)",
     params=(
-        Param("backend", str, "gloo or nccl"),
-        Param("size_bytes", int, "bytes each rank sends (float32 elements)"),
-        Param("world", int, "number of ranks"),
+        BACKEND,
+        Param("size_bytes", int, "bytes each rank sends (float32 elements)", low=ELEMENT_BYTES, required=True),
+        world_param(2, "number of ranks (a peer each)"),
     ),
     grid=grid,
     setup=setup,

@@ -25,6 +25,8 @@ import numpy as np
 
 from harness.moe.placement import EMPTY, Placement
 
+OVERFLOWS = ("drop", "reroute")  # what capacity does with a pair beyond a slot's capacity
+
 DROPPED = -1
 
 
@@ -122,8 +124,8 @@ class CapacityPlan:
 
 
 def capacity_plan(slot_demand: np.ndarray, factor: float, mode: str) -> CapacityPlan:
-    if mode not in ("drop", "reroute"):
-        raise ValueError(f"overflow mode must be drop or reroute, got {mode!r}")
+    if mode not in OVERFLOWS:
+        raise ValueError(f"overflow mode must be one of {OVERFLOWS}, got {mode!r}")
     if factor <= 0:
         raise ValueError(f"capacity factor must be > 0, got {factor}")
     demand = np.asarray(slot_demand, dtype=np.int64)

@@ -43,20 +43,23 @@ DTYPES = {2: torch.float16, 4: torch.float32}
 MAX_EXACT = {2: 2048, 4: 1 << 24}
 
 
+MITIGATIONS = ("none", "replicate", "adaptive", "capacity")
+ROUTINGS = ("static", "naive", "aware")
+
+
 @dataclass(frozen=True)
 class Mitigation:
-    kind: str = "none"  # none | replicate | adaptive | capacity
-    routing: str = "static"  # static | naive | aware
+    kind: str = "none"  # one of MITIGATIONS
+    routing: str = "static"  # one of ROUTINGS
     spare_slots: int = 0
     window_steps: int = 0  # adaptive: recompute every N steps (0: use window_ms)
     window_ms: float = 0.0  # adaptive: recompute when rank 0 saw this much time pass
     capacity_factor: float = 0.0
-    overflow: str = "drop"  # drop | reroute
+    overflow: str = "drop"  # one of routing.OVERFLOWS
 
     def __post_init__(self) -> None:
-        kinds = ("none", "replicate", "adaptive", "capacity")
-        if self.kind not in kinds:
-            raise ValueError(f"mitigation must be one of {kinds}, got {self.kind!r}")
+        if self.kind not in MITIGATIONS:
+            raise ValueError(f"mitigation must be one of {MITIGATIONS}, got {self.kind!r}")
         if self.kind in ("replicate", "adaptive") and self.spare_slots < 1:
             raise ValueError(f"{self.kind} needs spare_slots >= 1 for replicas")
         if self.kind == "replicate" and self.routing not in ("naive", "aware"):
@@ -139,14 +142,20 @@ def _sync(state: MoeState) -> None:
         torch.cuda.synchronize(state.device)
 
 
-def build(rank: int, world: int, device, group, shape: Shape, workload: Workload, mitigation: Mitigation,
-          drift_steps: int, ns_per_token: float, expert_bytes: int, compute: str) -> MoeState:
-    if shape.world != world:
-        raise ValueError(f"case is for world {shape.world} but this run has {world} ranks")
+def check_measurable(shape: Shape) -> None:
+    """What a measured step needs of its shape beyond the model's: a payload type whose values the
+    check can compare exactly."""
     if shape.bytes_per_elem not in DTYPES:
         raise ValueError(f"bytes_per_elem={shape.bytes_per_elem}: measured payloads are 2 (float16) or 4 (float32)")
     if shape.experts + 1024 + 16 > MAX_EXACT[shape.bytes_per_elem]:
         raise ValueError(f"{shape.experts} experts exceed exact float16 payloads; use bytes_per_elem=4")
+
+
+def build(rank: int, world: int, device, group, shape: Shape, workload: Workload, mitigation: Mitigation,
+          drift_steps: int, ns_per_token: float, expert_bytes: int, compute: str) -> MoeState:
+    if shape.world != world:
+        raise ValueError(f"case is for world {shape.world} but this run has {world} ranks")
+    check_measurable(shape)
     if compute == "matmul" and device.type != "cuda":
         raise ValueError("compute=matmul needs a CUDA device; CPU runs use the emulated cost (sleep)")
     dtype = DTYPES[shape.bytes_per_elem]
