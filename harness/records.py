@@ -92,6 +92,9 @@ class Record:
     # Per-iteration latency is the max over ranks for collective families (nccl-tests' rule).
     reduction: str = "max_over_ranks"
     extra: Mapping[str, Any] = field(default_factory=dict)  # family-specific, JSON-able context
+    # Figure -> why it could not be recomputed when the record was read (harness.verify); derived
+    # on read, never written.
+    unverifiable: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     @property
     def ok(self) -> bool:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Iterator
 
 from harness.records import Record, RecordError
+from harness.verify import verify
 
 RESULTS = "results.jsonl"
 FINGERPRINT = "fingerprint.json"
@@ -93,7 +94,7 @@ def iter_records(path: Path, skip_invalid: bool = False, skipped: list | None = 
                 raise RecordError(f"not valid JSON ({exc})", where) from None
             if not isinstance(data, dict):
                 raise RecordError("a record must be a JSON object", where)
-            yield Record.from_dict(data, where)
+            yield verify(Record.from_dict(data, where), where)
         except RecordError as exc:
             if not skip_invalid:
                 raise ResultsFileError(str(exc)) from None

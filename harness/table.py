@@ -51,3 +51,11 @@ def print_tables(records: Iterable[Record], console: Console | None = None) -> N
                 # Error text comes from exceptions (gloo prints [file:line]); never parse it as markup.
                 console.print(f"{record.case_id}: {record.status}: {record.error.kind}: {record.error.message}",
                               markup=False, highlight=False, style="red")
+        # Figures read but not recomputed (harness.verify): say how many and why, once per reason.
+        reasons: dict[str, int] = defaultdict(int)
+        for record in group:
+            for why in set(record.unverifiable.values()):
+                reasons[why] += 1
+        for why, count in reasons.items():
+            console.print(f"{name}: figures of {count} of {len(group)} records not verified: {why}",
+                          markup=False, highlight=False, style="yellow")

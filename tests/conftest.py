@@ -26,3 +26,27 @@ def run_cli(*args: str, timeout: float = 240, env: dict | None = None) -> subpro
 @pytest.fixture
 def cli():
     return run_cli
+
+
+def derived_record(case_id: str, samples_ns, run_id: str = "t", reports=None, **fields):
+    """A passing record whose figures are what its family derives from ``samples_ns`` (and
+    ``reports``), as the driver writes it: a record with made-up figures is refused on read."""
+    from harness import registry
+    from harness.family import CheckResult
+    from harness.records import Record
+    from harness.stats import Summary
+
+    case = registry.parse(case_id)
+    family = registry.get(case.family)
+    samples = tuple(int(x) for x in samples_ns)
+    reports = list(reports or [])
+    base = dict(
+        run_id=run_id, case_id=case.id, family=case.family, family_version=family.version, params=dict(case.params),
+        status="ok", backend=case.params.get("backend", "gloo"), world=case.world,
+        started_at="2026-01-01T00:00:00+00:00", wall_s=0.1, samples_ns=samples,
+        plan={"warmup": 0, "iters": len(samples)}, timer="perf_counter_ns", check=CheckResult(0, 1),
+        metrics=dict(family.metrics(case, Summary.of(samples), reports)),
+        extra={"rank_reports": reports} if family.report else {},
+    )
+    base.update(fields)
+    return Record(**base)

@@ -8,14 +8,15 @@ import json
 import shutil
 import subprocess
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 import xmlschema
+from conftest import derived_record
 
 from harness.cli import main
-from harness.family import CheckResult
 from harness.gate.outputs import EXIT_COULD_NOT_RUN, EXIT_PASS, EXIT_REGRESSION, junit_schema_path
 from harness.records import ErrorInfo, Record
 from harness.store import RunDir
@@ -109,13 +110,11 @@ def test_worktree_ab_end_to_end_with_a_failing_case(tmp_repo, tmp_path):
 # -- compare on stored runs (records written through the store, no processes) -------------------
 
 def _record(case_id: str, samples, run_id: str, ok: bool = True) -> Record:
-    common = dict(run_id=run_id, case_id=case_id, family="selftest", family_version=1,
-                  params={"mode": "noop", "fault_rank": 0, "world": 1}, backend="gloo", world=1,
-                  started_at="2026-01-01T00:00:00+00:00", wall_s=0.1)
+    record = derived_record(case_id, samples, run_id=run_id, plan={"warmup": 1, "iters": len(samples)})
     if not ok:
-        return Record(status="failed", error=ErrorInfo("InjectedFault", "boom", 0), **common)
-    return Record(status="ok", samples_ns=tuple(int(x) for x in samples), plan={"warmup": 1, "iters": len(samples)},
-                  timer="perf_counter_ns", check=CheckResult(0, 1), **common)
+        return replace(record, status="failed", error=ErrorInfo("InjectedFault", "boom", 0), samples_ns=(), plan=None,
+                       metrics={}, check=None)
+    return record
 
 
 def _runs(root: Path, centers, case_id: str = NOOP, failed_at: int = -1, seed: int = 0) -> Path:
@@ -182,11 +181,13 @@ def test_against_a_baseline_table_runs_only_the_candidate(tmp_repo, tmp_path):
 
 
 def test_compare_a_throughput_metric_counts_a_drop_as_a_regression(tmp_path):
+    case_id = "sendrecv/backend=gloo,size_bytes=4096,world=2"
+
     def runs(root, busbw):
         for i, value in enumerate(busbw):
             run = RunDir(root / f"run-{i}", f"run-{i}")
-            rec = _record(NOOP, [1000] * 10, run.run_id)
-            run.append(Record(**{**rec.__dict__, "metrics": {"busbw_gbps": value}}))
+            # sendrecv's busbw is size / mean time (bus factor 1): samples that give this busbw.
+            run.append(_record(case_id, [round(4096 / value)] * 10, run.run_id))
         return root
     base = runs(tmp_path / "a", [10.0, 10.1, 9.9, 10.0, 10.2, 9.8])
     cand = runs(tmp_path / "b", [8.0, 8.1, 7.9, 8.0, 8.2, 7.8])

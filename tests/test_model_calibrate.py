@@ -3,13 +3,12 @@ import json
 
 import numpy as np
 import pytest
+from conftest import derived_record
 
 from harness.cli import main
-from harness.family import CheckResult
 from harness.model import calibrate as cal
 from harness.model.command import parse_ranks
 from harness.model.profile import ProfileError, load_profile, parse_profile, shipped_profiles
-from harness.records import Record
 
 ALPHA_US, BETA_NS = 50.0, 0.5
 SIZES = [8 << k for k in range(0, 20, 1)]  # 8 B .. 4 MiB
@@ -41,13 +40,9 @@ def _write_run(path, rng, noise=0.05, outliers=()):
                 if (algo, world, n) in outliers:
                     base *= 30  # a scheduler time slice caught the whole case
                 samples = base * 1e9 * rng.lognormal(0.0, noise, size=64)
-                run.append(Record(
-                    run_id="synthetic", case_id=f"allreduce/algo={algo},size_bytes={n},world={world}",
-                    family="allreduce", family_version=1,
-                    params={"algo": algo, "backend": "gloo", "dtype": "float32", "size_bytes": n, "world": world},
-                    status="ok", backend="gloo", world=world, started_at="2026-01-01T00:00:00+00:00", wall_s=0.1,
-                    samples_ns=tuple(int(s) for s in samples), plan={"warmup": 0, "iters": 64},
-                    timer="synthetic", check=CheckResult(0, 1)))
+                run.append(derived_record(
+                    f"allreduce/algo={algo},backend=gloo,dtype=float32,size_bytes={n},world={world}", samples,
+                    run_id="synthetic", timer="synthetic"))
     return path
 
 
@@ -172,11 +167,8 @@ def test_extrapolation_catches_alpha_that_grows_with_p(tmp_path):
             a, b = cal.ring_coefficients(np.float64(world))
             alpha = ALPHA_US * (3 if world == 4 else 1)
             t = (a * alpha * 1e-6 + b * n * BETA_NS * 1e-9) * 1e9 * rng.lognormal(0, 0.02, 32)
-            run.append(Record(
-                run_id="synthetic", case_id=f"allreduce/algo=ring,size_bytes={n},world={world}", family="allreduce",
-                family_version=1, params={"algo": "ring", "size_bytes": n, "world": world}, status="ok",
-                backend="gloo", world=world, started_at="2026-01-01T00:00:00+00:00", wall_s=0.1,
-                samples_ns=tuple(int(x) for x in t), check=CheckResult(0, 1)))
+            run.append(derived_record(f"allreduce/algo=ring,backend=gloo,dtype=float32,size_bytes={n},world={world}",
+                                      t, run_id="synthetic"))
     (e,) = cal.extrapolations(tmp_path / "run")
     assert e.median_abs_rel_error > 0.3
 
@@ -188,11 +180,8 @@ def test_p2p_tiers_fit_sets_intra_and_inter_tiers(tmp_path):
     for tier, (alpha_us, beta_ns) in truth.items():
         for n in SIZES:
             rtt_ns = 2 * (alpha_us * 1e3 + n * beta_ns) * rng.lognormal(0, 0.03, 64)
-            run.append(Record(
-                run_id="synthetic", case_id=f"p2p_tiers/size_bytes={n},tier={tier},world=4", family="p2p_tiers",
-                family_version=1, params={"tier": tier, "size_bytes": n, "world": 4, "backend": "gloo"},
-                status="ok", backend="gloo", world=4, started_at="2026-01-01T00:00:00+00:00", wall_s=0.1,
-                samples_ns=tuple(int(x) for x in rtt_ns), check=CheckResult(0, 1)))
+            run.append(derived_record(f"p2p_tiers/backend=gloo,size_bytes={n},tier={tier},world=4", rtt_ns,
+                                      run_id="synthetic"))
     fits = {f.algo: f for f in cal.fit_run(tmp_path / "run")}
     for tier, (alpha_us, beta_ns) in truth.items():
         assert fits[f"p2p_{tier}"].alpha_us == pytest.approx(alpha_us, rel=0.1)

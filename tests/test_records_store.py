@@ -12,9 +12,12 @@ from harness.store import ResultsFileError, append_record, load_records
 
 
 def make_record(case_id="selftest/fault_rank=0,mode=noop,world=1", samples=(100, 200, 300, 400), **kw):
+    from harness import registry
+
+    case = registry.parse(case_id)
     base = dict(
         run_id="r1", case_id=case_id, family="selftest", family_version=1,
-        params={"mode": "noop", "fault_rank": 0, "world": 1}, status="ok", backend="gloo", world=1,
+        params=dict(case.params), status="ok", backend="gloo", world=case.world,
         started_at="2026-01-01T00:00:00+00:00", wall_s=0.5, samples_ns=tuple(samples),
         plan={"warmup": 1, "iters": len(samples)}, timer="perf_counter_ns",
         metrics={"loop_overhead_ns": 250.0}, check=CheckResult(0, 1),
@@ -76,7 +79,7 @@ def test_failed_record_needs_an_error_and_ok_needs_samples():
 
 def test_append_then_load(tmp_path):
     path = tmp_path / "results.jsonl"
-    records = [make_record(case_id=f"selftest/fault_rank={i},mode=noop,world=1") for i in range(3)]
+    records = [make_record(case_id=f"selftest/fault_rank=0,mode=noop,spin_iters={i},world=1") for i in range(3)]
     for r in records:
         append_record(path, r)
     assert load_records(path) == records
