@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping, Optional, Sequence
 
 from harness.baselines import Claim, Selector
+from harness.comparable import mismatch
 from harness.records import Record
 
 CONFIRMED, CONTRADICTED, NOT_MEASURABLE = "confirmed", "contradicted", "not measurable here"
@@ -197,6 +198,10 @@ def _check_change(claim: Claim, records: list[Record], run_label: str, pending: 
                            run_label=run_label)
     ratios, skipped = [], []
     for key in pairs:
+        differs = mismatch({"before": [before[key]], "after": [after[key]]})
+        if differs:
+            skipped.append(differs)
+            continue
         try:
             b, a = statistic(before[key], m.statistic), statistic(after[key], m.statistic)
         except StatisticUnavailable as exc:

@@ -27,6 +27,7 @@ from harness.gate.values import (
     StatisticError, default_direction, failure_text, iteration_values, process_value, validate_statistic,
 )
 from harness.records import Record
+from harness.comparable import mismatch
 from harness.store import ResultsFileError, load_records
 
 DEFAULT_REPEATS = 10  # --against: processes of the candidate
@@ -342,6 +343,11 @@ def cmd_compare(args) -> int:
     inputs = []
     for case_id in case_ids:
         values, problems = [], []
+        differs = mismatch({label: [r for run in side for r in run if r.case_id == case_id]
+                            for label, side in zip(("base", "candidate"), sides)})
+        if differs:
+            inputs.append(CaseInput(case_id, [], [], config.min_effect(case_id), direction, problem=differs))
+            continue
         for label, side in zip(("base", "candidate"), sides):
             records = [r for run in side for r in run if r.case_id == case_id]
             if len(records) < len(side):

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Mapping
 
 from harness.gate.schedule import SIDES, CaseTrack, pair_value
+from harness.comparable import mismatch
 from harness.gate.values import StatisticError, failure_text, process_value
 from harness.store import load_records
 
@@ -43,6 +44,7 @@ def read_pairs(base_dir: Path, cand_dir: Path, statistic: str) -> tuple[dict[str
                 continue
             records = {side: [r[case_id] for r in rounds[side]] for side in SIDES}
             bad = next((f"{side}: {failure_text(recs)}" for side, recs in records.items() if failure_text(recs)), "")
+            bad = bad or mismatch(records) or ""
             if bad:
                 track.problem = f"{gen}: {bad}"
                 continue

@@ -28,6 +28,7 @@ import numpy as np
 
 from harness.gate.sides import RoundCase, RoundResult, RunSide, SideError, WorkerSide
 from harness.gate.trees import BASE, CANDIDATE, Tree
+from harness.comparable import mismatch
 from harness.gate.values import StatisticError, failure_text, process_value
 
 SIDES = (BASE, CANDIDATE)
@@ -67,6 +68,7 @@ class CaseTrack:
     pairs: list = field(default_factory=list)  # log(candidate / base) per generation
     values: dict = field(default_factory=lambda: {BASE: [], CANDIDATE: []})  # per generation: round values
     problem: str = ""  # set: could not run, with why
+    first: Optional[tuple] = None  # (side, record) first seen: later records must share its definition
     state: object = None  # the sequential decision's last CaseState
     decided_at_s: Optional[float] = None
 
@@ -264,6 +266,12 @@ class Schedule:
                 continue
             if not (math.isfinite(value) and value > 0):
                 self.tracks[case_id].problem = f"{result.side}: {self.statistic} = {value!r}, not a positive number"
+                continue
+            track = self.tracks[case_id]
+            track.first = track.first or (result.side, record)
+            differs = mismatch({track.first[0]: [track.first[1]], result.side: [record]})
+            if differs:
+                track.problem = differs
 
     def _blame(self, ids: Sequence[str], result: RoundResult) -> None:
         """A process that died or hung mid-round: its records show how far it got, and the first
