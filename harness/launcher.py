@@ -22,7 +22,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch.distributed as dist
 
 from harness.case import Case
-from harness.records import ErrorInfo, Record
+from harness.records import ErrorInfo, Record, utc_now_iso
 from harness.timing import PlanPolicy
 from harness.worker import Rank, SpawnSpec, spawned_main
 
@@ -30,10 +30,6 @@ POLL_S = 0.1
 CLOSE_GRACE_S = 10.0  # idle ranks leave the group within this, or are killed
 DEATH_GRACE_S = 3.0  # after a rank dies, how long its peers get to report what they finished
 ERROR_GRACE_S = 0.5  # after a rank reports a failure, how long the others get to report theirs
-
-
-def _now_iso() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
 
 
 def _describe_exit(code: int) -> str:
@@ -190,7 +186,7 @@ class Supervisor:
                     return outcome
             rank, code = dead[0]
             error = ErrorInfo("exit", f"rank {rank} {_describe_exit(code)} without reporting an error", rank)
-            self._fail(pending, state, "failed", error)
+            self._fail(pending, state, error)
             return state.completed + 1
         if time.monotonic() > state.deadline:
             if state.current:
@@ -199,7 +195,7 @@ class Supervisor:
                 what = "ranks did not reach the next case in time"
             waiting = sorted(set(range(self.world)) - state.finished)
             error = ErrorInfo("timeout", f"{what}; killed ranks {waiting}")
-            self._fail(pending, state, "timeout", error)
+            self._fail(pending, state, error)
             return state.completed + 1
         return None
 
@@ -209,7 +205,7 @@ class Supervisor:
         if kind == "up":
             return None  # a rank joined the group; its cases come next
         if kind == "start" and event[1] != state.current:
-            state.current, state.started_at, state.since = event[1], _now_iso(), now
+            state.current, state.started_at, state.since = event[1], utc_now_iso(), now
             state.deadline = now + self.case_timeout_s
             self.on_start(state.current)
         elif kind == "record":
@@ -220,7 +216,7 @@ class Supervisor:
             state.current, state.since = None, now
             state.deadline = now + self.case_timeout_s  # until the next case starts
         elif kind in ("error", "fatal"):
-            self._fail(pending, state, "failed", self._root_cause(self._first_error(event, state), state.procs))
+            self._fail(pending, state, self._root_cause(self._first_error(event, state), state.procs))
             return state.completed + 1
         elif kind == "done":
             state.finished.add(event[1])
@@ -266,18 +262,11 @@ class Supervisor:
             time.sleep(0.05)
         return error
 
-    def _fail(self, pending: list[Case], state: "_PoolState", status: str, error: ErrorInfo) -> None:
+    def _fail(self, pending: list[Case], state: "_PoolState", error: ErrorInfo) -> None:
         state.failed = True
         case = pending[state.completed]
-        self.on_record(
-            Record(
-                run_id=self.run_id, case_id=case.id, family=case.family,
-                family_version=_family_version(case.family), params=dict(case.params),
-                status=status, backend=self.backend, world=case.world,
-                started_at=state.started_at, wall_s=max(0.0, time.monotonic() - state.since), error=error,
-                reduction="max_over_ranks" if case.world > 1 else "single_rank",
-            )
-        )
+        self.on_record(Record.failure(case, self.run_id, error, self.backend, state.started_at,
+                                      max(0.0, time.monotonic() - state.since)))
 
     @staticmethod
     def _kill(procs) -> None:
@@ -340,7 +329,7 @@ class _PoolState:
     deadline: float
     completed: int = 0
     current: Optional[str] = None
-    started_at: str = field(default_factory=_now_iso)
+    started_at: str = field(default_factory=utc_now_iso)
     since: float = field(default_factory=time.monotonic)
     finished: set = field(default_factory=set)
     procs: list = field(default_factory=list)
@@ -349,7 +338,3 @@ class _PoolState:
     inbox: Optional[_Inbox] = None
 
 
-def _family_version(name: str) -> int:
-    from harness import registry
-
-    return registry.get(name).version

@@ -5,6 +5,7 @@ checked against them when read back, so a hand-edited percentile is caught.
 """
 from __future__ import annotations
 
+import datetime as _dt
 import json
 import math
 from dataclasses import dataclass, field, replace
@@ -19,6 +20,17 @@ from harness.stats import Summary
 
 SCHEMA_ID = "critpath.record/1"
 STATUSES = ("ok", "failed", "timeout")
+# How ranks' samples became one per iteration: nccl-tests' rule for collectives, or one rank's own.
+MAX_OVER_RANKS, SINGLE_RANK = "max_over_ranks", "single_rank"
+
+
+def utc_now_iso(timespec: str = "milliseconds") -> str:
+    """Now, in UTC, as ISO 8601: every timestamp critpath writes."""
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec=timespec)
+
+
+def reduction_for(world: int) -> str:
+    return MAX_OVER_RANKS if world > 1 else SINGLE_RANK
 
 
 class RecordError(ValueError):
@@ -90,7 +102,7 @@ class Record:
     check: Optional[CheckResult] = None
     error: Optional[ErrorInfo] = None
     # Per-iteration latency is the max over ranks for collective families (nccl-tests' rule).
-    reduction: str = "max_over_ranks"
+    reduction: str = MAX_OVER_RANKS
     extra: Mapping[str, Any] = field(default_factory=dict)  # family-specific, JSON-able context
     # Figure -> why it could not be recomputed when the record was read (harness.verify); derived
     # on read, never written.
@@ -99,6 +111,14 @@ class Record:
     @property
     def ok(self) -> bool:
         return self.status == "ok" and (self.check is None or self.check.passed)
+
+    @property
+    def label(self) -> str:
+        """The record's outcome in one word, the same in every table: ok, failed, timeout, or wrong
+        (it ran, and its check found wrong results)."""
+        if self.ok:
+            return "ok"
+        return self.status if self.status != "ok" else "wrong"
 
     @property
     def summary(self) -> Optional[Summary]:
@@ -168,12 +188,25 @@ class Record:
             error=ErrorInfo(error["kind"], error["message"], error.get("rank"), error.get("traceback", ""))
             if error
             else None,
-            reduction=data.get("reduction", "max_over_ranks"),
+            reduction=data.get("reduction", MAX_OVER_RANKS),
             extra=data.get("extra", {}),
         )
 
     def with_run_id(self, run_id: str) -> "Record":
         return replace(self, run_id=run_id)
+
+    @classmethod
+    def failure(cls, case: Any, run_id: str, error: ErrorInfo, backend: str, started_at: str,
+                wall_s: float = 0.0) -> "Record":
+        """The record of a case that failed or timed out: the one constructor for every place
+        that turns a failure into a record (a rank, the supervisor, a gate worker)."""
+        from harness import registry
+
+        return cls(
+            run_id=run_id, case_id=case.id, family=case.family, family_version=registry.get(case.family).version,
+            params=dict(case.params), status="timeout" if error.kind == "timeout" else "failed", backend=backend,
+            world=case.world, started_at=started_at, wall_s=wall_s, error=error, reduction=reduction_for(case.world),
+        )
 
 
 def validate(data: Mapping[str, Any], where: str = "") -> None:

@@ -138,18 +138,16 @@ class RoundServer:
 
     def _one_rank(self, case, policy):
         """The case in this process, as a spawned single rank would run it; a failure is a record."""
-        import datetime as _dt
-
         from harness import registry
         from harness.driver import Collectives, run_case
         from harness.family import RankContext
-        from harness.records import ErrorInfo, Record
+        from harness.records import ErrorInfo, Record, utc_now_iso
 
         family = registry.get(case.family)
         device, group = None, None
         if "torch" in sys.modules:  # the family uses torch: give it what a spawned rank has
             device, group = self._torch_context()
-        started_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
+        started_at = utc_now_iso()
         start = time.perf_counter()
         try:
             record = run_case(family, case, RankContext(0, 1, 0, self.backend, device, group),
@@ -157,12 +155,8 @@ class RoundServer:
             record.to_json()  # validate here: a family's invalid figures fail its case, not the worker
             return record
         except Exception as exc:  # noqa: BLE001 - every failure must become a record
-            return Record(
-                run_id=self.run_id, case_id=case.id, family=case.family, family_version=family.version,
-                params=dict(case.params), status="failed", backend=self.backend, world=1,
-                started_at=started_at, wall_s=time.perf_counter() - start,
-                error=ErrorInfo(type(exc).__name__, str(exc), 0, traceback.format_exc()), reduction="single_rank",
-            )
+            return Record.failure(case, self.run_id, ErrorInfo(type(exc).__name__, str(exc), 0, traceback.format_exc()),
+                                  self.backend, started_at, time.perf_counter() - start)
 
     def _torch_context(self):
         import torch.distributed as dist

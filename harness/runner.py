@@ -7,7 +7,6 @@ Two ways to get ranks, one worker loop (``harness.worker.serve``):
 """
 from __future__ import annotations
 
-import datetime as _dt
 import os
 import sys
 import threading
@@ -23,7 +22,7 @@ from harness import fingerprint, registry
 from harness.case import Case
 from harness.family import BACKENDS, GridOptions
 from harness.progress import LiveProgress
-from harness.records import ErrorInfo, Record
+from harness.records import ErrorInfo, Record, utc_now_iso
 from harness.store import RunDir, new_run_id
 from harness.table import print_tables
 from harness.timing import PlanPolicy
@@ -62,6 +61,54 @@ class RunOptions:
             min_iters=base.min_iters,
             max_iters=base.max_iters,
         )
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What a run decides once, before its first case; the launcher, the workers, the sink, the
+    header and run.json all read it, never the options again."""
+
+    run_id: str
+    cases: tuple[Case, ...]
+    backend: str
+    policy: PlanPolicy
+    timeout_s: float
+    run_dir: Optional[RunDir]  # None on the ranks of a joined job that do not write
+    started_at: str
+    options: dict  # the options as given, for run.json
+    argv: tuple[str, ...]
+
+    @property
+    def worlds(self) -> list[int]:
+        """The worlds the cases use (a case ID names its own), not --world."""
+        return sorted({c.world for c in self.cases})
+
+    def by_world(self) -> dict[int, list[Case]]:
+        groups: dict[int, list[Case]] = defaultdict(list)
+        for case in self.cases:
+            groups[case.world].append(case)
+        return dict(groups)
+
+    def meta(self, state: str, records: Sequence[Record]) -> dict:
+        """run.json: how far the run got."""
+        return {
+            "schema": "critpath.run/1",
+            "run_id": self.run_id,
+            "state": state,
+            "argv": list(self.argv),
+            "options": self.options,
+            "started_at": self.started_at,
+            "finished_at": utc_now_iso("seconds") if state != "running" else None,
+            "cases_total": len(self.cases),
+            "cases_ok": sum(1 for r in records if r.ok),
+            "cases_failed": sum(1 for r in records if not r.ok),
+        }
+
+
+def _plan(opts: RunOptions, cases: Sequence[Case], backend: str, run_id: str, run_dir: Optional[RunDir]) -> RunPlan:
+    options = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(opts).items()}
+    return RunPlan(run_id, tuple(cases), backend, opts.policy(), opts.timeout_s, run_dir, utc_now_iso("seconds"),
+                   options, tuple(opts.argv))
 
 
 def joined_rank(env=os.environ):
@@ -112,30 +159,13 @@ class Reporter(LiveProgress):
         self.progress.update(self.task, advance=1)
         summary = record.summary
         figure = f"p50={summary.p50_ns / 1e3:.1f}us" if summary else ""
-        state = "ok" if record.ok else record.status if record.status != "ok" else "failed"
-        line = f"[{self.done}/{self.total}] {record.case_id} {state} {figure}".rstrip()
+        line = f"[{self.done}/{self.total}] {record.case_id} {record.label} {figure}".rstrip()
         if record.error is not None:
             line += f" ({record.error.kind}: {record.error.message.splitlines()[0] if record.error.message else ''})"
         if self.live:
             self.progress.console.log(line) if not record.ok else None
         else:
             self.console.print(line, markup=False, highlight=False)
-
-
-def _meta(run_id: str, opts: RunOptions, cases: Sequence[Case], state: str, records: Sequence[Record], started: str) -> dict:
-    options = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(opts).items()}
-    return {
-        "schema": "critpath.run/1",
-        "run_id": run_id,
-        "state": state,
-        "argv": list(opts.argv),
-        "options": options,
-        "started_at": started,
-        "finished_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds") if state != "running" else None,
-        "cases_total": len(cases),
-        "cases_ok": sum(1 for r in records if r.ok),
-        "cases_failed": sum(1 for r in records if not r.ok),
-    }
 
 
 def run(opts: RunOptions, console: Optional[Console] = None) -> int:
@@ -168,15 +198,13 @@ def _run_local(opts: RunOptions, console: Console) -> int:
     if not cases:
         raise UsageError("no cases selected")
     run_id = new_run_id()
-    run_dir = _open_run_dir(opts, run_id)
-    started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-    run_dir.write_fingerprint(fingerprint.collect(backend, world, "local"))
+    plan = _plan(opts, cases, backend, run_id, _open_run_dir(opts, run_id))
+    run_dir = plan.run_dir
+    run_dir.write_fingerprint(fingerprint.collect(backend, max(plan.worlds), "local"))
     records: list[Record] = []
-    run_dir.write_meta(_meta(run_id, opts, cases, "running", records, started))
-    console.print(f"critpath run {run_id}: {len(cases)} cases, world {world}, {backend} -> {run_dir.path}")
-    by_world: dict[int, list[Case]] = defaultdict(list)
-    for case in cases:
-        by_world[case.world].append(case)
+    run_dir.write_meta(plan.meta("running", records))
+    console.print(f"critpath run {run_id}: {len(cases)} cases, world {'/'.join(map(str, plan.worlds))}, {backend} "
+                  f"-> {run_dir.path}")
     state = "interrupted"
     with Reporter(console, len(cases)) as reporter:
 
@@ -186,29 +214,29 @@ def _run_local(opts: RunOptions, console: Console) -> int:
             reporter.finished(record)
 
         try:
-            for case_world, group in by_world.items():
+            for case_world, group in plan.by_world().items():
                 with Supervisor(
-                    world=case_world, backend=backend, policy=opts.policy(), run_id=run_id,
-                    case_timeout_s=opts.timeout_s,
+                    world=case_world, backend=backend, policy=plan.policy, run_id=run_id,
+                    case_timeout_s=plan.timeout_s,
                     threads_per_rank=max(1, (os.cpu_count() or 1) // case_world),
                     on_start=reporter.started, on_record=keep,
                 ) as supervisor:
                     supervisor.run(group)
             state = "finished"
         finally:
-            run_dir.write_meta(_meta(run_id, opts, cases, state, records, started))
-    return _finish(console, run_dir, records, cases)
+            run_dir.write_meta(plan.meta(state, records))
+    return _finish(console, plan, records)
 
 
-def _finish(console: Console, run_dir: RunDir, records: list[Record], cases: Sequence[Case]) -> int:
+def _finish(console: Console, plan: RunPlan, records: list[Record]) -> int:
     print_tables(records)
     failed = [r for r in records if not r.ok]
     console.print(
-        f"{len(records) - len(failed)} of {len(cases)} cases ok"
+        f"{len(records) - len(failed)} of {len(plan.cases)} cases ok"
         + (f", {len(failed)} failed" if failed else "")
-        + f"; results in {run_dir.path}"
+        + f"; results in {plan.run_dir.path}"
     )
-    return 0 if not failed and len(records) == len(cases) else 1
+    return 0 if not failed and len(records) == len(plan.cases) else 1
 
 
 class _FileSink:
@@ -222,7 +250,7 @@ class _FileSink:
         self.watchdog: Optional[threading.Timer] = None
 
     def started(self, case_id: str, rank: int) -> None:
-        self.started_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
+        self.started_at = utc_now_iso()
         if self.reporter:
             self.reporter.started(case_id)
         # No supervising parent here: a watchdog thread bounds the case. A collective stuck on a
@@ -255,15 +283,8 @@ class _FileSink:
         if self.run_dir is None:
             print(f"critpath rank {self.me.rank}: {case_id} failed: {error.kind}: {error.message}", file=sys.stderr)
             return
-        case = registry.parse(case_id)
-        self.record(
-            Record(
-                run_id=self.run_dir.run_id, case_id=case_id, family=case.family,
-                family_version=registry.get(case.family).version, params=dict(case.params),
-                status="timeout" if error.kind == "timeout" else "failed", backend=self.backend,
-                world=case.world, started_at=self.started_at or "unknown", wall_s=0.0, error=error,
-            )
-        )
+        self.record(Record.failure(registry.parse(case_id), self.run_dir.run_id, error, self.backend,
+                                   self.started_at or "unknown"))
 
     def finished(self, rank: int) -> None:
         self._disarm()
@@ -285,24 +306,21 @@ def _run_joined(opts: RunOptions, me, console: Console) -> int:
     # Every rank says where it runs (over the gloo control group, before any case) so rank 0 can
     # record the node layout: a result from 2 x 8 GPUs means little without it.
     identities = comm.gather(fingerprint.rank_identity(me.rank, me.local_rank), me.rank)
-    run_dir = None
     records: list[Record] = []
-    run_id = "joined"
-    started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-    if me.rank == 0:
-        run_id = new_run_id()
-        run_dir = _open_run_dir(opts, run_id)
+    run_id = new_run_id() if me.rank == 0 else "joined"
+    plan = _plan(opts, cases, backend, run_id, _open_run_dir(opts, run_id) if me.rank == 0 else None)
+    if plan.run_dir is not None:
         layout = fingerprint.node_layout(identities)
-        run_dir.write_fingerprint(fingerprint.collect(backend, me.world, "joined", layout))
-        run_dir.write_meta(_meta(run_id, opts, cases, "running", records, started))
+        plan.run_dir.write_fingerprint(fingerprint.collect(backend, me.world, "joined", layout))
+        plan.run_dir.write_meta(plan.meta("running", records))
         console.print(f"critpath run {run_id}: {len(cases)} cases, world {me.world} on {layout['nodes']} node(s) "
-                      f"({', '.join(map(str, layout['ranks_per_node']))} ranks), {backend} -> {run_dir.path}")
+                      f"({', '.join(map(str, layout['ranks_per_node']))} ranks), {backend} -> {plan.run_dir.path}")
     reporter = Reporter(console, len(cases)) if me.rank == 0 else None
-    sink = _FileSink(me, run_dir, records, reporter, backend, opts.timeout_s)
-    ok = serve(cases, me, comm, opts.policy(), run_id, sink)
-    if run_dir is not None:
-        run_dir.write_meta(_meta(run_id, opts, cases, "finished" if ok else "aborted", records, started))
-        code = _finish(console, run_dir, records, cases)
+    sink = _FileSink(me, plan.run_dir, records, reporter, backend, plan.timeout_s)
+    ok = serve(list(plan.cases), me, comm, plan.policy, run_id, sink)
+    if plan.run_dir is not None:
+        plan.run_dir.write_meta(plan.meta("finished" if ok else "aborted", records))
+        code = _finish(console, plan, records)
     else:
         code = 0 if ok else 1
     if ok:

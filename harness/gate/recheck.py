@@ -14,7 +14,7 @@ from typing import Mapping
 from harness.gate.schedule import SIDES, CaseTrack, pair_value
 from harness.comparable import mismatch
 from harness.gate.values import StatisticError, failure_text, process_value
-from harness.store import load_records
+from harness.store import RESULTS, load_records
 
 
 def is_gate_side(path: Path) -> bool:
@@ -23,7 +23,7 @@ def is_gate_side(path: Path) -> bool:
 
 def _rounds(gen_dir: Path) -> list[dict]:
     return [{r.case_id: r for r in load_records(d)} for d in sorted(gen_dir.glob("round-*"))
-            if (d / "results.jsonl").exists()]
+            if (d / RESULTS).exists()]
 
 
 def read_pairs(base_dir: Path, cand_dir: Path, statistic: str) -> tuple[dict[str, CaseTrack], int]:

@@ -19,7 +19,7 @@ from typing import Callable, Sequence
 from harness.gate.trees import CANDIDATE, Tree
 from harness.gate.values import StatisticError, failure_text, process_value
 from harness.records import Record
-from harness.store import ResultsFileError, load_records
+from harness.store import RESULTS, ResultsFileError, load_records
 
 
 @dataclass
@@ -82,7 +82,7 @@ def run_process(tree: Tree, case_ids: Sequence[str], run_dir: Path, run_args: Se
             proc.wait()
             raise
     wall_s = time.perf_counter() - start
-    if code != 0 and not note and not (run_dir / "results.jsonl").exists():
+    if code != 0 and not note and not (run_dir / RESULTS).exists():
         # Nothing measured: the log's last error line says why (a failed case is in its record).
         lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
         errors = [ln for ln in lines if "error" in ln.lower()]
@@ -98,7 +98,7 @@ def run_repeats(case_ids: Sequence[str], tree: Tree, repeats: int, out: Path, ru
         run_dir.parent.mkdir(parents=True, exist_ok=True)
         code, wall_s, note = run_process(tree, case_ids, run_dir, run_args, timeout_s * len(case_ids) + 180.0)
         run = ProcessRun(CANDIDATE, repeat, run_dir, code, wall_s, error=note)
-        if (run_dir / "results.jsonl").exists():
+        if (run_dir / RESULTS).exists():
             try:
                 run.records = {r.case_id: r for r in load_records(run_dir)}
             except ResultsFileError as exc:

@@ -26,7 +26,7 @@ from typing import Optional, Sequence
 
 from harness.gate.trees import Tree
 from harness.records import Record
-from harness.store import ResultsFileError, load_records
+from harness.store import RESULTS, ResultsFileError, load_records
 
 STOP_GRACE_S = 10.0
 
@@ -53,7 +53,7 @@ class RoundResult:
 
 
 def _read_records(run_dir: Path) -> tuple[dict[str, Record], str]:
-    if not (run_dir / "results.jsonl").exists():
+    if not (run_dir / RESULTS).exists():
         return {}, ""
     try:
         return {r.case_id: r for r in load_records(run_dir)}, ""
