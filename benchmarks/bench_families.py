@@ -15,6 +15,7 @@ from pathlib import Path
 
 from harness import registry
 from harness.family import GridOptions
+from harness.figures import sample_parts
 from harness.runner import RunOptions, run
 from harness.store import load_records
 
@@ -57,12 +58,12 @@ def _make_suite(family):
         def track_p50_us(self, cache, case_id):
             return _figure(cache, case_id, "p50_us")
 
-        track_p50_us.unit = "us"
+        track_p50_us.unit = sample_parts("p50_us")[1]
 
         def track_p99_us(self, cache, case_id):
             return _figure(cache, case_id, "p99_us")
 
-        track_p99_us.unit = "us"
+        track_p99_us.unit = sample_parts("p99_us")[1]
 
     Suite.__name__ = Suite.__qualname__ = "".join(part.title() for part in family.name.split("_"))
     return Suite
@@ -87,4 +88,4 @@ class AllreduceBandwidth:
     def track_busbw_gbps(self, cache, case_id):
         return _figure(cache, case_id, "busbw_gbps")
 
-    track_busbw_gbps.unit = "GB/s"
+    track_busbw_gbps.unit = registry.get("allreduce").figure("busbw_gbps").unit  # as the family declares it

@@ -21,6 +21,7 @@ import jsonschema
 import yaml
 
 from harness.claims import StatisticUnavailable, matches, statistic
+from harness.comparable import mismatch
 from harness.records import Record
 
 EXIT_PASS, EXIT_FAIL, EXIT_CANNOT = 0, 1, 2
@@ -154,6 +155,9 @@ def evaluate_check(check: Mapping[str, Any], records: Sequence[Record]) -> Check
             refs = [r for r in records if r.family == chosen[0].family and matches(r, check["relative_to"]) and r.ok]
             if not refs:
                 return out(CANNOT, detail=f"no reference record {check['relative_to']} in this run")
+            differs = mismatch({"checked": chosen, "reference": refs[:1]})
+            if differs:
+                return out(CANNOT, detail=differs)
             ref = statistic(refs[0], stat)
             values = [v / ref for v in values]
     except StatisticUnavailable as exc:

@@ -12,49 +12,23 @@ measured/article ratio beside it says how far the figures are apart.
 """
 from __future__ import annotations
 
-import re
 import statistics
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Optional, Sequence
+from typing import Iterable, Optional, Sequence
 
 from harness.baselines import Claim, Selector
 from harness.comparable import mismatch
+from harness.figures import FigureUnavailable, sample_parts
+from harness.figures import value as figure_value
 from harness.records import Record
 
 CONFIRMED, CONTRADICTED, NOT_MEASURABLE = "confirmed", "contradicted", "not measurable here"
 # A change smaller than this factor is "no change": noise on a shared 2-core machine is a few %.
 MIN_EFFECT = 1.05
 
-_SUMMARY_STAT = re.compile(r"^(min|p50|p90|p99|p999|max|mean)_(ns|us|ms|s)$")
-_SCALE = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
-
-
-class StatisticUnavailable(ValueError):
-    """The record cannot give this statistic (e.g. a percentile of an imported mean)."""
-
-
-def is_mean_only(record: Record) -> bool:
-    """Imported records (nccl-tests) carry one averaged sample, never percentiles."""
-    imported = record.extra.get("imported") if isinstance(record.extra, Mapping) else None
-    return bool(imported) and imported.get("samples") == "mean_only"
-
-
-def statistic(record: Record, name: str) -> float:
-    """A named figure of one record: a summary statistic with its unit (``p99_us``), the tail
-    ratio ``p999_over_mean``, or one of the record's metrics."""
-    m = _SUMMARY_STAT.match(name)
-    if m or name == "p999_over_mean":
-        summary = record.summary
-        if summary is None:
-            raise StatisticUnavailable(f"{record.case_id} has no samples")
-        if is_mean_only(record) and not (m and m.group(1) == "mean"):
-            raise StatisticUnavailable(f"{record.case_id} is imported with its mean only; no {name}")
-        if name == "p999_over_mean":
-            return summary.p999_ns / summary.mean_ns
-        return getattr(summary, f"{m.group(1)}_ns") / _SCALE[m.group(2)]
-    if name in record.metrics:
-        return float(record.metrics[name])
-    raise StatisticUnavailable(f"{record.case_id} has no metric {name!r}")
+# One grammar for a named figure of a record, shared with the gate and acceptance.
+StatisticUnavailable = FigureUnavailable
+statistic = figure_value
 
 
 def matches(record: Record, selector: Selector) -> bool:
@@ -100,8 +74,8 @@ def _fmt(x: float) -> str:
 
 
 def _value_text(value: float, stat: str) -> str:
-    m = _SUMMARY_STAT.match(stat)
-    return f"{_fmt(value)} {m.group(2)} ({m.group(1)})" if m else f"{_fmt(value)} ({stat})"
+    parts = sample_parts(stat)
+    return f"{_fmt(value)} {parts[1]} ({parts[0]})" if parts else f"{_fmt(value)} ({stat})"
 
 
 def check_claims(claims: Sequence[Claim], records: Sequence[Record], run_label: str = "") -> list[ClaimResult]:

@@ -10,7 +10,6 @@ communicator with the data path being measured (NCCL included).
 """
 from __future__ import annotations
 
-import datetime as _dt
 import time
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -19,7 +18,7 @@ import numpy as np
 
 from harness.case import Case
 from harness.family import CheckResult, Family, RankContext
-from harness.records import ErrorInfo, Record
+from harness.records import ErrorInfo, Record, reduction_for, utc_now_iso
 from harness.stats import Summary
 from harness.timing import Clock, LoopPlan, PlanPolicy, time_each, time_each_cuda
 
@@ -77,10 +76,6 @@ class Collectives:
             dist.barrier(group=self.group)
 
 
-def _now_iso() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
-
-
 def time_iterations(family: Family, ctx: RankContext, clock: Clock, state: Any, iters: int) -> tuple[np.ndarray, str]:
     """One latency per iteration, and the name of the clock that took them."""
     if family.iterate is not None:
@@ -101,7 +96,7 @@ def run_case(
     run_id: str,
     clock: Clock = time.perf_counter_ns,
 ) -> Optional[Record]:
-    started_at = _now_iso()
+    started_at = utc_now_iso()
     t_start = time.perf_counter()
     state = family.setup(ctx, case)
     try:
@@ -130,6 +125,7 @@ def run_case(
     summary = Summary.of(samples)
     # A fast wrong answer is a failure: keep its samples for forensics but derive no figures.
     metrics = dict(family.metrics(case, summary, reports)) if total.passed else {}
+    family.check_figures(metrics)
     error = None
     if not total.passed:
         error = ErrorInfo("check", f"{total.wrong} of {total.checked} results wrong {total.detail}".strip())
@@ -150,6 +146,6 @@ def run_case(
         metrics=metrics,
         check=total,
         error=error,
-        reduction="max_over_ranks" if ctx.world > 1 else "single_rank",
+        reduction=reduction_for(ctx.world),
         extra={"rank_reports": reports} if family.report else {},
     )

@@ -23,10 +23,13 @@ timeouts and the check; families never time themselves unless they use ``iterate
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence
 
+from harness import figures
 from harness.case import Case, CaseIdError, Param, ParamValue, check_declared
+from harness.figures import Figure
 from harness.stats import Summary
 
 PROFILES = ("quick", "full")
@@ -39,6 +42,10 @@ BACKEND = Param("backend", str, "gloo or nccl", choices=BACKENDS, required=True)
 def world_param(low: int = 1, doc: str = "number of ranks") -> Param:
     """The ``world`` key: ranks the case runs on, at least ``low`` (a peer, a pipeline of stages)."""
     return Param("world", int, doc, low=low, required=True)
+
+
+class FigureError(ValueError):
+    """metrics() returned a figure its family does not declare, or a value that is not finite."""
 
 
 @dataclass(frozen=True)
@@ -85,11 +92,19 @@ class CheckResult:
 
 @dataclass(frozen=True)
 class Column:
-    """A column of the terminal table: header (with unit) and how to read it off a record."""
+    """A column of the terminal table: header and how to read it off a record.
+
+    A column of a declared figure names it (``figure="busbw_gbps"``) instead of a ``value``: its
+    header then carries the figure's unit (or ``unit``, when ``scale`` converts it) and says when the
+    figure is modelled or simulated, all derived from the family's declaration.
+    """
 
     header: str
-    value: Callable[[Any], Any]  # record -> value (str or number)
+    value: Optional[Callable[[Any], Any]] = None  # record -> value (str or number)
     fmt: str = "{}"
+    figure: Optional[str] = None
+    scale: float = 1.0
+    unit: Optional[str] = None
 
     def render(self, record: Any) -> str:
         try:
@@ -99,6 +114,39 @@ class Column:
         if value is None:
             return "-"
         return self.fmt.format(value)
+
+
+# Units a header leaves out: the number says what it is.
+_UNITLESS = ("ratio", "count", "flag", "index", "fraction")
+# Plain text, not brackets: rich would read "[model]" as markup and drop it.
+SOURCE_MARKS = {"measured": "", "modelled": " (modelled)", "simulated": " (simulated)"}
+
+
+def sample_column(column: Column) -> Column:
+    """``column`` reading a sample statistic of the record (``p99_us``), in the grammar of harness.figures."""
+    name = column.figure
+    unit = figures.sample_parts(name)[1] if figures.sample_parts(name) else None
+    header = column.header + (f" ({unit})" if unit else "")
+
+    def read(record):
+        try:
+            return figures.value(record, name)
+        except figures.FigureUnavailable:
+            return None
+
+    return Column(header, read, column.fmt)
+
+
+# Columns most families end with.
+WRONG_COLUMN = Column("#wrong", lambda r: r.check.wrong)
+
+
+def figure_column(column: Column, figure: Figure) -> Column:
+    """``column`` reading its declared ``figure``: the header gets the unit and the source's mark."""
+    unit = column.unit or figure.unit
+    header = column.header + ("" if unit in _UNITLESS else f" ({unit})") + SOURCE_MARKS[figure.source]
+    name, scale = figure.name, column.scale
+    return Column(header, lambda r: r.metrics[name] * scale if name in r.metrics else None, column.fmt)
 
 
 @dataclass(frozen=True)
@@ -118,9 +166,44 @@ class Family:
     columns: Sequence[Column] = field(default_factory=tuple)
     # In `critpath run` without --families. Self-tests and fault injection are opt-in.
     default: bool = True
+    # Every figure metrics() may return, declared once (harness.figures): unit, direction, source.
+    figures: Sequence[Figure] = field(default_factory=tuple)
     # Rules that join parameters (a mode that needs a key, a world too small for the case), checked
     # with each Param's own bounds when a case is parsed or built: raise ValueError saying why.
     validate: Optional[Callable[[Case], None]] = None
+
+    def table_columns(self) -> list[Column]:
+        """The terminal table's columns, figure columns resolved against the declarations."""
+        out = []
+        for column in self.columns:
+            if column.figure is None:
+                out.append(column)
+                continue
+            if figures.is_sample_statistic(column.figure):
+                out.append(sample_column(column))
+                continue
+            figure = self.figure(column.figure)
+            if figure is None:
+                raise FigureError(f"{self.name}: column {column.header!r} reads {column.figure!r}, which the family "
+                                  "does not declare")
+            out.append(figure_column(column, figure))
+        return out
+
+    def figure(self, name: str) -> Optional[Figure]:
+        return next((f for f in self.figures if f.name == name), None)
+
+    def check_figures(self, values: Mapping[str, float]) -> None:
+        """What metrics() returned must be declared figures with finite values: the driver fails
+        the case otherwise (FigureError), so no record carries a number nobody defined."""
+        names = {f.name for f in self.figures}
+        undeclared = sorted(set(values) - names)
+        if undeclared:
+            raise FigureError(f"{self.name}.metrics() returned undeclared figure(s) {', '.join(undeclared)}; "
+                              f"declare each as a Figure in FAMILY.figures")
+        bad = sorted(k for k, v in values.items() if not isinstance(v, (int, float)) or not math.isfinite(v))
+        if bad:
+            raise FigureError(f"{self.name}.metrics() returned non-finite figure(s): "
+                              + ", ".join(f"{k}={values[k]!r}" for k in bad))
 
     @property
     def declared(self) -> dict[str, Param]:

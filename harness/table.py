@@ -12,15 +12,13 @@ from harness.records import Record
 
 
 def _status(record: Record) -> str:
-    if record.ok:
-        return "[green]ok[/green]"
-    text = record.status if record.status != "ok" else "failed"
-    return f"[red]{text}[/red]"
+    colour = "green" if record.ok else "red"
+    return f"[{colour}]{record.label}[/{colour}]"
 
 
 def family_table(family_name: str, records: list[Record]) -> Table:
     family = registry.FAMILIES.get(family_name)
-    columns = list(family.columns) if family else []
+    columns = family.table_columns() if family else []
     table = Table(title=f"{family_name}" + (f" — {family.description}" if family else ""), title_justify="left")
     if not columns:
         table.add_column("case")

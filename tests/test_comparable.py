@@ -73,3 +73,16 @@ def test_a_change_claim_does_not_pair_records_of_another_timer():
                   article_file="000_c5026049f14ef9b1.txt", measure=measure, before=2.0, after=1.0)
     result = check_claim(claim, [before, after])
     assert result.verdict == NOT_MEASURABLE and "timer differs" in result.reason
+
+
+def test_an_acceptance_check_relative_to_a_record_of_another_definition_could_not_run():
+    from harness.accept import CANNOT, PASS, evaluate_check
+
+    fast = derived_record("rpc/codec=raw,mode=pingpong,payload_bytes=64,transport=uds", SAMPLES, metrics={}, extra={})
+    slow = derived_record("rpc/codec=raw,mode=pingpong,payload_bytes=64,transport=tcp_nodelay",
+                          [2 * s for s in SAMPLES], metrics={}, extra={})
+    check = {"name": "uds vs tcp", "statistic": "p50_us", "source": "test", "max": 1.0, "family": "rpc",
+             "select": {"transport": "uds"}, "relative_to": {"transport": "tcp_nodelay"}}
+    assert evaluate_check(check, [fast, slow]).verdict == PASS
+    outcome = evaluate_check(check, [fast, replace(slow, timer="cuda_event")])
+    assert outcome.verdict == CANNOT and "timer differs" in outcome.detail

@@ -121,3 +121,196 @@ def test_a_left_out_key_reads_as_its_declared_default():
     assert rpc.value(case, "mode") == "pingpong" and rpc.value(case, "codec") == "raw" and rpc.value(case, "hops") == 0
     with pytest.raises(KeyError, match="rate_hz"):
         rpc.value(case, "rate_hz")  # no default: a case that needs it must name it
+
+
+# -- declared figures ---------------------------------------------------------------------------
+
+# A unit and the word of a figure's name that carries it: "us" in step_p50_us, "gbps" in busbw_gbps.
+_UNIT_WORDS = {"ns": "ns", "us": "us", "ms": "ms", "GB/s": "gbps", "GB": "gb", "bytes": "bytes", "%": "pct", "1/s": "hz"}
+_TIME_WORDS = {"ns", "us", "ms"}
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
+def test_every_figure_is_declared_once_with_its_unit_in_its_name(family):
+    names = [f.name for f in family.figures]
+    assert names, f"{family.name} declares no figure"
+    assert len(names) == len(set(names)), f"{family.name} declares a figure twice"
+    for figure in family.figures:
+        words = figure.name.split("_")
+        if figure.unit in _UNIT_WORDS:
+            assert _UNIT_WORDS[figure.unit] in words, f"{family.name}.{figure.name}: unit {figure.unit} not in the name"
+        elif figure.unit.endswith("/s"):
+            assert "per" in words, f"{family.name}.{figure.name}: a rate ({figure.unit}) named without _per_"
+        for word in _TIME_WORDS & set(words):
+            assert figure.unit == word, f"{family.name}.{figure.name}: named in {word}, declared in {figure.unit}"
+
+
+def test_the_driver_fails_a_case_whose_metrics_are_not_declared_or_not_finite():
+    import math
+
+    from harness.case import Case
+    from harness.driver import Collectives, run_case
+    from harness.family import CheckResult, Family, FigureError, RankContext
+    from harness.figures import Figure
+    from harness.timing import PlanPolicy
+
+    def family(figures: dict) -> Family:
+        return Family(name="fig", version=1, description="returns given figures", params=(),
+                      grid=lambda o: [], setup=lambda ctx, case: None, step=lambda state: None,
+                      metrics=lambda case, summary, reports: figures, check=lambda state: CheckResult(0, 1),
+                      figures=(Figure("time_us", "us", "lower", "the step"),))
+
+    def run(figures: dict):
+        return run_case(family(figures), Case("fig", {}), RankContext(0, 1, 0, "gloo", None), Collectives(None, 1),
+                        PlanPolicy(warmup=1, target_s=1e-4, min_iters=3, max_iters=10), "t")
+
+    assert run({"time_us": 1.0}).metrics == {"time_us": 1.0}
+    with pytest.raises(FigureError, match="undeclared figure.*busbw_gbps"):
+        run({"time_us": 1.0, "busbw_gbps": 3.0})
+    with pytest.raises(FigureError, match="non-finite.*time_us=nan"):
+        run({"time_us": math.nan})
+
+
+# -- the documented one-file family --------------------------------------------------------------
+
+def _doc_family_source() -> str:
+    import re
+
+    from conftest import ROOT
+
+    text = (ROOT / "docs" / "writing-a-family.md").read_text()
+    return re.search(r"## A whole family in one file.*?```python\n(.*?)```", text, re.S).group(1)
+
+
+def _load_doc_family(path: str):
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("doc_broadcast", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module.FAMILY
+
+
+def _doc_family_rank(rank: int, world: int, path: str, store_path: str, results) -> None:
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    from harness.driver import Collectives, run_case
+    from harness.family import RankContext
+    from harness.timing import PlanPolicy
+
+    family = _load_doc_family(path)
+    dist.init_process_group("gloo", store=dist.FileStore(store_path, world), rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=60))
+    control = dist.new_group(backend="gloo")
+    ctx = RankContext(rank, world, rank, "gloo", torch.device("cpu"), dist.group.WORLD)
+    case = family.case(backend="gloo", root=1, size_bytes=4096, world=world)
+    record = run_case(family, case, ctx, Collectives(control, world), PlanPolicy(warmup=2, target_s=0.01, min_iters=20,
+                                                                                  max_iters=200), "doc")
+    if rank == 0:
+        results["record"] = record.to_dict()
+    dist.destroy_process_group()
+
+
+@pytest.mark.integration
+def test_the_documented_one_file_family_is_about_60_lines_and_runs(tmp_path):
+    import torch.multiprocessing as mp
+
+    from harness.case import parse_case_id
+
+    source = _doc_family_source()
+    assert len(source.strip().splitlines()) <= 70
+    path = tmp_path / "broadcast.py"
+    path.write_text(source)
+    family = _load_doc_family(str(path))
+    # The contract every registered family keeps: IDs round-trip, bounds and joined rules refuse.
+    for case in family.grid(GridOptions("quick", 2, "gloo")):
+        assert family.check_case(parse_case_id(case.id, {"broadcast": family.declared})) == case
+    with pytest.raises(CaseIdError, match="root=2 is not a rank of world 2"):
+        family.case(backend="gloo", root=2, size_bytes=64, world=2)
+    results = mp.Manager().dict()
+    mp.spawn(_doc_family_rank, args=(2, str(path), str(tmp_path / "store"), results), nprocs=2, join=True)
+    record = results["record"]
+    assert record["status"] == "ok" and record["check"]["wrong"] == 0 and record["check"]["checked"] == 2 * 1024  # each rank checks its copy
+    assert set(record["metrics"]) == {"time_us", "algbw_gbps", "busbw_gbps"} and record["metrics"]["busbw_gbps"] > 0
+
+
+# -- every family's check can fail ----------------------------------------------------------------
+
+# For each registered family, the test that feeds its check a wrong result and sees it fail. A new
+# family is not done until it has one (the first test below keeps this table complete).
+CHECK_FAILS = {
+    "allreduce": "test_p2p_allreduce.py::test_allreduce_check_catches_a_sum_that_did_not_happen",
+    "sendrecv": "test_pipeline_family.py::test_sendrecv_check_fails_on_data_from_the_wrong_rank",
+    "pipeline": "test_pipeline_family.py::test_stage_verification_accepts_correct_data_and_counts_corruption",
+    "moe_a2a": "test_moe_family.py::test_check_catches_a_wrong_expert",
+    "rpc": "test_rpc_family.py::test_check_fails_when_the_echo_is_altered",
+    "kv_alloc": "test_kv_alloc_family.py::test_check_fails_when_the_allocator_misreports",
+    "allreduce_tiers": "test_family_contract.py::test_allreduce_tiers_check_catches_a_reduce_that_did_not_happen",
+    "p2p_tiers": "test_family_contract.py::test_p2p_tiers_check_catches_a_reply_that_never_came",
+    "selftest": "test_family_contract.py::test_selftest_check_catches_a_wrong_spin_sum",
+}
+
+
+def test_every_registered_family_has_a_test_that_its_check_can_fail():
+    import importlib
+
+    assert set(CHECK_FAILS) == set(registry.FAMILIES)
+    for family, node in CHECK_FAILS.items():
+        module, _, name = node.partition("::")
+        assert callable(getattr(importlib.import_module(module.removesuffix(".py")), name, None)), (family, node)
+
+
+class _NoWire:
+    """A torch.distributed stand-in that moves no data: every check must notice."""
+
+    def all_reduce(self, *args, **kwargs):
+        return None
+
+    def send(self, *args, **kwargs):
+        return None
+
+    def recv(self, *args, **kwargs):
+        return None
+
+
+def test_allreduce_tiers_check_catches_a_reduce_that_did_not_happen():
+    import torch
+
+    from harness.collectives.layout import NodeLayout
+    from harness.families import allreduce_tiers
+    from harness.family import RankContext
+
+    ctx = RankContext(0, 2, 0, "gloo", torch.device("cpu"))
+    state = allreduce_tiers.State(ctx, NodeLayout((0, 0)), None, [0, 1], torch.zeros(16), 1, _NoWire())
+    result = allreduce_tiers.check(state)
+    assert result.checked == 16 and result.wrong > 0 and not result.passed
+
+
+def test_p2p_tiers_check_catches_a_reply_that_never_came():
+    import torch
+
+    from harness.collectives.layout import NodeLayout
+    from harness.families import p2p_tiers
+    from harness.family import RankContext
+
+    ctx = RankContext(0, 2, 0, "gloo", torch.device("cpu"))
+    state = p2p_tiers.State(ctx, NodeLayout((0, 0)), (0, 1), torch.zeros(16), _NoWire())
+    result = p2p_tiers.check(state)
+    assert result.checked == 16 and result.wrong > 0 and not result.passed
+
+
+def test_selftest_check_catches_a_wrong_spin_sum():
+    from harness.families import selftest
+    from harness.family import RankContext
+
+    state = selftest.setup(RankContext(0, 1, 0, "gloo", None), registry.parse(
+        "selftest/fault_rank=0,mode=spin,spin_iters=100,world=1"))
+    selftest.step(state)
+    assert selftest.check(state).passed
+    state.spin_sum += 1  # a step that computed the wrong answer
+    assert not selftest.check(state).passed

@@ -184,10 +184,16 @@ def test_baselines_load_and_errors_name_the_entry(tmp_path):
         load_baselines(tmp_path / "missing.yaml")
 
 
-def test_direction_follows_the_unit_in_the_statistic_name():
+def test_direction_is_what_the_family_declares_never_a_guess_from_the_name():
     from harness.gate.values import StatisticError, default_direction
 
-    assert default_direction("p50_ns") == "lower" and default_direction("min_ns") == "lower"
-    assert default_direction("busbw_gbps") == "higher"
+    ar = "allreduce/algo=tree,backend=gloo,dtype=float32,size_bytes=8,world=2"
+    kv = "kv_alloc/allocator=paged,block_tokens=16,budget_gb=80,model=7b,policy=per_block,requests=300,speedup=4.0,trace=azure_conv"
+    assert default_direction(ar, "p50_ns") == "lower" and default_direction(ar, "p99_us") == "lower"
+    assert default_direction(ar, "busbw_gbps") == "higher"
+    # mean_running ends in no unit a suffix rule knows; the declaration says higher is better.
+    assert default_direction(kv, "mean_running") == "higher"
     with pytest.raises(StatisticError, match="--direction"):
-        default_direction("imbalance")
+        default_direction(ar, "imbalance")  # not a figure allreduce declares
+    with pytest.raises(StatisticError, match="context, not better or worse"):
+        default_direction(kv, "events")

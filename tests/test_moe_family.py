@@ -109,6 +109,9 @@ def test_end_to_end_three_ranks(tmp_path):
         assert r["metrics"]["tokens_per_s"] > 0
     paired = records[1]["metrics"]
     assert paired["paired_steps"] >= 5 and 0 < paired["paired_rel_throughput"] < 10
+    # The paired record's samples are its own steps: as many as the plan, from its own loop.
+    assert len(records[1]["samples_ns"]) == records[1]["plan"]["iters"] == 40
+    assert records[1]["timer"] == "family-owned loop (moe_a2a)"
     by_mitigation = {r["params"]["mitigation"] + r["params"].get("routing", ""): r for r in records
                      if r["params"]["workload"] == "hot"}
     assert by_mitigation["none"]["metrics"]["rank_max_over_mean"] > by_mitigation["replicateaware"]["metrics"]["rank_max_over_mean"]
@@ -121,3 +124,26 @@ def test_end_to_end_three_ranks(tmp_path):
     rows = {row["case_id"]: row for row in json.loads((tmp_path / "rel.json").read_text())}
     assert rows[ids[0]]["rel_throughput"] == 1.0
     assert all(0 < row["rel_throughput"] < 10 for row in rows.values())
+
+
+def test_a_paired_case_times_only_its_own_steps(monkeypatch):
+    """The twin's steps and the first step of each of the case's blocks run but are never samples:
+    a case step costs 10 ns, a twin step 1 ns, so any twin step among the samples would show."""
+    from types import SimpleNamespace
+
+    from harness.moe import step as moe_step
+
+    now = [0]
+    ran = []
+
+    def run_once(state):
+        ran.append(state.name)
+        now[0] += 10 if state.name == "case" else 1
+
+    monkeypatch.setattr(moe_step, "run_once", run_once)
+    case = SimpleNamespace(name="case", turns=0, baseline=SimpleNamespace(name="twin"))
+    samples = moe_step.time_paired(case, 30, lambda: now[0])
+    assert samples.tolist() == [10] * 30
+    block = moe_step.PAIR_BLOCK
+    assert ran[:2 * block] == ["case"] * block + ["twin"] * block  # A B A B in blocks
+    assert ran.count("case") == 30 + -(-30 // (block - 1))  # plus one untimed first step per block

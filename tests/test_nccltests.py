@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.claims import StatisticUnavailable, is_mean_only, statistic
+from harness.claims import StatisticUnavailable, statistic
 from harness.cli import main
+from harness.figures import is_mean_only
 from harness.nccltests import NcclTestsFormatError, import_file, nccl_version_text, parse_file
 from harness.store import load_records
 

@@ -97,7 +97,8 @@ def test_allreduce_check_catches_a_sum_that_did_not_happen():
     # A ring plan for one rank does nothing; checked as if two ranks took part, it must fail.
     buf = torch.zeros(11)
     ctx = RankContext(0, 2, 0, "gloo", torch.device("cpu"), None)
-    state = allreduce.State(ctx, None, buf, "ring", plan=RingPlan.for_buffer(buf, 0, 1))
+    plan = RingPlan.for_buffer(buf, 0, 1)
+    state = allreduce.State(ctx, None, buf, "ring", op=lambda: ring_allreduce(plan), plan=plan)
     result = allreduce.check(state)
     assert result.checked == 11
     assert result.wrong > 0 and not result.passed

@@ -62,3 +62,30 @@ def test_a_command_imports_only_its_own_module():
     assert cli._modules_for(["gate", "--base", "main"]) == ("harness.gate.cli",)
     assert cli._modules_for(["--help"]) == tuple(cli.COMMAND_MODULES)
     assert cli._modules_for(["no-such-command"]) == tuple(cli.COMMAND_MODULES)
+
+
+def test_commands_that_measure_nothing_import_no_torch_scipy_or_matplotlib():
+    # Start-up of these is a benchmark (docs/start-up in README: "Start-up"); this keeps the
+    # imports that dominated it (torch ~1.5 s, scipy.stats ~1.2 s, pyplot ~0.7 s here) out of them.
+    code = ("import sys, contextlib, io; from harness import cli, registry\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    try: cli.main(['--help'])\n"
+            "    except SystemExit: pass\n"
+            "    cli.main(['list'])\n"
+            "[f.table_columns() for f in registry.FAMILIES.values()]\n"
+            "print(sorted(m for m in ('matplotlib', 'scipy.stats', 'scipy.optimize', 'torch') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout + out.stderr
+
+
+def test_domain_packages_never_import_from_families():
+    # The arrow runs from a family to its domain (moe/, pipeline/, gate/ ...), never back.
+    offenders = []
+    for path in sorted((ROOT / "harness").rglob("*.py")):
+        rel = path.relative_to(ROOT / "harness")
+        if rel.parts[0] in ("families",) or rel.name == "registry.py":
+            continue
+        if re.search(r"^\s*(from harness\.families|import harness\.families|from harness import families)",
+                     path.read_text(), re.MULTILINE):
+            offenders.append(str(rel))
+    assert offenders == []

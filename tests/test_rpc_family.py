@@ -80,15 +80,18 @@ def test_check_fails_when_the_echo_is_altered():
     assert not result.passed and result.wrong >= 3, result
 
 
-def test_bad_params_name_the_problem():
-    with pytest.raises(ValueError, match="unknown transport 'carrier_pigeon'"):
-        rpc.setup(CTX, registry.parse("rpc/codec=raw,payload_bytes=64,transport=carrier_pigeon"))
-    with pytest.raises(ValueError, match="needs a preset"):
-        rpc.setup(CTX, registry.parse("rpc/codec=json,transport=tcp_nodelay"))
-    with pytest.raises(ValueError, match="cannot keep requests in flight"):
-        rpc.setup(CTX, registry.parse("rpc/codec=raw,mode=pipelined,payload_bytes=64,transport=http_keepalive"))
-    with pytest.raises(ValueError, match="cannot sit behind a proxy"):
-        rpc.setup(CTX, registry.parse("rpc/codec=raw,hops=1,payload_bytes=64,transport=shm"))
+def test_bad_params_are_refused_by_name_when_the_id_is_parsed():
+    from harness.case import CaseIdError
+
+    for case_id, why in (
+        ("rpc/codec=raw,payload_bytes=64,transport=carrier_pigeon", "transport must be one of tcp_nodelay"),
+        ("rpc/codec=json,transport=tcp_nodelay", "needs a preset"),
+        ("rpc/codec=raw,mode=pipelined,payload_bytes=64,transport=http_keepalive", "cannot keep requests in flight"),
+        ("rpc/codec=raw,hops=1,payload_bytes=64,transport=shm", "cannot sit behind a proxy"),
+        ("rpc/codec=raw,payload_bytes=64,stall_every=5,stall_us=10,transport=grpc_unary", "cannot sit behind a proxy"),
+    ):
+        with pytest.raises(CaseIdError, match=why):
+            registry.parse(case_id)
 
 
 @pytest.mark.integration

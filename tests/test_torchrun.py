@@ -99,11 +99,16 @@ def test_tiers_on_one_node_fail_with_a_reason(tmp_path):
     store = dist.FileStore(str(tmp_path / "store"), 1)
     dist.init_process_group("gloo", store=store, rank=0, world_size=1, timeout=datetime.timedelta(seconds=30))
     try:
+        from harness.case import Case, CaseIdError
+
         ctx = RankContext(0, 1, 0, "gloo", torch.device("cpu"), dist.group.WORLD)
         for family, message in ((allreduce_tiers, "tier inter has no group of 2"), (p2p_tiers, "no inter-node pair")):
-            case = family.FAMILY.case(tier="inter", backend="gloo", size_bytes=64, world=1)
+            params = dict(tier="inter", backend="gloo", size_bytes=64, world=1)
+            with pytest.raises(CaseIdError, match="world must be >= 2"):
+                family.FAMILY.case(**params)  # one rank holds no tier: refused before anything runs
+            # A layout without the tier (here: one node) is only known once the ranks meet.
             with pytest.raises(ValueError, match=message):
-                family.setup(ctx, case)
+                family.setup(ctx, Case(family.FAMILY.name, params))
     finally:
         dist.destroy_process_group()
 

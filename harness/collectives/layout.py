@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch.distributed as dist
-
 from harness.fingerprint import node_key
 
 TIERS = ("intra", "inter")
@@ -43,6 +41,8 @@ class NodeLayout:
 
 def discover(group=None) -> NodeLayout:
     """All ranks call this together (a collective on ``group``, gloo or NCCL)."""
+    import torch.distributed as dist
+
     keys = [None] * dist.get_world_size(group)
     dist.all_gather_object(keys, node_key(), group=group)
     first: dict[str, int] = {}
@@ -54,6 +54,8 @@ def discover(group=None) -> NodeLayout:
 def tier_subgroup(layout: NodeLayout, tier: str, rank: int, backend: str):
     """This rank's sub-group of ``tier`` and its members. Every rank must call it (torch creates
     each sub-group on all ranks)."""
+    import torch.distributed as dist
+
     groups = layout.tier_groups(tier)
     mine, _ = dist.new_subgroups_by_enumeration(groups, backend=backend)
     members = next(g for g in groups if rank in g)

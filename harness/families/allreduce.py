@@ -13,14 +13,11 @@ from __future__ import annotations
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from functools import partial
+from typing import Any, Callable
 
-import torch
-import torch.distributed as dist
-
-from harness.bandwidth import algbw_gbps, busbw_gbps
+from harness.bandwidth import BANDWIDTH_COLUMNS, algbw_gbps, bandwidth_figures, busbw_gbps, busbw_p50_figure
 from harness.case import Case, Param
-from harness.collectives.p2p_allreduce import RingPlan, TreePlan, ring_allreduce, tree_allreduce
 from harness.family import BACKEND, CheckResult, Column, Family, GridOptions, RankContext, world_param
 from harness.sizes import format_size, parse_sizes
 from harness.stats import Summary
@@ -29,7 +26,9 @@ QUICK_SIZES = "8:1M:x2"
 FULL_SIZES = "8:64M:x2"
 ALGOS = ("native", "ring", "tree")
 NCCL_ALGO_NAMES = {"ring": "Ring", "tree": "Tree"}
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+# Element bytes by dtype name: torch itself is imported by setup, so that listing, reading or
+# verifying allreduce cases does not pay its import.
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 IMPL = {
     ("gloo", "native"): "torch.distributed.all_reduce on gloo (gloo's own algorithm)",
@@ -49,7 +48,7 @@ def grid(options: GridOptions) -> list[Case]:
         dtypes += ["bfloat16", "float16"]
     cases = []
     for dtype in dtypes:
-        elem = DTYPES[dtype].itemsize
+        elem = DTYPE_BYTES[dtype]
         for size in sizes:
             if size < elem:
                 continue  # fewer bytes than one element: nothing to reduce
@@ -65,7 +64,7 @@ def grid(options: GridOptions) -> list[Case]:
 
 def validate(case: Case) -> None:
     p = case.params
-    if p["size_bytes"] < DTYPES[p["dtype"]].itemsize:
+    if p["size_bytes"] < DTYPE_BYTES[p["dtype"]]:
         raise ValueError(f"size_bytes={p['size_bytes']} holds no {p['dtype']} element")
 
 
@@ -89,8 +88,9 @@ def _nccl_algo(value: str | None):
 class State:
     ctx: RankContext
     case: Case
-    buffer: torch.Tensor
+    buffer: Any  # torch.Tensor
     algo: str
+    op: Callable[[], Any] = None  # one allreduce of buffer, bound by setup
     group: Any = None  # NCCL communicator of this algorithm (own group), else None
     plan: Any = None  # RingPlan / TreePlan for the point-to-point builds
     nccl_algo_env: str | None = None
@@ -102,9 +102,13 @@ def setup(ctx: RankContext, case: Case) -> State:
         raise ValueError(f"case is for backend {p['backend']!r} but this run uses {ctx.backend!r}")
     if p["world"] != ctx.world:
         raise ValueError(f"case is for world {p['world']} but this run has {ctx.world} ranks")
-    dtype = DTYPES[p["dtype"]]
-    count = p["size_bytes"] // dtype.itemsize
-    buffer = torch.zeros(count, dtype=dtype, device=ctx.device)
+    import torch
+    import torch.distributed as dist
+
+    from harness.collectives.p2p_allreduce import RingPlan, TreePlan, ring_allreduce, tree_allreduce
+
+    count = p["size_bytes"] // DTYPE_BYTES[p["dtype"]]
+    buffer = torch.zeros(count, dtype=getattr(torch, p["dtype"]), device=ctx.device)
     state = State(ctx, case, buffer, p["algo"])
     if ctx.backend == "nccl":
         # One communicator per algorithm: NCCL_ALGO is read at communicator creation, which in
@@ -115,28 +119,31 @@ def setup(ctx: RankContext, case: Case) -> State:
             dist.all_reduce(buffer, group=state.group)
             torch.cuda.synchronize()
         state.nccl_algo_env = wanted
+    if ctx.backend == "nccl" or state.algo == "native":
+        state.op = partial(dist.all_reduce, buffer, group=state.group)
     elif state.algo == "ring":
         state.plan = RingPlan.for_buffer(buffer, ctx.rank, ctx.world)
-    elif state.algo == "tree":
+        state.op = partial(ring_allreduce, state.plan)
+    else:
         state.plan = TreePlan.for_buffer(buffer, ctx.rank, ctx.world)
+        state.op = partial(tree_allreduce, state.plan)
     return state
 
 
 def step(state: State) -> None:
-    if state.plan is None:
-        dist.all_reduce(state.buffer, group=state.group)
-    elif state.algo == "ring":
-        ring_allreduce(state.plan)
-    else:
-        tree_allreduce(state.plan)
+    state.op()
 
 
-def _pattern(count: int, rank: int, device) -> torch.Tensor:
+def _pattern(count: int, rank: int, device):
+    import torch
+
     # Values in {0, 1, 2}: sums stay exact in fp16/bf16 for any world a node can hold.
     return (torch.arange(count, device=device) + rank) % 3
 
 
-def _expected(count: int, world: int, device) -> torch.Tensor:
+def _expected(count: int, world: int, device):
+    import torch
+
     # sum over r of (i + r) mod 3: full cycles of 0+1+2, plus the first world%3 residues from i.
     base = torch.arange(count, device=device) % 3
     total = torch.full_like(base, 3 * (world // 3))
@@ -146,6 +153,8 @@ def _expected(count: int, world: int, device) -> torch.Tensor:
 
 
 def check(state: State) -> CheckResult:
+    import torch
+
     ctx, buf = state.ctx, state.buffer
     count = buf.numel()
     buf.copy_(_pattern(count, ctx.rank, buf.device).to(buf.dtype))
@@ -158,6 +167,8 @@ def check(state: State) -> CheckResult:
 
 def teardown(state: State) -> None:
     if state.group is not None:
+        import torch.distributed as dist
+
         dist.destroy_process_group(state.group)
 
 
@@ -178,7 +189,7 @@ def metrics(case: Case, summary: Summary, reports: list[dict]) -> dict[str, floa
 
 
 def _count(record) -> int:
-    return record.params["size_bytes"] // DTYPES[record.params["dtype"]].itemsize
+    return record.params["size_bytes"] // DTYPE_BYTES[record.params["dtype"]]
 
 
 FAMILY = Family(
@@ -188,11 +199,12 @@ FAMILY = Family(
     params=(
         Param("algo", str, "native is the backend's own", choices=ALGOS, required=True),
         BACKEND,
-        Param("dtype", str, "element type", choices=tuple(DTYPES), required=True),
+        Param("dtype", str, "element type", choices=tuple(DTYPE_BYTES), required=True),
         Param("size_bytes", int, "buffer size in bytes (count x element size)", low=1, required=True),
         world_param(),
     ),
     validate=validate,
+    figures=(*bandwidth_figures("allreduce"), busbw_p50_figure("allreduce")),
     grid=grid,
     setup=setup,
     step=step,
@@ -205,11 +217,6 @@ FAMILY = Family(
         Column("count", _count),
         Column("type", lambda r: r.params["dtype"]),
         Column("algo", lambda r: r.params["algo"]),
-        Column("time (us)", lambda r: r.metrics["time_us"], "{:.1f}"),
-        Column("algbw (GB/s)", lambda r: r.metrics["algbw_gbps"], "{:.3f}"),
-        Column("busbw (GB/s)", lambda r: r.metrics["busbw_gbps"], "{:.3f}"),
-        Column("#wrong", lambda r: r.check.wrong),
-        Column("p50 (us)", lambda r: r.summary.p50_ns / 1e3, "{:.1f}"),
-        Column("p99 (us)", lambda r: r.summary.p99_ns / 1e3, "{:.1f}"),
+        *BANDWIDTH_COLUMNS,
     ),
 )

@@ -10,12 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-import torch.distributed as dist
 
-from harness.bandwidth import algbw_gbps, busbw_gbps
+from harness.bandwidth import BANDWIDTH_COLUMNS, algbw_gbps, bandwidth_figures, busbw_gbps
 from harness.case import Case, Param
 from harness.collectives.layout import TIERS, NodeLayout, discover, tier_subgroup
+from harness.figures import Figure
 from harness.family import BACKEND, CheckResult, Column, Family, GridOptions, RankContext, world_param
 from harness.sizes import format_size, parse_sizes
 from harness.stats import Summary
@@ -38,8 +37,9 @@ class State:
     layout: NodeLayout
     group: Any
     members: list
-    buffer: torch.Tensor
+    buffer: Any  # torch.Tensor
     groups_total: int
+    dist: Any = None  # torch.distributed, imported by setup (reading cases needs no torch)
 
 
 def setup(ctx: RankContext, case: Case) -> State:
@@ -51,19 +51,24 @@ def setup(ctx: RankContext, case: Case) -> State:
     if max(len(g) for g in groups) < 2:
         raise ValueError(f"tier {p['tier']} has no group of 2 or more ranks in this layout ({layout.describe()}); "
                          "run across nodes with torchrun/Slurm, with more than one rank per node for tier=intra")
+    import torch
+    import torch.distributed as dist
+
     group, members = tier_subgroup(layout, p["tier"], ctx.rank, ctx.backend)
     buffer = torch.zeros(p["size_bytes"] // 4, dtype=torch.float32, device=ctx.device)
-    state = State(ctx, layout, group, members, buffer, len(groups))
+    state = State(ctx, layout, group, members, buffer, len(groups), dist)
     step(state)  # first use creates the sub-communicator: keep it out of the timing
     return state
 
 
 def step(state: State) -> None:
     if len(state.members) > 1:
-        dist.all_reduce(state.buffer, group=state.group)
+        state.dist.all_reduce(state.buffer, group=state.group)
 
 
 def check(state: State) -> CheckResult:
+    import torch
+
     buf, device = state.buffer, state.buffer.device
     count = buf.numel()
     index = torch.arange(count, device=device)
@@ -80,7 +85,7 @@ def check(state: State) -> CheckResult:
 
 def teardown(state: State) -> None:
     if state.group is not None and len(state.members) > 1:
-        dist.destroy_process_group(state.group)
+        state.dist.destroy_process_group(state.group)
 
 
 def report(state: State) -> dict:
@@ -113,17 +118,19 @@ FAMILY = Family(
         Param("size_bytes", int, "float32 buffer size in bytes", low=4, required=True),
         world_param(2, "number of ranks in the job"),
     ),
+    figures=(
+        *bandwidth_figures("allreduce", "the ranks of the tier's group"),
+        Figure("group_size", "ranks", "neither", "ranks in the largest group of the tier"),
+        Figure("groups", "count", "neither", "groups of the tier reducing at once (one per node, or one per rail)"),
+        Figure("nodes", "count", "neither", "nodes in the job's layout"),
+    ),
     grid=grid, setup=setup, step=step, metrics=metrics, check=check, teardown=teardown, report=report,
     columns=(
         Column("size", lambda r: format_size(r.params["size_bytes"])),
         Column("tier", lambda r: r.params["tier"]),
-        Column("group", lambda r: int(r.metrics["group_size"])),
-        Column("groups", lambda r: int(r.metrics["groups"])),
-        Column("time (us)", lambda r: r.metrics["time_us"], "{:.1f}"),
-        Column("busbw (GB/s)", lambda r: r.metrics["busbw_gbps"], "{:.3f}"),
-        Column("#wrong", lambda r: r.check.wrong),
-        Column("p50 (us)", lambda r: r.summary.p50_ns / 1e3, "{:.1f}"),
-        Column("p99 (us)", lambda r: r.summary.p99_ns / 1e3, "{:.1f}"),
+        Column("group", figure="group_size", fmt="{:.0f}"),
+        Column("groups", figure="groups", fmt="{:.0f}"),
+        *BANDWIDTH_COLUMNS,
     ),
     default=False,
 )

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from harness.case import Case, Param
+from harness.figures import Figure
 from harness.family import CheckResult, Column, Family, GridOptions, RankContext
 from harness.kvalloc import metrics as kvmetrics
 from harness.kvalloc.factory import ALLOCATORS, make_allocator
@@ -199,10 +200,6 @@ def metrics(case: Case, summary: Summary, reports: list[dict]) -> dict[str, floa
     }
 
 
-def _pct(key: str):
-    return lambda r: 100.0 * r.metrics[key]
-
-
 FAMILY = Family(
     name="kv_alloc",
     version=1,
@@ -218,6 +215,28 @@ FAMILY = Family(
         Param("speedup", float, "arrival times divided by this (load factor)", low=1e-6, high=1e6, required=True),
         Param("trace", str, "request trace", choices=TRACES, required=True),
     ),
+    # The replay is a simulation of the allocators (models of their policies, not the real ones):
+    # every figure but the replay's own speed is simulated, and says so wherever it is shown.
+    figures=(
+        *(Figure(name, "fraction", "lower", f"{kvmetrics.DEFINITIONS[base]}; {kvmetrics.DEFINITIONS[avg]}",
+                 source="simulated")
+          for name, base, avg in (("fragmentation_mean", "fragmentation", "mean"),
+                                  ("fragmentation_loaded", "fragmentation", "loaded"),
+                                  ("external_fragmentation_mean", "external_fragmentation", "mean"),
+                                  ("internal_waste_fraction_mean", "internal_waste_fraction", "mean"),
+                                  ("kv_waste_mean", "kv_waste", "mean"), ("kv_waste_loaded", "kv_waste", "loaded"))),
+        Figure("peak_reserved_gb", "GB", "lower", kvmetrics.DEFINITIONS["peak_reserved"], source="simulated"),
+        Figure("mean_running", "requests", "higher", kvmetrics.DEFINITIONS["mean_running"], source="simulated"),
+        Figure("decode_ooms", "count", "lower", kvmetrics.DEFINITIONS["decode_ooms"], source="simulated"),
+        Figure("admission_waits", "count", "lower", "admission attempts that found no memory (the request stayed queued)",
+               source="simulated"),
+        Figure("rejected", "count", "lower", "requests that could not fit even alone", source="simulated"),
+        Figure("alloc_retries", "count", "lower", "device reservations retried after releasing cache (PyTorch's num_alloc_retries)",
+               source="simulated"),
+        Figure("events", "count", "neither", "allocator calls in the replay (mallocs + frees)", source="simulated"),
+        Figure("replay_ns_per_op_p50", "ns", "lower", "measured: median time of one step of the allocator model's "
+               "replay / its operations per step (the model's speed, not the allocator's)"),
+    ),
     grid=grid,
     setup=setup,
     step=step,
@@ -229,15 +248,15 @@ FAMILY = Family(
         Column("budget (GB)", lambda r: r.params["budget_gb"]),
         Column("policy", lambda r: r.params["policy"]),
         Column("allocator", lambda r: r.params["allocator"]),
-        Column("frag mean (%)", _pct("fragmentation_mean"), "{:.1f}"),
-        Column("frag loaded (%)", _pct("fragmentation_loaded"), "{:.1f}"),
-        Column("ext frag (%)", _pct("external_fragmentation_mean"), "{:.1f}"),
-        Column("int waste (%)", _pct("internal_waste_fraction_mean"), "{:.1f}"),
-        Column("kv waste loaded (%)", _pct("kv_waste_loaded"), "{:.1f}"),
-        Column("peak (GB)", lambda r: r.metrics["peak_reserved_gb"], "{:.1f}"),
-        Column("batch", lambda r: r.metrics["mean_running"], "{:.0f}"),
-        Column("decode OOMs", lambda r: r.metrics["decode_ooms"], "{:.0f}"),
-        Column("ns/op", lambda r: r.metrics["replay_ns_per_op_p50"], "{:.0f}"),
+        Column("frag mean", figure="fragmentation_mean", fmt="{:.1f}", scale=100.0, unit="%"),
+        Column("frag loaded", figure="fragmentation_loaded", fmt="{:.1f}", scale=100.0, unit="%"),
+        Column("ext frag", figure="external_fragmentation_mean", fmt="{:.1f}", scale=100.0, unit="%"),
+        Column("int waste", figure="internal_waste_fraction_mean", fmt="{:.1f}", scale=100.0, unit="%"),
+        Column("kv waste loaded", figure="kv_waste_loaded", fmt="{:.1f}", scale=100.0, unit="%"),
+        Column("peak", figure="peak_reserved_gb", fmt="{:.1f}"),
+        Column("running", figure="mean_running", fmt="{:.0f}"),
+        Column("decode OOMs", figure="decode_ooms", fmt="{:.0f}"),
+        Column("replay per op", figure="replay_ns_per_op_p50", fmt="{:.0f}"),
     ),
     # Part of a plain `critpath run`: the quick profile is a few small replays (modelled figures,
     # labelled as such in every record).

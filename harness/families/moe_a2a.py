@@ -23,17 +23,23 @@ of a run (``critpath moe-report RUN_DIR``: each case over the uniform case of th
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from harness.case import Case, Param
-from harness.family import BACKEND, CheckResult, Column, Family, GridOptions, RankContext, world_param
-from harness.moe import step as moe_step
-from harness.moe.imbalance import Imbalance
+from harness.figures import Figure
+from harness.family import BACKEND, WRONG_COLUMN, CheckResult, Column, Family, GridOptions, RankContext, world_param
+from harness.moe.imbalance import MEASURES, Imbalance
 from harness.moe.routing import OVERFLOWS
-from harness.moe.step import MITIGATIONS, PHASES, ROUTINGS, SENTINEL, Mitigation, MoeState
+from harness.moe.config import (MITIGATIONS, PAIR_BLOCK, PAYLOAD_BYTES, PHASES, ROUTINGS, SENTINEL, Mitigation,
+                                check_measurable, mitigation_label, workload_label)
 from harness.moe.workloads import (DEEPEP_EXPERTS, DEEPEP_HIDDEN, DEEPEP_TOKENS, DEEPEP_TOP_K, KINDS, Shape, Workload,
                                    expert_load)
 from harness.stats import Summary
+
+if TYPE_CHECKING:  # the step needs torch; setup imports it, so reading MoE cases and records does not
+    from harness.moe.step import MoeState
 
 # CPU defaults: 4 ranks (the skew needs more than 2 ranks to show at rank level), 32 experts,
 # top-2, 256 tokens of 1 KiB per rank; 20 us of emulated expert time per received row, so that
@@ -114,10 +120,28 @@ def _workload_of(case: Case) -> Workload:
     return Workload(p["workload"], p["skew"], p["seed"])
 
 
+def _moe_step():
+    """harness.moe.step, imported when a rank first needs it: it needs torch."""
+    from harness.moe import step
+
+    return step
+
+
+def step(state: MoeState) -> None:
+    state.step()
+
+
+def iterate(state: MoeState, iters: int, clock):
+    """A paired case owns its loop so that its samples are its own steps, not its twin's."""
+    if state.baseline is None:
+        return None  # unpaired: the driver's loop
+    return _moe_step().time_paired(state, iters, clock)
+
+
 def validate(case: Case) -> None:
     # The domain's own constructors hold the rules (top_k within the world's experts, a mitigation's
     # keys); building them here refuses a case before any rank starts.
-    moe_step.check_measurable(_shape(case.params))
+    check_measurable(_shape(case.params))
     _workload_of(case)
     _mitigation(case)
 
@@ -128,9 +152,9 @@ def setup(ctx: RankContext, case: Case) -> MoeState:
         raise ValueError(f"case is for backend {p['backend']!r} but this run uses {ctx.backend!r}")
     args = (ctx.rank, ctx.world, ctx.device, ctx.group, _shape(p))
     rest = (p["ns_per_token"], p["expert_bytes"], p["compute"])
-    state = moe_step.build(*args, _workload_of(case), _mitigation(case), FAMILY.value(case, "drift_steps"), *rest)
+    state = _moe_step().build(*args, _workload_of(case), _mitigation(case), FAMILY.value(case, "drift_steps"), *rest)
     if FAMILY.value(case, "paired"):
-        state.baseline = moe_step.build(*args, Workload("uniform", 0.0, p["seed"]), Mitigation(), 0, *rest)
+        state.baseline = _moe_step().build(*args, Workload("uniform", 0.0, p["seed"]), Mitigation(), 0, *rest)
     return state
 
 
@@ -145,7 +169,7 @@ def check(state: MoeState) -> CheckResult:
         wrong, checked, detail = twin.wrong, twin.checked, [twin.detail] if twin.detail else []
     state.result.fill_(SENTINEL)
     before = (state.counters.dropped_pairs, state.counters.rerouted_pairs)
-    moe_step.run_once(state)
+    _moe_step().run_once(state)
     dropped = state.counters.dropped_pairs - before[0]
     rerouted = state.counters.rerouted_pairs - before[1]
     T, k = state.shape.tokens_per_rank, state.shape.top_k
@@ -164,8 +188,8 @@ def check(state: MoeState) -> CheckResult:
         wrong += int(is_dropped.sum())
         detail.append(f"rank {state.rank}: pairs dropped without a capacity limit")
     S = state.placement.slots_per_rank
-    send_all = moe_step.gather_send_counts(state)
-    if not (moe_step.expected_recv_counts(send_all, state.rank, S) == state.last_recv_counts).all():
+    send_all = _moe_step().gather_send_counts(state)
+    if not (_moe_step().expected_recv_counts(send_all, state.rank, S) == state.last_recv_counts).all():
         wrong += 1
         detail.append(f"rank {state.rank}: received splits are not the transpose of the senders'")
     result = state.result.double().cpu().numpy()
@@ -180,7 +204,7 @@ def check(state: MoeState) -> CheckResult:
 
 
 def report(state: MoeState) -> dict:
-    n = min(state.steps, moe_step.MAX_KEPT_STEPS)
+    n = min(state.steps, _moe_step().MAX_KEPT_STEPS)
     phases = state.phase_ns[:n]
     c = state.counters
     return {
@@ -205,10 +229,10 @@ def _paired_report(state: MoeState) -> dict:
     step is left out."""
     if state.baseline is None:
         return {}
-    case_ns = moe_step.step_totals_ns(state)[:-1]
-    twin_ns = moe_step.step_totals_ns(state.baseline)
+    case_ns = _moe_step().step_totals_ns(state)[:-1]
+    twin_ns = _moe_step().step_totals_ns(state.baseline)
     return {"paired_case_step_ns": case_ns.tolist(), "paired_uniform_step_ns": twin_ns.tolist(),
-            "paired_block_steps": moe_step.PAIR_BLOCK}
+            "paired_block_steps": PAIR_BLOCK}
 
 
 def metrics(case: Case, summary: Summary, reports: list[dict]) -> dict[str, float]:
@@ -235,16 +259,7 @@ def metrics(case: Case, summary: Summary, reports: list[dict]) -> dict[str, floa
     for name in PHASES:
         out[f"{name}_us_p50_max_rank"] = max(r["phase_p50_us"][name] for r in reports)
     if "paired_case_step_ns" in reports[0]:
-        paired = _paired_metrics(reports)
-        out.update(paired)
-        if paired:
-            # The driver's samples alternate case and twin: keep their mean under its own name and
-            # give the headline figures for the case's own steps.
-            out["driver_mixed_step_us"] = out["step_us"]
-            out["step_us"] = paired["paired_case_step_us"]
-            out["step_p50_us"] = paired["paired_case_step_p50_us"]
-            out["tokens_per_s"] = shape.tokens_per_rank * world / (out["step_us"] / 1e6)
-            out["tokens_per_s_p50"] = shape.tokens_per_rank * world / (out["step_p50_us"] / 1e6)
+        out.update(_paired_metrics(reports))
     # Measured: rows each rank received per step (mean over steps), as the straggler sees it.
     out.update(Imbalance.of([r["recv_rows_mean"] for r in reports]).to_dict("rank_"))
     # The gate's load over experts in phase 0 (a property of the workload, not of the run).
@@ -256,8 +271,8 @@ def _paired_metrics(reports: list[dict]) -> dict[str, float]:
     """Throughput relative to the uniform twin, interleaved in blocks (A B A B) in this one case:
     per step the slowest rank's host time (the driver's reduction); the first block of each
     variant is warm-up and the first step of every block is dropped (it waits for the other
-    variant's straggler). The driver's own samples mix case and twin, so ``metrics`` replaces
-    step_us / tokens_per_s with the case's own figures from these."""
+    variant's straggler). The record's samples are the case's own steps (``iterate``), so step_us
+    and tokens_per_s are the case's; these add the twin beside it."""
     block = reports[0]["paired_block_steps"]
 
     def per_step(key: str) -> np.ndarray:
@@ -279,31 +294,43 @@ def _paired_metrics(reports: list[dict]) -> dict[str, float]:
     }
 
 
-def _label(r) -> str:
-    p = r.params
-    text = p["mitigation"]
-    if text == "replicate":
-        text += f"/{p['routing']}+{p['spare_slots']}"
-    elif text == "adaptive":
-        text += f"/{p['window_steps']}st" if p.get("window_steps") else f"/{p['window_ms']:g}ms"
-    elif text == "capacity":
-        text += f"/{p['capacity_factor']:g}/{p['overflow']}"
-    return text
-
-
-def _workload(r) -> str:
-    p = r.params
-    text = p["workload"] if p["workload"] == "uniform" else f"{p['workload']}{p['skew']:g}"
-    return text + (f"~{p['drift_steps']}" if p.get("drift_steps") else "")
+_PAIRED = "paired=1, per step the slowest rank's host time, first block and first step of each block dropped"
+FIGURES = (
+    Figure("step_us", "us", "lower", "mean step (route, count, dispatch, compute, combine), the slowest rank's; "
+           "paired cases: the case's own steps only"),
+    Figure("step_p50_us", "us", "lower", "median step (as step_us)"),
+    Figure("tokens_per_s", "tokens/s", "higher", "tokens per rank x world / mean step"),
+    Figure("tokens_per_s_p50", "tokens/s", "higher", "tokens per rank x world / median step"),
+    Figure("dropped_fraction", "fraction", "lower", "token-expert pairs dropped by capacity / pairs sent"),
+    Figure("rerouted_fraction", "fraction", "neither", "token-expert pairs rerouted by capacity / pairs sent"),
+    Figure("recomputes_per_kstep", "1/kstep", "neither", "adaptive placement recomputations per 1000 steps"),
+    Figure("recompute_us_mean", "us", "lower", "mean time of one placement recomputation on rank 0"),
+    Figure("migrated_bytes_per_step", "bytes", "lower", "expert weight bytes moved by placement changes per step"),
+    *(Figure(f"{phase}_us_p50_max_rank", "us", "lower", f"median {phase} phase time of a step, the slowest rank's "
+             "(host clock inside the step, after a device synchronise on GPU)") for phase in PHASES),
+    Figure("paired_case_step_us", "us", "lower", f"mean step of the case; {_PAIRED}"),
+    Figure("paired_case_step_p50_us", "us", "lower", f"median step of the case; {_PAIRED}"),
+    Figure("paired_uniform_step_us", "us", "lower", f"mean step of the uniform, unmitigated twin; {_PAIRED}"),
+    Figure("paired_rel_throughput", "ratio", "higher", f"twin's mean step / case's mean step; {_PAIRED}"),
+    Figure("paired_rel_throughput_p50", "ratio", "higher", f"twin's median step / case's median step; {_PAIRED}"),
+    Figure("paired_steps", "steps", "neither", f"steps behind the paired figures, per variant; {_PAIRED}"),
+    *(Figure(f"rank_{name}", "ratio" if name != "gini" else "index", better,
+             f"{what}, of the rows each rank received per step (mean over steps)")
+      for name, (better, what) in MEASURES.items()),
+    # The load the gate puts on each expert in phase 0 follows from the workload alone: a model.
+    *(Figure(f"expert_{name}", "ratio" if name != "gini" else "index", better,
+             f"{what}, of the workload's load per expert in phase 0 (a property of the workload)", source="modelled")
+      for name, (better, what) in MEASURES.items()),
+)
 
 
 FAMILY = Family(
     name="moe_a2a",
-    version=1,
+    version=2,
     description="MoE dispatch/compute/combine over all_to_all_single: hot-expert skew and mitigations",
     params=(
         BACKEND,
-        Param("bytes_per_elem", int, "payload element: 2 (float16) or 4 (float32)", choices=tuple(moe_step.DTYPES),
+        Param("bytes_per_elem", int, "payload element: 2 (float16) or 4 (float32)", choices=PAYLOAD_BYTES,
               required=True),
         Param("capacity_factor", float, "capacity: slot capacity as a multiple of the mean pairs per slot", low=0,
               high=1e6, default=Mitigation.capacity_factor),
@@ -336,22 +363,24 @@ FAMILY = Family(
     ),
     grid=grid,
     setup=setup,
-    step=moe_step.step,
+    step=step,
     metrics=metrics,
     check=check,
     report=report,
+    iterate=iterate,
     validate=validate,
+    figures=FIGURES,
     columns=(
-        Column("workload", _workload),
-        Column("mitigation", _label),
-        Column("step (us)", lambda r: r.metrics["step_us"], "{:.0f}"),
-        Column("tokens/s", lambda r: r.metrics["tokens_per_s"], "{:.0f}"),
-        Column("dispatch", lambda r: r.metrics["dispatch_us_p50_max_rank"], "{:.0f}"),
-        Column("compute", lambda r: r.metrics["compute_us_p50_max_rank"], "{:.0f}"),
-        Column("combine", lambda r: r.metrics["combine_us_p50_max_rank"], "{:.0f}"),
-        Column("rank max/mean", lambda r: r.metrics["rank_max_over_mean"], "{:.2f}"),
-        Column("vs uniform (paired)", lambda r: r.metrics.get("paired_rel_throughput"), "{:.0%}"),
-        Column("dropped", lambda r: r.metrics["dropped_fraction"], "{:.1%}"),
-        Column("#wrong", lambda r: r.check.wrong),
+        Column("workload", workload_label),
+        Column("mitigation", mitigation_label),
+        Column("step", figure="step_us", fmt="{:.0f}"),
+        Column("throughput", figure="tokens_per_s", fmt="{:.0f}"),
+        Column("dispatch", figure="dispatch_us_p50_max_rank", fmt="{:.0f}"),
+        Column("compute", figure="compute_us_p50_max_rank", fmt="{:.0f}"),
+        Column("combine", figure="combine_us_p50_max_rank", fmt="{:.0f}"),
+        Column("rank max/mean", figure="rank_max_over_mean", fmt="{:.2f}"),
+        Column("vs uniform (paired)", figure="paired_rel_throughput", fmt="{:.0%}"),
+        Column("dropped", figure="dropped_fraction", fmt="{:.1%}"),
+        WRONG_COLUMN,
     ),
 )

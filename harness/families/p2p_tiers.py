@@ -8,14 +8,13 @@ Opt-in (``--families p2p_tiers``): it needs the node layout of a torchrun / Slur
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
-import torch
-import torch.distributed as dist
 
 from harness.case import Case, Param
 from harness.collectives.layout import TIERS, NodeLayout, discover
-from harness.family import BACKEND, CheckResult, Column, Family, GridOptions, RankContext, world_param
+from harness.figures import Figure
+from harness.family import BACKEND, WRONG_COLUMN, CheckResult, Column, Family, GridOptions, RankContext, world_param
 from harness.sizes import format_size, parse_sizes
 from harness.stats import Summary
 
@@ -48,7 +47,8 @@ class State:
     ctx: RankContext
     layout: NodeLayout
     pair: tuple[int, int]
-    buffer: torch.Tensor
+    buffer: Any  # torch.Tensor
+    dist: Any = None  # torch.distributed, imported by setup (reading cases needs no torch)
 
     @property
     def role(self) -> Optional[int]:
@@ -63,13 +63,16 @@ def setup(ctx: RankContext, case: Case) -> State:
     pair = pair_for(layout, p["tier"])
     if pair is None:
         raise ValueError(f"no {p['tier']}-node pair in this layout ({layout.describe()})")
-    state = State(ctx, layout, pair, torch.zeros(p["size_bytes"] // 4, dtype=torch.float32, device=ctx.device))
+    import torch
+    import torch.distributed as dist
+
+    state = State(ctx, layout, pair, torch.zeros(p["size_bytes"] // 4, dtype=torch.float32, device=ctx.device), dist)
     step(state)  # connect the pair outside the timing
     return state
 
 
 def step(state: State) -> None:
-    role, buf = state.role, state.buffer
+    role, buf, dist = state.role, state.buffer, state.dist
     if role == 0:
         dist.send(buf, state.pair[1])
         dist.recv(buf, state.pair[1])
@@ -80,7 +83,9 @@ def step(state: State) -> None:
 
 def check(state: State) -> CheckResult:
     """Rank A sends i mod 251; B adds 1 and sends it back; A checks i mod 251 + 1."""
-    role, buf = state.role, state.buffer
+    import torch
+
+    role, buf, dist = state.role, state.buffer, state.dist
     if role is None:
         return CheckResult(0, 0)
     index = torch.arange(buf.numel(), device=buf.device)
@@ -116,21 +121,28 @@ FAMILY = Family(
     version=1,
     description="Ping-pong inside a node vs across nodes: each tier's per-message latency and bandwidth",
     params=(
-        Param("tier", str, "intra (two ranks of one node) or inter (first ranks of nodes 0 and 1)", choices=TIERS, required=True),
+        Param("tier", str, "intra (two ranks of one node) or inter (first ranks of nodes 0 and 1)",
+              choices=TIERS, required=True),
         BACKEND,
         Param("size_bytes", int, "float32 message size in bytes", low=4, required=True),
         world_param(2, "number of ranks in the job"),
+    ),
+    figures=(
+        Figure("time_us", "us", "lower", "mean round trip (ping-pong) between the tier's pair"),
+        Figure("rtt_p50_us", "us", "lower", "median round trip between the tier's pair"),
+        Figure("one_way_p50_us", "us", "lower", "median round trip / 2"),
+        Figure("bw_p50_gbps", "GB/s", "higher", "size_bytes / median one-way time (nccl-tests sendrecv: busbw = algbw)"),
     ),
     grid=grid, setup=setup, step=step, metrics=metrics, check=check, report=report,
     columns=(
         Column("size", lambda r: format_size(r.params["size_bytes"])),
         Column("tier", lambda r: r.params["tier"]),
         Column("pair", lambda r: ",".join(map(str, r.extra["rank_reports"][0]["pair"]))),
-        Column("rtt p50 (us)", lambda r: r.metrics["rtt_p50_us"], "{:.1f}"),
-        Column("one-way (us)", lambda r: r.metrics["one_way_p50_us"], "{:.1f}"),
-        Column("bw (GB/s)", lambda r: r.metrics["bw_p50_gbps"], "{:.3f}"),
-        Column("#wrong", lambda r: r.check.wrong),
-        Column("p99 (us)", lambda r: r.summary.p99_ns / 1e3, "{:.1f}"),
+        Column("rtt p50", figure="rtt_p50_us", fmt="{:.1f}"),
+        Column("one-way", figure="one_way_p50_us", fmt="{:.1f}"),
+        Column("bw", figure="bw_p50_gbps", fmt="{:.3f}"),
+        WRONG_COLUMN,
+        Column("p99", figure="p99_us", fmt="{:.1f}"),
     ),
     default=False,
 )

@@ -7,7 +7,8 @@ in ``harness.pipeline.schedule``; the analytical prediction next to every measur
 ``harness.pipeline.model`` evaluating the same per-stage programs. Each stage reports its busy and
 idle time through ``report``.
 
-Definitions written into each record (``extra.rank_reports[0].definitions``):
+Definitions (declared once in ``FIGURES``, and written into each record as
+``extra.rank_reports[0].definitions``):
 - ``bubble_idle_share``: 1 - sum over stages of compute time / sum over stages of their step time,
   the idle share of total stage time (the fill/drain formula (P-1)/(M+P-1) is that of a zero-latency
   pipeline and is reported beside it as ``bubble_fill_drain_formula``);
@@ -25,46 +26,23 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-
-import torch
-import torch.distributed as dist
+from typing import TYPE_CHECKING
 
 from harness.case import Case, Param
+from harness.figures import Figure
 from harness.family import BACKEND, CheckResult, Column, Family, GridOptions, RankContext, world_param
 from harness.pipeline import link, model
-from harness.pipeline.executor import Stage
+from harness.pipeline.scenarios import SCENARIOS, STRETCH_WARN
 from harness.pipeline.schedule import SCHEDULES, TRAINING_SCHEDULES
 from harness.sizes import format_size
 from harness.stats import Summary
 
+if TYPE_CHECKING:  # torch and the executor are imported by setup: reading cases needs neither
+    from harness.pipeline.executor import Stage
+
 BWD_OVER_FWD = 2.0  # backward = 2 x forward, the usual transformer assumption (Megatron-LM)
 DIE_AT_STEP = 2  # with die_stage set, that stage exits at this step (inside warm-up: mid-pipeline)
 BASE_PINGPONGS = 30
-
-
-@dataclass(frozen=True)
-class Scenario:
-    """A named configuration; ``claim`` names the figure in claims.md it is compared with."""
-
-    name: str
-    stages: int
-    compute_us: int
-    rtt_us: int
-    schedules: tuple[str, ...]
-    claim: str = ""
-    claim_efficiency: float = 0.0  # sync throughput / ideal the article reports
-
-
-SCENARIOS = {
-    s.name: s
-    for s in (
-        # 4 stages, 3 ms compute, 0.4 ms round trip, a barrier each step: "throughput fell 30 %".
-        Scenario("a0_pipeline_barrier", 4, 3000, 400, ("sync", "async"), "A0.pipeline_barrier", 0.70),
-        # 5 ms compute + a 1 ms synchronous message each step: "83 % of ideal throughput".
-        Scenario("a0_sync_tax", 2, 5000, 1000, ("sync", "async"), "A0.sync_tax", 0.83),
-        Scenario("schedules", 4, 500, 0, ("gpipe", "1f1b")),
-    )
-}
 
 
 def grid(options: GridOptions) -> list[Case]:
@@ -107,6 +85,9 @@ def _base_one_way_us(ctx: RankContext, act_bytes: int) -> float:
     (and as compute_stretch), not hidden inside the model's input. Other stages do not take part."""
     if ctx.world < 2 or ctx.rank > 1:
         return 0.0
+    import torch
+    import torch.distributed as dist
+
     buf = torch.zeros(act_bytes // 8, dtype=torch.int64, device=ctx.device)
     peer = 1 - ctx.rank
     rtts = []
@@ -128,6 +109,10 @@ def setup(ctx: RankContext, case: Case) -> State:
         raise ValueError(f"case is for backend {p['backend']!r} but this run uses {ctx.backend!r}")
     if p["world"] != ctx.world:
         raise ValueError(f"case is for {p['world']} stages but this run has {ctx.world} ranks")
+    import torch.distributed as dist
+
+    from harness.pipeline.executor import Stage
+
     if ctx.world > 1:
         # A collective first: NCCL wants every rank in a group's first call before any
         # point-to-point or batch_isend_irecv on it; on gloo it is a cheap rendezvous.
@@ -186,20 +171,10 @@ def report(state: State) -> dict:
     }
     if state.ctx.rank == 0:
         out["loadavg_1min"] = os.getloadavg()[0]
-        out["definitions"] = {
-            "bubble_idle_share": "1 - sum(stage compute time) / sum(stage step time), over warm-up and timed steps",
-            "bubble_fill_drain_formula": "(P-1)/(M+P-1), zero-latency flushed pipeline (source: model)",
-            "bubble_over_ideal_formula": "(P-1)/M, bubble time relative to ideal compute time (source: model)",
-            "efficiency_vs_ideal": "M x (forward + backward compute) / step p50",
-            "step_model_us": "critical path of the same per-stage programs; compute as configured, "
-                             "hop = max(emulated one-way, base one-way = half the fastest measured round trip) (source: model)",
-            "sync_efficiency_steady_model": "compute / (compute + (P-1) x round trip): lock-step tick with a "
-                                            "chain barrier (source: model)",
-            "link_latency": "emulated in user space (receiver holds each message until send stamp + rtt/2)"
-                            if stage.one_way_ns else "none added",
-            "compute_stretch": "measured compute time / configured compute time (1 = no distortion)",
-            "step_model_at_measured_compute_us": "the model with compute x compute_stretch (source: model)",
-        }
+        # The definitions of this case's figures, from their declarations, written into the record.
+        out["definitions"] = {f.name: f.definition for f in FIGURES}
+        out["definitions"]["link_latency"] = ("emulated in user space (receiver holds each message until send stamp "
+                                              "+ rtt/2)" if stage.one_way_ns else "none added")
     return out
 
 
@@ -259,7 +234,40 @@ def metrics(case: Case, summary: Summary, reports: list[dict]) -> dict[str, floa
     return out
 
 
-STRETCH_WARN = 1.15  # compute ran 15 % over its configured time: the machine was not quiet
+_MODEL_HOP = "hop = max(emulated one-way, base one-way = half the fastest measured round trip)"
+FIGURES = (
+    Figure("step_p50_us", "us", "lower", "median pipeline step: all M microbatches through all P stages"),
+    Figure("step_mean_us", "us", "lower", "mean pipeline step"),
+    Figure("microbatches_per_s", "microbatches/s", "higher", "M / median step"),
+    Figure("step_model_us", "us", "lower", "critical path of the same per-stage programs; compute as configured, "
+           + _MODEL_HOP, source="modelled"),
+    Figure("step_error_pct", "%", "neither", "(median step - step_model_us) / step_model_us x 100"),
+    Figure("bubble_idle_share", "fraction", "lower",
+           "1 - sum(stage compute time) / sum(stage step time), over warm-up and timed steps"),
+    Figure("bubble_idle_share_model", "fraction", "lower", "the model's idle share of the same programs",
+           source="modelled"),
+    Figure("bubble_fill_drain_formula", "fraction", "lower", "(P-1)/(M+P-1), zero-latency flushed pipeline",
+           source="modelled"),
+    Figure("bubble_over_ideal_formula", "ratio", "lower", "(P-1)/M, bubble time relative to ideal compute time",
+           source="modelled"),
+    Figure("efficiency_vs_ideal", "fraction", "higher", "M x (forward + backward compute) / step p50"),
+    Figure("efficiency_vs_ideal_model", "fraction", "higher", "M x (forward + backward compute) / step_model_us",
+           source="modelled"),
+    Figure("compute_stretch", "ratio", "lower", "measured compute time / configured compute time (1 = no distortion)"),
+    Figure("step_model_at_measured_compute_us", "us", "lower", "the model with compute x compute_stretch",
+           source="modelled"),
+    Figure("step_error_at_measured_compute_pct", "%", "neither",
+           "(median step - step_model_at_measured_compute_us) / step_model_at_measured_compute_us x 100"),
+    Figure("loadavg_1min", "load", "neither", "the host's 1-minute load average when rank 0 reported"),
+    Figure("base_one_way_us", "us", "lower", "half the fastest measured round trip of a small message between stages"),
+    Figure("hop_one_way_us", "us", "lower", _MODEL_HOP),
+    Figure("busy_ranks", "ranks", "neither", "stages that keep a core busy (compute=spin: all)"),
+    Figure("usable_cores", "cores", "neither", "cores this process may use (os.sched_getaffinity)"),
+    Figure("oversubscribed", "flag", "neither", "1 when busy_ranks exceed usable_cores: the figures are distorted"),
+    Figure("sync_efficiency_steady_model", "fraction", "higher",
+           "compute / (compute + (P-1) x round trip): lock-step tick with a chain barrier", source="modelled"),
+)
+
 
 
 def _warn(record) -> str:
@@ -299,6 +307,7 @@ FAMILY = Family(
     teardown=teardown,
     report=report,
     validate=validate,
+    figures=FIGURES,
     columns=(
         Column("scenario", lambda r: r.params["scenario"]),
         Column("sched", lambda r: r.params["schedule"]),
@@ -306,13 +315,13 @@ FAMILY = Family(
         Column("P", lambda r: r.params["world"]),
         Column("M", lambda r: r.params["microbatches"]),
         Column("act", lambda r: format_size(r.params["act_bytes"])),
-        Column("step p50 (ms)", lambda r: r.metrics["step_p50_us"] / 1e3, "{:.2f}"),
-        Column("model (ms)", lambda r: r.metrics["step_model_us"] / 1e3, "{:.2f}"),
-        Column("err (%)", lambda r: r.metrics["step_error_pct"], "{:+.1f}"),
-        Column("mb/s", lambda r: r.metrics["microbatches_per_s"], "{:.0f}"),
-        Column("bubble idle", lambda r: r.metrics["bubble_idle_share"], "{:.3f}"),
-        Column("model", lambda r: r.metrics["bubble_idle_share_model"], "{:.3f}"),
-        Column("stretch", lambda r: r.metrics["compute_stretch"], "{:.2f}"),
+        Column("step p50", figure="step_p50_us", fmt="{:.2f}", scale=1e-3, unit="ms"),
+        Column("step", figure="step_model_us", fmt="{:.2f}", scale=1e-3, unit="ms"),
+        Column("err", figure="step_error_pct", fmt="{:+.1f}"),
+        Column("throughput", figure="microbatches_per_s", fmt="{:.0f}"),
+        Column("bubble idle", figure="bubble_idle_share", fmt="{:.3f}"),
+        Column("bubble idle", figure="bubble_idle_share_model", fmt="{:.3f}"),
+        Column("stretch", figure="compute_stretch", fmt="{:.2f}"),
         Column("warning", _warn),
     ),
 )

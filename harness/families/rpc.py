@@ -31,7 +31,8 @@ from typing import Any, Optional
 import numpy as np
 
 from harness.case import Case, Param
-from harness.family import CheckResult, Column, Family, GridOptions, RankContext
+from harness.figures import Figure
+from harness.family import WRONG_COLUMN, CheckResult, Column, Family, GridOptions, RankContext
 from harness.rpc import openloop, sockperf_ref
 from harness.rpc.codecs import CODECS, DEFAULT_CODECS, PRESETS, Codec, codec, every_byte_value, pattern_bytes, preset
 from harness.rpc.faults import FaultSpec
@@ -129,6 +130,9 @@ def validate(case: Case) -> None:
         raise ValueError(f"codec={c} needs a preset ({', '.join(PRESETS)})")
     if mode == "pipelined" and not info(p["transport"]).pipelines:
         raise ValueError(f"transport {p['transport']!r} cannot keep requests in flight (mode=pipelined)")
+    faulted = any(FAMILY.value(case, k) for k in ("delay_us", "jitter_us", "stall_every", "stall_us"))
+    if (FAMILY.value(case, "hops") or faulted) and not info(p["transport"]).proxiable:
+        raise ValueError(f"transport {p['transport']!r} cannot sit behind a proxy (framed TCP/Unix transports only)")
     if mode == "openloop" and "rate_hz" not in p:
         raise ValueError("mode=openloop needs rate_hz")
     if "reference" in p and (p["transport"] != "tcp_nodelay" or mode != "pingpong" or c != "raw"):
@@ -348,10 +352,6 @@ def _payload(record) -> str:
     return p.get("preset") or f"{p.get('payload_bytes')} B"
 
 
-def _metric(name: str):
-    return lambda r: r.metrics.get(name)
-
-
 FAMILY = Family(
     name="rpc",
     version=1,
@@ -384,18 +384,42 @@ FAMILY = Family(
     report=report,
     iterate=iterate,
     validate=validate,
+    figures=(
+        Figure("rtt_p50_us", "us", "lower", "median sample: one round trip (pingpong), one request's latency from "
+               "its intended send time (openloop), or all messages of a pipelined or batched sample"),
+        Figure("rtt_p90_us", "us", "lower", "openloop: 90th percentile latency from the intended send time"),
+        Figure("rtt_p99_us", "us", "lower", "99th percentile of the samples (as rtt_p50_us)"),
+        Figure("rtt_p999_us", "us", "lower", "99.9th percentile of the samples (as rtt_p50_us)"),
+        Figure("per_msg_us", "us", "lower", "mean sample / messages per sample (inflight or batch)"),
+        Figure("msgs_per_s", "msg/s", "higher", "messages per sample / mean sample (closed loop)"),
+        Figure("encoded_bytes", "bytes", "neither", "bytes of one encoded request on the wire, before framing"),
+        Figure("offered_rate_hz", "1/s", "neither", "openloop: the request rate asked for (rate_hz)"),
+        *(Figure(f"uncorrected_{k}", "us", "lower", f"openloop: {what} latency from the actual send time (what a "
+                 f"closed-loop tool reports: coordinated omission not corrected)")
+          for k, what in (("p50_us", "median"), ("p90_us", "90th percentile"), ("p99_us", "99th percentile"),
+                          ("p999_us", "99.9th percentile"), ("max_us", "largest"))),
+        Figure("late_sends", "count", "lower", "openloop: requests sent after their intended time"),
+        Figure("send_lag_p50_us", "us", "lower", "openloop: median lag of the actual send behind the intended time"),
+        Figure("send_lag_p99_us", "us", "lower", "openloop: 99th percentile send lag"),
+        Figure("encode_us", "us", "lower", "median time to encode the request with the codec (timed apart)"),
+        Figure("decode_us", "us", "lower", "median time to decode the reply with the codec (timed apart)"),
+        Figure("transport_us", "us", "lower", "rtt_p50_us - encode_us - decode_us, floored at 0"),
+        Figure("sockperf_rtt_p50_us", "us", "lower", "reference=sockperf: sockperf's median TCP ping-pong round trip, "
+               "run in the same case"),
+        Figure("vs_sockperf_p50_ratio", "ratio", "lower", "rtt_p50_us / sockperf_rtt_p50_us"),
+    ),
     columns=(
         Column("transport", lambda r: r.params["transport"]),
         Column("mode", lambda r: FAMILY.value(r, "mode")),
         Column("codec", lambda r: FAMILY.value(r, "codec")),
         Column("payload", _payload),
-        Column("p50 (us)", lambda r: r.summary.p50_ns / 1e3, "{:.1f}"),
-        Column("p99 (us)", lambda r: r.summary.p99_ns / 1e3, "{:.1f}"),
-        Column("p999 (us)", lambda r: r.summary.p999_ns / 1e3, "{:.1f}"),
-        Column("msg/s", _metric("msgs_per_s"), "{:.0f}"),
-        Column("uncorr p99 (us)", _metric("uncorrected_p99_us"), "{:.1f}"),
+        Column("p50", figure="p50_us", fmt="{:.1f}"),
+        Column("p99", figure="p99_us", fmt="{:.1f}"),
+        Column("p999", figure="p999_us", fmt="{:.1f}"),
+        Column("rate", figure="msgs_per_s", fmt="{:.0f}"),
+        Column("uncorr p99", figure="uncorrected_p99_us", fmt="{:.1f}"),
         Column("enc/dec (us)", lambda r: f"{r.metrics['encode_us']:.2f}/{r.metrics['decode_us']:.2f}"),
-        Column("x sockperf", _metric("vs_sockperf_p50_ratio"), "{:.1f}"),
-        Column("#wrong", lambda r: r.check.wrong),
+        Column("x sockperf", figure="vs_sockperf_p50_ratio", fmt="{:.1f}"),
+        WRONG_COLUMN,
     ),
 )

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 
 from harness.case import Case, Param
+from harness.figures import Figure
 from harness.family import CheckResult, Column, Family, GridOptions, RankContext, world_param
 from harness.stats import Summary
 
@@ -102,6 +103,8 @@ FAMILY = Family(
         Param("spin_iters", int, "mode=spin: loop iterations of CPU work per step", low=0, high=10**9, default=0),
     ),
     validate=validate,
+    figures=(Figure("loop_overhead_ns", "ns", "lower",
+                    "median time of one step; for mode=noop, the driver's timing loop's own cost per iteration"),),
     grid=grid,
     setup=setup,
     step=step,
@@ -109,8 +112,8 @@ FAMILY = Family(
     check=check,
     columns=(
         Column("mode", lambda r: r.params["mode"]),
-        Column("p50 (ns)", lambda r: r.summary.p50_ns, "{:.0f}"),
-        Column("p99 (ns)", lambda r: r.summary.p99_ns, "{:.0f}"),
+        Column("p50", figure="p50_ns", fmt="{:.0f}"),
+        Column("p99", figure="p99_ns", fmt="{:.0f}"),
     ),
     default=False,
 )

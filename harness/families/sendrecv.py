@@ -10,11 +10,9 @@ that names its sender and compares every received element with the pattern of ra
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Callable, Optional
 
-import torch
-import torch.distributed as dist
-
-from harness.bandwidth import algbw_gbps, busbw_gbps
+from harness.bandwidth import BANDWIDTH_COLUMNS, algbw_gbps, bandwidth_figures, busbw_gbps, busbw_p50_figure
 from harness.case import Case, Param
 from harness.family import BACKEND, CheckResult, Column, Family, GridOptions, RankContext, world_param
 from harness.sizes import format_size, parse_sizes
@@ -39,9 +37,10 @@ def grid(options: GridOptions) -> list[Case]:
 @dataclass
 class State:
     ctx: RankContext
-    send: torch.Tensor
-    recv: torch.Tensor
+    send: Any  # torch.Tensor
+    recv: Any
     ops: list
+    exchange: Optional[Callable[[list], list]] = None  # torch.distributed.batch_isend_irecv, bound by setup
 
 
 def setup(ctx: RankContext, case: Case) -> State:
@@ -50,27 +49,35 @@ def setup(ctx: RankContext, case: Case) -> State:
         raise ValueError(f"case is for backend {p['backend']!r} but this run uses {ctx.backend!r}")
     if p["world"] != ctx.world:
         raise ValueError(f"case is for world {p['world']} but this run has {ctx.world} ranks")
+    # torch is imported here, not with the module: listing or verifying cases needs none of it.
+    import torch
+    import torch.distributed as dist
+
     count = p["size_bytes"] // ELEMENT_BYTES
     send = torch.zeros(count, dtype=torch.float32, device=ctx.device)
     recv = torch.zeros(count, dtype=torch.float32, device=ctx.device)
     nxt, prv = (ctx.rank + 1) % ctx.world, (ctx.rank - 1) % ctx.world
     ops = [dist.P2POp(dist.isend, send, nxt), dist.P2POp(dist.irecv, recv, prv)]
-    state = State(ctx, send, recv, ops)
+    state = State(ctx, send, recv, ops, dist.batch_isend_irecv)
     step(state)  # first exchange opens the pair's connection outside the timing
     return state
 
 
 def step(state: State) -> None:
-    for work in dist.batch_isend_irecv(state.ops):
+    for work in state.exchange(state.ops):
         work.wait()
 
 
-def _pattern(count: int, rank: int, device) -> torch.Tensor:
+def _pattern(count: int, rank: int, device):
+    import torch
+
     # Small integers: exact in float32, different for every sender and every position.
     return ((torch.arange(count, device=device) * 7 + rank * 13 + 1) % 251).to(torch.float32)
 
 
 def check(state: State) -> CheckResult:
+    import torch
+
     ctx = state.ctx
     count = state.send.numel()
     state.send.copy_(_pattern(count, ctx.rank, state.send.device))
@@ -107,6 +114,7 @@ FAMILY = Family(
         Param("size_bytes", int, "bytes each rank sends (float32 elements)", low=ELEMENT_BYTES, required=True),
         world_param(2, "number of ranks (a peer each)"),
     ),
+    figures=(*bandwidth_figures("sendrecv"), busbw_p50_figure("sendrecv")),
     grid=grid,
     setup=setup,
     step=step,
@@ -116,11 +124,6 @@ FAMILY = Family(
     columns=(
         Column("size", lambda r: format_size(r.params["size_bytes"])),
         Column("count", lambda r: r.params["size_bytes"] // ELEMENT_BYTES),
-        Column("time (us)", lambda r: r.metrics["time_us"], "{:.1f}"),
-        Column("algbw (GB/s)", lambda r: r.metrics["algbw_gbps"], "{:.3f}"),
-        Column("busbw (GB/s)", lambda r: r.metrics["busbw_gbps"], "{:.3f}"),
-        Column("#wrong", lambda r: r.check.wrong),
-        Column("p50 (us)", lambda r: r.summary.p50_ns / 1e3, "{:.1f}"),
-        Column("p99 (us)", lambda r: r.summary.p99_ns / 1e3, "{:.1f}"),
+        *BANDWIDTH_COLUMNS,
     ),
 )

@@ -11,6 +11,7 @@ import sys
 import time
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Callable
 
 from harness.gate.config import ConfigError, GateConfig, load_baselines, load_config
 from harness.gate.outputs import EXIT_COULD_NOT_RUN, GateResult, write_outputs
@@ -28,7 +29,7 @@ from harness.gate.values import (
 )
 from harness.records import Record
 from harness.comparable import mismatch
-from harness.store import ResultsFileError, load_records
+from harness.store import RESULTS, ResultsFileError, load_records
 
 DEFAULT_REPEATS = 10  # --against: processes of the candidate
 
@@ -152,8 +153,22 @@ def _error_result(args, mode: str, message: str, statistic: str = GateConfig.sta
     return code
 
 
-def _direction(args, statistic: str) -> str:
-    return args.direction or default_direction(statistic)
+def _direction(args, statistic: str) -> Callable[[str], str]:
+    """case ID -> which way is better: --direction when given, else the case's family declares it."""
+    if args.direction:
+        return lambda case_id: args.direction
+    return lambda case_id: default_direction(case_id, statistic)
+
+
+def _directions(direction: Callable[[str], str], case_ids, problems: dict) -> dict[str, str]:
+    """Each case's direction; a case whose statistic has none becomes a could-not-run problem."""
+    out = {}
+    for case_id in case_ids:
+        try:
+            out[case_id] = direction(case_id)
+        except StatisticError as exc:
+            problems.setdefault(case_id, (Outcome.COULD_NOT_RUN, str(exc)))
+    return out
 
 
 def cmd_gate(args) -> int:
@@ -161,6 +176,8 @@ def cmd_gate(args) -> int:
     try:
         config = _gate_config(args)
         direction = None if args.against else _direction(args, config.statistic)
+        for case_id in [] if args.against else args.case_ids:
+            direction(case_id)  # a statistic with no direction for a named case: refused before any worktree
     except (ConfigError, ValueError) as exc:
         return _error_result(args, mode, str(exc))
     if args.against and args.base:
@@ -208,7 +225,7 @@ def _select_cases(args, sides: dict) -> tuple[list[str], list[str]]:
     return list(dict.fromkeys(explicit + from_families)), explicit
 
 
-def _run_ab(args, config: GateConfig, out: Path, direction: str) -> GateResult:
+def _run_ab(args, config: GateConfig, out: Path, direction: Callable[[str], str]) -> GateResult:
     started_at = time.monotonic()  # the budget counts the worktrees and probes too
     repo = repo_root(args.repo)
     with ExitStack() as stack:
@@ -224,11 +241,12 @@ def _run_ab(args, config: GateConfig, out: Path, direction: str) -> GateResult:
             for case_id, why in found.unknown.items():
                 outcome = Outcome.COULD_NOT_RUN if case_id in explicit else Outcome.INCONCLUSIVE
                 problems.setdefault(case_id, (outcome, f"unknown in {label} ({tree.ref}): {why}"))
+        directions = _directions(direction, [c for c in case_ids if c not in problems], problems)
         runnable = [c for c in case_ids if c not in problems]
         plan = Plan(budget_s=args.budget, rounds=args.rounds, window_s=args.window, iters=args.iters,
                     case_timeout_s=args.timeout, max_pairs=args.max_pairs)
         kind = side_kind(protocols)
-        specs = [CaseSpec(c, config.min_effect(c), direction) for c in runnable]
+        specs = [CaseSpec(c, config.min_effect(c), directions[c]) for c in runnable]
         gate = SequentialGate(specs, alpha=config.policy.alpha, confidence=config.policy.confidence,
                               spending=SPENDING) if specs else None
         progress = GateProgress(plan, gate, specs, sys.stderr)
@@ -310,9 +328,9 @@ def _run_against(args, config: GateConfig, out: Path, mode: str) -> GateResult:
 
 def _load_side(path: Path) -> list[list[Record]]:
     """A run directory, or a directory whose subdirectories (recursively) are run directories."""
-    if (path / "results.jsonl").exists() or path.is_file():
+    if (path / RESULTS).exists() or path.is_file():
         return [load_records(path)]
-    runs = sorted(p.parent for p in path.rglob("results.jsonl"))
+    runs = sorted(p.parent for p in path.rglob(RESULTS))
     if not runs:
         raise ResultsFileError(f"{path}: no run directory (results.jsonl) found")
     return [load_records(p) for p in runs]
@@ -343,10 +361,15 @@ def cmd_compare(args) -> int:
     inputs = []
     for case_id in case_ids:
         values, problems = [], []
+        try:
+            case_direction = direction(case_id)
+        except StatisticError as exc:
+            inputs.append(CaseInput(case_id, problem=str(exc), min_effect=config.min_effect(case_id)))
+            continue
         differs = mismatch({label: [r for run in side for r in run if r.case_id == case_id]
                             for label, side in zip(("base", "candidate"), sides)})
         if differs:
-            inputs.append(CaseInput(case_id, [], [], config.min_effect(case_id), direction, problem=differs))
+            inputs.append(CaseInput(case_id, [], [], config.min_effect(case_id), case_direction, problem=differs))
             continue
         for label, side in zip(("base", "candidate"), sides):
             records = [r for run in side for r in run if r.case_id == case_id]
@@ -367,7 +390,7 @@ def cmd_compare(args) -> int:
             except StatisticError as exc:
                 problems.append(f"{label}: {exc}")
                 values.append([])
-        inputs.append(CaseInput(case_id, values[0], values[1], config.min_effect(case_id), direction,
+        inputs.append(CaseInput(case_id, values[0], values[1], config.min_effect(case_id), case_direction,
                                 problem="; ".join(problems)))
     result = GateResult("compare", config.statistic, unit, config.policy, verdicts(inputs, config.policy),
                         base={"ref": str(args.run_a), "runs": len(sides[0])},
@@ -381,7 +404,7 @@ def cmd_compare(args) -> int:
     return _finish(result, args, out)
 
 
-def _recheck_gate(args, config: GateConfig, direction: str, out: Path, start: float) -> int:
+def _recheck_gate(args, config: GateConfig, direction: Callable[[str], str], out: Path, start: float) -> int:
     from harness.gate.paired import recheck_verdicts
     from harness.gate.recheck import describe, read_pairs
     from harness.gate.sequential import CaseSpec
@@ -390,7 +413,12 @@ def _recheck_gate(args, config: GateConfig, direction: str, out: Path, start: fl
         tracks, rounds = read_pairs(args.run_a, args.run_b, config.statistic)
     except ResultsFileError as exc:
         return _error_result(args, "compare", str(exc), config.statistic)
-    specs = [CaseSpec(c, config.min_effect(c), direction) for c in tracks]
+    problems: dict = {}
+    directions = _directions(direction, tracks, problems)
+    for case_id, (_, why) in problems.items():
+        tracks[case_id].problem = why
+    # A case without a direction carries its problem; its spec's direction is never read.
+    specs = [CaseSpec(c, config.min_effect(c), directions.get(c, "lower")) for c in tracks]
     result = _new_result(args, "compare", config.statistic, config.policy,
                          verdicts=recheck_verdicts(tracks, specs, config, rounds) if specs else {},
                          base={"ref": str(args.run_a)}, candidate={"ref": str(args.run_b)},

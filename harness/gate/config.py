@@ -18,7 +18,7 @@ settles; every entry compares the candidate's repeats against a fixed value::
       - case_id: "selftest/fault_rank=0,mode=spin,spin_iters=1000,world=1"
         statistic: p50_ns
         value: 30000          # in the statistic's unit
-        direction: lower      # lower is better (latency) or higher (throughput)
+        direction: lower      # optional; else as the family declares the figure (p50_ns: lower)
         min_effect: 0.10      # optional; else the config's
 """
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import Any, Mapping, Optional
 import yaml
 
 from harness.gate.stats import DIRECTIONS, Policy
-from harness.gate.values import StatisticError, validate_statistic
+from harness.gate.values import StatisticError, default_direction, validate_statistic
 
 
 class ConfigError(ValueError):
@@ -165,7 +165,10 @@ def load_baselines(path: Path) -> list[Baseline]:
         value = _number(path, f"{where}.value", entry["value"], 1e-300, float("inf"))
         if value <= 0:
             raise ConfigError(f"{path}: field {where}.value: must be > 0")
-        direction = entry.get("direction", "lower")
+        try:  # absent: as the case's family declares the figure, never assumed lower
+            direction = entry["direction"] if "direction" in entry else default_direction(case_id, statistic)
+        except StatisticError as exc:
+            raise ConfigError(f"{path}: field {where}.direction: {exc}") from None
         if direction not in DIRECTIONS:
             raise ConfigError(f"{path}: field {where}.direction: expected one of {DIRECTIONS}, got {direction!r}")
         min_effect = entry.get("min_effect")

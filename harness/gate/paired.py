@@ -20,7 +20,7 @@ import math
 from typing import Mapping, Sequence
 
 import numpy as np
-from scipy import special
+import scipy  # scipy.special loads on first use, not at import
 
 from harness.gate.config import GateConfig
 from harness.gate.schedule import BASE, CANDIDATE, CaseTrack, Plan, ScheduleResult
@@ -58,7 +58,7 @@ def noise_per_pair(pairs: Sequence[float]) -> float:
     d = np.asarray(pairs, dtype=float)
     if d.size < 2:
         return math.nan
-    z = float(special.ndtri(0.975))
+    z = float(scipy.special.ndtri(0.975))
     low, high = walsh_interval(d, z)
     if not (math.isfinite(low) and math.isfinite(high)):
         return float(np.std(d, ddof=1))

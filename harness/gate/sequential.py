@@ -44,8 +44,7 @@ from functools import lru_cache
 from typing import Mapping, Optional, Sequence
 
 import numpy as np
-from scipy import optimize, special
-from scipy import stats as _sps
+import scipy  # submodules load on first use (scipy's lazy loading): none is paid at import
 
 from harness.gate.stats import DIRECTIONS, Outcome, min_repeats_signed_rank
 
@@ -105,8 +104,8 @@ def spent(alpha: float, tau: float, kind: str = "obf") -> float:
         return 0.0
     if kind == "obf":
         per_side = alpha / 2.0
-        z = -special.ndtri(per_side / 2.0)  # z_{1-a/2} for the side's a, from the small tail for precision
-        return float(2.0 * (2.0 * special.ndtr(-z / math.sqrt(tau))))
+        z = -scipy.special.ndtri(per_side / 2.0)  # z_{1-a/2} for the side's a, from the small tail for precision
+        return float(2.0 * (2.0 * scipy.special.ndtr(-z / math.sqrt(tau))))
     return float(alpha * math.log1p((math.e - 1.0) * tau))
 
 
@@ -131,7 +130,7 @@ def boundaries(info: Sequence[float], cumulative_alpha: Sequence[float]) -> np.n
     grid = mass = None  # where S may be at the previous look without having stopped, and how likely
     for k in range(t.size):
         if k == 0:
-            c[0] = math.inf if increments[0] <= NOTHING_TO_SPEND else float(-special.ndtri(increments[0] / 2.0))
+            c[0] = math.inf if increments[0] <= NOTHING_TO_SPEND else float(-scipy.special.ndtri(increments[0] / 2.0))
         else:
             c[k] = _solve_boundary(grid, mass, math.sqrt(t[k]), increment_sd[k], increments[k])
         if k + 1 == t.size:
@@ -192,12 +191,12 @@ def _solve_boundary(grid: np.ndarray, mass: np.ndarray, sqrt_info: float, increm
     def excess_crossing(c: float) -> float:
         edge = c * sqrt_info
         # P(S_k leaves (-edge, edge) | S_{k-1} = u), weighted by where S_{k-1} survived.
-        leave = special.ndtr((-edge - grid) / increment_sd) + special.ndtr((grid - edge) / increment_sd)
+        leave = scipy.special.ndtr((-edge - grid) / increment_sd) + scipy.special.ndtr((grid - edge) / increment_sd)
         return float(mass @ leave) - target
 
     if excess_crossing(0.0) <= 0.0:
         return 0.0  # asks for more than the surviving mass: stop at this look whatever is seen
-    return float(optimize.brentq(excess_crossing, 0.0, Z_SEARCH_MAX, xtol=1e-10))
+    return float(scipy.optimize.brentq(excess_crossing, 0.0, Z_SEARCH_MAX, xtol=1e-10))
 
 
 @lru_cache(maxsize=8192)
@@ -230,7 +229,7 @@ def _log_ratios(d: Sequence[float]) -> np.ndarray:
 def _abs_z_from_p(p_value: float, fallback_abs_z: float) -> float:
     # p underflows to 0 only for |z| > 37 (hundreds of pairs all one way); the normal statistic
     # itself is the honest figure there.
-    return float(-special.ndtri(p_value / 2.0)) if p_value > 0.0 else fallback_abs_z
+    return float(-scipy.special.ndtri(p_value / 2.0)) if p_value > 0.0 else fallback_abs_z
 
 
 def signed_rank_z(d: Sequence[float]) -> SignedRank:
@@ -255,12 +254,12 @@ def signed_rank_z(d: Sequence[float]) -> SignedRank:
     has_zeros = nonzero.size < n
     has_ties = np.unique(nonzero).size < nonzero.size
     exact = n <= EXACT_MAX_N and not has_zeros and not has_ties
-    result = _sps.wilcoxon(values, zero_method="zsplit", correction=True, alternative="two-sided",
+    result = scipy.stats.wilcoxon(values, zero_method="zsplit", correction=True, alternative="two-sided",
                            method="exact" if exact else "asymptotic")
     p_value = float(min(max(result.pvalue, 0.0), 1.0))
     if p_value >= 1.0:
         return SignedRank(z=0.0, p_value=1.0, n=n)
-    ranks = _sps.rankdata(magnitudes)
+    ranks = scipy.stats.rankdata(magnitudes)
     rank_plus = float(ranks[values > 0].sum() + ranks[values == 0].sum() / 2.0)
     rank_minus = float(ranks.sum()) - rank_plus
     sign = float(np.sign(rank_plus - rank_minus))
@@ -310,10 +309,10 @@ def signed_rank_z_rows(d: np.ndarray) -> np.ndarray:
     else:
         mean, sd = total / 2.0, math.sqrt(n * (n + 1) * (2 * n + 1) / 24.0)
         abs_z_corrected = np.abs(np.abs(rank_plus - mean) - np.where(rank_plus != mean, 0.5, 0.0)) / sd
-        p_value = np.minimum(2.0 * special.ndtr(-abs_z_corrected), 1.0)
+        p_value = np.minimum(2.0 * scipy.special.ndtr(-abs_z_corrected), 1.0)
         fallback = abs_z_corrected
     with np.errstate(divide="ignore"):
-        abs_z = np.where(p_value > 0.0, -special.ndtri(p_value / 2.0), fallback)
+        abs_z = np.where(p_value > 0.0, -scipy.special.ndtri(p_value / 2.0), fallback)
     z[regular] = np.where(p_value[regular] >= 1.0, 0.0, sign[regular] * abs_z[regular])
     for row in np.flatnonzero(irregular):
         z[row] = signed_rank_z(values[row]).z
@@ -762,7 +761,7 @@ def min_detectable_effect(log_sd_per_pair: float, n_pairs_at_budget: int, alpha:
         raise ValueError(f"power must be in (0.5, 1), got {power}")
     se = estimate_se(log_sd_per_pair, n_pairs_at_budget)
     band = math.log1p(min_effect)
-    z_power = float(special.ndtri(power))
+    z_power = float(scipy.special.ndtri(power))
     threshold = max(band, final_boundary(alpha, looks, spending) * se) if significant else band
     return math.expm1(threshold + z_power * se)
 
@@ -774,7 +773,7 @@ def false_alarm_at_budget(log_sd_per_pair: float, n_pairs: int, min_effect: floa
     se = estimate_se(log_sd_per_pair, n_pairs)
     if se == 0.0:
         return 0.0 if min_effect > 0 else 0.5
-    return float(special.ndtr(-math.log1p(min_effect) / se))
+    return float(scipy.special.ndtr(-math.log1p(min_effect) / se))
 
 
 def pairs_needed(log_sd_per_pair: float, effect: float, alpha: float, power: float = 0.95,
@@ -793,7 +792,7 @@ def pairs_needed(log_sd_per_pair: float, effect: float, alpha: float, power: flo
     band = math.log1p(min_effect)
     if size <= band or size == 0.0:
         return None
-    z_power = float(special.ndtri(power))
+    z_power = float(scipy.special.ndtri(power))
     sd = log_sd_per_pair * RANK_SE_FACTOR
     for_test = ((final_boundary(alpha, looks, spending) + z_power) * sd / size) ** 2
     for_band = (z_power * sd / (size - band)) ** 2 if band > 0 else 0.0

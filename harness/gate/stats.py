@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Mapping, Optional, Sequence
 
 import numpy as np
-from scipy import stats as _sps
+import scipy  # scipy.stats loads on first use (scipy's lazy loading), not at import
 
 
 class Outcome:
@@ -186,7 +186,7 @@ def _bootstrap_ratio(base: np.ndarray, cand: np.ndarray, policy: Policy) -> tupl
         # Few distinct values make the bootstrap distribution lumpy; scipy warns, the interval
         # is still the honest percentile interval of what was measured.
         warnings.simplefilter("ignore")
-        result = _sps.bootstrap(
+        result = scipy.stats.bootstrap(
             (base, cand), _ratio_of_medians, vectorized=True, paired=False, method="percentile",
             confidence_level=policy.confidence, n_resamples=policy.n_resamples,
             rng=np.random.default_rng(policy.seed), batch=max(1, 4_000_000 // (base.size + cand.size)),
@@ -201,7 +201,7 @@ def _bootstrap_ratio(base: np.ndarray, cand: np.ndarray, policy: Policy) -> tupl
 def _mann_whitney(base: np.ndarray, cand: np.ndarray) -> float:
     if np.ptp(np.concatenate([base, cand])) == 0:
         return 1.0  # all values equal: no evidence of any difference
-    return float(_sps.mannwhitneyu(cand, base, alternative="two-sided").pvalue)
+    return float(scipy.stats.mannwhitneyu(cand, base, alternative="two-sided").pvalue)
 
 
 def compare_to_value(values: Sequence[float], reference: float, policy: Policy = Policy()) -> Comparison:
@@ -221,14 +221,14 @@ def compare_to_value(values: Sequence[float], reference: float, policy: Policy =
     else:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            result = _sps.bootstrap(
+            result = scipy.stats.bootstrap(
                 (cand,), lambda x, axis=-1: np.median(x, axis=axis) / reference, vectorized=True,
                 method="percentile", confidence_level=policy.confidence, n_resamples=policy.n_resamples,
                 rng=np.random.default_rng(policy.seed),
             )
         low, high = float(result.confidence_interval.low), float(result.confidence_interval.high)
     logs = np.log(cand / reference)
-    p_value = 1.0 if np.all(logs == 0) else float(_sps.wilcoxon(logs, alternative="two-sided").pvalue)
+    p_value = 1.0 if np.all(logs == 0) else float(scipy.stats.wilcoxon(logs, alternative="two-sided").pvalue)
     return Comparison(
         n_base=0, n_cand=int(cand.size), base_center=float(reference), cand_center=float(np.median(cand)),
         ratio=ratio, ci_low=low, ci_high=high, confidence=policy.confidence, p_value=p_value,

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
 import numpy as np
-from scipy.optimize import least_squares
+import scipy  # scipy.optimize loads when a fit runs (scipy's lazy loading), not at import
 
 from harness.store import load_records
 
@@ -159,7 +159,7 @@ def fit(points: Sequence[Point], algo: str, worlds: Optional[Iterable[int]] = No
         raise CalibrationError(f"loss must be one of {LOSSES}, got {loss!r}")
     start, *_ = np.linalg.lstsq(design, np.ones_like(y), rcond=None)
     start = np.clip(start, 1e-9, None)
-    solution = least_squares(lambda x: design @ x - 1.0, start, bounds=(0.0, np.inf), loss=loss, f_scale=0.1)
+    solution = scipy.optimize.least_squares(lambda x: design @ x - 1.0, start, bounds=(0.0, np.inf), loss=loss, f_scale=0.1)
     alpha_us, beta_ns = solution.x
     result = Fit(algo, tuple(sorted({pt.world for pt in chosen})), statistic, float(alpha_us), float(beta_ns),
                  len(train), 0, math.nan, math.nan, math.nan, math.nan)

@@ -178,7 +178,7 @@ def _sim_from_run(args, model, console) -> int:
 def _relative(records) -> list[dict]:
     """Each passing moe_a2a record with its tokens/s over the uniform, unmitigated case of the same
     shape in the same run (a ratio of two measurements, both from this run)."""
-    from harness.families.moe_a2a import _label, _workload
+    from harness.moe.config import mitigation_label, workload_label
 
     shape_keys = ("backend", "bytes_per_elem", "compute", "experts_per_rank", "hidden", "ns_per_token", "tokens",
                   "top_k", "world")
@@ -189,8 +189,8 @@ def _relative(records) -> list[dict]:
     for r in moe:
         base = uniform.get(tuple(r.params[k] for k in shape_keys))
         rows.append({
-            "case_id": r.case_id, "label": f"{_workload(r)} {_label(r)}", "workload": r.params["workload"],
-            "mitigation": _label(r).split("+")[0], "drift_steps": r.params.get("drift_steps", 0),
+            "case_id": r.case_id, "label": f"{workload_label(r)} {mitigation_label(r)}", "workload": r.params["workload"],
+            "mitigation": mitigation_label(r).split("+")[0], "drift_steps": r.params.get("drift_steps", 0),
             "tokens_per_s": r.metrics["tokens_per_s"],
             "rel_throughput": r.metrics["tokens_per_s"] / base.metrics["tokens_per_s"] if base else float("nan"),
             "rel_throughput_p50": (r.metrics.get("tokens_per_s_p50", nan) / base.metrics.get("tokens_per_s_p50", nan)

@@ -15,6 +15,16 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 
+# name -> (which way is better, definition), for the figures a family derives from these.
+MEASURES = {
+    "max_over_mean": ("lower", "max / mean"),
+    "maxvio": ("lower", "max / mean - 1 (MaxVio): 0 when perfectly balanced"),
+    "cv": ("lower", "population standard deviation / mean"),
+    "balancedness": ("higher", "mean / max, in (0, 1]: ideal throughput relative to a balanced step"),
+    "gini": ("lower", "Gini coefficient: 0 for equal loads, (n-1)/n when one holds everything"),
+}
+
+
 @dataclass(frozen=True)
 class Imbalance:
     max_over_mean: float

@@ -31,47 +31,13 @@ import torch
 import torch.distributed as dist
 
 from harness.moe import routing
+from harness.moe.config import MAX_KEPT_STEPS, PAIR_BLOCK, PHASES, SENTINEL, Mitigation, check_measurable
 from harness.moe.placement import EMPTY, Placement, contiguous, eplb
 from harness.moe.workloads import Shape, Workload, route
 
-PHASES = ("route", "count", "dispatch", "compute", "combine")
-SENTINEL = -1.0  # a result row never written; expert outputs are >= 1
-MAX_KEPT_STEPS = 20000
-PAIR_BLOCK = 4
-DTYPES = {2: torch.float16, 4: torch.float32}
-# float16 holds integers exactly up to 2048: payload values stay below that.
-MAX_EXACT = {2: 2048, 4: 1 << 24}
+# The step's declarations live in config (torch-free: a family reads them without torch).
+DTYPES = {2: torch.float16, 4: torch.float32}  # bytes_per_elem -> payload dtype, one per PAYLOAD_BYTES
 
-
-MITIGATIONS = ("none", "replicate", "adaptive", "capacity")
-ROUTINGS = ("static", "naive", "aware")
-
-
-@dataclass(frozen=True)
-class Mitigation:
-    kind: str = "none"  # one of MITIGATIONS
-    routing: str = "static"  # one of ROUTINGS
-    spare_slots: int = 0
-    window_steps: int = 0  # adaptive: recompute every N steps (0: use window_ms)
-    window_ms: float = 0.0  # adaptive: recompute when rank 0 saw this much time pass
-    capacity_factor: float = 0.0
-    overflow: str = "drop"  # one of routing.OVERFLOWS
-
-    def __post_init__(self) -> None:
-        if self.kind not in MITIGATIONS:
-            raise ValueError(f"mitigation must be one of {MITIGATIONS}, got {self.kind!r}")
-        if self.kind in ("replicate", "adaptive") and self.spare_slots < 1:
-            raise ValueError(f"{self.kind} needs spare_slots >= 1 for replicas")
-        if self.kind == "replicate" and self.routing not in ("naive", "aware"):
-            raise ValueError(f"replicate needs routing naive or aware, got {self.routing!r}")
-        if self.kind == "adaptive" and (self.window_steps < 1) == (self.window_ms <= 0):
-            raise ValueError("adaptive needs exactly one of window_steps >= 1 or window_ms > 0")
-        if self.kind == "capacity" and self.capacity_factor <= 0:
-            raise ValueError("capacity needs capacity_factor > 0")
-
-    @property
-    def gathers_demand(self) -> bool:
-        return self.kind == "capacity" or self.routing == "aware" or self.kind == "adaptive"
 
 
 @dataclass
@@ -122,6 +88,10 @@ class MoeState:
     baseline: Optional["MoeState"] = None
     turns: int = 0
 
+    def step(self) -> None:
+        """One step of this case: what the family hands the driver to time (via its ``step``)."""
+        run_once(self)
+
 
 def token_rows(shape: Shape, rank: int, device) -> torch.Tensor:
     """Integer-valued rows that say where they come from: column 0 the token, column 1 the rank
@@ -140,15 +110,6 @@ def token_rows(shape: Shape, rank: int, device) -> torch.Tensor:
 def _sync(state: MoeState) -> None:
     if state.device.type == "cuda":
         torch.cuda.synchronize(state.device)
-
-
-def check_measurable(shape: Shape) -> None:
-    """What a measured step needs of its shape beyond the model's: a payload type whose values the
-    check can compare exactly."""
-    if shape.bytes_per_elem not in DTYPES:
-        raise ValueError(f"bytes_per_elem={shape.bytes_per_elem}: measured payloads are 2 (float16) or 4 (float32)")
-    if shape.experts + 1024 + 16 > MAX_EXACT[shape.bytes_per_elem]:
-        raise ValueError(f"{shape.experts} experts exceed exact float16 payloads; use bytes_per_elem=4")
 
 
 def build(rank: int, world: int, device, group, shape: Shape, workload: Workload, mitigation: Mitigation,
@@ -316,17 +277,32 @@ def _route(state: MoeState, choices: np.ndarray) -> np.ndarray:
 
 
 def step(state: MoeState) -> None:
-    """The timed operation: this case's step, or in a paired case its uniform twin's, in
-    alternating blocks of PAIR_BLOCK steps (every rank alternates in lockstep, so both variants
-    see the same machine conditions). Blocks rather than single steps because a straggler's wait
-    spills into the next step; only the first step of a block inherits the other variant's."""
-    if state.baseline is not None:
+    """The timed operation of an unpaired case: one step. Paired cases time their own loop
+    (``time_paired``), so the driver never times the twin's steps as the case's."""
+    run_once(state)
+
+
+def time_paired(state: MoeState, iters: int, clock) -> np.ndarray:
+    """``iters`` host-clock durations of this case's own steps, interleaved with its uniform twin in
+    alternating blocks of PAIR_BLOCK steps (A B A B; every rank alternates in lockstep, so both
+    variants see the same machine conditions). Blocks rather than single steps because a
+    straggler's wait spills into the next step: the first step of each of the case's blocks, which
+    inherits the twin's straggler, is run but not timed; the twin's steps are never samples."""
+    samples = np.empty(iters, dtype=np.int64)
+    done = 0
+    while done < iters:
         turn = state.turns
         state.turns += 1
         if (turn // PAIR_BLOCK) % 2 == 1:
             run_once(state.baseline)
-            return
-    run_once(state)
+        elif turn % PAIR_BLOCK == 0:
+            run_once(state)
+        else:
+            t0 = clock()
+            run_once(state)
+            samples[done] = clock() - t0
+            done += 1
+    return samples
 
 
 def step_totals_ns(state: MoeState) -> np.ndarray:

@@ -17,6 +17,7 @@ from typing import Iterable, Optional
 
 from rich.table import Table
 
+from harness.pipeline.scenarios import SCENARIOS, STRETCH_WARN
 from harness.records import Record
 
 PAIRS = (("sync", "async"), ("1f1b", "gpipe"))
@@ -56,8 +57,6 @@ def _key(record: Record) -> tuple:
 
 
 def compare(records: Iterable[Record]) -> list[Comparison]:
-    from harness.families.pipeline import SCENARIOS, STRETCH_WARN
-
     # A case repeated in one run (A B A B) gives one row per repetition, paired in run order.
     by_key: dict[tuple, dict[str, list[Record]]] = {}
     for record in records:

@@ -25,9 +25,10 @@ from __future__ import annotations
 import socket
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 HEADER_WORDS = 4  # stamp_ns, index, step, kind
 KIND_CODES = {"act": 1, "grad": 2, "arr": 3, "rel": 4, "ret": 5}
@@ -150,6 +151,9 @@ class MatmulCompute(Compute):
     what = "real GPU matmuls (count calibrated in setup), synchronised at the end"
 
     def __init__(self, device, side: int = 1024) -> None:
+        import torch  # here, not at module level: the pipeline family's declarations need no torch
+
+        self._torch = torch
         if getattr(device, "type", "cpu") != "cuda" or not torch.cuda.is_available():
             raise ValueError("compute=matmul needs a CUDA device (backend nccl); use spin or sleep on CPU")
         self.a = torch.randn(side, side, device=device)
@@ -169,6 +173,7 @@ class MatmulCompute(Compute):
         self._count: dict[float, int] = {}
 
     def run(self, seconds: float) -> None:
+        torch = self._torch
         n = self._count.get(seconds)
         if n is None:
             n = self._count[seconds] = max(1, round(seconds / self.per_mm_s))

@@ -12,7 +12,8 @@ from typing import Mapping, Optional, Sequence
 from harness import registry
 from harness.baselines import Claim
 from harness.family import Family
-from harness.claims import CONFIRMED, CONTRADICTED, NOT_MEASURABLE, ClaimResult, check_claims, is_mean_only
+from harness.claims import CONFIRMED, CONTRADICTED, NOT_MEASURABLE, ClaimResult, check_claims
+from harness.figures import is_mean_only
 from harness.records import Record
 from harness.report import plots as plotlib
 from harness.report.document import Block, Heading, Image, Para, Table
@@ -102,16 +103,27 @@ def _family_table(records: Sequence[Record], families: Mapping[str, Family]) -> 
     family = families.get(records[0].family)
     # The family's own columns (as in the terminal table), unless a record is an imported mean:
     # those columns may read percentiles that such a record does not have.
-    if family is not None and family.columns and not any(is_mean_only(r) for r in records):
-        rows = [[c.render(r) for c in family.columns] + ["ok" if r.ok else r.status if r.status != "ok" else "wrong"]
+    columns = family.table_columns() if family is not None else []
+    if columns and not any(is_mean_only(r) for r in records):
+        rows = [[c.render(r) for c in columns] + [r.label]
                 for r in records]
-        return Table([c.header for c in family.columns] + ["status"], rows)
+        return Table([c.header for c in columns] + ["status"], rows)
     metric_names = sorted({k for r in records for k in r.metrics})[:6]
     rows = []
     for r in records:
-        rows.append([r.case_id, "ok" if r.ok else r.status if r.status != "ok" else "wrong", *_stat_cells(r),
+        rows.append([r.case_id, r.label, *_stat_cells(r),
                      *(_fmt(r.metrics.get(m)) for m in metric_names)])
     return Table(["case", "status", "n", "p50 (us)", "p99 (us)", "mean (us)", *metric_names], rows)
+
+
+def _definitions(family: Optional[Family], records: Sequence[Record]) -> Optional[Table]:
+    """What each figure in these records means, from the family's declarations: unit, direction,
+    whether it is measured, modelled or simulated, and its definition."""
+    if family is None:
+        return None
+    present = {name for r in records for name in r.metrics}
+    rows = [[f.name, f.unit, f.better, f.source, f.definition] for f in family.figures if f.name in present]
+    return Table(["figure", "unit", "better", "source", "definition"], rows) if rows else None
 
 
 def known_families(families: Mapping[str, Family]) -> list[str]:
@@ -140,6 +152,9 @@ def _families(runs: Sequence[RunData], families: Mapping[str, Family]) -> list[B
                 blocks.append(Para("Imported records carry one averaged time per case (no per-iteration "
                                    "samples exist in the source): percentiles are shown as n/a."))
             blocks.append(_family_table(recs, families))
+        definitions = _definitions(family, [r for run in runs for r in run.of(fam)])
+        if definitions is not None:
+            blocks.append(definitions)
         if fam == "allreduce":
             blocks += _crossover_text(runs)
         for spec in plotlib.family_plots(fam):

@@ -11,17 +11,27 @@ import io
 import math
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")  # no display; must precede pyplot
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+from harness.figures import is_mean_only
+from harness.records import Record
+from harness.report.run import RunData
 
-from harness.claims import is_mean_only  # noqa: E402
-from harness.records import Record  # noqa: E402
-from harness.report.run import RunData  # noqa: E402
+if TYPE_CHECKING:
+    import matplotlib.pyplot as plt
+
+
+def _pyplot():
+    """matplotlib.pyplot, on a display-less backend, imported when a plot is first drawn: it costs
+    most of a second, which commands that draw nothing (every --help) should not pay."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display; must precede pyplot
+    import matplotlib.pyplot as pyplot
+
+    return pyplot
 
 LINESTYLES = ("-", "--", ":", "-.")
 MARKERS = ("o", "s", "^", "D")
@@ -50,16 +60,16 @@ def png_bytes(fig: plt.Figure) -> bytes:
     buf = io.BytesIO()
     # No "Software" metadata: the same figure gives the same bytes across matplotlib versions.
     fig.savefig(buf, format="png", dpi=90, bbox_inches="tight", metadata={"Software": None})
-    plt.close(fig)
+    _pyplot().close(fig)
     return buf.getvalue()
 
 
 def subplots(figsize, rows: int = 1):
     """A figure whose axes cycle through 20 distinct colours (an RPC run has more transports than
     the default cycle's 10); set per axes, so importing this module changes no global style."""
-    fig, axes = plt.subplots(rows, 1, figsize=figsize, squeeze=False)
+    fig, axes = _pyplot().subplots(rows, 1, figsize=figsize, squeeze=False)
     for ax in axes[:, 0]:
-        colours = plt.get_cmap("tab20").colors
+        colours = _pyplot().get_cmap("tab20").colors
         ax.set_prop_cycle(color=colours[0::2] + colours[1::2])  # ten distinct hues first
     return fig, (axes[0, 0] if rows == 1 else axes)
 
