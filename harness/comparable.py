@@ -33,7 +33,7 @@ def mismatch(labelled: Mapping[str, Iterable[Record]]) -> Optional[str]:
             for name in CHECKED_FIELDS:
                 if seen[name] != first[1][name]:
                     where = label if label == first[0] else f"{first[0]} vs {label}"
-                    return (f"{record.case_id}: {name} differs ({where}: {first[1][name]!r} vs {seen[name]!r}); "
+                    return (f"{name} differs ({where}: {first[1][name]!r} vs {seen[name]!r}); "
                             f"records of different definitions are not compared (re-measure both sides with one "
                             f"critpath version)")
     return None
