@@ -50,7 +50,9 @@ def _make_suite(family):
         params = [case_ids]
         param_names = ["case"]
         timeout = 900
-        version = VERSION
+        # asv compares only results of one version: a family's history restarts when, and only
+        # when, its definition version changes (or this file's VERSION does).
+        version = f"{VERSION}-{family.name}-v{family.version}"
 
         def setup_cache(self):
             return _run_family(family.name)
@@ -80,7 +82,7 @@ class AllreduceBandwidth:
     params = [[c.id for c in registry.get("allreduce").grid(GRID)]]
     param_names = ["case"]
     timeout = 900
-    version = VERSION
+    version = f"{VERSION}-allreduce-v{registry.get('allreduce').version}"
 
     def setup_cache(self):
         return _run_family("allreduce")
