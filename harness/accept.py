@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 import jsonschema
-import yaml
 
+from harness import yamlfile
 from harness.claims import StatisticUnavailable, matches, statistic
 from harness.comparable import mismatch
 from harness.records import Record
@@ -107,14 +107,9 @@ def load_profile(path: Path) -> dict:
 
     path = Path(path)
     try:
-        text = path.read_text()
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except OSError as exc:
-        raise ProfileError(f"{path}: cannot read: {exc}") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise ProfileError(f"{path}:{mark.line + 1 if mark else 1}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
+        data, root = yamlfile.load(path)
+    except yamlfile.YamlFileError as exc:
+        raise ProfileError(str(exc)) from None
     if not isinstance(data, dict):
         raise ProfileError(f"{path}:1: a profile must be a mapping")
     error = jsonschema.exceptions.best_match(_VALIDATOR.iter_errors(data))

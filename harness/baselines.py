@@ -18,6 +18,7 @@ from typing import Any, Mapping, Optional, Sequence, Union
 import jsonschema
 import yaml
 
+from harness import yamlfile
 from harness.fingerprint import PROJECT_ROOT
 
 SCHEMA_ID = "critpath.baselines/1"
@@ -125,16 +126,9 @@ def line_of_field(node: yaml.Node, path: Sequence[Any]) -> int:
 def load_file(path: Path) -> list[Claim]:
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise BaselineError(f"{path}: cannot read: {exc}") from None
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else str(path)
-        raise BaselineError(f"{where}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
+        data, root = yamlfile.load(path)
+    except yamlfile.YamlFileError as exc:
+        raise BaselineError(str(exc)) from None
     if root is None or not isinstance(data, dict):
         raise BaselineError(f"{path}:1: a baselines file must be a mapping with schema, article and claims")
     error = jsonschema.exceptions.best_match(_VALIDATOR.iter_errors(data))

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from pathlib import Path
 from typing import Optional, Sequence
+
+from harness.options import seconds
 
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -42,13 +45,6 @@ def _nonneg_int(text: str) -> int:
     return value
 
 
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
-    return value
-
-
 def build_parser(modules: Optional[Sequence[str]] = None) -> argparse.ArgumentParser:
     """The parser with the built-in commands and those of ``modules`` (default: every module)."""
     parser = argparse.ArgumentParser(
@@ -68,7 +64,7 @@ def build_parser(modules: Optional[Sequence[str]] = None) -> argparse.ArgumentPa
     _grid_args(p_run)
     p_run.add_argument("--iters", type=_positive_int, help="timed iterations per case (default: calibrated by rank 0)")
     p_run.add_argument("--warmup", type=_nonneg_int, help="warm-up iterations per case")
-    p_run.add_argument("--timeout", type=_positive_float, default=60.0, metavar="SECONDS",
+    p_run.add_argument("--timeout", type=seconds, default=60.0, metavar="SECONDS",
                        help="per-case limit from set-up to check (default 60)")
     p_run.add_argument("--out", type=Path, help="run directory (default reports/<run-id>)")
 
@@ -174,12 +170,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
         print(f"critpath {args.command}: error: {message}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError:  # `critpath list | head`: the reader left; nothing to report
+        # Before OSError, which it is. Point stdout at /dev/null so the interpreter's last flush
+        # does not fail on the closed pipe again and print a traceback.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_OK
     except OSError as exc:  # a full disk or an unwritable --out: what was written stays valid
         print(f"critpath {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except BrokenPipeError:  # `critpath list | head`: the reader left; nothing to report
-        sys.stderr.close()
-        return EXIT_OK
     except KeyboardInterrupt:
         print("critpath: interrupted; records written so far are kept", file=sys.stderr)
         return 130

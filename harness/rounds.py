@@ -39,6 +39,8 @@ import traceback
 from pathlib import Path
 from typing import Any, Optional, Sequence, TextIO
 
+from harness.options import seconds
+
 PROTOCOL = 1
 MAX_ITERS = 1_000_000  # per case and round, when the gate sets the window
 ROUND_DIR = "round-{:03d}"
@@ -50,7 +52,7 @@ def register(sub) -> None:
                                    "critpath gate starts these; see harness/rounds.py for the protocol.")
     p.add_argument("--out", type=Path, required=True, help="directory for this worker's round directories")
     p.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
-    p.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS", help="per-case limit of a multi-rank case")
+    p.add_argument("--timeout", type=seconds, default=60.0, metavar="SECONDS", help="per-case limit of a multi-rank case")
     p.set_defaults(func=cmd_worker)
 
 

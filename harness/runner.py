@@ -128,17 +128,25 @@ def joined_rank(env=os.environ):
     return Rank(rank, world, local, pick_backend(None, local))
 
 
+# More cases than this in one run is a typo in a sweep, not a plan: refused, naming the cap.
+MAX_CASES = 10_000
+
+
 def select_cases(opts: RunOptions, grid: GridOptions) -> list[Case]:
     if opts.case_ids:
         try:
-            return [registry.parse(cid) for cid in opts.case_ids]
+            cases = [registry.parse(cid) for cid in opts.case_ids]
         except ValueError as exc:
             raise UsageError(str(exc)) from None
-    try:
-        families = registry.select(opts.families)
-    except KeyError as exc:
-        raise UsageError(exc.args[0]) from None
-    return registry.cases(families, grid)
+    else:
+        try:
+            families = registry.select(opts.families)
+        except KeyError as exc:
+            raise UsageError(exc.args[0]) from None
+        cases = registry.cases(families, grid)
+    if len(cases) > MAX_CASES:
+        raise UsageError(f"{len(cases)} cases selected; a run holds at most {MAX_CASES} (narrow --sizes or --families)")
+    return cases
 
 
 class Reporter(LiveProgress):

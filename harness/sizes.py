@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+# A sweep longer than this is a typo (1:1G:+1 would be a billion cases): refused before it is built.
+MAX_SIZES = 4096
 _SIZE = re.compile(r"^\s*(\d+)\s*([KMG]?)(I?B)?\s*$", re.IGNORECASE)
 
 
@@ -40,6 +42,10 @@ def parse_sizes(spec: str) -> tuple[int, ...]:
             increment = parse_size(step[1:])
             if increment < 1:
                 raise ValueError(f"size sweep {spec!r}: step must be >= 1")
+            count = (end - start) // increment + 1
+            if count > MAX_SIZES:
+                raise ValueError(f"size sweep {spec!r} gives {count} sizes; at most {MAX_SIZES} (use a larger "
+                                 "step or a factor, xN)")
             while size <= end:
                 sizes.append(size)
                 size += increment
@@ -47,6 +53,8 @@ def parse_sizes(spec: str) -> tuple[int, ...]:
             raise ValueError(f"size sweep {spec!r}: step must start with x (factor) or + (increment)")
     if not sizes:
         raise ValueError(f"size spec {spec!r} gives no sizes")
+    if len(sizes) > MAX_SIZES:
+        raise ValueError(f"size spec {spec!r} gives {len(sizes)} sizes; at most {MAX_SIZES}")
     return tuple(sorted(set(sizes)))
 
 

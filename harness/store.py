@@ -92,6 +92,8 @@ def iter_records(path: Path, skip_invalid: bool = False, skipped: list | None = 
                 data = json.loads(blob)
             except (json.JSONDecodeError, UnicodeDecodeError) as exc:
                 raise RecordError(f"not valid JSON ({exc})", where) from None
+            except RecursionError:
+                raise RecordError("nested too deep to be a record", where) from None
             if not isinstance(data, dict):
                 raise RecordError("a record must be a JSON object", where)
             yield verify(Record.from_dict(data, where), where)

@@ -32,9 +32,13 @@ def test_good_file_parses_fractional_seconds(tmp_path):
 @pytest.mark.parametrize("body, line, words", [
     ("2023-11-16 18:17:03.9799600,4808\n", 2, "expected 3 fields"),
     (GOOD + "2023-11-16 18:17:05.0,abc,3\n", 4, "ContextTokens must be an integer"),
-    (GOOD + "2023-11-16 18:17:05.0,12,0\n", 4, "GeneratedTokens must be >= 1"),
+    (GOOD + "2023-11-16 18:17:05.0,12,0\n", 4, r"GeneratedTokens must be in \[1, 1000000000\], got 0"),
     (GOOD + "16/11/2023 18:17,12,3\n", 4, "does not match format"),
     (GOOD + "2023-11-16 18:17:01.0,12,3\n", 4, "goes back in time"),
+    (GOOD + "2023-11-16 18:17:05.0,1\x00,2\n", 4, "ContextTokens must be an integer"),
+    (GOOD + "2023-11-16 18:17:05.0," + "9" * 400 + ",2\n", 4, r"ContextTokens must be in \[1, 1000000000\]"),
+    (GOOD + "99999-11-16 18:17:05.0,12,3\n", 4, "TIMESTAMP"),
+    (GOOD + '"' + "x" * 200000 + '",1,2\n', 4, "not CSV: field larger than field limit"),
 ])
 def test_malformed_line_is_named(tmp_path, body, line, words):
     path = write(tmp_path, HEADER + body)
@@ -58,3 +62,10 @@ def test_synthetic_is_seeded_and_follows_its_parameters():
     assert np.array_equal(a.prompt_tokens, b.prompt_tokens)
     assert 350 < a.arrival_s[-1] < 450  # 4000 arrivals at 10/s
     assert 800 < np.median(a.prompt_tokens) < 1250
+
+
+def test_a_trace_that_is_not_utf8_names_its_line(tmp_path):
+    path = tmp_path / "trace.csv"
+    path.write_bytes((HEADER + GOOD).encode() + b"2023-11-16 18:17:05.0,caf\xe9,2\n")
+    with pytest.raises(TraceFormatError, match=r"line 4: not UTF-8 \(byte 0xe9\)"):
+        load_csv(path)

@@ -106,7 +106,7 @@ def test_profile_errors_name_file_and_field(tmp_path):
     with pytest.raises(ProfileError, match=r"intra: names tier 'ib'"):
         load_profile(bad)
     bad.write_text("name: [unclosed\n")
-    with pytest.raises(ProfileError, match=r"bad.yaml: line \d+ not valid YAML"):
+    with pytest.raises(ProfileError, match=r"bad.yaml:\d+: not valid YAML"):
         load_profile(bad)
     with pytest.raises(ProfileError, match="tiers.t.kind"):
         parse_profile({"name": "x", "gpus_per_node": 1, "intra": "t",

@@ -24,6 +24,7 @@ from harness.gate.recheck import is_gate_side
 from harness.gate.repeats import ProcessRun, Repeats, run_repeats
 from harness.gate.trees import BASE, CANDIDATE, WORKTREE, TreeError, checkout, list_cases, probe, repo_root
 from harness.lifetime import interrupt_signal, raise_on_sigterm
+from harness.options import seconds
 from harness.gate.values import (
     StatisticError, default_direction, failure_text, iteration_values, process_value, validate_statistic,
 )
@@ -98,7 +99,7 @@ def register(sub) -> None:
     p.add_argument("--max-pairs", type=_positive(int), metavar="N", help="stop after this many process pairs")
     p.add_argument("--repeats", type=_repeats, default=DEFAULT_REPEATS, help=f"with --against: candidate processes (default {DEFAULT_REPEATS})")
     p.add_argument("--iters", type=_positive(int), help="timed iterations per case per round (default: from --window)")
-    p.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS", help="per-case limit in one round")
+    p.add_argument("--timeout", type=seconds, default=60.0, metavar="SECONDS", help="per-case limit in one round")
     p.add_argument("--repo", type=Path, default=Path.cwd(), help="the git checkout (default: the current directory)")
     _common(p)
     p.set_defaults(func=cmd_gate)

@@ -1,5 +1,5 @@
-"""Gate configuration and baseline tables, from YAML (``yaml.safe_load``); errors name the file
-and the field.
+"""Gate configuration and baseline tables, from YAML (``harness.yamlfile``: safe, no duplicate
+keys, no aliases); errors name the file and the field.
 
 Gate config (``--config``)::
 
@@ -27,8 +27,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-import yaml
-
+from harness import yamlfile
 from harness.gate.stats import DIRECTIONS, Policy
 from harness.gate.values import StatisticError, default_direction, validate_statistic
 
@@ -64,15 +63,9 @@ class Baseline:
 
 def _load_yaml(path: Path) -> Any:
     try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else str(path)
-        raise ConfigError(f"{where}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
+        return yamlfile.load(path)[0]
+    except yamlfile.YamlFileError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _number(path: Path, field_name: str, value: Any, low: float, high: float) -> float:

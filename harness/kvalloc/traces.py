@@ -8,6 +8,7 @@ many prompt tokens it brings, how many tokens it generates. The Azure files (CC-
 from __future__ import annotations
 
 import csv
+import io
 import datetime as _dt
 from dataclasses import dataclass
 from importlib import resources
@@ -53,13 +54,16 @@ def _parse_timestamp(text: str) -> float:
     return stamp.timestamp() + fraction
 
 
+MAX_TOKENS = 10**9  # no request holds more: a bigger count is a corrupt field, not a request
+
+
 def _positive_int(text: str, column: str) -> int:
     try:
         value = int(text, 10)
     except ValueError:
         raise ValueError(f"{column} must be an integer, got {text!r}") from None
-    if value < 1:
-        raise ValueError(f"{column} must be >= 1, got {value}")
+    if not 1 <= value <= MAX_TOKENS:
+        raise ValueError(f"{column} must be in [1, {MAX_TOKENS}], got {text[:40]}")
     return value
 
 
@@ -70,35 +74,51 @@ def load_csv(path: Union[str, Path], name: str | None = None) -> Trace:
     times: list[float] = []
     prompts: list[int] = []
     outputs: list[int] = []
-    with open(path, newline="", encoding="utf-8-sig") as fh:
-        reader = csv.reader(fh)
-        try:
-            header = next(reader)
-        except StopIteration:
-            raise TraceFormatError(where, 1, "empty file; expected header " + ",".join(AZURE_COLUMNS)) from None
-        if tuple(h.strip() for h in header) != AZURE_COLUMNS:
-            raise TraceFormatError(where, 1, f"header is {','.join(header)!r}, expected {','.join(AZURE_COLUMNS)!r}")
-        for row in reader:
-            line = reader.line_num
-            if not row or all(not cell.strip() for cell in row):
-                continue
-            if len(row) != 3:
-                raise TraceFormatError(where, line, f"expected 3 fields, got {len(row)}: {row!r}")
-            try:
-                t = _parse_timestamp(row[0])
-                p = _positive_int(row[1].strip(), "ContextTokens")
-                g = _positive_int(row[2].strip(), "GeneratedTokens")
-            except ValueError as exc:
-                raise TraceFormatError(where, line, str(exc)) from None
-            if times and t < times[-1]:
-                raise TraceFormatError(where, line, "TIMESTAMP goes back in time; the trace must be sorted")
-            times.append(t)
-            prompts.append(p)
-            outputs.append(g)
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise TraceFormatError(where, raw[: exc.start].count(b"\n") + 1,
+                               f"not UTF-8 (byte 0x{raw[exc.start]:02x})") from None
+    reader = csv.reader(io.StringIO(text, newline=""))
+    try:
+        _read_rows(reader, where, times, prompts, outputs)
+    except csv.Error as exc:
+        raise TraceFormatError(where, reader.line_num, f"not CSV: {exc}") from None
     if not times:
         raise TraceFormatError(where, 2, "no requests after the header")
     arrival = np.asarray(times, dtype=np.float64)
     return Trace(name or path.stem, arrival - arrival[0], np.asarray(prompts, np.int64), np.asarray(outputs, np.int64))
+
+
+def _read_rows(reader, where: str, times: list, prompts: list, outputs: list) -> None:
+    """The rows of an Azure-format CSV into the three lists; a malformed one is a TraceFormatError."""
+    try:
+        header = next(reader)
+    except StopIteration:
+        raise TraceFormatError(where, 1, "empty file; expected header " + ",".join(AZURE_COLUMNS)) from None
+    if tuple(h.strip() for h in header) != AZURE_COLUMNS:
+        raise TraceFormatError(where, 1, f"header is {','.join(header)!r}, expected {','.join(AZURE_COLUMNS)!r}")
+    for row in reader:
+        line = reader.line_num
+        if not row or all(not cell.strip() for cell in row):
+            continue
+        if len(row) != 3:
+            raise TraceFormatError(where, line, f"expected 3 fields, got {len(row)}: {row!r}")
+        try:
+            t = _parse_timestamp(row[0])
+        except (ValueError, OverflowError) as exc:
+            raise TraceFormatError(where, line, f"TIMESTAMP: {exc}") from None
+        try:
+            p = _positive_int(row[1].strip(), "ContextTokens")
+            g = _positive_int(row[2].strip(), "GeneratedTokens")
+        except ValueError as exc:
+            raise TraceFormatError(where, line, str(exc)) from None
+        if times and t < times[-1]:
+            raise TraceFormatError(where, line, "TIMESTAMP goes back in time; the trace must be sorted")
+        times.append(t)
+        prompts.append(p)
+        outputs.append(g)
 
 
 def load_azure(name: str) -> Trace:

@@ -2,7 +2,7 @@
 with a per-message latency (alpha) and a per-byte time (beta, from bandwidth), GPUs per node, and
 the inputs NCCL's own tuning model takes (channels, per-channel speed, intra-node hardware).
 
-A profile is YAML (``yaml.safe_load``). Every number in a shipped profile carries a ``source``.
+A profile is YAML (``harness.yamlfile``: safe, no duplicate keys, no aliases). Every number in a shipped profile carries a ``source``.
 Errors name the file and the field (``profile.yaml: tiers.roce.alpha_us: ...``).
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-import yaml
+from harness import yamlfile
 
 TIER_KINDS = ("nvlink", "pcie", "roce", "infiniband", "loopback")
 NCCL_INTRA_HW = ("nvlink", "pci")
@@ -173,13 +173,7 @@ def load_profile(spec: str | Path) -> HardwareProfile:
         else:
             raise ProfileError(f"{spec}: no such file, and not a shipped profile ({', '.join(sorted(shipped))})")
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ProfileError(f"{path}: cannot read: {exc}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f" line {mark.line + 1}" if mark is not None else ""
-        raise ProfileError(f"{path}:{line} not valid YAML: {getattr(exc, 'problem', exc)}") from None
+        data, _ = yamlfile.load(path)
+    except yamlfile.YamlFileError as exc:
+        raise ProfileError(str(exc)) from None
     return parse_profile(data, str(path))

@@ -33,9 +33,16 @@ def _json(path: Path) -> dict:
     if not path.exists():
         return {}
     try:
-        return json.loads(path.read_text())
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ResultsFileError(f"{path}: not UTF-8 (offset {exc.start})") from None
     except json.JSONDecodeError as exc:
         raise ResultsFileError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+    except RecursionError:
+        raise ResultsFileError(f"{path}: nested too deep to be a critpath file") from None
+    if not isinstance(data, dict):
+        raise ResultsFileError(f"{path}:1: expected a JSON object, got {type(data).__name__}")
+    return data
 
 
 def load_run(path: Path, label: Optional[str] = None) -> RunData:

@@ -1,0 +1,96 @@
+"""Inputs that cannot hurt: each malformed input is an error naming file, line or field (exit 2),
+never a traceback, a hang or a silently loosened threshold."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import ROOT
+
+from harness.cli import main
+
+
+def test_a_reader_that_leaves_the_pipe_early_is_not_an_error():
+    # `critpath list | head -1`: exit 0 and nothing on stderr.
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "list"], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    proc.stdout.readline()
+    proc.stdout.close()  # the reader leaves
+    code = proc.wait(timeout=60)
+    err = proc.stderr.read().decode()
+    assert code == 0 and "Broken pipe" not in err and "Traceback" not in err, err
+
+
+PROFILE = """name: dup
+world: 2
+cases: ["selftest/fault_rank=0,mode=noop,world=1"]
+checks:
+  - name: noop p99
+    case: "selftest/fault_rank=0,mode=noop,world=1"
+    statistic: p99_ns
+    max: 1000
+    max: 100000000
+    source: test
+"""
+
+
+def test_a_doubled_key_in_a_profile_is_refused_naming_both_lines(tmp_path, capsys):
+    path = tmp_path / "dup.yaml"
+    path.write_text(PROFILE)
+    assert main(["accept", "--profile", str(path), "--run", str(ROOT / "tests" / "fixtures" / "run_mixed"),
+                 "--out", str(tmp_path / "out")]) == 2
+    assert f"{path}:9: duplicate key 'max' (first at line 8)" in capsys.readouterr().err
+
+
+def test_an_alias_bomb_is_refused_at_once(tmp_path):
+    from harness.gate.config import ConfigError, load_config
+
+    path = tmp_path / "bomb.yaml"
+    lines = ['a0: &a0 ["x", "x", "x", "x", "x", "x", "x", "x", "x"]']
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 9)]  # 9**9 strings if expanded
+    path.write_text("\n".join(lines) + "\n")
+    start = time.perf_counter()
+    with pytest.raises(ConfigError, match=r"bomb.yaml:2: an alias \(\*a0\) is not accepted"):
+        load_config(path)
+    assert time.perf_counter() - start < 5
+
+
+def test_yaml_that_is_not_utf8_is_named(tmp_path):
+    from harness.baselines import BaselineError, load_file
+
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes(b"schema: critpath.baselines/1\narticle: caf\xe9\n")
+    with pytest.raises(BaselineError, match=r"latin1.yaml:2: not UTF-8"):
+        load_file(path)
+
+
+def test_a_line_nested_too_deep_and_a_run_json_that_is_not_utf8_are_named(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "results.jsonl").write_text("[" * 100_000 + "]" * 100_000 + "\n")
+    assert main(["show", str(run)]) == 2
+    assert f"{run / 'results.jsonl'}:1: nested too deep to be a record" in capsys.readouterr().err
+    (run / "results.jsonl").write_text("")
+    (run / "run.json").write_bytes(b'{"run_id": "caf\xe9"}')
+    assert main(["report", str(run), "--out", str(tmp_path / "report")]) == 2
+    assert f"{run / 'run.json'}: not UTF-8" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1", "0", "1e9"])
+def test_a_timeout_that_no_timer_can_hold_is_refused(value, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["run", "--case", "selftest/fault_rank=0,mode=noop,world=1", "--timeout", value])
+    assert exit_.value.code == 2 and "must be a finite number of seconds" in capsys.readouterr().err
+
+
+def test_a_sweep_too_long_to_mean_anything_is_refused_before_it_is_built(tmp_path, capsys):
+    start = time.perf_counter()
+    with pytest.raises(SystemExit) as exit_:
+        main(["run", "--families", "allreduce", "--sizes", "1:1G:+1", "--out", str(tmp_path / "run")])
+    assert exit_.value.code == 2 and "gives 1073741824 sizes; at most 4096" in capsys.readouterr().err
+    assert time.perf_counter() - start < 5  # refused, not expanded (it used to exhaust memory)
+    assert main(["run", "--families", "allreduce", "--sizes", "1:4096:+1", "--out", str(tmp_path / "run")]) == 2
+    assert "a run holds at most 10000" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
