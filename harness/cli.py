@@ -45,6 +45,12 @@ def _nonneg_int(text: str) -> int:
     return value
 
 
+def signal_name(signum: int) -> str:
+    import signal
+
+    return signal.Signals(signum).name
+
+
 def build_parser(modules: Optional[Sequence[str]] = None) -> argparse.ArgumentParser:
     """The parser with the built-in commands and those of ``modules`` (default: every module)."""
     parser = argparse.ArgumentParser(
@@ -103,6 +109,9 @@ def cmd_list(args) -> int:
 
 
 def cmd_run(args) -> int:
+    import signal
+
+    from harness.lifetime import raise_on_sigterm
     from harness.runner import RunOptions, run
 
     opts = RunOptions(
@@ -110,7 +119,13 @@ def cmd_run(args) -> int:
         backend=args.backend, sizes_bytes=args.sizes, iters=args.iters, warmup=args.warmup,
         timeout_s=args.timeout, out=args.out, argv=tuple(sys.argv),
     )
-    return run(opts)
+    # SIGTERM (CI cancellation, a Slurm time limit) unwinds as Ctrl-C does: run.json says
+    # interrupted, the ranks and their servers are killed, temporary directories removed.
+    previous = signal.signal(signal.SIGTERM, raise_on_sigterm)
+    try:
+        return run(opts)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def cmd_show(args) -> int:
@@ -179,6 +194,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except OSError as exc:  # a full disk or an unwritable --out: what was written stays valid
         print(f"critpath {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        print("critpath: interrupted; records written so far are kept", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        from harness.lifetime import interrupt_signal
+
+        signum = interrupt_signal(exc)
+        print(f"critpath: interrupted by {signal_name(signum)}; records written so far are kept", file=sys.stderr)
+        return 128 + signum

@@ -1,7 +1,8 @@
 """Local launch: spawn N ranks on this machine and supervise them.
 
-The parent owns the rendezvous store (a TCPStore on 127.0.0.1, free port chosen by the kernel),
-the per-case deadline and the cleanup. A rank that raises, exits or hangs past the timeout turns
+The parent owns the rendezvous store (a FileStore in a private temporary directory: a TCPStore
+listens on every interface, whatever address it is given), the per-case deadline and the cleanup.
+Ranks pin gloo to the loopback interface, so a local run opens no listener off 127.0.0.1. A rank that raises, exits or hangs past the timeout turns
 its case into a failed/timeout record; the whole pool is then killed (every rank, with anything it
 started, as a process group) and a fresh pool carries on with the next case. Nothing waits forever:
 each case has a deadline and so does pool start-up. Between batches the pool stays up (see
@@ -9,17 +10,17 @@ each case has a deadline and so does pool start-up. Between batches the pool sta
 """
 from __future__ import annotations
 
-import datetime as _dt
 import math
 import multiprocessing as mp
 import os
 from multiprocessing import connection as mp_connection
+import shutil
 import signal
+import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
-
-import torch.distributed as dist
 
 from harness.case import Case
 from harness.records import ErrorInfo, Record, utc_now_iso
@@ -39,6 +40,46 @@ def _describe_exit(code: int) -> str:
         except ValueError:
             return f"killed by signal {-code}"
     return f"exited with code {code}"
+
+
+POOL_DIR_PREFIX = "critpath-run-"
+
+
+def remove_stale_pool_dirs(root: Optional[str] = None) -> None:
+    """Pool directories whose process is gone (killed with SIGKILL, so nothing cleaned up)."""
+    root = root or tempfile.gettempdir()
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return
+    for name in names:
+        if not name.startswith(POOL_DIR_PREFIX):
+            continue
+        pid = name[len(POOL_DIR_PREFIX):].split("-", 1)[0]
+        path = os.path.join(root, name)
+        if not pid.isdigit() or os.stat(path).st_uid != os.getuid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+        except PermissionError:
+            pass
+
+
+@contextmanager
+def _child_env(**values: str):
+    """Environment for the processes started inside: spawn copies os.environ at start."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 @dataclass
@@ -116,22 +157,24 @@ class Supervisor:
         self._discard(pool)
 
     def _start_pool(self) -> "_Pool":
-        store = dist.TCPStore(
-            "127.0.0.1", 0, self.world, is_master=True, wait_for_workers=False,
-            timeout=_dt.timedelta(seconds=self.start_timeout_s),
-        )
-        pool = _Pool(store, _Inbox([]), started_at=time.monotonic())
+        remove_stale_pool_dirs()
+        # Mode 0700, named after this process: the store, and every temporary file the ranks and
+        # their servers make (their TMPDIR), go when the pool does, or at the next run's start
+        # when this process was killed before it could clean up.
+        pool_dir = tempfile.mkdtemp(prefix=f"{POOL_DIR_PREFIX}{os.getpid()}-")
+        pool = _Pool(pool_dir, _Inbox([]), started_at=time.monotonic())
         for rank in range(self.world):
             commands = self._ctx.Queue()
             reader, events = self._ctx.Pipe(duplex=False)
             pool.events.readers.append(reader)
             spec = SpawnSpec(
-                Rank(rank, self.world, rank, self.backend), store.port, self.run_id,
+                Rank(rank, self.world, rank, self.backend), os.path.join(pool_dir, "store"), self.run_id,
                 pg_timeout_s=self.case_timeout_s + self.start_timeout_s, threads=self.threads_per_rank,
             )
             proc = self._ctx.Process(target=spawned_main, args=(spec, commands, events), name=f"critpath-rank{rank}",
                                      daemon=False)
-            proc.start()
+            with _child_env(TMPDIR=pool_dir):
+                proc.start()
             events.close()  # the rank holds the writing end; EOF then means the rank is gone
             pool.procs.append(proc)
             pool.commands.append(commands)
@@ -142,7 +185,7 @@ class Supervisor:
         pool.events.close()
         for q in pool.commands:
             q.close()
-        pool.store = None
+        shutil.rmtree(pool.store, ignore_errors=True)
 
     # One batch on one pool: returns how many of ``pending`` got a record (ok or not). A failed
     # case ends the pool (its peers may be stuck in a collective with the failed rank).
@@ -271,10 +314,14 @@ class Supervisor:
     @staticmethod
     def _kill(procs) -> None:
         for proc in procs:
-            if proc.exitcode is None and proc.pid:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)  # the rank and its children (setsid)
-                except (ProcessLookupError, PermissionError):
+            if not proc.pid:
+                continue
+            # The rank's whole group (setsid): its servers too, even when the rank itself is
+            # already dead (a rank that died left them in its group, not with it).
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                if proc.exitcode is None:
                     proc.kill()
         for proc in procs:
             proc.join(timeout=10)
@@ -314,7 +361,7 @@ class _Inbox:
 class _Pool:
     """Ranks that are up, with the store they met at and a command queue each."""
 
-    store: Any
+    store: str  # the pool's private directory (its FileStore, the ranks' TMPDIR), removed with it
     events: Any
     started_at: float
     procs: list = field(default_factory=list)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
+import socket
 import time
 import traceback
 from dataclasses import dataclass
@@ -131,10 +132,16 @@ class PipeSink:
 @dataclass(frozen=True)
 class SpawnSpec:
     me: Rank
-    store_port: int
+    store_path: str  # a FileStore's file in the supervisor's private directory
     run_id: str
     pg_timeout_s: float
     threads: int
+
+
+def loopback_interface() -> str:
+    """The loopback interface's name ("lo" on Linux, "lo0" on macOS)."""
+    names = [name for _, name in socket.if_nameindex()]
+    return next((n for n in names if n in ("lo", "lo0")), next((n for n in names if n.startswith("lo")), "lo"))
 
 
 def spawned_main(spec: SpawnSpec, commands, events) -> None:
@@ -150,10 +157,9 @@ def spawned_main(spec: SpawnSpec, commands, events) -> None:
     sink = PipeSink(events)
     ok = False
     try:
-        store = dist.TCPStore(
-            "127.0.0.1", spec.store_port, spec.me.world, is_master=False,
-            timeout=_dt.timedelta(seconds=spec.pg_timeout_s),
-        )
+        # gloo would bind the interface of the host name; a local run keeps every pair on loopback.
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", loopback_interface())
+        store = dist.FileStore(spec.store_path, spec.me.world)
         comm = init_group(spec.me, spec.pg_timeout_s, store=store)
         sink.put(("up", spec.me.rank))
         ok = True

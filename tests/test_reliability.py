@@ -94,3 +94,28 @@ def test_a_sweep_too_long_to_mean_anything_is_refused_before_it_is_built(tmp_pat
     assert main(["run", "--families", "allreduce", "--sizes", "1:4096:+1", "--out", str(tmp_path / "run")]) == 2
     assert "a run holds at most 10000" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
+
+
+# -- runs that survive being killed ------------------------------------------------------------
+
+def _kill_loop():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("kill_loop", ROOT / "examples" / "kill_loop.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("signal_name, state", [("KILL", "running"), ("TERM", "interrupted")])
+def test_a_run_killed_during_an_rpc_case_leaves_no_process_listener_or_directory(tmp_path, signal_name, state):
+    import argparse
+    import random
+
+    loop = _kill_loop()
+    random.seed(0)
+    args = argparse.Namespace(signal=signal_name, kill_rank=False, families="rpc", max_delay=8.0)
+    row = loop.trial(args, 0, tmp_path)  # killed 2-8 s in: an echo server (or sockperf) is up
+    assert row["processes_left"] == 0 and row["listeners_left"] == 0 and row["pool_dirs_left"] == 0, row
+    assert row["show_exit"] in (0, 1) and row["records"] >= 0 and row["state"] == state, row

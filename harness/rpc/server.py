@@ -18,6 +18,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from harness.lifetime import die_with_parent
 from harness.rpc.framing import RpcError
 
 POLL_S = 0.05
@@ -74,6 +75,9 @@ class Control:
 
 
 def _child(target: str, config: Any, ready_conn, stop, array) -> None:
+    # The server dies with the process that started it: a rank killed with SIGKILL (or by its own
+    # parent's death) must not leave a listener behind.
+    die_with_parent()
     try:
         module_name, _, func_name = target.partition(":")
         serve = getattr(importlib.import_module(module_name), func_name)

@@ -61,12 +61,20 @@ def parse(output: str) -> tuple[dict[float, float], float]:
     return percentiles, float(found[-1])
 
 
+def _dies_with_parent() -> list[str]:
+    """A prefix that makes the command die with this process (util-linux setpriv sets the
+    parent-death signal before exec): a preexec_fn would do it too, but is unsafe in a process
+    with threads, which a rank is."""
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "KILL", "--"] if setpriv else []
+
+
 def tcp_pingpong(msg_bytes: int, duration_s: int = 1) -> SockperfResult:
     exe = available()
     if exe is None:
         raise FileNotFoundError("sockperf is not installed")
     port = _free_port()
-    server = subprocess.Popen([exe, "server", "--tcp", "-i", "127.0.0.1", "-p", str(port)],
+    server = subprocess.Popen([*_dies_with_parent(), exe, "server", "--tcp", "-i", "127.0.0.1", "-p", str(port)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         _wait_listening(port, server)
