@@ -23,6 +23,7 @@ from harness import yamlfile
 from harness.claims import StatisticUnavailable, matches, statistic
 from harness.comparable import mismatch
 from harness.records import Record
+from harness.store import incompleteness
 
 EXIT_PASS, EXIT_FAIL, EXIT_CANNOT = 0, 1, 2
 PASS, FAIL, CANNOT = "pass", "fail", "could not run"
@@ -217,12 +218,13 @@ class Acceptance:
     profile: str
     outcomes: tuple[CheckOutcome, ...]
     fingerprint_problems: tuple[str, ...]
+    incomplete: str = ""  # the run did not finish every case: no verdict can pass it
 
     @property
     def exit_code(self) -> int:
         if self.fingerprint_problems or any(o.verdict == FAIL for o in self.outcomes):
             return EXIT_FAIL
-        if any(o.verdict == CANNOT for o in self.outcomes):
+        if self.incomplete or any(o.verdict == CANNOT for o in self.outcomes):
             return EXIT_CANNOT
         return EXIT_PASS
 
@@ -233,12 +235,14 @@ class Acceptance:
     def to_dict(self) -> dict:
         return {"schema": "critpath.acceptance/1", "profile": self.profile, "verdict": self.verdict,
                 "exit_code": self.exit_code, "fingerprint_problems": list(self.fingerprint_problems),
+                "incomplete": self.incomplete,
                 "checks": [asdict(o) for o in self.outcomes]}
 
 
-def accept(profile: Mapping[str, Any], records: Sequence[Record], fp: Mapping[str, Any]) -> Acceptance:
+def accept(profile: Mapping[str, Any], records: Sequence[Record], fp: Mapping[str, Any],
+           incomplete: str = "") -> Acceptance:
     return Acceptance(profile["name"], tuple(evaluate_check(c, records) for c in profile["checks"]),
-                      tuple(fingerprint_problems(profile, fp)))
+                      tuple(fingerprint_problems(profile, fp)), incomplete)
 
 
 def acceptance_blocks(result: Acceptance) -> list:
@@ -299,8 +303,10 @@ def cmd_accept(args) -> int:
     except ProfileError as exc:
         print(f"critpath accept: error: {exc}", file=sys.stderr)
         return EXIT_CANNOT
-    result = accept(profile, run.records, run.fingerprint)
+    result = accept(profile, run.records, run.fingerprint, incompleteness(run_dir, list(run.records)))
     print(f"acceptance {profile['name']}: {result.verdict} ({run_dir})")
+    if result.incomplete:
+        print(f"  COULD NOT RUN  the run: {result.incomplete}")
     for o in result.outcomes:
         measured = "-" if o.measured is None else f"{o.measured:.4g}"
         margin = "" if o.margin_pct is None else f", margin {o.margin_pct:+.1f} %"

@@ -219,6 +219,7 @@ def _run_local(opts: RunOptions, console: Console) -> int:
         def keep(record: Record) -> None:
             run_dir.append(record)  # on disk before anything else happens
             records.append(record)
+            run_dir.write_meta(plan.meta("running", records))  # how far it got, if it is killed next
             reporter.finished(record)
 
         try:
@@ -254,6 +255,7 @@ class _FileSink:
                  timeout_s: float) -> None:
         self.me, self.run_dir, self.records, self.reporter, self.backend = me, run_dir, records, reporter, backend
         self.timeout_s = timeout_s
+        self.plan: Optional["RunPlan"] = None  # set by the joined run once planned: progress goes to run.json
         self.started_at = ""
         self.watchdog: Optional[threading.Timer] = None
 
@@ -283,6 +285,8 @@ class _FileSink:
         if self.run_dir is not None:
             self.run_dir.append(record)
             self.records.append(record)
+            if self.plan is not None:
+                self.run_dir.write_meta(self.plan.meta("running", self.records))
             self.reporter.finished(record)
 
     def failed(self, case_id: str, error: ErrorInfo) -> None:
@@ -325,6 +329,7 @@ def _run_joined(opts: RunOptions, me, console: Console) -> int:
                       f"({', '.join(map(str, layout['ranks_per_node']))} ranks), {backend} -> {plan.run_dir.path}")
     reporter = Reporter(console, len(cases)) if me.rank == 0 else None
     sink = _FileSink(me, plan.run_dir, records, reporter, backend, plan.timeout_s)
+    sink.plan = plan
     ok = serve(list(plan.cases), me, comm, plan.policy, run_id, sink)
     if plan.run_dir is not None:
         plan.run_dir.write_meta(plan.meta("finished" if ok else "aborted", records))

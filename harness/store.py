@@ -104,6 +104,28 @@ def iter_records(path: Path, skip_invalid: bool = False, skipped: list | None = 
                 skipped.append(Skipped(number, str(exc)))
 
 
+def incompleteness(run_dir: Path, records: list) -> str:
+    """Why the run in ``run_dir`` is not whole ("incomplete: 37 of 87 cases, run.json says running"),
+    or "" when its run.json says it finished with every case recorded. A directory without a
+    run.json (records copied or imported by hand) cannot say, and is taken as it is."""
+    meta_path = Path(run_dir) / RUN_META
+    if not Path(run_dir).is_dir() or not meta_path.exists():
+        return ""
+    try:
+        meta = json.loads(meta_path.read_bytes().decode("utf-8"))
+    except (ValueError, RecursionError):
+        return f"incomplete: {meta_path} cannot be read"
+    if not isinstance(meta, dict):
+        return f"incomplete: {meta_path} is not an object"
+    state, total = meta.get("state"), meta.get("cases_total")
+    if state == "imported":
+        return ""
+    if state == "finished" and (total is None or len(records) >= total):
+        return ""
+    of = f" of {total}" if isinstance(total, int) else ""
+    return f"incomplete: {len(records)}{of} cases, run.json says {state or 'nothing'}"
+
+
 def load_records(run_dir: Path, skip_invalid: bool = False, skipped: list | None = None) -> list[Record]:
     run_dir = Path(run_dir)
     path = run_dir / RESULTS if run_dir.is_dir() else run_dir

@@ -119,3 +119,33 @@ def test_a_run_killed_during_an_rpc_case_leaves_no_process_listener_or_directory
     row = loop.trial(args, 0, tmp_path)  # killed 2-8 s in: an echo server (or sockperf) is up
     assert row["processes_left"] == 0 and row["listeners_left"] == 0 and row["pool_dirs_left"] == 0, row
     assert row["show_exit"] in (0, 1) and row["records"] >= 0 and row["state"] == state, row
+
+
+def test_a_killed_or_empty_run_is_never_shown_or_judged_as_a_whole_one(tmp_path, capsys):
+    import json
+    import shutil
+
+    from conftest import derived_record
+
+    from harness.store import RunDir
+
+    run = RunDir(tmp_path / "killed", "killed")
+    cases = ["selftest/fault_rank=0,mode=noop,world=1", "selftest/fault_rank=0,mode=spin,spin_iters=10,world=1"]
+    run.write_meta({"schema": "critpath.run/1", "run_id": "killed", "state": "running", "cases_total": 2})
+    run.results.touch()  # killed before its first record: an empty results file
+    assert main(["show", str(run.path)]) == 1  # nothing recorded yet: not "0 ok, 0 failed"
+    assert "incomplete: 0 of 2 cases, run.json says running" in capsys.readouterr().err
+    run.append(derived_record(cases[0], [100, 110, 120], run_id="killed"))
+    assert main(["show", str(run.path)]) == 1
+    assert "incomplete: 1 of 2 cases" in capsys.readouterr().err
+    # compare refuses a side that did not finish
+    whole = tmp_path / "whole"
+    shutil.copytree(run.path, whole)
+    meta = json.loads((whole / "run.json").read_text())
+    (whole / "run.json").write_text(json.dumps({**meta, "state": "finished", "cases_total": 1}))
+    assert main(["show", str(whole)]) == 0
+    assert main(["compare", str(whole), str(run.path), "--out", str(tmp_path / "cmp")]) == 2
+    assert "incomplete: 1 of 2 cases" in json.loads((tmp_path / "cmp" / "gate.json").read_text())["error"]
+    # the report says so where it starts
+    assert main(["report", str(run.path), "--out", str(tmp_path / "report")]) == 0
+    assert "INCOMPLETE RUN (killed: incomplete: 1 of 2 cases" in (tmp_path / "report" / "report.md").read_text()

@@ -30,7 +30,7 @@ from harness.gate.values import (
 )
 from harness.records import Record
 from harness.comparable import mismatch
-from harness.store import RESULTS, ResultsFileError, load_records
+from harness.store import RESULTS, ResultsFileError, incompleteness, load_records
 
 DEFAULT_REPEATS = 10  # --against: processes of the candidate
 
@@ -330,11 +330,19 @@ def _run_against(args, config: GateConfig, out: Path, mode: str) -> GateResult:
 def _load_side(path: Path) -> list[list[Record]]:
     """A run directory, or a directory whose subdirectories (recursively) are run directories."""
     if (path / RESULTS).exists() or path.is_file():
-        return [load_records(path)]
-    runs = sorted(p.parent for p in path.rglob(RESULTS))
+        runs = [path]
+    else:
+        runs = sorted(p.parent for p in path.rglob(RESULTS))
     if not runs:
         raise ResultsFileError(f"{path}: no run directory (results.jsonl) found")
-    return [load_records(p) for p in runs]
+    loaded = []
+    for run in runs:
+        records = load_records(run)
+        incomplete = incompleteness(run, records)
+        if incomplete:  # a killed run's cases are not a side's measurement
+            raise ResultsFileError(f"{run}: {incomplete}")
+        loaded.append(records)
+    return loaded
 
 
 def cmd_compare(args) -> int:

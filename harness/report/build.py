@@ -15,6 +15,7 @@ from harness.family import Family
 from harness.claims import CONFIRMED, CONTRADICTED, NOT_MEASURABLE, ClaimResult, check_claims
 from harness.figures import is_mean_only
 from harness.records import Record
+from harness.store import incompleteness
 from harness.report import plots as plotlib
 from harness.report.document import Block, Heading, Image, Para, Table
 from harness.report.run import RunData
@@ -229,9 +230,11 @@ def build(runs: Sequence[RunData], claims: Sequence[Claim], extra: Sequence[Bloc
         "critpath comparison: " + " vs ".join(r.label for r in runs))
     report = Report(title)
     report.blocks.append(Heading(1, title))
+    incomplete = [f"{r.label}: {why}" for r in runs if (why := incompleteness(r.path, list(r.records)))]
     report.blocks.append(Para(
         "Built from the stored records only (" + ", ".join(f"{r.label}: {len(r.records)} records" for r in runs)
-        + "). Latencies are per operation; for collectives an iteration's time is the slowest rank's."))
+        + "). Latencies are per operation; for collectives an iteration's time is the slowest rank's."
+        + ("".join(f" INCOMPLETE RUN ({note}): its tables are not a whole run." for note in incomplete))))
     if len(runs) > 1:
         report.blocks.append(Para("Runs from different jobs or machines are not an A/B measurement: "
                                   "differences include machine and load noise."))
