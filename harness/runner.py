@@ -23,7 +23,7 @@ from harness.case import Case
 from harness.family import BACKENDS, GridOptions
 from harness.progress import LiveProgress
 from harness.records import ErrorInfo, Record, utc_now_iso
-from harness.store import RunDir, new_run_id
+from harness.store import RunDir, new_run_id, run_files
 from harness.table import print_tables
 from harness.timing import PlanPolicy
 
@@ -186,8 +186,9 @@ def run(opts: RunOptions, console: Optional[Console] = None) -> int:
 
 def _open_run_dir(opts: RunOptions, run_id: str) -> RunDir:
     path = opts.out or Path("reports") / run_id
-    if path.exists() and any(path.iterdir()):
-        raise UsageError(f"{path} already holds a run; choose another --out")
+    taken = run_files(path)
+    if taken:
+        raise UsageError(f"{path} already holds a run ({taken[0]}); choose another --out")
     return RunDir(path, run_id)
 
 

@@ -37,12 +37,18 @@ def new_run_id(now: _dt.datetime | None = None) -> str:
 def write_json_atomic(path: Path, data: dict) -> None:
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=2, sort_keys=True)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            json.dump(data, f, indent=2, sort_keys=True)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        # A full disk: leave no half-written temporary behind (it would make the directory look
+        # taken), keep whatever was there before, and name the file.
+        tmp.unlink(missing_ok=True)
+        raise OSError(exc.errno, f"could not write {path}: {exc.strerror or exc}") from exc
 
 
 def append_record(path: Path, record: Record) -> None:
@@ -58,7 +64,8 @@ def append_record(path: Path, record: Record) -> None:
         except OSError as exc:
             # Leave no half line behind: the file must stay loadable.
             os.ftruncate(fd, before)
-            raise OSError(exc.errno, f"could not append the record for {record.case_id} to {path}: {exc}") from exc
+            message = f"could not append the record for {record.case_id} to {path}: {exc.strerror or exc}"
+            raise (OSError(exc.errno, message) if exc.errno else OSError(message)) from exc
     finally:
         os.close(fd)
 
@@ -130,6 +137,14 @@ def load_records(run_dir: Path, skip_invalid: bool = False, skipped: list | None
     run_dir = Path(run_dir)
     path = run_dir / RESULTS if run_dir.is_dir() else run_dir
     return list(iter_records(path, skip_invalid, skipped))
+
+
+RUN_FILES = (RESULTS, RUN_META, FINGERPRINT)
+
+
+def run_files(path: Path) -> list[Path]:
+    """The files that make ``path`` a run directory (a failed start's temporaries do not)."""
+    return [Path(path) / name for name in RUN_FILES if (Path(path) / name).exists()]
 
 
 class RunDir:

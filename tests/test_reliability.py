@@ -149,3 +149,27 @@ def test_a_killed_or_empty_run_is_never_shown_or_judged_as_a_whole_one(tmp_path,
     # the report says so where it starts
     assert main(["report", str(run.path), "--out", str(tmp_path / "report")]) == 0
     assert "INCOMPLETE RUN (killed: incomplete: 1 of 2 cases" in (tmp_path / "report" / "report.md").read_text()
+
+
+def test_a_start_that_fails_on_a_full_disk_names_the_file_leaves_nothing_and_can_be_retried(tmp_path, monkeypatch,
+                                                                                            capsys):
+    import errno
+    import os
+
+    from harness import store
+
+    out = tmp_path / "run"
+    real_fsync = os.fsync
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(store.os, "fsync", full)
+    case = "selftest/fault_rank=0,mode=noop,world=1"
+    assert main(["run", "--case", case, "--out", str(out)]) == 2
+    assert f"could not write {out / 'fingerprint.json'}: No space left on device" in capsys.readouterr().err
+    assert list(out.iterdir()) == []  # no temporary left to make the directory look taken
+    monkeypatch.setattr(store.os, "fsync", real_fsync)
+    assert main(["run", "--case", case, "--out", str(out)]) == 0  # the retry with the same --out
+    assert main(["run", "--case", case, "--out", str(out)]) == 2
+    assert f"already holds a run ({out / 'results.jsonl'})" in capsys.readouterr().err
