@@ -218,3 +218,25 @@ def test_fault_spec_rejects_bad_values():
         FaultSpec(drop_rate=1.5)
     with pytest.raises(ValueError, match="delay_us"):
         FaultSpec(delay_us=-1)
+
+
+def test_servers_bound_their_connections_and_cut_off_silent_peers():
+    from harness.rpc.http_echo import HttpServerConfig
+
+    config = StreamServerConfig(max_connections=4, idle_timeout_s=0.5)
+    with ServerProcess("harness.rpc.stream:serve", config) as server:
+        peers = [socket.create_connection(server.address, timeout=5) for _ in range(8)]
+        assert wait_for(lambda: server.counters.snapshot()["refused"] == 4)  # the fifth and later
+        assert wait_for(lambda: server.counters.snapshot()["idle"] == 4)  # the four served, silent
+        for peer in peers:
+            assert peer.recv(1) == b""  # every one was closed by the server
+            peer.close()
+    # HTTP: a body cut short by a disconnect is counted, and not answered with 200.
+    with ServerProcess("harness.rpc.http_echo:serve", HttpServerConfig(idle_timeout_s=0.5)) as http:
+        peer = socket.create_connection(tuple(http.address), timeout=5)
+        peer.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n" + b"x" * 10)
+        peer.shutdown(socket.SHUT_WR)
+        assert peer.recv(100) == b""
+        peer.close()
+        assert wait_for(lambda: http.counters.snapshot()["truncated"] == 1)
+        assert http.counters.snapshot()["frames"] == 0

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import random
 import socket
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,7 +28,7 @@ from harness.rpc.framing import (
     MAX_FRAME_BYTES, ConnectionClosed, FrameError, FrameReader, MalformedFrame, OversizedFrame, encode,
 )
 from harness.rpc.server import Control, ServerProcess
-from harness.rpc.stream import StreamServerConfig, _send_error, listen, set_nodelay
+from harness.rpc.stream import ConnectionSlots, StreamServerConfig, _send_error, listen, set_nodelay
 
 
 @dataclass(frozen=True)
@@ -119,16 +118,16 @@ def serve(config: ProxyConfig, control: Control) -> None:
     sock, address = listen(config.listen)
     control.ready(address)
     index = 0
+    slots = ConnectionSlots(config.listen.max_connections, config.listen.idle_timeout_s)
     try:
         while not control.stopping():
             try:
                 conn, _ = sock.accept()
             except socket.timeout:
                 continue
-            conn.settimeout(None)
             set_nodelay(conn, True)
             control.counters.add("connections")
-            threading.Thread(target=_relay, args=(conn, index, config, control), daemon=True).start()
+            slots.serve(conn, control, _relay, index, config, control)
             index += 1
     finally:
         sock.close()

@@ -20,6 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from harness.rpc.framing import MAX_FRAME_BYTES, ServerError
 from harness.rpc.server import POLL_S, Control
+from harness.rpc.stream import IDLE_TIMEOUT_S, MAX_CONNECTIONS
 
 PATH = "/echo"
 
@@ -29,10 +30,13 @@ class HttpServerConfig:
     nodelay: bool = False
     max_bytes: int = MAX_FRAME_BYTES
     host: str = "127.0.0.1"
+    max_connections: int = MAX_CONNECTIONS
+    idle_timeout_s: float = IDLE_TIMEOUT_S
 
 
 class EchoHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    timeout = IDLE_TIMEOUT_S  # a silent keep-alive peer is cut off (set per server from its config)
 
     def do_POST(self) -> None:  # noqa: N802 - stdlib naming
         control: Control = self.server.control  # type: ignore[attr-defined]
@@ -48,6 +52,10 @@ class EchoHandler(BaseHTTPRequestHandler):
             self.close_connection = True
             return
         body = self.rfile.read(length)
+        if len(body) < length:  # the client went away inside the body: no answer, and it counts
+            control.counters.add("truncated")
+            self.close_connection = True
+            return
         self.send_response(200)
         self.send_header("Content-Type", "application/octet-stream")
         self.send_header("Content-Length", str(len(body)))
@@ -67,9 +75,31 @@ class EchoHandler(BaseHTTPRequestHandler):
         pass  # a line on stderr per request would be the benchmark
 
 
+class _BoundedHTTPServer(ThreadingHTTPServer):
+    """A thread per connection, as the stdlib server does, but at most MAX_CONNECTIONS at once."""
+
+    def __init__(self, address, handler, max_connections: int = MAX_CONNECTIONS) -> None:
+        super().__init__(address, handler)
+        self._free = threading.BoundedSemaphore(max_connections)
+
+    def process_request(self, request, client_address) -> None:
+        if not self._free.acquire(blocking=False):
+            self.control.counters.add("refused")  # type: ignore[attr-defined]
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._free.release()
+
+
 def serve(config: HttpServerConfig, control: Control) -> None:
-    handler = type("EchoHandlerConfigured", (EchoHandler,), {"disable_nagle_algorithm": config.nodelay})
-    server = ThreadingHTTPServer((config.host, 0), handler)
+    handler = type("EchoHandlerConfigured", (EchoHandler,), {"disable_nagle_algorithm": config.nodelay,
+                                                           "timeout": config.idle_timeout_s})
+    server = _BoundedHTTPServer((config.host, 0), handler, config.max_connections)
     server.daemon_threads = True
     server.control = control  # type: ignore[attr-defined]
     server.max_bytes = config.max_bytes  # type: ignore[attr-defined]

@@ -32,6 +32,8 @@ COUNTERS = (
     "errors",        # anything else that ended a connection
     "stalls",        # fault proxy: injected stalls
     "drops",         # fault proxy: connections dropped on purpose
+    "refused",       # connections turned away: the server already held its maximum open at once
+    "idle",          # connections cut off after a peer stayed silent past the idle timeout
 )
 
 

@@ -28,6 +28,12 @@ LOOPBACK = "127.0.0.1"
 FLUSH_EVERY = 256  # frames counted locally, published in batches (a shared lock per frame costs ~1 us)
 
 
+# Bounds a server keeps whatever its peers do: connections open at once (each costs a thread) and
+# how long a peer may stay silent. A timed case keeps one to a few connections busy.
+MAX_CONNECTIONS = 64
+IDLE_TIMEOUT_S = 30.0
+
+
 @dataclass(frozen=True)
 class StreamServerConfig:
     family: str = "tcp"  # "tcp" or "unix"
@@ -35,6 +41,8 @@ class StreamServerConfig:
     host: str = LOOPBACK
     nodelay: bool = True
     max_frame_bytes: int = MAX_FRAME_BYTES
+    max_connections: int = MAX_CONNECTIONS
+    idle_timeout_s: float = IDLE_TIMEOUT_S
 
 
 def listen(config: StreamServerConfig) -> tuple[socket.socket, Any]:
@@ -59,6 +67,32 @@ def listen(config: StreamServerConfig) -> tuple[socket.socket, Any]:
 def set_nodelay(sock: socket.socket, on: bool) -> None:
     if sock.family in (socket.AF_INET, socket.AF_INET6):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1 if on else 0)
+
+
+class ConnectionSlots:
+    """At most ``limit`` connections served at once; the rest are refused and counted."""
+
+    def __init__(self, limit: int = MAX_CONNECTIONS, idle_timeout_s: float = IDLE_TIMEOUT_S) -> None:
+        self._free = threading.BoundedSemaphore(limit)
+        self.idle_timeout_s = idle_timeout_s
+
+    def serve(self, conn: socket.socket, control: Control, target, *args) -> Optional[threading.Thread]:
+        """Serve ``conn`` with ``target(conn, *args)`` in a thread of its own, or refuse it."""
+        if not self._free.acquire(blocking=False):
+            control.counters.add("refused")
+            conn.close()
+            return None
+        conn.settimeout(self.idle_timeout_s)
+
+        def run() -> None:
+            try:
+                target(conn, *args)
+            finally:
+                self._free.release()
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        return thread
 
 
 def serve_connection(conn: socket.socket, config: StreamServerConfig, control: Control) -> None:
@@ -86,6 +120,8 @@ def serve_connection(conn: socket.socket, config: StreamServerConfig, control: C
             if served == FLUSH_EVERY:
                 counters.add("frames", served)
                 served = 0
+    except TimeoutError:  # socket.timeout: the peer went silent past IDLE_TIMEOUT_S
+        counters.add("idle")
     except OSError:
         counters.add("errors")
     finally:
@@ -105,18 +141,17 @@ def serve(config: StreamServerConfig, control: Control) -> None:
     sock, address = listen(config)
     control.ready(address)
     threads: list[threading.Thread] = []
+    slots = ConnectionSlots(config.max_connections, config.idle_timeout_s)
     try:
         while not control.stopping():
             try:
                 conn, _ = sock.accept()
             except socket.timeout:
                 continue
-            conn.settimeout(None)
             set_nodelay(conn, config.nodelay)
             control.counters.add("connections")
-            thread = threading.Thread(target=serve_connection, args=(conn, config, control), daemon=True)
-            thread.start()
-            threads.append(thread)
+            thread = slots.serve(conn, control, serve_connection, config, control)
+            threads = [t for t in threads if t.is_alive()] + ([thread] if thread else [])
     finally:
         sock.close()
         # Let connections that are closing publish their counters; ones still open are cut off.
