@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import multiprocessing as mp
 import os
+import re
 from multiprocessing import connection as mp_connection
 import shutil
 import signal
@@ -25,7 +26,7 @@ from typing import Any, Callable, Optional, Sequence
 from harness.case import Case
 from harness.records import ErrorInfo, Record, utc_now_iso
 from harness.timing import PlanPolicy
-from harness.worker import Rank, SpawnSpec, spawned_main
+from harness.worker import STACK_FILE, Rank, SpawnSpec, spawned_main
 
 POLL_S = 0.1
 CLOSE_GRACE_S = 10.0  # idle ranks leave the group within this, or are killed
@@ -43,6 +44,43 @@ def _describe_exit(code: int) -> str:
 
 
 POOL_DIR_PREFIX = "critpath-run-"
+STACK_WAIT_S = 0.5
+_FRAME = re.compile(r'File "([^"]+)", line (\d+) in (\S+)')
+
+
+def hung_ranks(procs, pool_dir: str) -> tuple[list[int], str]:
+    """Which ranks are stuck in their own code rather than waiting in torch.distributed for a
+    peer: each live rank dumps its main thread's stack (faulthandler, SIGUSR1) before it is
+    killed. Returns those ranks and a sentence naming where each one is."""
+    if not pool_dir:
+        return [], ""
+    live = [(rank, p) for rank, p in enumerate(procs) if p.exitcode is None and p.pid]
+    for rank, proc in live:
+        path = os.path.join(pool_dir, STACK_FILE.format(rank=rank))
+        try:
+            open(path, "w").close()  # truncate: only this dump counts
+            os.kill(proc.pid, signal.SIGUSR1)
+        except OSError:
+            pass
+    time.sleep(STACK_WAIT_S)
+    hung, notes, waiting = [], [], []
+    for rank, _ in live:
+        try:
+            text = open(os.path.join(pool_dir, STACK_FILE.format(rank=rank))).read()
+        except OSError:
+            continue
+        frames = _FRAME.findall(text.split("\n\n")[0])  # the main thread: the first block
+        if not frames:
+            continue
+        if any("torch/distributed" in f for f, _, _ in frames):
+            waiting.append(rank)
+            continue
+        path, line, function = next((f for f in frames if "/harness/" in f[0]), frames[0])
+        hung.append(rank)
+        notes.append(f"rank {rank} hung in {function} (harness/{path.split('/harness/')[-1]}:{line})")
+    if waiting and notes:
+        notes.append(f"ranks {waiting} were waiting for it in torch.distributed")
+    return hung, "; ".join(notes)
 
 
 def remove_stale_pool_dirs(root: Optional[str] = None) -> None:
@@ -195,7 +233,8 @@ class Supervisor:
         # The first batch of a pool includes spawning and joining the group.
         limit_s = self.start_timeout_s if pool.batches == 0 else self.case_timeout_s
         pool.batches += 1
-        state = _PoolState(deadline=time.monotonic() + limit_s, procs=pool.procs, early=pool.early, inbox=pool.events)
+        state = _PoolState(deadline=time.monotonic() + limit_s, procs=pool.procs, early=pool.early, inbox=pool.events,
+                           pool_dir=pool.store)
         procs, events = pool.procs, pool.events
         outcome: Optional[int] = None
         try:
@@ -237,7 +276,9 @@ class Supervisor:
             else:
                 what = "ranks did not reach the next case in time"
             waiting = sorted(set(range(self.world)) - state.finished)
-            error = ErrorInfo("timeout", f"{what}; killed ranks {waiting}")
+            hung, where = hung_ranks(state.procs, state.pool_dir)
+            why = f"; {where}" if where else ""
+            error = ErrorInfo("timeout", f"{what}{why}; killed ranks {waiting}", hung[0] if len(hung) == 1 else None)
             self._fail(pending, state, error)
             return state.completed + 1
         return None
@@ -383,5 +424,6 @@ class _PoolState:
     failed: bool = False
     early: list = field(default_factory=list)
     inbox: Optional[_Inbox] = None
+    pool_dir: str = ""  # where each rank dumps its stack when asked (which rank hung)
 
 

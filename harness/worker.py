@@ -8,7 +8,9 @@ The same loop serves both ways of starting ranks:
 from __future__ import annotations
 
 import datetime as _dt
+import faulthandler
 import os
+import signal
 import socket
 import time
 import traceback
@@ -138,6 +140,9 @@ class SpawnSpec:
     threads: int
 
 
+STACK_FILE = "stack-{rank}.txt"  # in the pool directory: a rank's main-thread stack, dumped on SIGUSR1
+
+
 def loopback_interface() -> str:
     """The loopback interface's name ("lo" on Linux, "lo0" on macOS)."""
     names = [name for _, name in socket.if_nameindex()]
@@ -153,6 +158,10 @@ def spawned_main(spec: SpawnSpec, commands, events) -> None:
     # Own session: the supervisor kills this rank and anything it started (servers) as a group.
     os.setsid()
     die_with_parent()
+    # On SIGUSR1, this rank's stack into the pool directory: when a case times out, the
+    # supervisor reads which rank was stuck in its own code and which waited for a peer.
+    stack_file = open(os.path.join(os.path.dirname(spec.store_path), STACK_FILE.format(rank=spec.me.rank)), "w")
+    faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=False)
     torch.set_num_threads(spec.threads)
     sink = PipeSink(events)
     ok = False

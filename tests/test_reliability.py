@@ -173,3 +173,17 @@ def test_a_start_that_fails_on_a_full_disk_names_the_file_leaves_nothing_and_can
     assert main(["run", "--case", case, "--out", str(out)]) == 0  # the retry with the same --out
     assert main(["run", "--case", case, "--out", str(out)]) == 2
     assert f"already holds a run ({out / 'results.jsonl'})" in capsys.readouterr().err
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("fault_rank", [0, 1])
+def test_a_hang_record_names_the_rank_that_hung(tmp_path, fault_rank):
+    import json
+
+    out = tmp_path / "run"
+    assert main(["run", "--case", f"selftest/fault_rank={fault_rank},mode=hang,world=2", "--timeout", "5",
+                 "--out", str(out)]) == 1
+    (record,) = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert record["status"] == "timeout" and record["error"]["rank"] == fault_rank
+    assert f"rank {fault_rank} hung in step (harness/families/selftest.py:" in record["error"]["message"]
+    assert f"ranks [{1 - fault_rank}] were waiting for it in torch.distributed" in record["error"]["message"]
