@@ -283,7 +283,7 @@ def _save(out: Path, doc: dict, name: str = "power.json") -> None:
 def _load(path: Path) -> dict:
     try:
         return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # ValueError: bad JSON or not UTF-8
         raise ValueError(f"{path}: not a readable gate-power measurement ({exc})") from None
 
 

@@ -45,7 +45,7 @@ class MeasuredGate:
             gens = [float(g) for g in extra.get("generation_s", [])]
             pairs = {c["case_id"]: [float(d) for d in (c.get("detail") or {}).get("pairs", [])] for c in data["cases"]}
             setup_s = max(0.0, float(extra.get("measure_wall_s", sum(gens))) - sum(gens))
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
             raise ValueError(f"{gate_json}: not a readable gate result ({type(exc).__name__}: {exc})") from None
         return cls(pairs, gens, setup_s)
 
