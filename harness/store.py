@@ -20,6 +20,8 @@ from harness.records import Record, RecordError
 from harness.verify import verify
 
 RESULTS = "results.jsonl"
+# The largest line a record can be: 20,000 samples (the full profile's cap) take about 0.3 MB.
+MAX_RECORD_BYTES = 64 << 20
 FINGERPRINT = "fingerprint.json"
 RUN_META = "run.json"
 
@@ -95,6 +97,8 @@ def iter_records(path: Path, skip_invalid: bool = False, skipped: list | None = 
         try:
             if truncated_tail and number == len(lines):
                 raise RecordError("truncated record (no newline at the end of the file)", where)
+            if len(blob) > MAX_RECORD_BYTES:
+                raise RecordError(f"a line of {len(blob)} bytes; a record is at most {MAX_RECORD_BYTES} bytes", where)
             try:
                 data = json.loads(blob)
             except (json.JSONDecodeError, UnicodeDecodeError) as exc:
