@@ -7,7 +7,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from harness.case import Param
+from harness.family import BACKEND, world_param
 from harness.fingerprint import node_key
+from harness.sizes import parse_sizes
 
 TIERS = ("intra", "inter")
 
@@ -60,3 +63,24 @@ def tier_subgroup(layout: NodeLayout, tier: str, rank: int, backend: str):
     mine, _ = dist.new_subgroups_by_enumeration(groups, backend=backend)
     members = next(g for g in groups if rank in g)
     return mine, members
+
+
+# -- the cases of the tier families (allreduce_tiers, p2p_tiers), declared once ------------------
+
+QUICK_SIZES = "8:1M:x16"
+FULL_SIZES = "8:64M:x4"
+
+
+def tier_params(tier_doc: str, size_doc: str) -> tuple:
+    """The parameters a tier family's cases share."""
+    return (Param("tier", str, tier_doc, choices=TIERS, required=True), BACKEND,
+            Param("size_bytes", int, size_doc, low=4, required=True), world_param(2, "number of ranks in the job"))
+
+
+def tier_cases(family, options) -> list:
+    """Every tier at every size (float32 elements), for a job of ``options.world`` ranks."""
+    if options.world < 2:
+        return []  # no tier has a pair of ranks
+    sizes = options.sizes_bytes or parse_sizes(FULL_SIZES if options.profile == "full" else QUICK_SIZES)
+    return [family.case(tier=tier, backend=options.backend, size_bytes=size - size % 4, world=options.world)
+            for size in sizes if size >= 4 for tier in TIERS]

@@ -12,23 +12,17 @@ from typing import Any
 
 
 from harness.bandwidth import BANDWIDTH_COLUMNS, algbw_gbps, bandwidth_figures, busbw_gbps
-from harness.case import Case, Param
-from harness.collectives.layout import TIERS, NodeLayout, discover, tier_subgroup
+from harness.case import Case
+from harness.collectives.layout import tier_cases, tier_params, NodeLayout, discover, tier_subgroup
 from harness.figures import Figure
-from harness.family import BACKEND, CheckResult, Column, Family, GridOptions, RankContext, world_param
-from harness.sizes import format_size, parse_sizes
+from harness.family import CheckResult, Column, Family, GridOptions, RankContext
+from harness.sizes import format_size
 from harness.stats import Summary
 
-QUICK_SIZES = "8:1M:x16"
-FULL_SIZES = "8:64M:x4"
 
 
 def grid(options: GridOptions) -> list[Case]:
-    if options.world < 2:
-        return []  # no tier has a pair of ranks
-    sizes = options.sizes_bytes or parse_sizes(FULL_SIZES if options.profile == "full" else QUICK_SIZES)
-    return [FAMILY.case(tier=tier, backend=options.backend, size_bytes=size - size % 4, world=options.world)
-            for size in sizes if size >= 4 for tier in TIERS]
+    return tier_cases(FAMILY, options)
 
 
 @dataclass
@@ -111,13 +105,8 @@ FAMILY = Family(
     name="allreduce_tiers",
     version=1,
     description="AllReduce within each node vs across nodes (per rail), concurrently: which tier is slow",
-    params=(
-        Param("tier", str, "intra (ranks of one node) or inter (one rank per node, same local index)",
-              choices=TIERS, required=True),
-        BACKEND,
-        Param("size_bytes", int, "float32 buffer size in bytes", low=4, required=True),
-        world_param(2, "number of ranks in the job"),
-    ),
+    params=tier_params("intra (ranks of one node) or inter (one rank per node, same local index)",
+                       "float32 buffer size in bytes"),
     figures=(
         *bandwidth_figures("allreduce", "the ranks of the tier's group"),
         Figure("group_size", "ranks", "neither", "ranks in the largest group of the tier"),

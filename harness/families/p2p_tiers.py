@@ -11,23 +11,17 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 
-from harness.case import Case, Param
-from harness.collectives.layout import TIERS, NodeLayout, discover
+from harness.case import Case
+from harness.collectives.layout import TIERS, tier_cases, tier_params, NodeLayout, discover
 from harness.figures import Figure
-from harness.family import BACKEND, WRONG_COLUMN, CheckResult, Column, Family, GridOptions, RankContext, world_param
-from harness.sizes import format_size, parse_sizes
+from harness.family import WRONG_COLUMN, CheckResult, Column, Family, GridOptions, RankContext
+from harness.sizes import format_size
 from harness.stats import Summary
 
-QUICK_SIZES = "8:1M:x16"
-FULL_SIZES = "8:64M:x4"
 
 
 def grid(options: GridOptions) -> list[Case]:
-    if options.world < 2:
-        return []  # no tier has a pair of ranks
-    sizes = options.sizes_bytes or parse_sizes(FULL_SIZES if options.profile == "full" else QUICK_SIZES)
-    return [FAMILY.case(tier=tier, backend=options.backend, size_bytes=size - size % 4, world=options.world)
-            for size in sizes if size >= 4 for tier in TIERS]
+    return tier_cases(FAMILY, options)
 
 
 def pair_for(layout: NodeLayout, tier: str) -> Optional[tuple[int, int]]:
@@ -120,13 +114,8 @@ FAMILY = Family(
     name="p2p_tiers",
     version=1,
     description="Ping-pong inside a node vs across nodes: each tier's per-message latency and bandwidth",
-    params=(
-        Param("tier", str, "intra (two ranks of one node) or inter (first ranks of nodes 0 and 1)",
-              choices=TIERS, required=True),
-        BACKEND,
-        Param("size_bytes", int, "float32 message size in bytes", low=4, required=True),
-        world_param(2, "number of ranks in the job"),
-    ),
+    params=tier_params("intra (two ranks of one node) or inter (first ranks of nodes 0 and 1)",
+                       "float32 message size in bytes"),
     figures=(
         Figure("time_us", "us", "lower", "mean round trip (ping-pong) between the tier's pair"),
         Figure("rtt_p50_us", "us", "lower", "median round trip between the tier's pair"),
