@@ -34,6 +34,7 @@ from harness.moe import routing
 from harness.moe.config import MAX_KEPT_STEPS, PAIR_BLOCK, PHASES, SENTINEL, Mitigation, check_measurable
 from harness.moe.placement import EMPTY, Placement, contiguous, eplb
 from harness.moe.workloads import Shape, Workload, route
+from harness.timing import time_each
 
 # The step's declarations live in config (torch-free: a family reads them without torch).
 DTYPES = {2: torch.float16, 4: torch.float32}  # bytes_per_elem -> payload dtype, one per PAYLOAD_BYTES
@@ -288,21 +289,25 @@ def time_paired(state: MoeState, iters: int, clock) -> np.ndarray:
     variants see the same machine conditions). Blocks rather than single steps because a
     straggler's wait spills into the next step: the first step of each of the case's blocks, which
     inherits the twin's straggler, is run but not timed; the twin's steps are never samples."""
-    samples = np.empty(iters, dtype=np.int64)
+    block = 2 * PAIR_BLOCK  # the case's PAIR_BLOCK steps, then the twin's
+    parts: list[np.ndarray] = []
     done = 0
     while done < iters:
-        turn = state.turns
-        state.turns += 1
-        if (turn // PAIR_BLOCK) % 2 == 1:
-            run_once(state.baseline)
-        elif turn % PAIR_BLOCK == 0:
+        at = state.turns % block
+        if at >= PAIR_BLOCK:  # the rest of the twin's block, untimed
+            for _ in range(block - at):
+                run_once(state.baseline)
+            state.turns += block - at
+            continue
+        if at == 0:  # the case's first step waits for the twin's straggler: run, not timed
             run_once(state)
-        else:
-            t0 = clock()
-            run_once(state)
-            samples[done] = clock() - t0
-            done += 1
-    return samples
+            state.turns += 1
+            at = 1
+        n = min(PAIR_BLOCK - at, iters - done)
+        parts.append(time_each(run_once, state, n, clock))  # the project's timing loop, as the driver's
+        state.turns += n
+        done += n
+    return np.concatenate(parts)
 
 
 def step_totals_ns(state: MoeState) -> np.ndarray:
