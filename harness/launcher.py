@@ -1,8 +1,9 @@
 """Local launch: spawn N ranks on this machine and supervise them.
 
-The parent owns the rendezvous store (a FileStore in a private temporary directory: a TCPStore
-listens on every interface, whatever address it is given), the per-case deadline and the cleanup.
-Ranks pin gloo to the loopback interface, so a local run opens no listener off 127.0.0.1. A rank that raises, exits or hangs past the timeout turns
+The parent owns the pool's private directory (its rendezvous FileStore: a TCPStore listens on
+every interface, whatever address it is given), the per-case deadline and the cleanup. Ranks pin
+gloo to the loopback interface, so a local run opens no listener off 127.0.0.1. A rank that
+raises, exits or hangs past the timeout turns
 its case into a failed/timeout record; the whole pool is then killed (every rank, with anything it
 started, as a process group) and a fresh pool carries on with the next case. Nothing waits forever:
 each case has a deadline and so does pool start-up. Between batches the pool stays up (see
@@ -206,7 +207,7 @@ class Supervisor:
             reader, events = self._ctx.Pipe(duplex=False)
             pool.events.readers.append(reader)
             spec = SpawnSpec(
-                Rank(rank, self.world, rank, self.backend), os.path.join(pool_dir, "store"), self.run_id,
+                Rank(rank, self.world, rank, self.backend), pool_dir, self.run_id,
                 pg_timeout_s=self.case_timeout_s + self.start_timeout_s, threads=self.threads_per_rank,
             )
             proc = self._ctx.Process(target=spawned_main, args=(spec, commands, events), name=f"critpath-rank{rank}",
@@ -223,7 +224,7 @@ class Supervisor:
         pool.events.close()
         for q in pool.commands:
             q.close()
-        shutil.rmtree(pool.store, ignore_errors=True)
+        shutil.rmtree(pool.dir, ignore_errors=True)
 
     # One batch on one pool: returns how many of ``pending`` got a record (ok or not). A failed
     # case ends the pool (its peers may be stuck in a collective with the failed rank).
@@ -234,7 +235,7 @@ class Supervisor:
         limit_s = self.start_timeout_s if pool.batches == 0 else self.case_timeout_s
         pool.batches += 1
         state = _PoolState(deadline=time.monotonic() + limit_s, procs=pool.procs, early=pool.early, inbox=pool.events,
-                           pool_dir=pool.store)
+                           pool_dir=pool.dir)
         procs, events = pool.procs, pool.events
         outcome: Optional[int] = None
         try:
@@ -400,9 +401,9 @@ class _Inbox:
 
 @dataclass
 class _Pool:
-    """Ranks that are up, with the store they met at and a command queue each."""
+    """Ranks that are up, with the directory of the store they met at and a command queue each."""
 
-    store: str  # the pool's private directory (its FileStore, the ranks' TMPDIR), removed with it
+    dir: str  # the pool's private directory (its FileStore, the ranks' TMPDIR and stacks), removed with it
     events: Any
     started_at: float
     procs: list = field(default_factory=list)

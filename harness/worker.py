@@ -134,13 +134,15 @@ class PipeSink:
 @dataclass(frozen=True)
 class SpawnSpec:
     me: Rank
-    store_path: str  # a FileStore's file in the supervisor's private directory
+    pool_dir: str  # the supervisor's private directory: the FileStore and this rank's stack dump
     run_id: str
     pg_timeout_s: float
     threads: int
 
 
-STACK_FILE = "stack-{rank}.txt"  # in the pool directory: a rank's main-thread stack, dumped on SIGUSR1
+# In the pool directory: the ranks' rendezvous, and a rank's main-thread stack dumped on SIGUSR1.
+STORE_FILE = "store"
+STACK_FILE = "stack-{rank}.txt"
 
 
 def loopback_interface() -> str:
@@ -160,7 +162,7 @@ def spawned_main(spec: SpawnSpec, commands, events) -> None:
     die_with_parent()
     # On SIGUSR1, this rank's stack into the pool directory: when a case times out, the
     # supervisor reads which rank was stuck in its own code and which waited for a peer.
-    stack_file = open(os.path.join(os.path.dirname(spec.store_path), STACK_FILE.format(rank=spec.me.rank)), "w")
+    stack_file = open(os.path.join(spec.pool_dir, STACK_FILE.format(rank=spec.me.rank)), "w")
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=False)
     torch.set_num_threads(spec.threads)
     sink = PipeSink(events)
@@ -168,7 +170,7 @@ def spawned_main(spec: SpawnSpec, commands, events) -> None:
     try:
         # gloo would bind the interface of the host name; a local run keeps every pair on loopback.
         os.environ.setdefault("GLOO_SOCKET_IFNAME", loopback_interface())
-        store = dist.FileStore(spec.store_path, spec.me.world)
+        store = dist.FileStore(os.path.join(spec.pool_dir, STORE_FILE), spec.me.world)
         comm = init_group(spec.me, spec.pg_timeout_s, store=store)
         sink.put(("up", spec.me.rank))
         ok = True
