@@ -27,9 +27,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from harness import figures
 from harness.case import Case, CaseIdError, Param, ParamValue, check_declared
-from harness.figures import Figure
+from harness.figures import Figure, FigureUnavailable, is_sample_statistic, sample_parts
+from harness.figures import value as figure_value
 from harness.stats import Summary
 
 PROFILES = ("quick", "full")
@@ -125,13 +125,14 @@ SOURCE_MARKS = {"measured": "", "modelled": " (modelled)", "simulated": " (simul
 def sample_column(column: Column) -> Column:
     """``column`` reading a sample statistic of the record (``p99_us``), in the grammar of harness.figures."""
     name = column.figure
-    unit = figures.sample_parts(name)[1] if figures.sample_parts(name) else None
+    parts = sample_parts(name)
+    unit = parts[1] if parts else None
     header = column.header + (f" ({unit})" if unit else "")
 
     def read(record):
         try:
-            return figures.value(record, name)
-        except figures.FigureUnavailable:
+            return figure_value(record, name)
+        except FigureUnavailable:
             return None
 
     return Column(header, read, column.fmt)
@@ -179,7 +180,7 @@ class Family:
             if column.figure is None:
                 out.append(column)
                 continue
-            if figures.is_sample_statistic(column.figure):
+            if is_sample_statistic(column.figure):
                 out.append(sample_column(column))
                 continue
             figure = self.figure(column.figure)

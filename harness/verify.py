@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import Mapping
 
 from harness import registry
-from harness.case import CaseIdError
+from harness.case import Case, CaseIdError
 from harness.records import Record, RecordError
 from harness.stats import Summary
 
@@ -34,7 +34,8 @@ def _check_finite(record: Record, where: str) -> None:
             raise RecordError(f"field metrics.{name}: {value!r} is not a finite number", where)
 
 
-def _check_identity(record: Record, where: str) -> None:
+def _check_identity(record: Record, where: str) -> Case:
+    """The case the record's ID names, once its family, params and world agree with it."""
     family = record.case_id.partition("/")[0]
     if family != record.family:
         raise RecordError(f"field family: {record.family!r} but the case ID {record.case_id!r} is of {family!r}", where)
@@ -51,6 +52,7 @@ def _check_identity(record: Record, where: str) -> None:
             raise RecordError(f"field params.{key}: {stored!r} but the case ID says {said!r}", where)
     if "world" in case.params and case.params["world"] != record.world:
         raise RecordError(f"field world: {record.world} but the case ID says world={case.params['world']}", where)
+    return case
 
 
 def verify(record: Record, where: str = "") -> Record:
@@ -60,7 +62,7 @@ def verify(record: Record, where: str = "") -> Record:
         source = record.extra["imported"].get("source", "an import")
         return replace(record, unverifiable={name: f"imported from {source}: the figure is the source's own"
                                              for name in record.metrics})
-    _check_identity(record, where)
+    case = _check_identity(record, where)
     if not record.ok:
         if record.metrics:
             raise RecordError(f"field metrics: a {record.status} record (check "
@@ -75,7 +77,6 @@ def verify(record: Record, where: str = "") -> Record:
     if family.report is not None and not isinstance(reports, list):
         why = "the record has no per-rank reports to recompute it from"
         return replace(record, unverifiable={name: why for name in record.metrics})
-    case = registry.parse(record.case_id)
     try:
         derived = dict(family.metrics(case, Summary.of(record.samples_ns), reports or []))
     except Exception as exc:  # a family's metrics() on stored data it cannot read: say so, keep the record
