@@ -20,8 +20,10 @@ from typing import Any, Mapping, Optional, Sequence
 import jsonschema
 
 from harness import yamlfile
-from harness.claims import StatisticUnavailable, matches, statistic
+from harness.claims import matches
 from harness.comparable import mismatch
+from harness.figures import FigureUnavailable
+from harness.figures import value as figure_value
 from harness.records import Record
 from harness.store import incompleteness
 
@@ -146,7 +148,7 @@ def evaluate_check(check: Mapping[str, Any], records: Sequence[Record]) -> Check
             f"{r.check.wrong} wrong of {r.check.checked}" if r.check else r.status)
         return out(FAIL, detail=f"{r.case_id} {r.status}: {why}")
     try:
-        values = [statistic(r, stat) for r in chosen]
+        values = [figure_value(r, stat) for r in chosen]
         if "relative_to" in check:
             refs = [r for r in records if r.family == chosen[0].family and matches(r, check["relative_to"]) and r.ok]
             if not refs:
@@ -154,9 +156,9 @@ def evaluate_check(check: Mapping[str, Any], records: Sequence[Record]) -> Check
             differs = mismatch({"checked": chosen, "reference": refs[:1]})
             if differs:
                 return out(CANNOT, detail=differs)
-            ref = statistic(refs[0], stat)
+            ref = figure_value(refs[0], stat)
             values = [v / ref for v in values]
-    except StatisticUnavailable as exc:
+    except FigureUnavailable as exc:
         return out(CANNOT, detail=str(exc))
     # The least favourable record decides: a threshold must hold for every matching case.
     if bound_max is not None:
@@ -303,7 +305,7 @@ def cmd_accept(args) -> int:
     except ProfileError as exc:
         print(f"critpath accept: error: {exc}", file=sys.stderr)
         return EXIT_CANNOT
-    result = accept(profile, run.records, run.fingerprint, incompleteness(run_dir, list(run.records)))
+    result = accept(profile, run.records, run.fingerprint, incompleteness(run.meta, list(run.records)))
     print(f"acceptance {profile['name']}: {result.verdict} ({run_dir})")
     if result.incomplete:
         print(f"  COULD NOT RUN  the run: {result.incomplete}")

@@ -26,11 +26,6 @@ CONFIRMED, CONTRADICTED, NOT_MEASURABLE = "confirmed", "contradicted", "not meas
 # A change smaller than this factor is "no change": noise on a shared 2-core machine is a few %.
 MIN_EFFECT = 1.05
 
-# One grammar for a named figure of a record, shared with the gate and acceptance.
-StatisticUnavailable = FigureUnavailable
-statistic = figure_value
-
-
 def matches(record: Record, selector: Selector) -> bool:
     for key, want in selector.items():
         have = record.params.get(key)
@@ -109,8 +104,8 @@ def check_claim(claim: Claim, records: Sequence[Record], run_label: str = "") ->
     values, skipped = [], []
     for r in chosen:
         try:
-            values.append(statistic(r, m.statistic))
-        except StatisticUnavailable as exc:
+            values.append(figure_value(r, m.statistic))
+        except FigureUnavailable as exc:
             skipped.append(str(exc))
     if not values:
         return nm(skipped[0])
@@ -177,8 +172,8 @@ def _check_change(claim: Claim, records: list[Record], run_label: str, pending: 
             skipped.append(differs)
             continue
         try:
-            b, a = statistic(before[key], m.statistic), statistic(after[key], m.statistic)
-        except StatisticUnavailable as exc:
+            b, a = figure_value(before[key], m.statistic), figure_value(after[key], m.statistic)
+        except FigureUnavailable as exc:
             skipped.append(str(exc))
             continue
         if b > 0:

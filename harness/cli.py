@@ -129,7 +129,7 @@ def cmd_run(args) -> int:
 
 
 def cmd_show(args) -> int:
-    from harness.store import incompleteness, load_records
+    from harness.store import load_records, run_incompleteness
     from harness.table import print_tables
 
     skipped: list = []
@@ -137,7 +137,7 @@ def cmd_show(args) -> int:
     print_tables(records)
     for item in skipped:
         print(f"skipped {args.run_dir}: line {item.line}: {item.reason}", file=sys.stderr)
-    incomplete = incompleteness(args.run_dir, records)
+    incomplete = run_incompleteness(args.run_dir, records)
     if incomplete:  # a killed or empty run is not shown as a whole one
         print(f"{args.run_dir}: {incomplete}", file=sys.stderr)
     return EXIT_OK if all(r.ok for r in records) and not skipped and not incomplete else EXIT_FAILED

@@ -115,26 +115,41 @@ def iter_records(path: Path, skip_invalid: bool = False, skipped: list | None = 
                 skipped.append(Skipped(number, str(exc)))
 
 
-def incompleteness(run_dir: Path, records: list) -> str:
-    """Why the run in ``run_dir`` is not whole ("incomplete: 37 of 87 cases, run.json says running"),
-    or "" when its run.json says it finished with every case recorded. A directory without a
-    run.json (records copied or imported by hand) cannot say, and is taken as it is."""
-    meta_path = Path(run_dir) / RUN_META
-    if not Path(run_dir).is_dir() or not meta_path.exists():
-        return ""
+def read_json(path: Path) -> dict:
+    """A run's JSON document (run.json, fingerprint.json): {} when absent, an error naming the file
+    when it is not a UTF-8 JSON object."""
+    path = Path(path)
+    if not path.exists():
+        return {}
     try:
-        meta = json.loads(meta_path.read_bytes().decode("utf-8"))
-    except (ValueError, RecursionError):
-        return f"incomplete: {meta_path} cannot be read"
-    if not isinstance(meta, dict):
-        return f"incomplete: {meta_path} is not an object"
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ResultsFileError(f"{path}: not UTF-8 (offset {exc.start})") from None
+    except json.JSONDecodeError as exc:
+        raise ResultsFileError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+    except RecursionError:
+        raise ResultsFileError(f"{path}: nested too deep to be a critpath file") from None
+    if not isinstance(data, dict):
+        raise ResultsFileError(f"{path}:1: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def incompleteness(meta: dict, records: list) -> str:
+    """Why a run is not whole ("incomplete: 37 of 87 cases, run.json says running"), from its
+    run.json and its records; "" when it finished with every case recorded. A directory without a
+    run.json (records copied or imported by hand) cannot say, and is taken as it is."""
     state, total = meta.get("state"), meta.get("cases_total")
-    if state == "imported":
+    if not meta or state == "imported":
         return ""
     if state == "finished" and (total is None or len(records) >= total):
         return ""
     of = f" of {total}" if isinstance(total, int) else ""
     return f"incomplete: {len(records)}{of} cases, run.json says {state or 'nothing'}"
+
+
+def run_incompleteness(run_dir: Path, records: list) -> str:
+    """``incompleteness`` of the run in ``run_dir`` (a results file alone has no run.json)."""
+    return incompleteness(read_json(Path(run_dir) / RUN_META), records) if Path(run_dir).is_dir() else ""
 
 
 def load_records(run_dir: Path, skip_invalid: bool = False, skipped: list | None = None) -> list[Record]:

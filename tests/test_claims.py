@@ -6,8 +6,9 @@ import dataclasses
 import pytest
 
 from harness.baselines import Claim, Measure
-from harness.claims import (CONFIRMED, CONTRADICTED, NOT_MEASURABLE, StatisticUnavailable, check_claim,
-                            statistic)
+from harness.claims import CONFIRMED, CONTRADICTED, NOT_MEASURABLE, check_claim
+from harness.figures import FigureUnavailable
+from harness.figures import value as statistic
 from harness.records import Record
 
 
@@ -93,7 +94,7 @@ def test_range():
 def test_imported_mean_only_records_give_no_percentiles():
     r = record(samples=(5000,), extra={"imported": {"source": "nccl-tests", "samples": "mean_only", "iters": 20}})
     assert statistic(r, "mean_us") == pytest.approx(5.0)
-    with pytest.raises(StatisticUnavailable, match="mean only"):
+    with pytest.raises(FigureUnavailable, match="mean only"):
         statistic(r, "p99_us")
     result = check_claim(claim(BOUND), [dataclasses.replace(r, params={"transport": "tcp"})])
     assert result.verdict == NOT_MEASURABLE and "mean only" in result.reason

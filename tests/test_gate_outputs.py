@@ -185,7 +185,8 @@ def test_baselines_load_and_errors_name_the_entry(tmp_path):
 
 
 def test_direction_is_what_the_family_declares_never_a_guess_from_the_name():
-    from harness.gate.values import StatisticError, default_direction
+    from harness.figures import FigureUnavailable
+    from harness.gate.values import default_direction
 
     ar = "allreduce/algo=tree,backend=gloo,dtype=float32,size_bytes=8,world=2"
     kv = "kv_alloc/allocator=paged,block_tokens=16,budget_gb=80,model=7b,policy=per_block,requests=300,speedup=4.0,trace=azure_conv"
@@ -193,7 +194,7 @@ def test_direction_is_what_the_family_declares_never_a_guess_from_the_name():
     assert default_direction(ar, "busbw_gbps") == "higher"
     # mean_running ends in no unit a suffix rule knows; the declaration says higher is better.
     assert default_direction(kv, "mean_running") == "higher"
-    with pytest.raises(StatisticError, match="--direction"):
+    with pytest.raises(FigureUnavailable, match="--direction"):
         default_direction(ar, "imbalance")  # not a figure allreduce declares
-    with pytest.raises(StatisticError, match="context, not better or worse"):
+    with pytest.raises(FigureUnavailable, match="context, not better or worse"):
         default_direction(kv, "events")

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.claims import StatisticUnavailable, statistic
+from harness.figures import FigureUnavailable
+from harness.figures import value as statistic
 from harness.cli import main
 from harness.figures import is_mean_only
 from harness.nccltests import NcclTestsFormatError, import_file, nccl_version_text, parse_file
@@ -36,7 +37,7 @@ def test_imported_means_are_never_percentiles(tmp_path):
     record = import_file(NT / "all_reduce_h100.txt", tmp_path / "run")[0]
     assert is_mean_only(record)
     assert statistic(record, "mean_us") == pytest.approx(22.40)
-    with pytest.raises(StatisticUnavailable):
+    with pytest.raises(FigureUnavailable):
         statistic(record, "p99_us")
 
 

@@ -6,9 +6,9 @@ Reusable API (baselines and acceptance profiles share it):
 - ``threshold_verdict(cand_values, reference, policy, min_effect, direction) -> Verdict``: one case
   against a fixed value;
 - ``verdicts([CaseInput, ...], policy) -> {case_id: Verdict}``: many cases with Holm's adjustment;
-- ``process_value(record, statistic)``: the per-process value a record contributes.
+- a record's value of a statistic is ``harness.figures.value(record, statistic)``, the grammar
+  the claims and acceptance use too.
 """
 from harness.gate.stats import CaseInput, Outcome, Policy, Verdict, threshold_verdict, verdict, verdicts
-from harness.gate.values import process_value
 
-__all__ = ["CaseInput", "Outcome", "Policy", "Verdict", "threshold_verdict", "verdict", "verdicts", "process_value"]
+__all__ = ["CaseInput", "Outcome", "Policy", "Verdict", "threshold_verdict", "verdict", "verdicts"]

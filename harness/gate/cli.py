@@ -25,12 +25,12 @@ from harness.gate.repeats import ProcessRun, Repeats, run_repeats
 from harness.gate.trees import BASE, CANDIDATE, WORKTREE, TreeError, checkout, list_cases, probe, repo_root
 from harness.lifetime import interrupt_signal, raise_on_sigterm
 from harness.options import seconds
-from harness.gate.values import (
-    StatisticError, default_direction, failure_text, iteration_values, process_value, validate_statistic,
-)
+from harness import figures
+from harness.figures import FigureUnavailable
+from harness.gate.values import default_direction, failure_text, iteration_values, validate_statistic
 from harness.records import Record
 from harness.comparable import mismatch
-from harness.store import RESULTS, ResultsFileError, incompleteness, load_records
+from harness.store import RESULTS, ResultsFileError, load_records, run_incompleteness
 
 DEFAULT_REPEATS = 10  # --against: processes of the candidate
 
@@ -58,7 +58,7 @@ def _positive(kind):
 def _statistic(text: str) -> str:
     try:
         return validate_statistic(text)
-    except StatisticError as exc:
+    except FigureUnavailable as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
@@ -69,7 +69,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-effect", type=float, metavar="FRACTION", help="default minimum effect (0.05 = 5 %%), below per-family/case config")
     p.add_argument("--alpha", type=float, help="family-wise false-alarm rate across cases (Holm; default 0.01)")
     p.add_argument("--direction", choices=("lower", "higher"),
-                   help="which way is better for --statistic (default: from its unit: *_ns lower, *_gbps higher)")
+                   help="which way is better for --statistic (default: as the case's family declares it; sample statistics lower)")
     p.add_argument("--out", type=Path, help="directory for gate.json, gate.xml (JUnit), gate.md and the runs")
     p.add_argument("--markdown", type=Path, metavar="FILE", help="also append the markdown summary here (e.g. $GITHUB_STEP_SUMMARY)")
     p.add_argument("--fail-on-inconclusive", action="store_true", help="exit 1 when any case is inconclusive")
@@ -167,7 +167,7 @@ def _directions(direction: Callable[[str], str], case_ids, problems: dict) -> di
     for case_id in case_ids:
         try:
             out[case_id] = direction(case_id)
-        except StatisticError as exc:
+        except FigureUnavailable as exc:
             problems.setdefault(case_id, (Outcome.COULD_NOT_RUN, str(exc)))
     return out
 
@@ -338,7 +338,7 @@ def _load_side(path: Path) -> list[list[Record]]:
     loaded = []
     for run in runs:
         records = load_records(run)
-        incomplete = incompleteness(run, records)
+        incomplete = run_incompleteness(run, records)
         if incomplete:  # a killed run's cases are not a side's measurement
             raise ResultsFileError(f"{run}: {incomplete}")
         loaded.append(records)
@@ -372,7 +372,7 @@ def cmd_compare(args) -> int:
         values, problems = [], []
         try:
             case_direction = direction(case_id)
-        except StatisticError as exc:
+        except FigureUnavailable as exc:
             inputs.append(CaseInput(case_id, problem=str(exc), min_effect=config.min_effect(case_id)))
             continue
         differs = mismatch({label: [r for run in side for r in run if r.case_id == case_id]
@@ -393,10 +393,10 @@ def cmd_compare(args) -> int:
                 continue
             try:
                 if unit == Unit.PROCESS:
-                    values.append([process_value(r, config.statistic) for r in records])
+                    values.append([figures.value(r, config.statistic) for r in records])
                 else:
                     values.append(list(iteration_values(records[0], config.statistic)))
-            except StatisticError as exc:
+            except FigureUnavailable as exc:
                 problems.append(f"{label}: {exc}")
                 values.append([])
         inputs.append(CaseInput(case_id, values[0], values[1], config.min_effect(case_id), case_direction,

@@ -29,7 +29,8 @@ from typing import Any, Mapping, Optional
 
 from harness import yamlfile
 from harness.gate.stats import DIRECTIONS, Policy
-from harness.gate.values import StatisticError, default_direction, validate_statistic
+from harness.figures import FigureUnavailable
+from harness.gate.values import default_direction, validate_statistic
 
 
 class ConfigError(ValueError):
@@ -110,7 +111,7 @@ def load_config(path: Optional[Path], base: GateConfig = GateConfig()) -> GateCo
     if "statistic" in data:
         try:
             statistic = validate_statistic(str(data["statistic"]))
-        except StatisticError as exc:
+        except FigureUnavailable as exc:
             raise ConfigError(f"{path}: field statistic: {exc}") from None
     families: dict[str, float] = dict(base.family_min_effect)
     cases: dict[str, float] = dict(base.case_min_effect)
@@ -151,7 +152,7 @@ def load_baselines(path: Path) -> list[Baseline]:
             raise ConfigError(f"{path}: field {where}.case_id: expected a case ID, got {case_id!r}")
         try:
             statistic = validate_statistic(str(entry.get("statistic", "p50_ns")))
-        except StatisticError as exc:
+        except FigureUnavailable as exc:
             raise ConfigError(f"{path}: field {where}.statistic: {exc}") from None
         if "value" not in entry:
             raise ConfigError(f"{path}: field {where}.value: missing")
@@ -160,7 +161,7 @@ def load_baselines(path: Path) -> list[Baseline]:
             raise ConfigError(f"{path}: field {where}.value: must be > 0")
         try:  # absent: as the case's family declares the figure, never assumed lower
             direction = entry["direction"] if "direction" in entry else default_direction(case_id, statistic)
-        except StatisticError as exc:
+        except FigureUnavailable as exc:
             raise ConfigError(f"{path}: field {where}.direction: {exc}") from None
         if direction not in DIRECTIONS:
             raise ConfigError(f"{path}: field {where}.direction: expected one of {DIRECTIONS}, got {direction!r}")

@@ -13,7 +13,9 @@ from typing import Mapping
 
 from harness.gate.schedule import SIDES, CaseTrack, pair_value
 from harness.comparable import mismatch
-from harness.gate.values import StatisticError, failure_text, process_value
+from harness import figures
+from harness.figures import FigureUnavailable
+from harness.gate.values import failure_text
 from harness.store import RESULTS, load_records
 
 
@@ -49,8 +51,8 @@ def read_pairs(base_dir: Path, cand_dir: Path, statistic: str) -> tuple[dict[str
                 track.problem = f"{gen}: {bad}"
                 continue
             try:
-                values = {side: [process_value(r, statistic) for r in recs] for side, recs in records.items()}
-            except StatisticError as exc:
+                values = {side: [figures.value(r, statistic) for r in recs] for side, recs in records.items()}
+            except FigureUnavailable as exc:
                 track.problem = str(exc)
                 continue
             for side in SIDES:

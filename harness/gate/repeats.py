@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from harness.gate.trees import CANDIDATE, Tree
-from harness.gate.values import StatisticError, failure_text, process_value
+from harness import figures
+from harness.figures import FigureUnavailable
+from harness.gate.values import failure_text
 from harness.records import Record
 from harness.store import RESULTS, ResultsFileError, load_records
 
@@ -53,8 +55,8 @@ class Repeats:
         if bad:
             return [], bad
         try:
-            return [process_value(rec, statistic) for rec in records], ""
-        except StatisticError as exc:
+            return [figures.value(rec, statistic) for rec in records], ""
+        except FigureUnavailable as exc:
             return [], str(exc)
 
 

@@ -29,7 +29,9 @@ import numpy as np
 from harness.gate.sides import RoundCase, RoundResult, RunSide, SideError, WorkerSide
 from harness.gate.trees import BASE, CANDIDATE, Tree
 from harness.comparable import mismatch
-from harness.gate.values import StatisticError, failure_text, process_value
+from harness import figures
+from harness.figures import FigureUnavailable
+from harness.gate.values import failure_text
 
 SIDES = (BASE, CANDIDATE)
 START_TIMEOUT_S = 180.0  # a worker must be ready, its ranks up, within this
@@ -260,8 +262,8 @@ class Schedule:
                 self.tracks[case_id].problem = f"{result.side}: {bad} ({result.run_dir})"
                 continue
             try:
-                value = process_value(record, self.statistic)
-            except StatisticError as exc:
+                value = figures.value(record, self.statistic)
+            except FigureUnavailable as exc:
                 self.tracks[case_id].problem = f"{result.side}: {exc}"
                 continue
             if not (math.isfinite(value) and value > 0):
@@ -286,7 +288,7 @@ class Schedule:
             track = self.tracks[case_id]
             if track.problem:
                 continue
-            values = {side: [process_value(r.records[case_id], self.statistic) for r in rounds[side]] for side in SIDES}
+            values = {side: [figures.value(r.records[case_id], self.statistic) for r in rounds[side]] for side in SIDES}
             for side in SIDES:
                 track.values[side].append(values[side])
             track.pairs.append(pair_value(values[BASE], values[CANDIDATE]))

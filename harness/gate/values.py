@@ -18,9 +18,6 @@ from harness import figures
 from harness.figures import FigureUnavailable, is_sample_statistic
 from harness.records import Record
 
-# The gate's name for a figure a record cannot give; the same error as the claims'.
-StatisticError = FigureUnavailable
-
 
 def default_direction(case_id: str, statistic: str) -> str:
     """Which way is better for ``statistic`` of ``case_id``, from its family's declaration."""
@@ -30,19 +27,14 @@ def default_direction(case_id: str, statistic: str) -> str:
 def validate_statistic(name: str) -> str:
     if is_sample_statistic(name) or re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
         return name
-    raise StatisticError(f"statistic {name!r}: expected p50_ns, p99_us, pNN_ns, min_ns, mean_ms or a declared figure")
-
-
-def process_value(record: Record, statistic: str) -> float:
-    """The statistic of one process's record."""
-    return figures.value(record, statistic)
+    raise FigureUnavailable(f"statistic {name!r}: expected p50_ns, p99_us, pNN_ns, min_ns, mean_ms or a declared figure")
 
 
 def iteration_values(record: Record, statistic: str) -> np.ndarray:
     """Raw per-iteration samples, for comparing two single runs. Only sample statistics apply;
     the comparison is then of the samples' medians whatever percentile was asked for."""
     if not is_sample_statistic(statistic):
-        raise StatisticError(f"{record.case_id}: metric {statistic!r} has one value per run; "
+        raise FigureUnavailable(f"{record.case_id}: metric {statistic!r} has one value per run; "
                              "comparing single runs needs repeats (critpath gate)")
     return np.asarray(record.samples_ns, dtype=np.float64)
 

@@ -230,7 +230,7 @@ def build(runs: Sequence[RunData], claims: Sequence[Claim], extra: Sequence[Bloc
         "critpath comparison: " + " vs ".join(r.label for r in runs))
     report = Report(title)
     report.blocks.append(Heading(1, title))
-    incomplete = [f"{r.label}: {why}" for r in runs if (why := incompleteness(r.path, list(r.records)))]
+    incomplete = [f"{r.label}: {why}" for r in runs if (why := incompleteness(r.meta, list(r.records)))]
     report.blocks.append(Para(
         "Built from the stored records only (" + ", ".join(f"{r.label}: {len(r.records)} records" for r in runs)
         + "). Latencies are per operation; for collectives an iteration's time is the slowest rank's."
