@@ -43,6 +43,21 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
+def _zombie(pid: int) -> bool:
+    """Exited, waiting to be reaped (by init, once its parent is gone): no longer running."""
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _command(pid: int) -> str:
+    try:
+        return open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace")[:120]
+    except OSError:
+        return "(gone)"
+
+
 def _listeners(pids: set[int]) -> int:
     out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True).stdout
     return sum(1 for line in out.splitlines() if any(f"pid={p}," in line for p in pids))
@@ -68,7 +83,10 @@ def trial(args, n: int, root: Path) -> dict:
     time.sleep(3)  # parent-death signals and the supervisor's last kills land
     left = [p for p in seen if os.path.exists(f"/proc/{p}")]
     left += [p for p in _session_pids(proc.pid) if p not in left]
+    zombies = [p for p in left if _zombie(p)]
+    left = [p for p in left if p not in zombies]
     listeners = _listeners(set(left))  # before anything is cleaned up
+    left_commands = [_command(p) for p in left]
     loads = subprocess.run(CRITPATH + ["show", str(out)], capture_output=True, text=True).returncode
     meta = json.loads((out / "run.json").read_text()) if (out / "run.json").exists() else {}
     results = out / "results.jsonl"
@@ -86,7 +104,7 @@ def trial(args, n: int, root: Path) -> dict:
             os.kill(p, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    return {"trial": n, "delay_s": round(delay, 1), "exit": proc.returncode, "processes_left": len(left),
+    return {"trial": n, "delay_s": round(delay, 1), "exit": proc.returncode, "processes_left": len(left), "left": left_commands, "zombies": len(zombies),
             "listeners_left": listeners, "pool_dir_at_exit": left_now, "pool_dirs_left": pool_dirs(),
             "show_exit": loads, "state": meta.get("state"), "records": records}
 

@@ -155,6 +155,8 @@ def run_incompleteness(run_dir: Path, records: list) -> str:
 def load_records(run_dir: Path, skip_invalid: bool = False, skipped: list | None = None) -> list[Record]:
     run_dir = Path(run_dir)
     path = run_dir / RESULTS if run_dir.is_dir() else run_dir
+    if run_dir.is_dir() and not path.exists() and (run_dir / RUN_META).exists():
+        return []  # a run killed before its first record: empty, and run.json says how far it got
     return list(iter_records(path, skip_invalid, skipped))
 
 

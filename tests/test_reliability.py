@@ -137,7 +137,9 @@ def test_a_killed_or_empty_run_is_never_shown_or_judged_as_a_whole_one(tmp_path,
     run = RunDir(tmp_path / "killed", "killed")
     cases = ["selftest/fault_rank=0,mode=noop,world=1", "selftest/fault_rank=0,mode=spin,spin_iters=10,world=1"]
     run.write_meta({"schema": "critpath.run/1", "run_id": "killed", "state": "running", "cases_total": 2})
-    run.results.touch()  # killed before its first record: an empty results file
+    assert main(["show", str(run.path)]) == 1  # killed before its first record: no results file yet
+    assert "incomplete: 0 of 2 cases, run.json says running" in capsys.readouterr().err
+    run.results.touch()  # an empty results file reads the same
     assert main(["show", str(run.path)]) == 1  # nothing recorded yet: not "0 ok, 0 failed"
     assert "incomplete: 0 of 2 cases, run.json says running" in capsys.readouterr().err
     run.append(derived_record(cases[0], [100, 110, 120], run_id="killed"))
