@@ -1,97 +1,139 @@
-"""asv benchmarks generated from the critpath registry: one class per default family, one
-parameter value per quick-profile case ID, so a new family or case is tracked without editing this
-file. One real ``critpath run`` of every tracked family at world 2 (the classes' shared
-``setup_cache``) feeds every class; ``track_*`` methods read its records.
+"""asv benchmarks generated from the critpath registry: one class per tracked family, one parameter
+value per case ID, so a new family or case is tracked without editing this file. Each class tracks
+every case's p50 and p99 and the family's headline figures (``Figure.headline``), in their declared
+units.
 
-Record a commit's results with the environment you are in:
-    asv run --environment existing:same --set-commit-hash $(git rev-parse HEAD)
-    asv publish && asv preview        # HTML in .asv/html
+Where the numbers come from:
+
+- ``critpath history A..B`` (``harness/history.py``) runs each commit's own ``critpath run`` from a
+  worktree of that commit and points this suite at the run directory with CRITPATH_ASV_RUN; the
+  tracked cases are the cases of that run.
+- Plain ``asv run``: one ``critpath run`` of every tracked family's quick cases at world 2, made by
+  the classes' shared ``setup_cache``.
+
+Either way it is one run of each family per commit, not one process per parameter.
+
+    asv run --environment existing:same --set-commit-hash $(git rev-parse HEAD) --bench bench_families
 """
 from __future__ import annotations
 
-import math
+import os
 import sys
 import tempfile
 from pathlib import Path
 
+from asv_runner.benchmarks.mark import SkipNotImplemented
+
 from harness import registry
-from harness.family import GridOptions
-from harness.figures import sample_parts
+from harness.family import SOURCE_MARKS, GridOptions
 from harness.runner import RunOptions, run
 from harness.store import load_records
 
+RUN_ENV = "CRITPATH_ASV_RUN"  # a finished critpath run directory to read instead of running
 WORLD = 2
 GRID = GridOptions(profile="quick", world=WORLD, backend="gloo")
-# Bump when what a tracked figure means changes; asv keeps history while this stays the same.
-VERSION = "critpath-families-1"
-
+SAMPLE_FIGURES = {"p50_us": 0.5, "p99_us": 0.99}  # tracked for every case, from its raw samples
 
 TRACKED = tuple(f.name for f in registry.FAMILIES.values() if f.default or f.name == "selftest")
 
 
-def _run_families() -> dict[str, dict[str, float]]:
-    """Every tracked family in one critpath run (one process per rank, not one per parameter).
+class CaseFailed(RuntimeError):
+    """A case whose record failed: asv shows the benchmark as failed, with this reason under it."""
 
-    asv keys a setup_cache by its function's source line, and every class below is made by one
-    factory, so they all share this one cache: it must therefore hold every family's figures (it
-    once held only the first family's, and the others read NaN). A case that failed is left out,
-    and its reason printed, so asv shows NaN for it with the reason in its log."""
+
+def _stored_run() -> Path | None:
+    text = os.environ.get(RUN_ENV)
+    return Path(text) if text else None
+
+
+def _case_ids(family, stored: list) -> list[str]:
+    """The stored run's cases of ``family``; its quick grid when the run has none of them, so every
+    class is always discovered (asv's benchmarks.json lists what its pages show), and ``critpath
+    history`` selects with ``--bench`` only the classes its run holds."""
+    in_run = [r.case_id for r in stored if r.family == family.name]
+    return in_run or [case.id for case in family.grid(GRID)]
+
+
+def _figures_of(record) -> dict:
+    """What a class reads off one record: its figures, or why it has none."""
+    summary = record.summary
+    if not record.ok or summary is None:
+        message = record.error.message.strip().splitlines() if record.error and record.error.message else []
+        return {"failed": f"{record.label}: {message[0] if message else 'no samples'}"}
+    values = {"p50_us": summary.p50_ns / 1e3, "p99_us": summary.p99_ns / 1e3}
+    values.update(record.metrics)
+    return values
+
+
+def _collect() -> dict[str, dict]:
+    """case ID -> figures, from the stored run or from one critpath run of every tracked family.
+
+    asv keys a setup_cache by its function's source line and every class below is made by one
+    factory, so they share this one cache: it holds every family's figures."""
+    run_dir = _stored_run()
+    if run_dir is not None:
+        return {r.case_id: _figures_of(r) for r in load_records(run_dir)}
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "run"
         run(RunOptions(families=TRACKED, world=WORLD, backend="gloo", out=out))
-        figures = {}
-        for record in load_records(out):
-            summary = record.summary
-            if not record.ok or summary is None:
-                why = record.error.message.splitlines()[0] if record.error and record.error.message else record.label
-                print(f"critpath: {record.case_id}: {record.label}: {why}", file=sys.stderr)
-                continue
-            figures[record.case_id] = {"p50_us": summary.p50_ns / 1e3, "p99_us": summary.p99_ns / 1e3, **record.metrics}
-        return figures
+        return {r.case_id: _figures_of(r) for r in load_records(out)}
 
 
-def _figure(cache: dict, case_id: str, name: str) -> float:
-    # A case that failed is missing, not zero: asv shows NaN as a failed measurement.
-    return cache.get(case_id, {}).get(name, math.nan)
+def _read(cache: dict, case_id: str, name: str) -> float:
+    figures = cache.get(case_id)
+    if figures is None:
+        raise CaseFailed(f"critpath: {case_id}: no record (the run did not reach it)")
+    if "failed" in figures:
+        print(f"critpath: {case_id}: {figures['failed']}", file=sys.stderr)
+        raise CaseFailed(f"{case_id}: {figures['failed']}")
+    if name not in figures:
+        raise SkipNotImplemented(f"{case_id} has no {name}")  # n/a: this case does not define it
+    return float(figures[name])
 
 
-def _make_suite(family):
-    case_ids = [case.id for case in family.grid(GRID)]
+def _tracker(name: str, unit: str):
+    def track(self, cache, case_id):
+        return _read(cache, case_id, name)
 
+    track.unit = unit
+    track.__name__ = f"track_{name}"
+    return track
+
+
+def tracked_figures(family) -> dict[str, str]:
+    """figure name -> asv unit: p50 and p99 of every case, then the family's headline figures; a
+    modelled or simulated figure says so in its unit, which asv prints beside every value."""
+    out = {name: "us" for name in SAMPLE_FIGURES}
+    for figure in family.figures:
+        # Trees from before headline declarations track p50 and p99 only.
+        if getattr(figure, "headline", False):
+            out[figure.name] = figure.unit + SOURCE_MARKS[figure.source]
+    return out
+
+
+def suite_version(family) -> str:
+    """asv compares only results of one version: a family's history restarts when, and only when,
+    its definition version changes."""
+    return f"{family.name}-v{family.version}"
+
+
+def _make_suite(family, stored: list):
     class Suite:
-        params = [case_ids]
+        params = [_case_ids(family, stored)]
         param_names = ["case"]
-        timeout = 900
-        # asv compares only results of one version: a family's history restarts when, and only
-        # when, its definition version changes (or this file's VERSION does).
-        version = f"{VERSION}-{family.name}-v{family.version}"
+        timeout = 1800
+        version = suite_version(family)
 
         def setup_cache(self):
-            return _run_families()
+            return _collect()
 
-        def track_p50_us(self, cache, case_id):
-            return _figure(cache, case_id, "p50_us")
-
-        track_p50_us.unit = sample_parts("p50_us")[1]
-
-        def track_p99_us(self, cache, case_id):
-            return _figure(cache, case_id, "p99_us")
-
-        track_p99_us.unit = sample_parts("p99_us")[1]
-
-    busbw = family.figure("busbw_gbps")
-    if busbw is not None:  # nccl-tests' headline figure, for the families that declare it
-
-        def track_busbw_gbps(self, cache, case_id):
-            return _figure(cache, case_id, "busbw_gbps")
-
-        track_busbw_gbps.unit = busbw.unit
-        Suite.track_busbw_gbps = track_busbw_gbps
-
+    for name, unit in tracked_figures(family).items():
+        setattr(Suite, f"track_{name}", _tracker(name, unit))
     Suite.__name__ = Suite.__qualname__ = "".join(part.title() for part in family.name.split("_"))
     return Suite
 
 
+_STORED = load_records(_stored_run()) if _stored_run() is not None else []
 for _name in TRACKED:
-    _suite = _make_suite(registry.get(_name))
+    _suite = _make_suite(registry.get(_name), _STORED)
     globals()[_suite.__name__] = _suite

@@ -35,7 +35,7 @@ def bandwidth_figures(collective: str, ranks: str = "the case's world") -> tuple
                "mean time of one operation, the slowest rank's per iteration (nccl-tests' time)"),
         Figure("algbw_gbps", "GB/s", "higher", "size_bytes / mean time, in 1e9 bytes per second (nccl-tests' algbw)"),
         Figure("busbw_gbps", "GB/s", "higher",
-               f"algbw x {factor}, n = {ranks} (nccl-tests' busbw, from the mean time)"),
+               f"algbw x {factor}, n = {ranks} (nccl-tests' busbw, from the mean time)", headline=True),
     )
 
 

@@ -49,6 +49,9 @@ class Figure:
     better: str  # one of BETTER
     definition: str
     source: str = "measured"  # one of SOURCES: a modelled or simulated figure says so wherever it is shown
+    # A family's headline figures (busbw, msg/s, fragmentation ...) are tracked over commits by the
+    # asv suite beside every case's p50 and p99; the rest are read in tables and reports.
+    headline: bool = False
 
     def __post_init__(self) -> None:
         if self.better not in BETTER:

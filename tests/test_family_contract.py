@@ -145,6 +145,15 @@ def test_every_figure_is_declared_once_with_its_unit_in_its_name(family):
             assert figure.unit == word, f"{family.name}.{figure.name}: named in {word}, declared in {figure.unit}"
 
 
+@pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
+def test_every_family_names_a_headline_figure_for_its_history(family):
+    # The asv suite tracks p50, p99 and these over commits; a family without one has no history
+    # of what it is for.
+    headline = [f for f in family.figures if f.headline]
+    assert headline, f"{family.name}: mark the figure(s) it is for with Figure(..., headline=True)"
+    assert all(f.better != "neither" for f in headline), f"{family.name}: a headline figure must have a direction"
+
+
 def test_the_driver_fails_a_case_whose_metrics_are_not_declared_or_not_finite():
     import math
 

@@ -219,7 +219,7 @@ FAMILY = Family(
     # every figure but the replay's own speed is simulated, and says so wherever it is shown.
     figures=(
         *(Figure(name, "fraction", "lower", f"{kvmetrics.DEFINITIONS[base]}; {kvmetrics.DEFINITIONS[avg]}",
-                 source="simulated")
+                 source="simulated", headline=name == "fragmentation_mean")
           for name, base, avg in (("fragmentation_mean", "fragmentation", "mean"),
                                   ("fragmentation_loaded", "fragmentation", "loaded"),
                                   ("external_fragmentation_mean", "external_fragmentation", "mean"),
@@ -227,7 +227,8 @@ FAMILY = Family(
                                   ("kv_waste_mean", "kv_waste", "mean"), ("kv_waste_loaded", "kv_waste", "loaded"))),
         Figure("peak_reserved_gb", "GB", "lower", kvmetrics.DEFINITIONS["peak_reserved"], source="simulated"),
         Figure("mean_running", "requests", "higher", kvmetrics.DEFINITIONS["mean_running"], source="simulated"),
-        Figure("decode_ooms", "count", "lower", kvmetrics.DEFINITIONS["decode_ooms"], source="simulated"),
+        Figure("decode_ooms", "count", "lower", kvmetrics.DEFINITIONS["decode_ooms"], source="simulated",
+               headline=True),
         Figure("admission_waits", "count", "lower", "admission attempts that found no memory (the request stayed queued)",
                source="simulated"),
         Figure("rejected", "count", "lower", "requests that could not fit even alone", source="simulated"),

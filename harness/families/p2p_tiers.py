@@ -120,7 +120,8 @@ FAMILY = Family(
         Figure("time_us", "us", "lower", "mean round trip (ping-pong) between the tier's pair"),
         Figure("rtt_p50_us", "us", "lower", "median round trip between the tier's pair"),
         Figure("one_way_p50_us", "us", "lower", "median round trip / 2"),
-        Figure("bw_p50_gbps", "GB/s", "higher", "size_bytes / median one-way time (nccl-tests sendrecv: busbw = algbw)"),
+        Figure("bw_p50_gbps", "GB/s", "higher", "size_bytes / median one-way time (nccl-tests sendrecv: busbw = algbw)",
+               headline=True),
     ),
     grid=grid, setup=setup, step=step, metrics=metrics, check=check, report=report,
     columns=(

@@ -238,12 +238,12 @@ _MODEL_HOP = "hop = max(emulated one-way, base one-way = half the fastest measur
 FIGURES = (
     Figure("step_p50_us", "us", "lower", "median pipeline step: all M microbatches through all P stages"),
     Figure("step_mean_us", "us", "lower", "mean pipeline step"),
-    Figure("microbatches_per_s", "microbatches/s", "higher", "M / median step"),
+    Figure("microbatches_per_s", "microbatches/s", "higher", "M / median step", headline=True),
     Figure("step_model_us", "us", "lower", "critical path of the same per-stage programs; compute as configured, "
            + _MODEL_HOP, source="modelled"),
     Figure("step_error_pct", "%", "neither", "(median step - step_model_us) / step_model_us x 100"),
     Figure("bubble_idle_share", "fraction", "lower",
-           "1 - sum(stage compute time) / sum(stage step time), over warm-up and timed steps"),
+           "1 - sum(stage compute time) / sum(stage step time), over warm-up and timed steps", headline=True),
     Figure("bubble_idle_share_model", "fraction", "lower", "the model's idle share of the same programs",
            source="modelled"),
     Figure("bubble_fill_drain_formula", "fraction", "lower", "(P-1)/(M+P-1), zero-latency flushed pipeline",

@@ -391,7 +391,8 @@ FAMILY = Family(
         Figure("rtt_p99_us", "us", "lower", "99th percentile of the samples (as rtt_p50_us)"),
         Figure("rtt_p999_us", "us", "lower", "99.9th percentile of the samples (as rtt_p50_us)"),
         Figure("per_msg_us", "us", "lower", "mean sample / messages per sample (inflight or batch)"),
-        Figure("msgs_per_s", "msg/s", "higher", "messages per sample / mean sample (closed loop)"),
+        Figure("msgs_per_s", "msg/s", "higher", "messages per sample / mean sample (closed loop)",
+               headline=True),
         Figure("encoded_bytes", "bytes", "neither", "bytes of one encoded request on the wire, before framing"),
         Figure("offered_rate_hz", "1/s", "neither", "openloop: the request rate asked for (rate_hz)"),
         *(Figure(f"uncorrected_{k}", "us", "lower", f"openloop: {what} latency from the actual send time (what a "
