@@ -159,6 +159,7 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "harness.gate.cli": ("gate", "compare"),
     "harness.gate.power": ("gate-power",),
     "harness.rounds": ("worker",),
+    "harness.history": ("history",),
 }
 
 

@@ -36,7 +36,7 @@ def test_history_blocks_table_and_plots():
     assert len(images) == 3
     table = next(b for b in blocks if hasattr(b, "rows"))
     row = next(r for r in table.rows if r[2] == "rpc/codec=raw,mode=pingpong,payload_bytes=256,transport=tcp_nodelay")
-    assert row[6] == "x1.32" and row[8] == "0.81"
+    assert row[7] == "x1.32" and row[9] == "0.81"
 
 
 def test_missing_results_directory_is_a_usage_error(tmp_path, capsys):

@@ -11,7 +11,7 @@ from typing import Sequence
 
 from harness import baselines
 from harness.report.build import Report, build
-from harness.report.document import Block, Image, to_html, to_markdown
+from harness.report.document import Block, Heading, Image, to_html, to_markdown
 from harness.report.run import load_run
 
 EXIT_OK, EXIT_USAGE = 0, 2
@@ -19,7 +19,8 @@ EXIT_OK, EXIT_USAGE = 0, 2
 
 def register(sub) -> None:
     p = sub.add_parser("report", help="markdown + HTML report of one run, or a comparison of several")
-    p.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR")
+    p.add_argument("run_dirs", type=Path, nargs="*", metavar="RUN_DIR",
+                   help="stored runs (none: a history report of --asv-results alone)")
     p.add_argument("--out", type=Path, help="output directory (default: the run directory; for several runs reports/compare-...)")
     p.add_argument("--label", action="append", default=[], help="label per run, in order (default: the run ID)")
     p.add_argument("--baselines", type=Path, default=baselines.DEFAULT_DIR, help="directory of baselines YAML")
@@ -58,6 +59,9 @@ def make_report(run_dirs: Sequence[Path], labels: Sequence[str] = (), baselines_
         from harness.report.history import history_blocks
 
         extra = history_blocks(asv_results, claims)
+        if not runs:
+            title = f"critpath history: {asv_results}"
+            return Report(title, [Heading(1, title), *extra])
     return build(runs, claims, extra, families)
 
 
@@ -66,6 +70,13 @@ def cmd_report(args) -> int:
 
     from harness.report.history import HistoryError
 
+    if not args.run_dirs and args.asv_results is None:
+        print("critpath report: error: give RUN_DIR (one or more), or --asv-results DIR for history alone",
+              file=sys.stderr)
+        return EXIT_USAGE
+    if not args.run_dirs and args.out is None:
+        print("critpath report: error: a history report needs --out DIR", file=sys.stderr)
+        return EXIT_USAGE
     try:
         report = make_report(args.run_dirs, args.label, args.baselines, args.asv_results)
     except (baselines.BaselineError, HistoryError) as exc:

@@ -10,6 +10,7 @@ its parameters are a subset of the case's.
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import math
 import re
 from collections import defaultdict
@@ -50,10 +51,12 @@ class Series:
     case_id: str
     points: list[Point]
     reference: Optional[Reference] = None
+    version: str = ""  # the benchmark's asv version (the family's definition): a new one restarts history
+    unit: str = ""  # as asv's benchmarks.json gives it ("GB/s", "fraction (simulated)")
 
     @property
     def statistic(self) -> str:
-        return self.benchmark.rsplit(".", 1)[-1].removeprefix("track_")
+        return _figure_name(self.benchmark)
 
 
 def _case_params(case_id: str) -> tuple[str, dict]:
@@ -93,12 +96,24 @@ def reference_for(series: Series, claims: Sequence[Claim]) -> Optional[Reference
     return None
 
 
+def _units(results_dir: Path) -> dict[str, str]:
+    """benchmark name -> unit, from the benchmarks.json asv writes beside its results."""
+    try:
+        data = json.loads((results_dir / "benchmarks.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return {name: b.get("unit", "") for name, b in data.items() if isinstance(b, dict)}
+
+
 def load_history(results_dir: Path) -> list[Series]:
+    """One series per machine, tracked figure, case and definition version: a case's points under
+    another version of its family are another series, never joined to the first (asv's rule)."""
     from asv.results import iter_results
 
     results_dir = Path(results_dir)
     if not results_dir.is_dir():
-        raise HistoryError(f"{results_dir}: no asv results directory (run `asv run` first; see docs/reports.md)")
+        raise HistoryError(f"{results_dir}: no asv results directory (run `critpath history A..B` or `asv run` "
+                           "first; see docs/history.md)")
     by_key: dict[tuple, list[Point]] = defaultdict(list)
     for result in iter_results(str(results_dir)):
         machine = result.params.get("machine", "?")
@@ -109,15 +124,19 @@ def load_history(results_dir: Path) -> list[Series]:
             values = result.get_result_value(key, params)
             if not params or len(params) != 1:
                 continue  # tracked figures are parameterised by case ID only
+            version = str(result.benchmark_version.get(key) or "")
             for case_id, value in zip(params[0], values):
                 if value is None or (isinstance(value, float) and math.isnan(value)):
                     continue  # a failed case is missing, never zero
                 case_id = case_id.strip("'\"")
-                by_key[(machine, key, case_id)].append(Point(result.commit_hash, int(result.date), float(value)))
-    series = [Series(m, k, c, sorted(pts, key=lambda p: (p.date_ms, p.commit))) for (m, k, c), pts in by_key.items()]
+                by_key[(machine, key, case_id, version)].append(
+                    Point(result.commit_hash, int(result.date), float(value)))
+    units = _units(results_dir)
+    series = [Series(m, k, c, sorted(pts, key=lambda p: (p.date_ms, p.commit)), version=v, unit=units.get(k, ""))
+              for (m, k, c, v), pts in by_key.items()]
     if not series:
         raise HistoryError(f"{results_dir}: no asv track_* results found")
-    return sorted(series, key=lambda s: (s.machine, s.benchmark, s.case_id))
+    return sorted(series, key=lambda s: (s.machine, s.benchmark, s.case_id, s.points[0].date_ms))
 
 
 def _date(ms: int) -> str:
@@ -130,21 +149,49 @@ def _plot(machine: str, benchmark: str, group: list[Series]) -> Image:
     fig, ax = subplots((7, 4))
     commits = sorted({(p.date_ms, p.commit) for s in group for p in s.points})
     x_of = {c: i for i, (_, c) in enumerate(commits)}
-    shown = sorted(group, key=lambda s: (s.reference is None, s.case_id))[:MAX_LINES_PER_PLOT]
-    for i, s in enumerate(shown):
+    cases = sorted({s.case_id for s in group}, key=lambda c: (all(s.reference is None for s in group
+                                                                  if s.case_id == c), c))
+    shown = set(cases[:MAX_LINES_PER_PLOT])
+    colour: dict[str, str] = {}
+    for s in group:
+        if s.case_id not in shown:
+            continue
+        first = s.case_id not in colour
         line, = ax.plot([x_of[p.commit] for p in s.points], [p.value for p in s.points], marker="o", markersize=3,
-                        label=s.case_id.split("/", 1)[1])
-        if s.reference is not None:
+                        color=colour.get(s.case_id), label=s.case_id.split("/", 1)[1] if first else None)
+        colour.setdefault(s.case_id, line.get_color())
+        if s.reference is not None and first:
             ax.axhline(s.reference.value, color=line.get_color(), linestyle="--", linewidth=1,
                        label=f"article {s.reference.claim_id}")
+    # A new definition version restarts the family's history: mark where, never join across it.
+    for version, x in sorted(resets(group).items(), key=lambda kv: kv[1]):
+        ax.axvline(x_of[x] - 0.5, color="grey", linestyle=":", linewidth=1)
+        ax.annotate(f"history reset: {version}", (x_of[x] - 0.5, 1.0), xycoords=("data", "axes fraction"),
+                    fontsize=7, rotation=90, va="top", ha="right", color="grey")
     ax.set_xticks(range(len(commits)), [c[:8] for _, c in commits], rotation=45, fontsize=7)
     ax.set_xlabel("commit (by date)")
-    ax.set_ylabel(benchmark.rsplit(".", 1)[-1].removeprefix("track_"))
+    unit = group[0].unit
+    ax.set_ylabel(_figure_name(benchmark) + (f" ({unit})" if unit else ""))
     ax.grid(True, alpha=0.3)
     legend(ax)
     name = "history_" + re.sub(r"[^A-Za-z0-9]+", "_", f"{machine}_{benchmark}").strip("_")
-    caption = "" if len(group) <= MAX_LINES_PER_PLOT else f"{len(group) - MAX_LINES_PER_PLOT} more cases in the table"
+    hidden = len(cases) - len(shown)
+    caption = f"{hidden} more cases in the table" if hidden else ""
     return Image(name, f"{benchmark} over commits ({machine})", png_bytes(fig), caption)
+
+
+def _figure_name(benchmark: str) -> str:
+    return benchmark.rsplit(".", 1)[-1].removeprefix("track_")
+
+
+def resets(group: list[Series]) -> dict[str, str]:
+    """version -> the commit its history starts at, for every version after the oldest."""
+    starts: dict[str, tuple[int, str]] = {}
+    for s in group:
+        first = (s.points[0].date_ms, s.points[0].commit)
+        starts[s.version] = min(starts.get(s.version, first), first)
+    ordered = sorted(starts.items(), key=lambda kv: kv[1])
+    return {version: start[1] for version, start in ordered[1:]}
 
 
 def history_blocks(results_dir: Path, claims: Sequence[Claim]) -> list[Block]:
@@ -160,11 +207,12 @@ def history_blocks(results_dir: Path, claims: Sequence[Claim]) -> list[Block]:
         prev = s.points[-2] if len(s.points) > 1 else None
         change = f"x{last.value / prev.value:.3g}" if prev and prev.value else "-"
         ref = s.reference
-        rows.append([s.machine, s.benchmark.rsplit(".", 2)[-2] + "." + s.statistic, s.case_id, str(len(s.points)),
-                     f"{last.commit[:8]} ({_date(last.date_ms)})", f"{last.value:.4g}", change,
+        rows.append([s.machine, s.benchmark.rsplit(".", 2)[-2] + "." + s.statistic, s.case_id, s.version or "-",
+                     str(len(s.points)), f"{last.commit[:8]} ({_date(last.date_ms)})",
+                     f"{last.value:.4g}" + (f" {s.unit}" if s.unit else ""), change,
                      ref.text if ref else "-", f"{last.value / ref.value:.3g}" if ref and ref.value else "-"])
-    blocks.append(Table(["machine", "figure", "case", "commits", "latest", "value", "vs previous", "article",
-                         "latest / article"], rows))
+    blocks.append(Table(["machine", "figure", "case", "definition", "commits", "latest", "value", "vs previous",
+                         "article", "latest / article"], rows))
     groups: dict[tuple, list[Series]] = defaultdict(list)
     for s in series:
         groups[(s.machine, s.benchmark)].append(s)
