@@ -121,10 +121,12 @@ def commits_in(repo: Path, spec: str, include_start: bool = False) -> list[Commi
 def asv_config(repo: Path, results: Optional[Path], out: Path) -> tuple[Path, Path]:
     """A config for asv with absolute paths: the repo's own, with results where asked. Returns
     (config path, results directory)."""
+    from asv import util
+
     source = repo / "asv.conf.json"
     try:
-        config = json.loads(source.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+        config = util.load_json(str(source), js_comments=True)  # asv's own reader: its config has comments
+    except (OSError, util.UserError, ValueError) as exc:
         raise HistoryRunError(f"{source}: cannot read asv's config: {exc}") from None
     results = (results or repo / config.get("results_dir", ".asv/results")).resolve()
     config.update({"repo": str(repo), "benchmark_dir": str(repo / config.get("benchmark_dir", "benchmarks")),
@@ -376,6 +378,23 @@ def _value(results: Path, machine: str, sha: str, case_id: str, figure: str) -> 
     return None
 
 
+def largest_step(n: int, measure) -> tuple[int, int]:
+    """Indices (i, i + 1) of the adjacent pair of ``n`` commits with the largest step, found as
+    ``asv find`` does: measure both ends, then keep the half whose ends differ more (as a ratio),
+    so about log2(n) + 2 commits are measured. ``measure(i)`` gives commit i's figure (> 0)."""
+    def step(a: int, b: int) -> float:
+        x, y = measure(a), measure(b)
+        if x <= 0 or y <= 0:
+            raise ValueError(f"a figure of {x} or {y} has no ratio; bisect on a positive figure")
+        return abs(math.log(y / x))
+
+    lo, hi = 0, n - 1
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if step(lo, mid) >= step(mid, hi) else (mid, hi)
+    return lo, hi
+
+
 def _find(args, commits, repo, config, results, machine, out, say) -> int:
     case_id, figure = args.case_ids[0], args.find
     values: dict[int, float] = {}
@@ -397,14 +416,8 @@ def _find(args, commits, repo, config, results, machine, out, say) -> int:
         return values[i]
 
     try:
-        lo, hi = 0, len(commits) - 1
-        measure(lo), measure(hi)
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            left = abs(math.log(measure(mid) / measure(lo))) if measure(lo) > 0 else 0.0
-            right = abs(math.log(measure(hi) / measure(mid))) if measure(mid) > 0 else 0.0
-            lo, hi = (lo, mid) if left >= right else (mid, hi)
-    except (HistoryRunError, ZeroDivisionError, ValueError) as exc:
+        lo, hi = largest_step(len(commits), measure)
+    except (HistoryRunError, ValueError) as exc:
         print(f"critpath history --find: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     a, b = commits[lo], commits[hi]

@@ -1,0 +1,101 @@
+"""``critpath history``'s parts that measure nothing: ranges, the bisection rule, the asv selection,
+the suite's version-reset rule, and refusals. The real run over real commits is in
+tests/test_asv_history.py."""
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import subprocess
+
+import pytest
+
+from benchmarks import bench_families
+from harness import registry
+from harness.cli import main
+from harness.history import HistoryRunError, bench_regex, commits_in, largest_step
+
+
+def _repo(tmp_path, n: int) -> tuple:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@localhost", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@localhost"}
+    subprocess.run(["git", "init", "-q", "-b", "main", str(tmp_path)], check=True)
+    shas = []
+    for i in range(n):
+        (tmp_path / "f").write_text(str(i))
+        subprocess.run(["git", "-C", str(tmp_path), "add", "f"], check=True)
+        subprocess.run(["git", "-C", str(tmp_path), "commit", "-q", "-m", f"commit {i}"], check=True, env=env)
+        shas.append(subprocess.run(["git", "-C", str(tmp_path), "rev-parse", "HEAD"], check=True,
+                                   capture_output=True, text=True).stdout.strip())
+    return tmp_path, shas
+
+
+def test_a_range_is_git_logs_oldest_first_and_find_adds_its_start(tmp_path):
+    repo, shas = _repo(tmp_path, 4)
+    assert [c.sha for c in commits_in(repo, f"{shas[0]}..{shas[3]}")] == shas[1:]
+    assert [c.sha for c in commits_in(repo, f"{shas[0]}..{shas[3]}", include_start=True)] == shas
+    assert [c.subject for c in commits_in(repo, "HEAD")] == ["commit 3"]
+    with pytest.raises(HistoryRunError, match="holds no commits"):
+        commits_in(repo, f"{shas[3]}..{shas[0]}")
+    with pytest.raises(HistoryRunError, match="both ends"):
+        commits_in(repo, f"..{shas[3]}")
+    with pytest.raises(HistoryRunError, match="git"):
+        commits_in(repo, "no-such-ref..HEAD")
+
+
+@pytest.mark.parametrize("values, step", [
+    ([10, 10, 10, 13, 13, 13, 13], (2, 3)),
+    ([10, 13, 13, 13, 13], (0, 1)),
+    ([10, 10, 10, 10, 10, 10, 10, 10, 7], (7, 8)),
+    ([10, 20], (0, 1)),
+])
+def test_bisection_finds_the_step_measuring_about_log2_n_commits(values, step):
+    measured = []
+
+    def measure(i):
+        measured.append(i)
+        return float(values[i])
+
+    assert largest_step(len(values), measure) == step
+    assert len(set(measured)) <= 2 + len(values).bit_length()
+
+
+def test_bisection_refuses_a_figure_without_a_ratio():
+    with pytest.raises(ValueError, match="positive"):
+        largest_step(3, lambda i: [1.0, 0.0, 2.0][i])
+
+
+def test_asv_selects_only_the_classes_of_the_families_a_run_measured():
+    names = {family: bench_families._make_suite(registry.get(family), []).__name__ for family in registry.FAMILIES}
+    regex = re.compile(bench_regex(["moe_a2a", "rpc"]))
+    for family, cls in names.items():
+        hit = bool(regex.search(f"bench_families.{cls}.track_p50_us"))
+        assert hit == (family in ("moe_a2a", "rpc")), (family, cls)
+    assert not regex.search("bench_startup.Startup.track_wall_s")
+
+
+def test_a_familys_asv_version_changes_with_its_definition_version_and_nothing_else():
+    rpc, allreduce = registry.get("rpc"), registry.get("allreduce")
+    bumped = dataclasses.replace(rpc, version=rpc.version + 1)
+    assert bench_families.suite_version(bumped) != bench_families.suite_version(rpc)
+    assert bench_families.suite_version(allreduce) == f"allreduce-v{allreduce.version}"
+    # Another family's bump, or anything but name and version, leaves it as it was.
+    described = dataclasses.replace(rpc, description="reworded")
+    assert bench_families.suite_version(described) == bench_families.suite_version(rpc)
+
+
+def test_tracked_figures_carry_declared_units_and_sources():
+    kv = bench_families.tracked_figures(registry.get("kv_alloc"))
+    assert kv["p50_us"] == "us" and kv["fragmentation_mean"] == "fraction (simulated)"
+    assert bench_families.tracked_figures(registry.get("allreduce"))["busbw_gbps"] == "GB/s"
+    for family in registry.FAMILIES.values():
+        tracked = bench_families.tracked_figures(family)
+        assert set(tracked) - {"p50_us", "p99_us"} == {f.name for f in family.figures if f.headline}
+
+
+def test_a_directory_outside_git_and_find_without_one_case_are_refused(tmp_path, capsys):
+    assert main(["history", "HEAD~1..HEAD", "--repo", str(tmp_path)]) == 2
+    assert "not inside a git checkout" in capsys.readouterr().err
+    repo, shas = _repo(tmp_path / "r", 2)
+    assert main(["history", f"{shas[0]}..{shas[1]}", "--repo", str(repo), "--find", "p50_us"]) == 2
+    assert "exactly one --case" in capsys.readouterr().err
