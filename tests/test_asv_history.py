@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -21,6 +22,7 @@ import pytest
 from harness import registry
 from harness.cli import main
 from harness.report.history import load_history, resets
+from test_html_browser import BROWSER, render
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.integration
@@ -103,6 +105,7 @@ def _values(results: Path, sha: str) -> dict:
     return out
 
 
+@pytest.mark.timeout(1200)
 def test_history_of_two_real_commits_is_recorded_interrupted_resumed_and_drawn(tmp_path):
     repo = tmp_path / "repo"
     repo.mkdir()
@@ -169,3 +172,9 @@ def test_history_of_two_real_commits_is_recorded_interrupted_resumed_and_drawn(t
         cls = "".join(w.title() for w in family.split("_"))
         for figure in ["p50_us", "p99_us", *HEADLINE[family]]:
             assert f"history_ci_history_bench_families_{cls}_track_{figure}.png" in plots
+    html = (report / "report.html").read_text()
+    assert not re.search(r"""(src|href)=["']?(https?:)?//""", html), "the page loads something from a network"
+    if BROWSER is not None:
+        dom, probe = render(report / "report.html", tmp_path)
+        assert f"<h1>critpath history: {results}</h1>" in dom
+        assert probe == f"images={len(plots)} broken=0"

@@ -7,6 +7,7 @@ import dataclasses
 import os
 import re
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -99,3 +100,16 @@ def test_a_directory_outside_git_and_find_without_one_case_are_refused(tmp_path,
     repo, shas = _repo(tmp_path / "r", 2)
     assert main(["history", f"{shas[0]}..{shas[1]}", "--repo", str(repo), "--find", "p50_us"]) == 2
     assert "exactly one --case" in capsys.readouterr().err
+
+
+def test_the_docs_table_of_headline_figures_is_the_declarations():
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "history.md").read_text()
+    rows = {}
+    for line in doc.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 2 and cells[0] in registry.FAMILIES:
+            rows[cells[0]] = set(re.findall(r"`([a-z0-9_]+)`", cells[1]))
+    tracked = {name for name, f in registry.FAMILIES.items() if f.default or name == "selftest"}
+    assert set(rows) == tracked
+    for name, figures in rows.items():
+        assert figures == {f.name for f in registry.get(name).figures if f.headline}, name

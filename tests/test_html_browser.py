@@ -45,22 +45,27 @@ def _console_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if "CONSOLE" in line]
 
 
-def test_report_renders_with_plots_and_no_console_errors(tmp_path):
-    out = tmp_path / "report"
-    assert main(["report", str(RUN), "--out", str(out)]) == 0
-    html = (out / "report.html").read_text()
-    probed = out / "probed.html"
-    probed.write_text(html.replace("</body>", PROBE + "</body>"))
-
-    proc = _chromium(probed.as_uri(), tmp_path / "profile")
+def render(report_html: Path, tmp: Path) -> tuple[str, str]:
+    """Load a report in headless Chromium with the probe; returns (DOM, the probe's summary) after
+    checking that the page loaded and the console said nothing but the probe's own message."""
+    probed = report_html.with_name("probed.html")
+    probed.write_text(report_html.read_text().replace("</body>", PROBE + "</body>"))
+    proc = _chromium(probed.as_uri(), tmp / "profile")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    dom = proc.stdout
-    assert "<h1>critpath report: fixture-mixed</h1>" in dom
-    assert 'data-probe="images=7 broken=0"' in dom, re.findall(r'data-probe="[^"]*"', dom) or dom[:500]
     # The probe's own message shows that console output is captured; anything else is from the page.
     lines = _console_lines(proc.stderr)
     assert any("critpath-probe-done" in line for line in lines), proc.stderr[-2000:]
     assert [line for line in lines if "critpath-probe-done" not in line] == []
+    found = re.findall(r'data-probe="([^"]*)"', proc.stdout)
+    return proc.stdout, found[0] if found else proc.stdout[:500]
+
+
+def test_report_renders_with_plots_and_no_console_errors(tmp_path):
+    out = tmp_path / "report"
+    assert main(["report", str(RUN), "--out", str(out)]) == 0
+    dom, probe = render(out / "report.html", tmp_path)
+    assert "<h1>critpath report: fixture-mixed</h1>" in dom
+    assert probe == "images=7 broken=0"
 
 
 def test_the_probe_can_fail(tmp_path):

@@ -149,8 +149,7 @@ def _plot(machine: str, benchmark: str, group: list[Series]) -> Image:
     fig, ax = subplots((7, 4))
     commits = sorted({(p.date_ms, p.commit) for s in group for p in s.points})
     x_of = {c: i for i, (_, c) in enumerate(commits)}
-    cases = sorted({s.case_id for s in group}, key=lambda c: (all(s.reference is None for s in group
-                                                                  if s.case_id == c), c))
+    cases = sorted({s.case_id for s in group}, key=lambda c: _priority([s for s in group if s.case_id == c]))
     shown = set(cases[:MAX_LINES_PER_PLOT])
     colour: dict[str, str] = {}
     for s in group:
@@ -160,14 +159,21 @@ def _plot(machine: str, benchmark: str, group: list[Series]) -> Image:
         line, = ax.plot([x_of[p.commit] for p in s.points], [p.value for p in s.points], marker="o", markersize=3,
                         color=colour.get(s.case_id), label=s.case_id.split("/", 1)[1] if first else None)
         colour.setdefault(s.case_id, line.get_color())
-        if s.reference is not None and first:
-            ax.axhline(s.reference.value, color=line.get_color(), linestyle="--", linewidth=1,
-                       label=f"article {s.reference.claim_id}")
+    # One line per article figure, however many cases it applies to.
+    for claim_id, value in sorted({(s.reference.claim_id, s.reference.value) for s in group
+                                   if s.reference is not None and s.case_id in shown}):
+        ax.axhline(value, color="black", linestyle="--", linewidth=1, label=f"article {claim_id}: {value:.4g}")
     # A new definition version restarts the family's history: mark where, never join across it.
     for version, x in sorted(resets(group).items(), key=lambda kv: kv[1]):
         ax.axvline(x_of[x] - 0.5, color="grey", linestyle=":", linewidth=1)
         ax.annotate(f"history reset: {version}", (x_of[x] - 0.5, 1.0), xycoords=("data", "axes fraction"),
                     fontsize=7, rotation=90, va="top", ha="right", color="grey")
+    values = [p.value for s in group if s.case_id in shown for p in s.points]
+    if values and min(values) > 0 and max(values) / min(values) > 50:
+        ax.set_yscale("log")  # sizes from 8 B to MBs: a linear axis flattens all but the largest
+    ax.set_title(f"{benchmark.split('.', 1)[-1]}: " + (f"{len(shown)} of {len(cases)} cases, those with an article "
+                 "figure first, then those that moved most" if len(cases) > len(shown) else f"{len(cases)} cases"),
+                 fontsize=9)
     ax.set_xticks(range(len(commits)), [c[:8] for _, c in commits], rotation=45, fontsize=7)
     ax.set_xlabel("commit (by date)")
     unit = group[0].unit
@@ -178,6 +184,15 @@ def _plot(machine: str, benchmark: str, group: list[Series]) -> Image:
     hidden = len(cases) - len(shown)
     caption = f"{hidden} more cases in the table" if hidden else ""
     return Image(name, f"{benchmark} over commits ({machine})", png_bytes(fig), caption)
+
+
+def _priority(case_series: list[Series]) -> tuple:
+    """Which cases a crowded plot shows: those an article figure applies to, then those whose
+    figure moved most from their first commit to their last (as a ratio)."""
+    points = sorted((p for s in case_series for p in s.points), key=lambda p: p.date_ms)
+    first, last = points[0].value, points[-1].value
+    moved = abs(math.log(last / first)) if first > 0 and last > 0 else 0.0
+    return (all(s.reference is None for s in case_series), -moved, _natural(case_series[0].case_id))
 
 
 def _figure_name(benchmark: str) -> str:
@@ -194,13 +209,24 @@ def resets(group: list[Series]) -> dict[str, str]:
     return {version: start[1] for version, start in ordered[1:]}
 
 
+def _natural(text: str) -> tuple:
+    """Case IDs in numeric order of their sizes (size_bytes=128 before 1024)."""
+    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text))
+
+
 def history_blocks(results_dir: Path, claims: Sequence[Claim]) -> list[Block]:
-    series = load_history(results_dir)
+    series = sorted(load_history(results_dir), key=lambda s: (s.machine, s.benchmark, _natural(s.case_id)))
     for s in series:
         s.reference = reference_for(s, claims)
+    groups: dict[tuple, list[Series]] = defaultdict(list)
+    for s in series:
+        groups[(s.machine, s.benchmark)].append(s)
+    commits = {p.commit for s in series for p in s.points}
     blocks: list[Block] = [Heading(2, "History (asv results)"), Para(
-        f"{len(series)} tracked figures from {results_dir}. A dashed line is the article's figure where a claim applies; "
-        "the last column is the latest value over it.")]
+        f"{len(groups)} tracked figures ({len(series)} case series) over {len(commits)} commits, from {results_dir}. "
+        "One plot per figure, each case over commits; a dashed line is the article's figure where a claim applies. "
+        "The table after the plots lists every series with its latest value and its ratio to the article.")]
+    blocks += [_plot(machine, benchmark, group) for (machine, benchmark), group in groups.items()]
     rows = []
     for s in series:
         last = s.points[-1]
@@ -211,11 +237,7 @@ def history_blocks(results_dir: Path, claims: Sequence[Claim]) -> list[Block]:
                      str(len(s.points)), f"{last.commit[:8]} ({_date(last.date_ms)})",
                      f"{last.value:.4g}" + (f" {s.unit}" if s.unit else ""), change,
                      ref.text if ref else "-", f"{last.value / ref.value:.3g}" if ref and ref.value else "-"])
+    blocks.append(Heading(3, "Every series"))
     blocks.append(Table(["machine", "figure", "case", "definition", "commits", "latest", "value", "vs previous",
                          "article", "latest / article"], rows))
-    groups: dict[tuple, list[Series]] = defaultdict(list)
-    for s in series:
-        groups[(s.machine, s.benchmark)].append(s)
-    for (machine, benchmark), group in groups.items():
-        blocks.append(_plot(machine, benchmark, group))
     return blocks
