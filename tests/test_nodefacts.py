@@ -106,3 +106,11 @@ def test_a_lost_gpu_is_a_device_with_its_reason(use_nvml):
     assert devices[0]["name"] == "NVIDIA H100 80GB HBM3"
     assert devices[1] == {"index": 1, "reason": "nvmlDeviceGetHandleByIndex: GPU is lost"}
 
+
+def test_the_acceptance_docs_list_every_declared_fact():
+    from pathlib import Path
+
+    text = (Path(__file__).parent.parent / "docs" / "acceptance.md").read_text()
+    table = text[text.index("| fact | unit | what |"):]
+    table = table[:table.index("\n\n")]
+    assert [f.name for f in nodefacts.FACTS if f"`{f.name}`" not in table] == []
