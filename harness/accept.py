@@ -1,19 +1,24 @@
 """``critpath accept --profile PROFILE.yaml``: hardware acceptance against a profile of thresholds.
 
 A profile pins the machine (GPU count and name, driver, NCCL version, PCIe generation and width,
-active NVLinks; world size and node layout) and lists checks (a case or a family + parameters, a
-statistic, a ``max`` or ``min``, and where the threshold comes from). The cases run through the
-normal runner, or come from a stored run (``--run``). Every check reports measured value and
-margin; a pinned property that differs fails acceptance and says which device and what differs.
+active NVLinks; world size and node layout), bounds node facts (ECC errors, remapped rows, clock
+slowdowns: harness.nodefacts), and lists checks (a case or a family + parameters, a statistic, a
+``max`` or ``min``, and where the threshold comes from). The cases run through the normal runner,
+or come from a stored run (``--run``), imports of nccl-tests output included.
 
-Exit codes: 0 every check passed; 1 a check or a pin failed; 2 acceptance could not run (bad
-profile, a check with no record to judge, an unreadable run).
+Three verdicts (harness.verdicts): pass, fail, could not verify. A check whose case the run does
+not hold, in a data type or from a source the check does not accept, or whose statistic its
+records cannot give, and a pin or fact the fingerprint did not record, could not be verified; only
+a measured value or a recorded property that misses the profile fails.
+
+Exit codes: 0 everything passed; 1 a check, pin or fact failed; 2 something could not be verified
+and nothing failed, or acceptance could not start (bad profile, unreadable run).
 """
 from __future__ import annotations
 
 import json
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
@@ -22,13 +27,17 @@ import jsonschema
 from harness import yamlfile
 from harness.claims import matches
 from harness.comparable import mismatch
-from harness.figures import FigureUnavailable
+from harness.figures import FigureUnavailable, declared, is_sample_statistic, sample_parts
 from harness.figures import value as figure_value
+from harness.nodefacts import FACT_NAMES
+from harness.pins import fact_outcome, pin_outcomes
 from harness.records import Record
 from harness.store import incompleteness
+from harness.verdicts import EXIT_UNVERIFIED, FAIL, PASS, UNVERIFIED, Outcome, exit_code, line, word
 
-EXIT_PASS, EXIT_FAIL, EXIT_CANNOT = 0, 1, 2
-PASS, FAIL, CANNOT = "pass", "fail", "could not run"
+# Where a record came from: critpath measured it, or it was imported (extra.imported.source).
+RECORD_SOURCES = ("critpath", "nccl-tests")
+_BOUND = {"oneOf": [{"required": ["max"]}, {"required": ["min"]}]}
 
 PROFILE_SCHEMA = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -60,9 +69,24 @@ PROFILE_SCHEMA = {
                 "gpu_name": {"type": "string"},
                 "driver_version": {"type": "string"},
                 "nccl_version": {"type": "string"},
-                "pcie_gen": {"type": "integer"},
-                "pcie_width": {"type": "integer"},
-                "nvlink_active": {"type": "integer"},
+                "pcie_gen": {"type": "integer", "minimum": 1, "description": "maximum link generation (pcie_gen_max)"},
+                "pcie_width": {"type": "integer", "minimum": 1, "description": "maximum link width (pcie_width_max)"},
+                "nvlink_active": {"type": "integer", "minimum": 0},
+            },
+        },
+        "facts": {
+            "type": "array",
+            "items": {
+                "type": "object", "additionalProperties": False,
+                "required": ["name", "fact", "source"],
+                "properties": {
+                    "name": {"type": "string", "minLength": 1},
+                    "fact": {"enum": list(FACT_NAMES)},
+                    "max": {"type": "number"},
+                    "min": {"type": "number"},
+                    "source": {"type": "string", "minLength": 1},
+                },
+                **_BOUND,
             },
         },
         "checks": {
@@ -80,8 +104,12 @@ PROFILE_SCHEMA = {
                     "max": {"type": "number"},
                     "min": {"type": "number"},
                     "source": {"type": "string", "minLength": 1},
+                    "dtypes": {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1,
+                               "uniqueItems": True, "description": "data types whose records satisfy the check"},
+                    "sources": {"type": "array", "items": {"enum": list(RECORD_SOURCES)}, "minItems": 1,
+                                "uniqueItems": True, "description": "where records that satisfy the check may come from"},
                 },
-                "oneOf": [{"required": ["max"]}, {"required": ["min"]}],
+                **_BOUND,
                 "anyOf": [{"required": ["case"]}, {"required": ["family"]}],
             },
         },
@@ -94,15 +122,36 @@ class ProfileError(ValueError):
     """A profile that cannot be used; the message names file, line and field."""
 
 
-@dataclass(frozen=True)
-class CheckOutcome:
-    name: str
-    verdict: str
-    measured: Optional[float]
-    threshold: str  # "<= 20000" / ">= 0.01"
-    margin_pct: Optional[float]  # headroom: positive passes, negative fails
-    detail: str
-    source: str
+def _case_parts(case_id: str) -> tuple[str, dict[str, str]]:
+    """``allreduce/algo=ring,dtype=float32`` -> ("allreduce", {"algo": "ring", "dtype": "float32"}), as text."""
+    family, _, body = case_id.partition("/")
+    return family, dict(item.partition("=")[::2] for item in body.split(",") if item)
+
+
+def _semantic_problems(check: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(field, message) for what the schema cannot say about one check."""
+    from harness import registry
+
+    problems = []
+    dtypes = check.get("dtypes")
+    if "case" in check:
+        family, params = _case_parts(check["case"])
+        _, slash, body = check["case"].partition("/")
+        if not family or not slash or any("=" not in item for item in body.split(",") if item):
+            problems.append(("case", f"{check['case']!r} is not a case ID (family/key=value,...)"))
+        elif dtypes and "dtype" in params and params["dtype"] not in dtypes:
+            problems.append(("dtypes", f"the case is in {params['dtype']}, which dtypes {dtypes} leaves out; "
+                                       "list the case's own data type too"))
+    else:
+        family = check["family"]
+        if dtypes and "dtype" in check.get("select", {}):
+            problems.append(("dtypes", "give the data types once: in dtypes, or in select.dtype, not both"))
+    stat = check["statistic"]
+    if family in registry.FAMILIES and not is_sample_statistic(stat) and declared(family, stat) is None:
+        names = ", ".join(f.name for f in registry.get(family).figures)
+        problems.append(("statistic", f"family {family!r} declares no figure {stat!r}; it declares {names}, "
+                                      "and every record gives pNN_us, mean_us, max_ms ..."))
+    return problems
 
 
 def load_profile(path: Path) -> dict:
@@ -120,150 +169,210 @@ def load_profile(path: Path) -> dict:
         where = list(error.absolute_path)
         field = ".".join(str(p) for p in where) or "(profile)"
         raise ProfileError(f"{path}:{line_of_field(root, where)}: field {field}: {error.message}")
+    for i, check in enumerate(data["checks"]):
+        for key, message in _semantic_problems(check):
+            where = ["checks", i, key]
+            raise ProfileError(f"{path}:{line_of_field(root, where)}: field checks.{i}.{key}: {message}")
     return data
 
 
-def _select(records: Sequence[Record], check: Mapping[str, Any]) -> list[Record]:
+def record_source(record: Record) -> str:
+    imported = (record.extra or {}).get("imported")
+    return str(imported.get("source", "imported")) if isinstance(imported, Mapping) else "critpath"
+
+
+def _where(record: Record) -> str:
+    """The record, and for an import the file and line it came from."""
+    imported = (record.extra or {}).get("imported")
+    if not isinstance(imported, Mapping):
+        return record.case_id
+    return f"{record.case_id} from {imported.get('source')} {imported.get('file')} {imported.get('where')}".rstrip()
+
+
+def _matches(record: Record, check: Mapping[str, Any]) -> bool:
+    """The record is of the check's case (or family and select), in one of its data types."""
+    dtypes = check.get("dtypes")
     if "case" in check:
-        return [r for r in records if r.case_id == check["case"]]
-    return [r for r in records if r.family == check["family"] and matches(r, check.get("select", {}))]
+        family, want = _case_parts(check["case"])
+        have = _case_parts(record.case_id)[1]
+        if dtypes:
+            want, have = ({k: v for k, v in d.items() if k != "dtype"} for d in (want, have))
+        if record.family != family or have != want:
+            return False
+    elif record.family != check["family"] or not matches(record, check.get("select", {})):
+        return False
+    return not dtypes or record.params.get("dtype") in dtypes
 
 
-def evaluate_check(check: Mapping[str, Any], records: Sequence[Record]) -> CheckOutcome:
+def _spread(values: Sequence[str]) -> str:
+    if values and all(v.lstrip("-").isdigit() for v in values):
+        nums = sorted(int(v) for v in values)
+        return str(nums[0]) if len(nums) == 1 else f"{nums[0]} .. {nums[-1]}"
+    return ", ".join(sorted(values)[:6]) + (" ..." if len(values) > 6 else "")
+
+
+def why_no_record(check: Mapping[str, Any], records: Sequence[Record]) -> str:
+    """What the run lacks for this check, parameter by parameter: ``no allreduce record with
+    dtype=bfloat16 (the run has float32)``."""
+    if "case" in check:
+        family, want = _case_parts(check["case"])
+    else:
+        family, want = check["family"], {k: v for k, v in check.get("select", {}).items() if v is not None}
+    same = [r for r in records if r.family == family]
+    if not same:
+        held = ", ".join(sorted({r.family for r in records})) or "none"
+        return f"no {family} record in this run (its families: {held})"
+    if check.get("dtypes"):
+        want = {**want, "dtype": check["dtypes"]}
+    gaps = []
+    hint = ""
+    for key, value in want.items():
+        options = [str(v) for v in value] if isinstance(value, list) else [str(value)]
+        have = sorted({str(r.params.get(key)) for r in same})
+        if not set(options) & set(have):
+            gaps.append(f"{key}={'|'.join(options)} (the run has {_spread(have)})")
+            if key == "dtype" and not check.get("dtypes"):
+                hint = f"; a check may accept {', '.join(have)} too: dtypes: [{', '.join(options + have)}]"
+    if not gaps:
+        return f"no {family} record with all of {want} (each value is in the run, not together)"
+    return f"no {family} record with " + ", ".join(gaps) + hint
+
+
+def unit_of(family: str, statistic: str) -> tuple[str, str]:
+    """(unit, mark): the unit a statistic is in, from its name (p99_us) or its family's declaration
+    (busbw_gbps: GB/s); mark says when the figure is modelled or simulated. "" where none is declared."""
+    parts = sample_parts(statistic)
+    if parts:
+        return parts[1], ""
+    if is_sample_statistic(statistic):
+        return "ratio", ""  # pNN_over_mean
+    figure = declared(family, statistic)
+    if figure is None:
+        return "", ""
+    return figure.unit, "" if figure.source == "measured" else f" ({figure.source})"
+
+
+def evaluate_check(check: Mapping[str, Any], records: Sequence[Record]) -> Outcome:
     name, stat, source = check["name"], check["statistic"], check["source"]
+    family = check.get("family") or _case_parts(check.get("case", ""))[0]
+    unit, mark = unit_of(family, stat)
+    if "relative_to" in check:
+        stat, unit = f"{stat} / reference {stat}", "ratio"
     bound_max = check.get("max")
-    threshold = f"<= {bound_max:g}" if bound_max is not None else f">= {check['min']:g}"
+    op, bound = ("<=", bound_max) if bound_max is not None else (">=", check["min"])
 
     def out(verdict, measured=None, margin=None, detail=""):
-        return CheckOutcome(name, verdict, measured, threshold, margin, detail, source)
+        return Outcome("check", name, verdict, stat, unit, measured, op, bound, margin, detail, source)
 
-    chosen = _select(records, check)
+    sources = check.get("sources")
+    usable = [r for r in records if not sources or record_source(r) in sources]
+    chosen = [r for r in usable if _matches(r, check)]
     if not chosen:
-        what = check.get("case") or f"{check['family']} {check.get('select', {})}"
-        return out(CANNOT, detail=f"no record of {what} in this run")
+        came = ", ".join(sorted({record_source(r) for r in records} - set(sources or ())))
+        if not usable:
+            why = f"the check accepts records from {', '.join(sources)}; this run's come from {came}"
+        elif any(_matches(r, check) for r in records):
+            why = f"the run's records of it come from {came}; the check accepts sources {', '.join(sources)}"
+        else:
+            why = why_no_record(check, usable)
+        return out(UNVERIFIED, detail=why)
     failed = [r for r in chosen if not r.ok]
     if failed:
         r = failed[0]
         why = r.error.message.splitlines()[0] if r.error and r.error.message else (
             f"{r.check.wrong} wrong of {r.check.checked}" if r.check else r.status)
-        return out(FAIL, detail=f"{r.case_id} {r.status}: {why}")
+        return out(FAIL, detail=f"{_where(r)} {r.status}: {why}")
     try:
-        values = [figure_value(r, stat) for r in chosen]
+        values = [figure_value(r, check["statistic"]) for r in chosen]
         if "relative_to" in check:
             refs = [r for r in records if r.family == chosen[0].family and matches(r, check["relative_to"]) and r.ok]
             if not refs:
-                return out(CANNOT, detail=f"no reference record {check['relative_to']} in this run")
+                return out(UNVERIFIED, detail=f"no reference record {check['relative_to']} in this run")
             differs = mismatch({"checked": chosen, "reference": refs[:1]})
             if differs:
-                return out(CANNOT, detail=differs)
-            ref = figure_value(refs[0], stat)
+                return out(UNVERIFIED, detail=differs)
+            ref = figure_value(refs[0], check["statistic"])
             values = [v / ref for v in values]
     except FigureUnavailable as exc:
-        return out(CANNOT, detail=str(exc))
+        return out(UNVERIFIED, detail=str(exc))
     # The least favourable record decides: a threshold must hold for every matching case.
     if bound_max is not None:
-        measured = max(values)
+        worst = max(range(len(values)), key=values.__getitem__)
+        measured = values[worst]
         margin = (bound_max - measured) / abs(bound_max) * 100 if bound_max else None
         verdict = PASS if measured <= bound_max else FAIL
     else:
-        measured = min(values)
+        worst = min(range(len(values)), key=values.__getitem__)
+        measured = values[worst]
         margin = (measured - check["min"]) / abs(check["min"]) * 100 if check["min"] else None
         verdict = PASS if measured >= check["min"] else FAIL
-    detail = f"worst of {len(values)} records" if len(values) > 1 else chosen[0].case_id
-    return out(verdict, measured, margin, detail)
-
-
-def fingerprint_problems(profile: Mapping[str, Any], fp: Mapping[str, Any]) -> list[str]:
-    """Each pinned property that the run's machine does not have, said plainly."""
-    problems = []
-    if profile.get("world") is not None and fp.get("world") not in (None, profile["world"]):
-        problems.append(f"world size is {fp.get('world')}, the profile pins {profile['world']}")
-    layout = fp.get("layout") or {}
-    nodes = layout.get("nodes", 1 if fp.get("launch") == "local" else None)
-    if "nodes" in profile:
-        if nodes is None:
-            problems.append(f"node layout unknown (fingerprint has no layout); the profile pins {profile['nodes']} nodes")
-        elif nodes != profile["nodes"]:
-            problems.append(f"{nodes} node(s), the profile pins {profile['nodes']}")
-    if "ranks_per_node" in profile and layout.get("ranks_per_node") is not None \
-            and layout["ranks_per_node"] != profile["ranks_per_node"]:
-        problems.append(f"{layout['ranks_per_node']} ranks per node, the profile pins {profile['ranks_per_node']}")
-    pins = profile.get("fingerprint") or {}
-    if not pins:
-        return problems
-    gpus = fp.get("gpus") or {}
-    devices = gpus.get("devices") or []
-    if "gpu_count" in pins and len(devices) != pins["gpu_count"]:
-        reason = "" if gpus.get("present") else f" ({gpus.get('reason', 'no GPUs')})"
-        problems.append(f"{len(devices)} GPU(s){reason}, the profile pins {pins['gpu_count']}")
-    if "driver_version" in pins and gpus.get("driver_version") != pins["driver_version"]:
-        problems.append(f"driver {gpus.get('driver_version')}, the profile pins {pins['driver_version']}")
-    if "nccl_version" in pins and fp.get("nccl_version") != pins["nccl_version"]:
-        problems.append(f"NCCL {fp.get('nccl_version')}, the profile pins {pins['nccl_version']}")
-    for key, label in (("gpu_name", "name"), ("pcie_gen", "pcie_gen"), ("pcie_width", "pcie_width"),
-                       ("nvlink_active", "nvlink_active")):
-        if key not in pins:
-            continue
-        # Group devices by what they have, so 8 GPUs missing a field give one line, not eight.
-        by_value: dict = {}
-        for d in devices:
-            if d.get(label) != pins[key]:
-                by_value.setdefault(d.get(label), []).append(str(d.get("index", "?")))
-        for value, indices in by_value.items():
-            what = "not recorded in the fingerprint" if value is None else f"is {value}"
-            problems.append(f"GPU {','.join(indices)}: {label} {what}, the profile pins {pins[key]}")
-    return problems
+    decider = chosen[worst]
+    detail = (f"worst of {len(values)} records: " if len(values) > 1 else "") + _where(decider)
+    wanted_dtype = _case_parts(check["case"])[1].get("dtype") if "case" in check else None
+    if wanted_dtype and decider.params.get("dtype") != wanted_dtype:
+        detail += f"; {decider.params.get('dtype')} accepted by the check's dtypes"
+    return out(verdict, measured, margin, detail + mark)
 
 
 @dataclass(frozen=True)
 class Acceptance:
     profile: str
-    outcomes: tuple[CheckOutcome, ...]
-    fingerprint_problems: tuple[str, ...]
+    checks: tuple[Outcome, ...]
+    pins: tuple[Outcome, ...] = ()
+    facts: tuple[Outcome, ...] = ()
     incomplete: str = ""  # the run did not finish every case: no verdict can pass it
 
     @property
+    def outcomes(self) -> tuple[Outcome, ...]:
+        return self.checks + self.pins + self.facts
+
+    @property
     def exit_code(self) -> int:
-        if self.fingerprint_problems or any(o.verdict == FAIL for o in self.outcomes):
-            return EXIT_FAIL
-        if self.incomplete or any(o.verdict == CANNOT for o in self.outcomes):
-            return EXIT_CANNOT
-        return EXIT_PASS
+        return exit_code([o.verdict for o in self.outcomes] + ([UNVERIFIED] if self.incomplete else []))
 
     @property
     def verdict(self) -> str:
-        return {EXIT_PASS: "PASS", EXIT_FAIL: "FAIL", EXIT_CANNOT: "COULD NOT RUN"}[self.exit_code]
+        return word(self.exit_code)
+
+    def counts(self) -> dict[str, int]:
+        return {v: sum(o.verdict == v for o in self.outcomes) for v in (PASS, FAIL, UNVERIFIED)}
 
     def to_dict(self) -> dict:
-        return {"schema": "critpath.acceptance/1", "profile": self.profile, "verdict": self.verdict,
-                "exit_code": self.exit_code, "fingerprint_problems": list(self.fingerprint_problems),
-                "incomplete": self.incomplete,
-                "checks": [asdict(o) for o in self.outcomes]}
+        # /2: three verdicts ("could not verify" replaced "could not run"); pins and facts are outcomes
+        # like checks, with statistic and unit, instead of a list of problem strings.
+        return {"schema": "critpath.acceptance/2", "profile": self.profile, "verdict": self.verdict,
+                "exit_code": self.exit_code, "incomplete": self.incomplete, "counts": self.counts(),
+                "checks": [o.to_dict() for o in self.checks], "pins": [o.to_dict() for o in self.pins],
+                "facts": [o.to_dict() for o in self.facts]}
 
 
 def accept(profile: Mapping[str, Any], records: Sequence[Record], fp: Mapping[str, Any],
            incomplete: str = "") -> Acceptance:
     return Acceptance(profile["name"], tuple(evaluate_check(c, records) for c in profile["checks"]),
-                      tuple(fingerprint_problems(profile, fp)), incomplete)
+                      tuple(pin_outcomes(profile, fp)), tuple(fact_outcome(f, fp) for f in profile.get("facts", [])),
+                      incomplete)
 
 
 def acceptance_blocks(result: Acceptance) -> list:
     from harness.report.document import Heading, Para, Table
+    from harness.verdicts import show_value
 
-    rows = [[o.name, o.verdict, "-" if o.measured is None else f"{o.measured:.4g}", o.threshold,
+    rows = [[o.kind, o.name, o.verdict, o.statistic, show_value(o.measured, o.unit), o.threshold,
              "-" if o.margin_pct is None else f"{o.margin_pct:+.1f} %", o.detail, o.source] for o in result.outcomes]
+    counts = result.counts()
     blocks = [Heading(2, f"Acceptance: {result.profile} — {result.verdict}"),
-              Table(["check", "verdict", "measured", "threshold", "margin", "detail", "threshold source"], rows)]
-    if result.fingerprint_problems:
-        blocks += [Para("The machine differs from what the profile pins:"),
-                   Table(["difference"], [[p] for p in result.fingerprint_problems])]
-    else:
-        blocks.append(Para("The machine matches every property the profile pins."))
+              Para(f"{counts[PASS]} passed, {counts[FAIL]} failed, {counts[UNVERIFIED]} could not be verified "
+                   "(a pin or fact the fingerprint did not record, a case the run does not hold, a statistic its "
+                   "records cannot give).")]
+    if result.incomplete:
+        blocks.append(Para(f"Could not verify the run: {result.incomplete}."))
+    blocks.append(Table(["kind", "name", "verdict", "statistic", "measured", "threshold", "margin", "detail",
+                         "threshold source"], rows))
     return blocks
 
 
 def register(sub) -> None:
-    p = sub.add_parser("accept", help="hardware acceptance against a profile of thresholds")
+    p = sub.add_parser("accept", help="hardware acceptance against a profile: pass, fail or could not verify")
     p.add_argument("--profile", type=Path, required=True, metavar="PROFILE.yaml")
     p.add_argument("--run", type=Path, metavar="RUN_DIR", help="judge a stored run instead of running the cases")
     p.add_argument("--out", type=Path, help="run directory for the cases run now (default reports/<run-id>)")
@@ -300,21 +409,20 @@ def cmd_accept(args) -> int:
             run_dir, code = _run_cases(profile, args.out)
             if int(os.environ.get("RANK", "0")) != 0:
                 # Under torchrun/Slurm every rank ran the cases; rank 0 alone holds and judges them.
-                return EXIT_PASS if code == 0 else EXIT_FAIL
+                return 0 if code == 0 else 1
         run = load_run(run_dir)
     except ProfileError as exc:
         print(f"critpath accept: error: {exc}", file=sys.stderr)
-        return EXIT_CANNOT
+        return EXIT_UNVERIFIED
     result = accept(profile, run.records, run.fingerprint, incompleteness(run.meta, list(run.records)))
     print(f"acceptance {profile['name']}: {result.verdict} ({run_dir})")
     if result.incomplete:
-        print(f"  COULD NOT RUN  the run: {result.incomplete}")
+        print(f"  {word(EXIT_UNVERIFIED):16}  the run: {result.incomplete}")
     for o in result.outcomes:
-        measured = "-" if o.measured is None else f"{o.measured:.4g}"
-        margin = "" if o.margin_pct is None else f", margin {o.margin_pct:+.1f} %"
-        print(f"  {o.verdict.upper():13} {o.name}: measured {measured} {o.threshold}{margin} ({o.detail})")
-    for problem in result.fingerprint_problems:
-        print(f"  FAIL          fingerprint: {problem}")
+        print("  " + line(o))
+    counts = result.counts()
+    print(f"{counts[PASS]} pass, {counts[FAIL]} fail, {counts[UNVERIFIED]} could not verify: "
+          f"{result.verdict}, exit {result.exit_code}")
     out = args.out if args.run and args.out else Path(run_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "acceptance.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n")

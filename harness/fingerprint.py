@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+from harness import nodefacts
+
 # Variables that change what a collective or the allocator does.
 ENV_PATTERNS = re.compile(
     r"^(NCCL_|GLOO_|TORCH_|PYTORCH_|CUDA_|OMP_NUM_THREADS$|MKL_NUM_THREADS$|OPENBLAS_|"
@@ -56,7 +58,9 @@ def git_commit(root: Path = PROJECT_ROOT) -> dict:
 
 
 def gpus() -> dict:
-    """GPUs through NVML (nvidia-ml-py): name, memory, driver, PCIe link, NVLink state."""
+    """GPUs through NVML (nvidia-ml-py): name, memory, driver, NVLink state, and each GPU's node
+    facts (harness.nodefacts: ECC, retired pages or remapped rows, clock event reasons, clocks,
+    PCIe link max and now). A call a GPU does not support leaves its field None with the reason."""
     try:
         import pynvml
     except ImportError as exc:
@@ -66,43 +70,61 @@ def gpus() -> dict:
     except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
         return {"present": False, "reason": f"NVML unavailable: {exc}"}
     try:
-        devices = []
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            info = {
-                "index": i,
-                "name": _text(pynvml.nvmlDeviceGetName(h)),
-                "uuid": _text(pynvml.nvmlDeviceGetUUID(h)),
-                "memory_total_bytes": int(pynvml.nvmlDeviceGetMemoryInfo(h).total),
-            }
-            for key, fn in (
-                ("pcie_gen", pynvml.nvmlDeviceGetCurrPcieLinkGeneration),
-                ("pcie_width", pynvml.nvmlDeviceGetCurrPcieLinkWidth),
-                ("pcie_gen_max", pynvml.nvmlDeviceGetMaxPcieLinkGeneration),
-                ("pcie_width_max", pynvml.nvmlDeviceGetMaxPcieLinkWidth),
-            ):
-                try:
-                    info[key] = int(fn(h))
-                except Exception as exc:  # not supported on this device
-                    info[key] = None
-                    info[f"{key}_reason"] = str(exc)
-            links = []
-            for link in range(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18)):
-                try:
-                    links.append(int(pynvml.nvmlDeviceGetNvLinkState(h, link)))
-                except Exception:
-                    break
-            info["nvlink_active"] = sum(links)
-            info["nvlink_links"] = len(links)
-            devices.append(info)
-        return {
-            "present": bool(devices),
-            "driver_version": _text(pynvml.nvmlSystemGetDriverVersion()),
-            "devices": devices,
-            **({} if devices else {"reason": "NVML found no devices"}),
-        }
+        return _nvml_gpus(pynvml)
     finally:
-        pynvml.nvmlShutdown()
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:  # a GPU lost mid-read must not cost the run its fingerprint
+            pass
+
+
+def _nvml_gpus(pynvml) -> dict:
+    system: dict = {}
+    nodefacts.record_call(system, ["driver_version"], "nvmlSystemGetDriverVersion",
+                          lambda: _text(pynvml.nvmlSystemGetDriverVersion()))
+    nodefacts.record_call(system, ["count"], "nvmlDeviceGetCount", lambda: int(pynvml.nvmlDeviceGetCount()))
+    if system["count"] is None:
+        return {"present": False, "reason": f"NVML gives no device count: {system['count_reason']}", **system}
+    devices = []
+    for i in range(system["count"]):
+        info: dict = {"index": i}
+        try:
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+        except Exception as exc:  # GPU is lost, no permission ...
+            info["reason"] = nodefacts.why(exc, "nvmlDeviceGetHandleByIndex")
+            devices.append(info)
+            continue
+        nodefacts.record_call(info, ["name"], "nvmlDeviceGetName", lambda: _text(pynvml.nvmlDeviceGetName(h)))
+        nodefacts.record_call(info, ["uuid"], "nvmlDeviceGetUUID", lambda: _text(pynvml.nvmlDeviceGetUUID(h)))
+        nodefacts.record_call(info, ["memory_total_bytes"], "nvmlDeviceGetMemoryInfo",
+                              lambda: int(pynvml.nvmlDeviceGetMemoryInfo(h).total))
+        info.update(nodefacts.read(pynvml, h))
+        info.update(_nvlinks(pynvml, h))
+        devices.append(info)
+    return {
+        "present": bool(devices),
+        **system,
+        "devices": devices,
+        **({} if devices else {"reason": "NVML found no devices"}),
+    }
+
+
+def _nvlinks(pynvml, h) -> dict:
+    """Active NVLinks: links are asked in order until the GPU says there are no more. A GPU that
+    answers for no link at all (PCIe-only, or NVLink not supported) has nvlink_active None with the
+    reason, not 0: a pin on 18 links cannot be judged from it."""
+    links = []
+    error = None
+    for link in range(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18)):
+        try:
+            links.append(int(pynvml.nvmlDeviceGetNvLinkState(h, link)))
+        except Exception as exc:  # past the GPU's last link, or not supported at all
+            error = exc
+            break
+    if not links and error is not None:
+        return {"nvlink_active": None, "nvlink_active_reason": nodefacts.why(error, "nvmlDeviceGetNvLinkState"),
+                "nvlink_links": 0}
+    return {"nvlink_active": sum(links), "nvlink_links": len(links)}
 
 
 def _text(value) -> str:
@@ -214,3 +236,11 @@ def collect(backend: str, world: int, launch: str, layout: Optional[dict] = None
         "git": git_commit(),
         "env": {k: v for k, v in sorted(os.environ.items()) if ENV_PATTERNS.match(k)},
     }
+
+
+if __name__ == "__main__":
+    # ``python -m harness.fingerprint``: what a run on this machine would record about it (one
+    # local rank, gloo), GPUs and their node facts included.
+    import json
+
+    print(json.dumps(collect("gloo", 1, "local"), indent=2))
