@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Optional
 
 from harness.family import CheckResult
-from harness.nccltests_evidence import Ambiguous, COLLECTIVES, detect
+from harness.nccltests_evidence import FOUND, Ambiguous, COLLECTIVES, detect, ranks_text
 from harness.nccltests_parse import DTYPES, NcclTestsFormatError, Parsed, nccl_version_text, parse
 from harness.nccltests_trailer import trailer_checks
 from harness.records import Record
@@ -173,8 +173,8 @@ def cmd_import(args) -> int:
         return 2
     imported = records[0].extra["imported"]
     kind = imported["samples"].replace("_", " ")
-    print(f"imported {len(records)} records ({records[0].family}, {kind}, {imported['ranks']} ranks) -> {args.out}")
-    print(f"collective {imported['collective']}, from the {imported['collective_from']}:")
+    print(f"imported {len(records)} records ({records[0].family}, {kind}, {ranks_text(imported['ranks'])}) -> {args.out}")
+    print(f"collective {imported['collective']}, {FOUND[imported['collective_from']]}:")
     for line in imported["evidence"]:
         print(f"  - {line}")
     for line in imported["trailer"]["lines"]:

@@ -126,8 +126,15 @@ class ObservedRow:
 @dataclass
 class Detection:
     collective: str
-    source: str  # "log", "file name" or "--collective"
+    source: str  # a FOUND key: "log", "file name" or "--collective"
     evidence: list[Evidence]
+
+
+FOUND = {"log": "from the log", "file name": "from the file name", "--collective": "as given with --collective"}
+
+
+def ranks_text(n: int) -> str:
+    return f"{n} rank{'' if n == 1 else 's'}"
 
 
 def collective_of_binary(name: str) -> Optional[str]:
@@ -169,8 +176,7 @@ def _from_binary(seen: Observed) -> list[Evidence]:
         # is older (or was cut), so it cannot be from a binary added later.
         later = {c for c, s in SIGNS.items() if s.since and s.since > BANNER_SINCE}
         return [Evidence("no 'Collective test starting' banner before the header: nccl-tests before 2.16.7 "
-                         "(or the line was cut off), which had no "
-                         + ", ".join(sorted(later)), ALL - later)] if later else []
+                         "(or the line was cut off), older than " + ", ".join(sorted(later)), ALL - later)] if later else []
     name, where = seen.binary
     collective = collective_of_binary(name)
     if collective is None:
@@ -264,7 +270,7 @@ def _from_factor(seen: Observed) -> list[Evidence]:
     expected = ", ".join(f"{label} = {f(n):.4g}" for label, f in FACTORS.items())
     fits = " and ".join(sorted(fitting)) if fitting else "none of " + expected
     return [Evidence(f"busbw / algbw = {ratio:.4f} over {len(sides)} figures of algbw >= 1 GB/s "
-                     f"({_span([r for r, _ in pairs])}) at {n} rank{'s' if n != 1 else ''} ({seen.ranks_from}): fits {fits}", allowed)]
+                     f"({_span([r for r, _ in pairs])}) at {ranks_text(n)} ({seen.ranks_from}): fits {fits}", allowed)]
 
 
 def _from_in_place_check(seen: Observed) -> list[Evidence]:

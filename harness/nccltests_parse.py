@@ -284,8 +284,9 @@ def parse_text(text: str, path: str) -> Parsed:
                 binary = (m.group(1), f"the command on line {number}")
             continue  # warnings and launcher noise between table rows
         if header is None:
-            raise NcclTestsFormatError(f"{where}: a result row before the '# nThread ... iters:' header; "
-                                       "is this nccl-tests output?")
+            raise NcclTestsFormatError(f"{where}: a result row before the '# nThread ... iters:' header, which the "
+                                       "import needs (iteration and rank counts): is this the whole output of an "
+                                       "nccl-tests run?")
         rows.append(_row(cols, layout or _CURRENT, number, where))
     if len(headers) > 1:
         raise NcclTestsFormatError(f"{path}: {len(headers)} nccl-tests runs in one file (headers on lines "

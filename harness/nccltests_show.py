@@ -11,6 +11,7 @@ from rich.table import Table
 
 from harness.figures import FigureUnavailable, is_mean_only
 from harness.figures import value as figure_value
+from harness.nccltests_evidence import FOUND, ranks_text
 from harness.sizes import format_size
 
 
@@ -50,7 +51,7 @@ def imported_table(records: list) -> Table:
     check = "error" if old else "#wrong"
     mean = "mean of {} iterations per row".format(first.get("iters", "?")) if is_mean_only(records[0]) \
         else "per-iteration samples"
-    table = Table(title=f"{first.get('file')} — nccl-tests {first.get('collective')}, {first.get('ranks')} ranks, "
+    table = Table(title=f"{first.get('file')} — nccl-tests {first.get('collective')}, {ranks_text(first.get('ranks', 0))}, "
                         f"imported ({mean})", title_justify="left")
     for header in ("size", "count", "type", "redop", "root"):
         table.add_column(header, justify="right")
@@ -76,8 +77,8 @@ def imported_notes(records: list) -> list[str]:
     """What goes under the table: the collective and its evidence, what a mean-only record lacks,
     the trailer and its check against the rows."""
     first = imported(records[0])
-    lines = [f"collective {first.get('collective')}, from the {first.get('collective_from', '?')}; "
-             f"{first.get('ranks')} ranks from {first.get('ranks_from', '?')}"]
+    lines = [f"collective {first.get('collective')}, {FOUND.get(first.get('collective_from'), '?')}; "
+             f"{ranks_text(first.get('ranks', 0))} from {first.get('ranks_from', '?')}"]
     lines += [f"  - {e}" for e in first.get("evidence", [])]
     if any(is_mean_only(r) for r in records):
         lines.append("percentiles: none. nccl-tests prints the mean over its iterations, so each record holds "
