@@ -37,11 +37,31 @@ def wide_console() -> Console:
     return probe if probe.is_terminal else Console(width=200)
 
 
+def _unverified(name: str, group: list[Record], console: Console) -> None:
+    """Figures read but not recomputed (harness.verify): say how many and why, once per reason."""
+    reasons: dict[str, int] = defaultdict(int)
+    for record in group:
+        for why in set(record.unverifiable.values()):
+            reasons[why] += 1
+    for why, count in reasons.items():
+        console.print(f"{name}: figures of {count} of {len(group)} records not verified: {why}",
+                      markup=False, highlight=False, style="yellow")
+
+
 def print_tables(records: Iterable[Record], console: Console | None = None) -> None:
+    from harness.nccltests_show import imported, print_imported
+
     console = console or wide_console()
     by_family: dict[str, list[Record]] = defaultdict(list)
+    imports: dict[str, list[Record]] = defaultdict(list)
     for record in records:
-        by_family[record.family].append(record)
+        # An import is shown as its source printed it (both sides, its trailer), not in the family's
+        # columns, which may read percentiles that a mean-only record does not have.
+        (imports if imported(record) else by_family)[record.family].append(record)
+    if imports:
+        print_imported([r for group in imports.values() for r in group], console)
+        for name, group in imports.items():
+            _unverified(name, group, console)
     for name, group in by_family.items():
         console.print(family_table(name, group))
         for record in group:
@@ -49,11 +69,4 @@ def print_tables(records: Iterable[Record], console: Console | None = None) -> N
                 # Error text comes from exceptions (gloo prints [file:line]); never parse it as markup.
                 console.print(f"{record.case_id}: {record.status}: {record.error.kind}: {record.error.message}",
                               markup=False, highlight=False, style="red")
-        # Figures read but not recomputed (harness.verify): say how many and why, once per reason.
-        reasons: dict[str, int] = defaultdict(int)
-        for record in group:
-            for why in set(record.unverifiable.values()):
-                reasons[why] += 1
-        for why, count in reasons.items():
-            console.print(f"{name}: figures of {count} of {len(group)} records not verified: {why}",
-                          markup=False, highlight=False, style="yellow")
+        _unverified(name, group, console)
