@@ -4,12 +4,12 @@ with the node layout in its fingerprint."""
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 
 import pytest
 
+from conftest import free_port
 from harness.collectives.layout import NodeLayout
 from harness.fingerprint import node_layout
 from harness.store import load_records
@@ -19,14 +19,8 @@ LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RA
                "SLURM_PROCID", "SLURM_NTASKS", "SLURM_NODEID", "TORCHELASTIC_RUN_ID")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _agents(tmp_path, run_args):
-    port = _free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS}
     env["OMP_NUM_THREADS"] = "1"
     procs = []
