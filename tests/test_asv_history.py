@@ -149,7 +149,7 @@ def test_history_of_two_real_commits_is_recorded_interrupted_resumed_and_drawn(t
         # The failed case is asv's "failed" (None), and the reason is in asv's output.
         assert filed["bench_families.Selftest.track_p50_us"][1][FAILING] is None
         log = (out / "logs" / f"{sha}.log").read_text()
-        assert "selftest" in log and "failed" in log and "raise" in log
+        assert f"critpath: {FAILING}: failed: " in log and "injected failure on rank 0" in log
 
     # Drawn from those results: rpc restarts at the second commit, allreduce carries on.
     series = load_history(results)
