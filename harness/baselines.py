@@ -39,6 +39,15 @@ _VALIDATOR = jsonschema.Draft202012Validator(_schema())
 
 
 @dataclass(frozen=True)
+class Tolerance:
+    """How far the measured magnitude may be from the article's and still confirm it: within a
+    factor either way, for the reason given (loopback vs a network, another CPU ...)."""
+
+    factor: float
+    why: str
+
+
+@dataclass(frozen=True)
 class Measure:
     status: str  # available | pending | not_measurable
     family: Optional[str] = None
@@ -52,6 +61,13 @@ class Measure:
     expect: Optional[str] = None  # lower | higher: a change the article states without figures
     ignore: tuple[str, ...] = ()  # change: parameters that do not take part in pairing
     over: str = "worst"  # bound: worst (must hold for every matching case) or best (shown by at least one)
+    # change: what is held against the article's figure: the after/before ratio, the difference
+    # before - after (a stall, a handshake, in the statistic's unit), or one side's own figure.
+    magnitude: str = "ratio"
+    # the records the claim speaks of ("every TCP_NODELAY ping-pong case"): a test holds the
+    # selection to cover every case of a default run that matches this rule.
+    covers: Optional[Selector] = None
+    tolerance: Optional[Tolerance] = None
     reason: str = ""
     note: str = ""
 
@@ -153,6 +169,8 @@ def load_file(path: Path) -> list[Claim]:
                     status=m["status"], family=m.get("family"), case=m.get("case"),
                     select=m.get("select", {}), before=m.get("before"), after=m.get("after"),
                     statistic=m.get("statistic"), compare=m.get("compare"), min_world=m.get("min_world", 1), expect=m.get("expect"), over=m.get("over", "worst"), ignore=tuple(m.get("ignore", ())),
+                    magnitude=m.get("magnitude", "ratio"), covers=m.get("covers"),
+                    tolerance=Tolerance(**m["tolerance"]) if "tolerance" in m else None,
                     reason=m.get("reason", ""), note=m.get("note", ""),
                 ),
                 value=raw.get("value"), relation=raw.get("relation", "="), before=raw.get("before"),
@@ -207,7 +225,7 @@ def mapping_problems(claims: Sequence[Claim]) -> list[str]:
         if family is None:
             problems.append(f"{claim.source}: {claim.id}: family {m.family!r} is not in the registry (mark it pending)")
             continue
-        for selector in (m.select, m.before or {}, m.after or {}):
+        for selector in (m.select, m.before or {}, m.after or {}, m.covers or {}):
             for key in selector:
                 if key not in family.declared:
                     problems.append(f"{claim.source}: {claim.id}: family {m.family!r} has no parameter {key!r}")

@@ -172,6 +172,9 @@ class Family:
     # Rules that join parameters (a mode that needs a key, a world too small for the case), checked
     # with each Param's own bounds when a case is parsed or built: raise ValueError saying why.
     validate: Optional[Callable[[Case], None]] = None
+    # Why a record's figures are distorted (oversubscribed cores, stretched compute), "" when they
+    # are clean: the claims check withholds a flagged record instead of drawing a verdict from it.
+    flags: Optional[Callable[[Any], str]] = None
 
     def table_columns(self) -> list[Column]:
         """The terminal table's columns, figure columns resolved against the declarations."""

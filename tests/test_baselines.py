@@ -2,6 +2,7 @@
 every mapping that says it can be measured names a family, parameters and case the registry has."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -113,3 +114,60 @@ def test_change_claims_state_which_way_the_change_goes():
 def test_baselines_cite_no_paths_outside_the_project():
     for path in baselines.DEFAULT_DIR.rglob("*.yaml"):
         assert "../" not in path.read_text(), path
+
+
+# A note that speaks of "every ... case" or "every payload size" promises a selection that leaves
+# none out; such a claim declares the rule as measure.covers, and the selection is held to it.
+EVERY = re.compile(r"\bevery\b[^;]*\b(case|size)")
+
+
+def test_a_note_that_says_every_declares_what_it_covers():
+    for claim in load_dir():
+        if EVERY.search(claim.measure.note):
+            assert claim.measure.covers, f"{claim.id}: its note says 'every ...' but it declares no covers"
+
+
+def test_each_selection_covers_every_default_run_case_its_claim_speaks_of():
+    from harness import registry
+    from harness.claims import matches
+    from harness.family import GridOptions
+
+    checked = 0
+    for claim in load_dir():
+        m = claim.measure
+        if not m.covers:
+            continue
+        cases = registry.FAMILIES[m.family].grid(GridOptions())
+        covered = [c for c in cases if matches(c, m.covers)]
+        assert covered, f"{claim.id}: covers {m.covers} matches no case of a default run"
+        missing = [c.id for c in covered if not matches(c, m.select)]
+        assert not missing, f"{claim.id}: its selection {m.select} leaves out {missing}"
+        checked += 1
+    assert checked >= 2  # A0.fixed_cost and A2.rpc_p999 at least
+
+
+def test_the_p999_bound_includes_the_sockperf_reference_case():
+    claim = next(c for c in load_dir() if c.id == "A2.rpc_p999")
+    from harness.claims import matches
+    from harness.records import Record
+
+    sockperf = Record(run_id="t", case_id="rpc/x", family="rpc", family_version=1,
+                      params={"codec": "raw", "mode": "pingpong", "payload_bytes": 64, "reference": "sockperf",
+                              "transport": "tcp_nodelay"},
+                      status="ok", backend="gloo", world=1, started_at="t", wall_s=0.0, samples_ns=(1,))
+    assert matches(sockperf, claim.measure.select)
+
+
+def test_every_measurable_claim_states_a_tolerance_with_its_reason():
+    for claim in load_dir():
+        if claim.measure.status != "not_measurable":
+            assert claim.measure.tolerance is not None and claim.measure.tolerance.why, claim.id
+
+
+def test_a_missing_tolerance_names_its_field(tmp_path):
+    text = GOOD.read_text()
+    assert text.count("tolerance:") == 2
+    path = tmp_path / "x.yaml"
+    path.write_text("\n".join(line for line in text.splitlines() if "tolerance:" not in line) + "\n")
+    with pytest.raises(BaselineError, match=r"x.yaml:\d+: field claims.[01].measure.tolerance: .tolerance. is a required property"):
+        load_file(path)

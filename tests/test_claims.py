@@ -5,8 +5,9 @@ import dataclasses
 
 import pytest
 
-from harness.baselines import Claim, Measure
-from harness.claims import CONFIRMED, CONTRADICTED, NOT_MEASURABLE, check_claim
+from harness.baselines import Claim, Measure, Tolerance
+from harness.claims import (CONFIRMED, CONTRADICTED, IN_DIRECTION, NOT_MEASURABLE, SIMULATED, WITHHELD, check_claim,
+                            counts_text)
 from harness.figures import FigureUnavailable
 from harness.figures import value as statistic
 from harness.records import Record
@@ -28,7 +29,9 @@ def claim(measure: Measure, **fields) -> Claim:
     return Claim(**base)
 
 
-BOUND = Measure(status="pending", family="rpc", select={"transport": "tcp"}, statistic="p999_ms", compare="bound")
+EXACT = Tolerance(1.0, "no band: the fixture's figures are exact")
+BOUND = Measure(status="pending", family="rpc", select={"transport": "tcp"}, statistic="p999_ms", compare="bound",
+                tolerance=EXACT)
 
 
 def test_bound_confirmed_and_contradicted_use_the_worst_record():
@@ -56,7 +59,7 @@ def test_failed_records_are_never_used():
 
 def test_change_pairs_records_on_the_other_parameters():
     m = Measure(status="available", family="allreduce", before={"algo": "ring"}, after={"algo": "tree"},
-                statistic="time_us", compare="change")
+                statistic="time_us", compare="change", tolerance=Tolerance(1.1, "fixture: ten per cent"))
     c = claim(m, value=None, before=1.0, after=0.62, unit="ratio")
     recs = [
         record("allreduce", {"algo": "ring", "size_bytes": 8}, metrics={"time_us": 100.0}),
@@ -76,7 +79,7 @@ def test_change_pairs_records_on_the_other_parameters():
 
 def test_min_world_makes_a_small_run_not_measurable_and_says_model():
     m = Measure(status="available", family="allreduce", before={"algo": "ring"}, after={"algo": "tree"},
-                statistic="time_us", compare="change", min_world=24)
+                statistic="time_us", compare="change", min_world=24, tolerance=EXACT)
     c = claim(m, value=None, before=1.0, after=0.62, model_dependent=True)
     result = check_claim(c, [record("allreduce", {"algo": "ring"}, metrics={"time_us": 1.0}, world=2)])
     assert result.verdict == NOT_MEASURABLE
@@ -85,7 +88,7 @@ def test_min_world_makes_a_small_run_not_measurable_and_says_model():
 
 
 def test_range():
-    m = Measure(status="pending", family="rpc", select={}, statistic="encode_us", compare="range")
+    m = Measure(status="pending", family="rpc", select={}, statistic="encode_us", compare="range", tolerance=EXACT)
     c = claim(m, value=None, low=10.0, high=100.0, unit="us")
     assert check_claim(c, [record(metrics={"encode_us": 40.0})]).verdict == CONFIRMED
     assert check_claim(c, [record(metrics={"encode_us": 400.0})]).verdict == CONTRADICTED
@@ -98,3 +101,94 @@ def test_imported_mean_only_records_give_no_percentiles():
         statistic(r, "p99_us")
     result = check_claim(claim(BOUND), [dataclasses.replace(r, params={"transport": "tcp"})])
     assert result.verdict == NOT_MEASURABLE and "mean only" in result.reason
+
+
+RATIO = dict(family="rpc", before={"batch": None}, after={"batch": 8}, statistic="per_msg_us", compare="change")
+
+
+def _batched(before_us: float, after_us: float) -> list:
+    return [record(params={"payload_bytes": 256}, metrics={"per_msg_us": before_us}),
+            record(params={"payload_bytes": 256, "batch": 8}, metrics={"per_msg_us": after_us})]
+
+
+def test_an_11x_change_does_not_confirm_a_1000x_claim_but_shows_the_direction_and_both_figures():
+    m = Measure(status="available", tolerance=Tolerance(2, "fixture: a factor two"), **RATIO)
+    coalesce = claim(m, value=None, relation="=", before=1000.0, after=1.0, unit="fixed costs paid")
+    result = check_claim(coalesce, _batched(115.0, 10.0))
+    assert result.verdict == IN_DIRECTION
+    assert result.measured == pytest.approx(10 / 115)
+    assert "article x0.001" in result.reason and "measured x0.087" in result.reason and "at most 2" in result.reason
+    batch8 = claim(m, value=None, relation="=", before=1.0, after=0.125, unit="ratio")
+    assert check_claim(batch8, _batched(115.0, 10.0)).verdict == CONFIRMED  # x0.087 is within 2x of x0.125
+    assert check_claim(batch8, _batched(115.0, 150.0)).verdict == CONTRADICTED  # wrong way
+
+
+def test_a_difference_is_held_against_the_article_value_with_the_band():
+    m = Measure(status="available", family="rpc", before={"transport": "nagle"}, after={"transport": "nodelay"},
+                statistic="p50_ms", compare="change", magnitude="difference",
+                tolerance=Tolerance(1.25, "fixture: a delayed-ACK timer tick"))
+    nagle = claim(m, value=40.0, relation="<=", unit="ms")
+    recs = lambda stall_ms: [record(params={"transport": "nagle"}, samples=(int(stall_ms * 1e6),) * 5),  # noqa: E731
+                             record(params={"transport": "nodelay"}, samples=(100_000,) * 5)]
+    result = check_claim(nagle, recs(44.1))
+    assert result.verdict == CONFIRMED and result.measured == pytest.approx(44.0)
+    assert result.measured_text.startswith("44 ms (p50) difference")
+    assert "<= 50" in result.reason and "delayed-ACK" in result.reason
+    assert check_claim(nagle, recs(80.1)).verdict == IN_DIRECTION  # faster without Nagle, but an 80 ms stall
+
+
+def test_a_simulated_figure_is_labelled_simulated_with_its_parameters():
+    m = Measure(status="available", family="kv_alloc", before={"allocator": "caching"}, after={"allocator": "slab"},
+                statistic="fragmentation_loaded", compare="change", tolerance=Tolerance(2, "fixture: a factor two"))
+    c = claim(m, value=None, before=32.0, after=4.7, unit="%")
+    recs = [record("kv_alloc", {"allocator": a, "trace": "azure_conv", "budget_gb": 80}, samples=(1000,),
+                   metrics={"fragmentation_loaded": f}) for a, f in (("caching", 0.3), ("slab", 0.05))]
+    result = check_claim(c, recs)
+    assert result.verdict == SIMULATED
+    assert "fragmentation_loaded is simulated" in result.reason
+    assert "budget_gb=80" in result.reason and "trace=azure_conv" in result.reason
+    assert "'confirmed'" in result.reason  # what it would read as a measurement, never the label
+
+
+def _pipeline(schedule: str, rate: float, oversubscribed: float = 0.0, stretch: float = 1.0):
+    return record("pipeline", {"scenario": "s", "schedule": schedule, "compute": "spin"}, world=2,
+                  metrics={"microbatches_per_s": rate, "oversubscribed": oversubscribed, "compute_stretch": stretch,
+                           "busy_ranks": 4.0, "usable_cores": 2.0, "loadavg_1min": 3.0})
+
+
+def test_an_oversubscribed_record_is_withheld_with_its_flag():
+    m = Measure(status="available", family="pipeline", before={"schedule": "async"}, after={"schedule": "sync"},
+                statistic="microbatches_per_s", compare="change", tolerance=Tolerance(1.1, "fixture: ten per cent"))
+    c = claim(m, value=None, before=1.0, after=0.83, unit="ratio")
+    flagged = [_pipeline("async", 100.0, oversubscribed=1.0), _pipeline("sync", 150.0)]
+    result = check_claim(c, flagged)
+    assert result.verdict == WITHHELD and "OVERSUBSCRIBED" in result.reason
+    # a clean pair beside it decides; the flagged one is named, not used
+    clean = [dataclasses.replace(r, params={**r.params, "compute": "sleep"}) for r in
+             (_pipeline("async", 100.0), _pipeline("sync", 84.0))]
+    result = check_claim(c, flagged + clean)
+    assert result.verdict == CONFIRMED and result.measured == pytest.approx(0.84)
+    assert "withheld" in result.reason and "OVERSUBSCRIBED" in result.reason
+    stretched = [_pipeline("async", 100.0, stretch=3.3), _pipeline("sync", 84.0)]
+    assert check_claim(c, stretched).verdict == WITHHELD
+
+
+def test_a_measurable_claim_without_a_tolerance_is_refused():
+    with pytest.raises(ValueError, match="tolerance"):
+        check_claim(claim(dataclasses.replace(BOUND, tolerance=None)), [record(params={"transport": "tcp"})])
+
+
+def test_counts_name_every_label():
+    results = [check_claim(claim(BOUND), [record(params={"transport": "tcp"})])]
+    assert counts_text(results) == ("1 confirmed, 0 confirmed in direction, 0 contradicted, 0 modelled, "
+                                    "0 simulated, 0 withheld, 0 not measurable here")
+
+
+def test_a_modelled_figure_is_labelled_modelled():
+    m = Measure(status="available", family="pipeline", select={"schedule": "sync"},
+                statistic="sync_efficiency_steady_model", compare="bound", tolerance=EXACT)
+    c = claim(m, value=0.8, relation=">=", unit="ratio")
+    r = record("pipeline", {"scenario": "s", "schedule": "sync", "compute": "sleep", "rtt_us": 1000}, world=2,
+               metrics={"sync_efficiency_steady_model": 0.83})
+    result = check_claim(c, [r])
+    assert result.verdict == "modelled" and "rtt_us=1000" in result.reason and "is modelled" in result.reason

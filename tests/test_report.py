@@ -71,6 +71,9 @@ def test_claims_table_has_every_claim_with_a_verdict(report):
     assert verdicts["A2.mean_vs_p999"] == "contradicted"  # the fixture's tail is only ~3x the mean
     assert verdicts["A1.tree"] == "not measurable here"   # world 2 < 24
     assert verdicts["A2.pps"] == "not measurable here"
+    assert verdicts["A1.kv_frag"] == "simulated"          # the allocator replay, never a confirmation
+    assert verdicts["A0.coalesce"] == "confirmed in direction"  # x0.164 is not 1000 -> 1
+    assert verdicts["A0.experiments"] == "not measurable here"  # a count of experiments
 
 
 def test_crossover_interpolates_on_log_axes():

@@ -308,6 +308,7 @@ FAMILY = Family(
     report=report,
     validate=validate,
     figures=FIGURES,
+    flags=_warn,
     columns=(
         Column("scenario", lambda r: r.params["scenario"]),
         Column("sched", lambda r: r.params["schedule"]),

@@ -12,7 +12,7 @@ from typing import Mapping, Optional, Sequence
 from harness import registry
 from harness.baselines import Claim
 from harness.family import Family
-from harness.claims import CONFIRMED, CONTRADICTED, NOT_MEASURABLE, ClaimResult, check_claims
+from harness.claims import ClaimResult, check_claims, counts_text
 from harness.figures import is_mean_only
 from harness.records import Record
 from harness.store import incompleteness
@@ -194,11 +194,13 @@ def _claims(runs: Sequence[RunData], claims: Sequence[Claim], report: Report) ->
     report.claim_results = per_run
     blocks: list[Block] = [Heading(2, "Claims check")]
     for run, results in zip(runs, per_run):
-        counts = Counter(r.verdict for r in results)
-        blocks.append(Para(
-            f"{run.label}: {counts[CONFIRMED]} confirmed, {counts[CONTRADICTED]} contradicted, "
-            f"{counts[NOT_MEASURABLE]} not measurable here, of {len(results)} claims. A confirmed claim "
-            "shows the same direction or bound on this machine; the ratio says how far the figures are apart."))
+        blocks.append(Para(f"{run.label}: {counts_text(results)}, of {len(results)} claims."))
+    blocks.append(Para(
+        "Confirmed: the direction holds and the measured magnitude is within the tolerance band the claim "
+        "states (its factor and why are in the notes). Confirmed in direction: the direction holds, the "
+        "magnitude does not; both figures are shown. Simulated or modelled: the figure comes from a "
+        "simulation or a model, never a confirmation; the notes give its parameters. Withheld: every record "
+        "it would use is flagged (oversubscribed, stretched compute); the notes give the flags."))
     headers = ["claim", "article figure"]
     for run in runs:
         prefix = f"{run.label}: " if len(runs) > 1 else ""
