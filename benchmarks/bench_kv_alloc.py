@@ -11,26 +11,18 @@ a fresh allocator with a 1 TB budget (no out-of-memory path), on one core. The t
 from __future__ import annotations
 
 from harness.kvalloc.factory import ALLOCATORS, make_allocator
-from harness.kvalloc.simulator import SimConfig, replay, simulate
-from harness.kvalloc.traces import load_azure
-from harness.kvalloc.workload import MODELS, make_policy
+from harness.kvalloc.simulator import replay
+from harness.microbench import KV_BLOCK_TOKENS as BLOCK_TOKENS
+from harness.microbench import KV_REPLAY_BUDGET_BYTES as REPLAY_BUDGET_BYTES
+from harness.microbench import kv_event_log
 
 EVENTS = 1_000_000
 REQUESTS = 5200  # enough requests of the trace to log at least EVENTS ops
-BLOCK_TOKENS = 16
-REPLAY_BUDGET_BYTES = 10**12
 
 
 def event_log():
     """(trace, policy, bytes per token, ids, sizes) with exactly EVENTS ops."""
-    trace = load_azure("azure_conv").head(REQUESTS)
-    policy = make_policy("per_block", block_tokens=BLOCK_TOKENS)
-    bpt = MODELS["7b"].kv_bytes_per_token
-    sim_alloc = make_allocator("paged", int(80e9), bytes_per_token=bpt, block_tokens=BLOCK_TOKENS)
-    sim = simulate(trace, policy, sim_alloc, SimConfig(bytes_per_token=bpt, speedup=4.0))
-    if len(sim.event_ids) < EVENTS:
-        raise RuntimeError(f"the simulation logged {len(sim.event_ids)} ops, fewer than {EVENTS}; raise REQUESTS")
-    return trace, policy, bpt, sim.event_ids[:EVENTS].tolist(), sim.event_sizes[:EVENTS].tolist()
+    return kv_event_log(REQUESTS, EVENTS)
 
 
 class ReplayMillionEvents:

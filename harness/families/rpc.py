@@ -259,9 +259,13 @@ def check(state: State) -> CheckResult:
     return CheckResult(wrong=wrong, checked=checked, detail="; ".join(notes))
 
 
-def _codec_times_us(state: State) -> tuple[float, float]:
-    """Median over blocks of the mean time of one encode / one decode (us)."""
-    encode, decode, message, body = state.codec.encode, state.codec.decode, state.message, state.body
+def codec_times_us(cdc: Codec, message: Any, body: bytes) -> tuple[float, float]:
+    """Median over blocks of the mean time of one encode / one decode (us).
+
+    Timed here, in the run, so the record carries the figure of the machine and moment of its round
+    trip; ``harness/microbench.py`` times the same calls across commits, and
+    ``tests/test_microbench.py`` checks that the two agree."""
+    encode, decode = cdc.encode, cdc.decode
     enc, dec = [], []
     clock = time.perf_counter_ns
     for _ in range(CODEC_BLOCKS):
@@ -285,7 +289,7 @@ def report(state: State) -> dict:
         "counters": state.endpoint.counters(),
     }
     if state.codec.name != "raw":
-        out["encode_us"], out["decode_us"] = _codec_times_us(state)
+        out["encode_us"], out["decode_us"] = codec_times_us(state.codec, state.message, state.body)
     if state.uncorrected_ns is not None:
         s = Summary.of(state.uncorrected_ns)
         out["uncorrected"] = {"p50_us": s.p50_ns / 1e3, "p90_us": s.p90_ns / 1e3, "p99_us": s.p99_ns / 1e3,

@@ -169,9 +169,7 @@ def cmd_model(args) -> int:
 
     scales = np.array(args.ranks, dtype=np.float64)
     sizes = np.array(args.sizes, dtype=np.float64)
-    times_s = np.stack([ab.sweep(scales, sizes, links_by_algo[a], (a,))[0] for a in algos])
-    crossover = _crossovers(scales, sizes, times_s, algos)
-    nccl = _nccl_grid(profile, scales, sizes)
+    times_s, crossover, nccl = model_grid(profile, links_by_algo, scales, sizes, algos)
 
     out = args.out or Path("reports") / f"model-{_dt.datetime.now(_dt.timezone.utc):%Y%m%d-%H%M%S}"
     out.mkdir(parents=True, exist_ok=True)
@@ -190,6 +188,14 @@ def cmd_model(args) -> int:
         console.print("modelled figures: " + ", ".join(str(p) for p in written))
     console.print(f"modelled results in {out} (source: model; profile {profile.path or profile.name})")
     return 0
+
+
+def model_grid(profile: HardwareProfile, links_by_algo: dict[str, ab.Links], scales, sizes, algos):
+    """What ``critpath model`` computes before it writes anything: modelled seconds per algorithm,
+    scale and size; the ring/tree crossovers per scale; NCCL's own model (None without one).
+    ``harness/microbench.py`` times this."""
+    times_s = np.stack([ab.sweep(scales, sizes, links_by_algo[a], (a,))[0] for a in algos])
+    return times_s, _crossovers(scales, sizes, times_s, algos), _nccl_grid(profile, scales, sizes)
 
 
 def _crossovers(scales, sizes, times_s, algos) -> dict[str, list[float]]:
