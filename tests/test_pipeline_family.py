@@ -13,6 +13,7 @@ from harness.cli import main
 from harness.families import pipeline as pipeline_family
 from harness.families import sendrecv
 from harness.family import RankContext
+from harness.records import Record
 from harness.pipeline import link
 from harness.pipeline.executor import Stage
 from harness.pipeline.schedule import Key, Recv, messages, program
@@ -175,8 +176,7 @@ def test_sendrecv_sweep_reports_bandwidth_with_factor_one(world2_run):
         assert m["algbw_gbps"] == pytest.approx(record.params["size_bytes"] / (m["time_us"] * 1e3))
 
 
-def _record(schedule: str, mb_per_s: float, model_us: float, **metrics) -> "Record":
-    from harness.records import Record
+def _record(schedule: str, mb_per_s: float, model_us: float, **metrics) -> Record:
     from harness.family import CheckResult
 
     params = dict(act_bytes=4096, backend="gloo", compute="sleep", compute_us=5000, microbatches=8,
