@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from harness.collectives import pairs
 from harness.collectives.layout import NodeLayout
 from harness.fingerprint import node_layout
 from harness.store import load_records
@@ -69,7 +70,7 @@ def test_two_torchrun_agents_merge_into_one_run(tmp_path):
     assert len(layout["hosts"]) == 2 and all(layout["hosts"])
 
     records = load_records(out)
-    assert len(records) == 6 + 4 + 4
+    assert len(records) == 6 + 6 + 6  # allreduce; intra, inter and pairs at 2 sizes for each tier family
     assert all(r.ok and r.world == 4 and r.reduction == "max_over_ranks" for r in records), logs
     by_family = {}
     for r in records:
@@ -77,11 +78,22 @@ def test_two_torchrun_agents_merge_into_one_run(tmp_path):
     for r in by_family["allreduce"]:
         assert len(r.extra["rank_reports"]) == 4  # every rank's report reached rank 0
         assert r.check.checked == 4 * (r.params["size_bytes"] // 4)  # every rank checked its buffer
+    keys = layout["node_keys"]
     for r in by_family["allreduce_tiers"]:
+        if r.params["tier"] == "pairs":  # two nodes: one round, one group of both nodes' ranks
+            assert [(m.group, m.nodes) for m in pairs.measurements(r.extra["rank_reports"])] == [((0, 1, 2, 3), tuple(keys))]
+            assert r.metrics["pairs"] == 1.0 and r.metrics["rounds"] == 1.0
+            continue
         groups = sorted({tuple(rep["members"]) for rep in r.extra["rank_reports"]})
         assert groups == ([(0, 1), (2, 3)] if r.params["tier"] == "intra" else [(0, 2), (1, 3)])
         assert r.metrics["group_size"] == 2.0 and r.metrics["nodes"] == 2.0
     for r in by_family["p2p_tiers"]:
+        if r.params["tier"] == "pairs":  # both rails of the one node pair at once, each with its samples
+            measured = pairs.measurements(r.extra["rank_reports"])
+            assert [(m.group, m.rail, m.nodes) for m in measured] == [((0, 2), 0, tuple(keys)), ((1, 3), 1, tuple(keys))]
+            assert all(len(m.samples_ns) == r.plan["iters"] for m in measured)
+            assert r.check.checked == 2 * r.params["size_bytes"] // 4
+            continue
         pair = r.extra["rank_reports"][0]["pair"]
         assert pair == ([0, 1] if r.params["tier"] == "intra" else [0, 2])
         assert r.check.checked == r.params["size_bytes"] // 4
