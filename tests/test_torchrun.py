@@ -26,17 +26,21 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _agents(tmp_path, run_args):
+def _agents(tmp_path, run_args, nodes=2, nproc=2, env_of=lambda node: {}):
+    """``nodes`` torchrun agents of ``nproc`` ranks on loopback, one c10d rendezvous; agent i gets
+    ``env_of(i)`` on top of the environment. Which GROUP_RANK an agent gets is the rendezvous's
+    choice, not its --node-rank."""
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS}
     env["OMP_NUM_THREADS"] = "1"
     procs = []
-    for node_rank in (0, 1):
+    for node_rank in range(nodes):
         log = open(tmp_path / f"agent{node_rank}.log", "w")
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "2",
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nodes), "--nproc-per-node", str(nproc),
                "--node-rank", str(node_rank), "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
                "--rdzv-id", f"critpath-test-{port}", "-m", "harness", "run", *run_args]
-        procs.append((subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True), log))
+        procs.append((subprocess.Popen(cmd, env={**env, **env_of(node_rank)}, stdout=log, stderr=subprocess.STDOUT,
+                                       start_new_session=True), log))
     codes = []
     try:
         for proc, _ in procs:
@@ -49,7 +53,7 @@ def _agents(tmp_path, run_args):
                 os.killpg(proc.pid, signal.SIGKILL)  # the agent and the ranks it started
                 proc.wait()
             log.close()
-    logs = "\n".join((tmp_path / f"agent{r}.log").read_text()[-3000:] for r in (0, 1))
+    logs = "\n".join((tmp_path / f"agent{r}.log").read_text()[-3000:] for r in range(nodes))
     return codes, logs
 
 
@@ -81,7 +85,8 @@ def test_two_torchrun_agents_merge_into_one_run(tmp_path):
     keys = layout["node_keys"]
     for r in by_family["allreduce_tiers"]:
         if r.params["tier"] == "pairs":  # two nodes: one round, one group of both nodes' ranks
-            assert [(m.group, m.nodes) for m in pairs.measurements(r.extra["rank_reports"])] == [((0, 1, 2, 3), tuple(keys))]
+            measured = pairs.measurements(r.extra["rank_reports"])
+            assert [(m.group, m.nodes) for m in measured] == [((0, 1, 2, 3), tuple(keys))]
             assert r.metrics["pairs"] == 1.0 and r.metrics["rounds"] == 1.0
             continue
         groups = sorted({tuple(rep["members"]) for rep in r.extra["rank_reports"]})
@@ -90,7 +95,8 @@ def test_two_torchrun_agents_merge_into_one_run(tmp_path):
     for r in by_family["p2p_tiers"]:
         if r.params["tier"] == "pairs":  # both rails of the one node pair at once, each with its samples
             measured = pairs.measurements(r.extra["rank_reports"])
-            assert [(m.group, m.rail, m.nodes) for m in measured] == [((0, 2), 0, tuple(keys)), ((1, 3), 1, tuple(keys))]
+            assert [(m.group, m.rail, m.nodes) for m in measured] == [((0, 2), 0, tuple(keys)),
+                                                                      ((1, 3), 1, tuple(keys))]
             assert all(len(m.samples_ns) == r.plan["iters"] for m in measured)
             assert r.check.checked == 2 * r.params["size_bytes"] // 4
             continue

@@ -1,16 +1,16 @@
 """Node against node, in rounds (``tier=pairs`` of the tier families): who is measured with whom,
 the timed loop over the rounds, and each pair's own samples.
 
-The rounds come from ``layout.pairing_rounds``. A round is timed after a barrier, with all of its
-pairs at once (``at_once=round``, the default: the fabric under a round's load) or one pair of
-nodes at a time (``at_once=pair``: each link alone, and the only way pairs do not compete for
-CPUs on a machine with fewer cores than ranks). A pair is only ever timed while both of its
-nodes are in the same slot, so a slow node cannot make the next round's pairs look slow by
-arriving late. The driver reduces each iteration over all ranks, which would leave only the
-slowest pair; so every rank keeps its own samples per slot and reports them, and a pair's latency
-per iteration is the maximum over its group's ranks (nccl-tests' rule, as the driver's). The
-record's own samples are one sweep per iteration: the sum, over the slots, of the rank's time in
-each (the barriers between slots left out).
+The rounds come from ``layout.pairing_rounds``. A round's pairs are timed all at once
+(``at_once=round``, the default: the fabric under a round's load) or one pair of nodes at a time
+(``at_once=pair``: each link alone, and the only way pairs do not compete for CPUs on a machine
+with fewer cores than ranks); each such slot starts after a barrier, and the slots take turns a
+few iterations at a time. A pair is only ever timed while both of its nodes are in the same slot,
+so a slow node cannot make the next round's pairs look slow by arriving late. The driver reduces
+each iteration over all ranks, which would leave only the slowest pair; so every rank keeps its
+own samples per slot and reports them, and a pair's latency per iteration is the maximum over its
+group's ranks (nccl-tests' rule, as the driver's). The record's own samples are one sweep per
+iteration: the sum, over the slots, of the rank's time in each (the barriers left out).
 """
 from __future__ import annotations
 
@@ -23,6 +23,9 @@ from harness.collectives.layout import AT_ONCE, NodeLayout, pairing_rounds
 from harness.family import CheckResult
 from harness.figures import Figure
 from harness.timing import time_each, time_each_cuda
+
+# Iterations of one slot between turns of the others (time_rounds).
+PASS_ITERS = 25
 
 @dataclass
 class PairRounds:
@@ -42,7 +45,8 @@ class PairRounds:
             raise ValueError(f"tier pairs needs 2 or more nodes; this layout has one ({layout.describe()})")
         if at_once not in AT_ONCE:
             raise ValueError(f"at_once must be one of {AT_ONCE}, got {at_once!r}")
-        per_pair = [[layout.pair_groups([pair], tier_of_pair) for pair in pairs] for pairs in pairing_rounds(layout.nodes)]
+        per_pair = [[layout.pair_groups([pair], tier_of_pair) for pair in node_pairs]
+                    for node_pairs in pairing_rounds(layout.nodes)]
         groups = [[g for node_pair in rnd for g in node_pair] for rnd in per_pair]
         if at_once == "round":
             slots = [(r, round_groups) for r, round_groups in enumerate(groups)]
@@ -66,19 +70,28 @@ class PairRounds:
 
 def time_rounds(rounds: PairRounds, step: Callable[[Any], None], state: Any, iters: int, clock, device,
                 barrier: Callable[[], None]) -> np.ndarray:
-    """``iters`` timed calls of ``step`` in every slot, one slot after another; returns the sweep
-    per iteration (this rank's time summed over the slots it is in a group of)."""
+    """``iters`` timed calls of ``step`` in every slot; returns the sweep per iteration (this
+    rank's time summed over the slots it is in a group of).
+
+    The slots take turns, PASS_ITERS iterations at a time (A B C A B C ...), so that a passing
+    disturbance (another job's burst on the fabric, another process taking a core for a second)
+    falls on a little of every pair rather than on all of one pair's samples."""
     cuda = getattr(device, "type", "cpu") == "cuda"
-    total = np.zeros(iters, dtype=np.int64)
-    for slot in range(len(rounds.slots)):
-        rounds.current = slot
-        barrier()  # the slot starts together: no pair waits for a node still in the last one
-        if rounds.group is None:
-            continue  # idle this slot: calls nothing, so nothing of this rank competes with the pairs timed
-        samples = time_each_cuda(step, state, iters) if cuda else time_each(step, state, iters, clock)
-        rounds.samples[slot] = samples
-        total += samples
+    per_slot: dict[int, list[np.ndarray]] = {}
+    for start in range(0, iters, PASS_ITERS):
+        chunk = min(PASS_ITERS, iters - start)
+        for slot in range(len(rounds.slots)):
+            rounds.current = slot
+            barrier()  # the slot starts together: no pair waits for a node still in the last one
+            if rounds.group is None:
+                continue  # idle this slot: calls nothing, so nothing of this rank competes with the pairs timed
+            samples = time_each_cuda(step, state, chunk) if cuda else time_each(step, state, chunk, clock)
+            per_slot.setdefault(slot, []).append(samples)
     rounds.current = 0
+    rounds.samples = {slot: np.concatenate(chunks) for slot, chunks in per_slot.items()}
+    total = np.zeros(iters, dtype=np.int64)
+    for samples in rounds.samples.values():
+        total += samples
     return total
 
 
@@ -175,5 +188,6 @@ def counts(measured: list[PairMeasurement]) -> dict[str, float]:
 
 
 def pair_count_figures() -> tuple[Figure, ...]:
-    return (Figure("pairs", "count", "neither", "tier=pairs: node pairs (rails of them, for ping-pong) measured over the rounds"),
+    return (Figure("pairs", "count", "neither",
+                   "tier=pairs: node pairs (rails of them, for ping-pong) measured over the rounds"),
             Figure("rounds", "count", "neither", "tier=pairs: rounds of pairings, at most ceil(log2 nodes) + 1"))

@@ -20,7 +20,8 @@ import numpy as np
 from harness.bandwidth import BANDWIDTH_COLUMNS, algbw_gbps, bandwidth_figures, busbw_gbps
 from harness.case import Case
 from harness.collectives import pairs
-from harness.collectives.layout import tier_cases, tier_params, validate_tier_case, NodeLayout, discover, tier_subgroup
+from harness.collectives.layout import (NodeLayout, discover, tier_cases, tier_params, tier_subgroup,
+                                       validate_tier_case)
 from harness.figures import Figure
 from harness.family import CheckResult, Column, Family, GridOptions, RankContext
 from harness.sizes import format_size
@@ -183,7 +184,8 @@ FAMILY = Family(
                "tier=pairs: median over the measured node pairs of each pair's busbw (from its mean time)"),
         Figure("slowest_pair_busbw_gbps", "GB/s", "higher", "tier=pairs: the lowest busbw of the measured node pairs"),
     ),
-    validate=validate_tier_case, grid=grid, setup=setup, step=step, metrics=metrics, check=check, teardown=teardown, report=report,
+    validate=validate_tier_case, grid=grid, setup=setup, step=step, metrics=metrics, check=check,
+    teardown=teardown, report=report,
     iterate=iterate, pair_metrics=pair_metrics,
     columns=(
         Column("size", lambda r: format_size(r.params["size_bytes"])),

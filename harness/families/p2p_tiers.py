@@ -20,7 +20,7 @@ import numpy as np
 
 from harness.case import Case
 from harness.collectives import pairs
-from harness.collectives.layout import TIERS, tier_cases, tier_params, validate_tier_case, NodeLayout, discover
+from harness.collectives.layout import TIERS, NodeLayout, discover, tier_cases, tier_params, validate_tier_case
 from harness.figures import Figure
 from harness.family import WRONG_COLUMN, CheckResult, Column, Family, GridOptions, RankContext
 from harness.sizes import format_size
@@ -183,7 +183,8 @@ FAMILY = Family(
         Figure("slowest_pair_rtt_p50_us", "us", "lower",
                "tier=pairs: the largest of the measured pairs' median round trips"),
     ),
-    validate=validate_tier_case, grid=grid, setup=setup, step=step, metrics=metrics, check=check, report=report, iterate=iterate,
+    validate=validate_tier_case, grid=grid, setup=setup, step=step, metrics=metrics, check=check,
+    report=report, iterate=iterate,
     pair_metrics=pair_metrics,
     columns=(
         Column("size", lambda r: format_size(r.params["size_bytes"])),
