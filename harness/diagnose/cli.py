@@ -83,7 +83,7 @@ def _to_json(result: Diagnosis) -> dict:
                    "evidence": [finding(f) for f in result.node_findings(n)]} for n, h in result.nodes.items()],
         "drain": result.to_drain(),
         "links": [{"pair": list(k), "evidence": [finding(f) for f in v]} for k, v in result.links().items()],
-        "notes": result.notes,
+        "notes": result.notes.lines(),
     }
 
 
@@ -116,7 +116,7 @@ def cmd_diagnose(args) -> int:
         print(f"  {' <-> '.join(pair)}: slow with this partner only")
         for f in found:
             print(f"    - {f.evidence()}")
-    for note in result.notes:
+    for note in result.notes.lines():
         print(f"note: {note}")
     healthy = sum(result.verdict(n) == HEALTHY for n in result.nodes)
     print(f"{healthy} healthy, {len(drain)} to drain, {len(links)} link(s) to check -> exit {result.exit_code}")

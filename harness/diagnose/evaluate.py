@@ -70,11 +70,33 @@ class Item:
     rail: Optional[int] = None
 
 
+class Notes:
+    """What was read but not judged: each reason once, with the cases it applies to."""
+
+    def __init__(self) -> None:
+        self._cases: dict[str, list[str]] = {}
+
+    def add(self, text: str, case_id: str = "") -> None:
+        cases = self._cases.setdefault(text, [])
+        if case_id and case_id not in cases:
+            cases.append(case_id)
+
+    def lines(self) -> list[str]:
+        out = []
+        for text, cases in self._cases.items():
+            if len(cases) == 1:
+                text += f" ({cases[0]})"
+            elif cases:
+                text += f" ({len(cases)} cases: {cases[0]} ...)"
+            out.append(text)
+        return out
+
+
 @dataclass
 class Diagnosis:
     nodes: dict  # node key -> host
     findings: list = field(default_factory=list)
-    notes: list = field(default_factory=list)
+    notes: Notes = field(default_factory=Notes)
 
     def acting(self) -> list[Finding]:
         """Findings that decide something (a stored rule only feeds multi_rules)."""
@@ -103,17 +125,17 @@ class Diagnosis:
 
 
 def _judge(rule: Rule, items: list[Item], case_id: str, figure: str, scope: str, what: str,
-           notes: list) -> list[Finding]:
+           notes: Notes) -> list[Finding]:
     """The findings of ``rule`` among ``items`` (one figure of one case)."""
     median = None
     if rule.function in RELATIVE:
         if len(items) < rule.min_fleet:
-            notes.append(f"{rule.name}: {figure} of {case_id}: {len(items)} {what} to compare, fewer than "
-                         f"min_fleet {rule.min_fleet}; not judged")
+            notes.add(f"{rule.name}: {figure}: {len(items)} {what} to compare, fewer than min_fleet {rule.min_fleet}; "
+                      "not judged", case_id)
             return []
         median = float(np.median([item.value for item in items]))
         if median == 0:
-            notes.append(f"{rule.name}: {figure} of {case_id}: the fleet median is 0; nothing to compare with")
+            notes.add(f"{rule.name}: {figure}: the fleet median is 0; nothing to compare with", case_id)
             return []
     out = []
     for item in items:
@@ -126,7 +148,7 @@ def _judge(rule: Rule, items: list[Item], case_id: str, figure: str, scope: str,
     return out
 
 
-def _run_findings(rule: Rule, figures: list[Figures], notes: list) -> list[Finding]:
+def _run_findings(rule: Rule, figures: list[Figures], notes: Notes) -> list[Finding]:
     groups: dict[tuple[str, str], list] = defaultdict(list)
     for f in figures:
         for name, value in f.values.items():
@@ -138,7 +160,7 @@ def _run_findings(rule: Rule, figures: list[Figures], notes: list) -> list[Findi
     return out
 
 
-def _pair_findings(rule: Rule, figures: list[Figures], notes: list) -> list[Finding]:
+def _pair_findings(rule: Rule, figures: list[Figures], notes: Notes) -> list[Finding]:
     by_group: dict[str, list[Figures]] = defaultdict(list)
     for f in figures:
         by_group[f.group].append(f)
@@ -150,12 +172,12 @@ def _pair_findings(rule: Rule, figures: list[Figures], notes: list) -> list[Find
     return out
 
 
-def _localise(rule: Rule, group: list[Figures], name: str, notes: list) -> list[Finding]:
+def _localise(rule: Rule, group: list[Figures], name: str, notes: Notes) -> list[Finding]:
     first = group[0]
     figure, case_id = f"{first.family}/{name}", first.case_id
     better = figure_better(first.family, name)
     if better is None:
-        notes.append(f"{rule.name}: {figure} is context, not better or worse; pairs are not judged by it")
+        notes.add(f"{rule.name}: {figure} is context, not better or worse; pairs are not judged by it")
         return []
     pick = min if better == "lower" else max
     # Step 1: each node (rail) at its best partner.
@@ -164,7 +186,7 @@ def _localise(rule: Rule, group: list[Figures], name: str, notes: list) -> list[
         for node in f.subject:
             partners[(node, f.rail)].append(f)
     items = []
-    for (node, rail), seen in sorted(partners.items(), key=lambda kv: (kv[0][0], kv[0][1] or -1)):
+    for (node, rail), seen in sorted(partners.items(), key=lambda kv: (kv[0][0], -1 if kv[0][1] is None else kv[0][1])):
         best = pick(seen, key=lambda f: f.values[name])
         others = sorted({n for f in seen for n in f.subject if n != node})
         where = f"rail {rail}: " if rail is not None else ""
@@ -195,7 +217,7 @@ def _multi_findings(rule: Rule, findings: list[Finding]) -> list[Finding]:
             for (scope, subject), names in sorted(flagged.items()) if len(names) >= rule.at_least]
 
 
-def _in_enough_cases(rule: Rule, found: list[Finding], notes: list) -> list[Finding]:
+def _in_enough_cases(rule: Rule, found: list[Finding], notes: Notes) -> list[Finding]:
     """The findings of subjects that ``rule.min_cases`` cases flagged, for one figure."""
     if rule.min_cases <= 1:
         return found
@@ -205,13 +227,13 @@ def _in_enough_cases(rule: Rule, found: list[Finding], notes: list) -> list[Find
     kept = [f for f in found if len(cases[(f.scope, f.subject, f.rail, f.figure)]) >= rule.min_cases]
     for (scope, subject, rail, figure), ids in sorted(cases.items(), key=str):
         if len(ids) < rule.min_cases:
-            notes.append(f"{rule.name}: {scope} {' <-> '.join(subject)}{'' if rail is None else f' rail {rail}'}: "
+            notes.add(f"{rule.name}: {scope} {' <-> '.join(subject)}{'' if rail is None else f' rail {rail}'}: "
                          f"{figure} flagged in {len(ids)} case(s), fewer than min_cases {rule.min_cases}; not counted")
     return kept
 
 
 def diagnose(fleet: Fleet, rules: list[Rule]) -> Diagnosis:
-    result = Diagnosis(dict(fleet.nodes), notes=list(fleet.notes))
+    result = Diagnosis(dict(fleet.nodes))
     run_figures = [f for f in fleet.figures if f.kind == "run"]
     pair_figures = [f for f in fleet.figures if f.kind == "pair"]
     for rule in rules:
@@ -223,6 +245,6 @@ def diagnose(fleet: Fleet, rules: list[Rule]) -> Diagnosis:
             found = _in_enough_cases(rule, _run_findings(rule, run_figures, result.notes)
                                      + _pair_findings(rule, pair_figures, result.notes), result.notes)
             if not any(rule.matches(f"{f.family}/{n}") for f in fleet.figures for n in f.values):
-                result.notes.append(f"{rule.name}: no figure of these runs matches {[p.pattern for p in rule.metrics]}")
+                result.notes.add(f"{rule.name}: no figure of these runs matches {[p.pattern for p in rule.metrics]}")
         result.findings += found
     return result

@@ -23,8 +23,8 @@ from harness.store import ResultsFileError, incompleteness
 
 # The sample statistics every record offers a rule beside its declared figures, with the samples
 # a percentile needs before it is reported (the project's rule: p99 from 100, p999 from 1,000).
-SAMPLE_STATISTICS = {"mean_us": 1, "min_us": 1, "max_us": 1, "p50_us": 2, "p90_us": 10, "p99_us": 100,
-                     "p999_us": 1000}
+SAMPLE_STATISTICS = {"mean_us": 1, "min_us": 1, "max_us": 1, "p10_us": 10, "p50_us": 2, "p90_us": 10,
+                     "p99_us": 100, "p999_us": 1000}
 
 
 class DiagnoseInputError(ValueError):
@@ -58,7 +58,6 @@ class Fleet:
     nodes: dict = field(default_factory=dict)  # node key -> host
     figures: list = field(default_factory=list)  # Figures
     failures: list = field(default_factory=list)  # Failure
-    notes: list = field(default_factory=list)  # what was read but could not be used, said once
 
 
 def run_nodes(run: RunData) -> tuple[list[str], dict[str, str]]:
@@ -109,7 +108,8 @@ def _failure_of(record: Record, run: RunData, keys: list[str]) -> Failure:
         first = record.error.message.splitlines()[0] if record.error.message else ""
         why = f"{record.status}: {record.error.kind}: {first}".rstrip(": ")
     else:
-        why = f"{record.status}: {record.check.wrong} of {record.check.checked} wrong" if record.check else record.status
+        check = record.check
+        why = f"{record.status}: {check.wrong} of {check.checked} wrong" if check else record.status
     if rank is not None:
         why += f" (rank {rank})"
     return Failure(subject, record.case_id, why, str(run.path))
@@ -144,7 +144,11 @@ def add_run(fleet: Fleet, run: RunData) -> None:
 def read_fleet(paths: Sequence[Path]) -> Fleet:
     """Every run directory of ``paths``; DiagnoseInputError for one that cannot be read or placed."""
     fleet = Fleet()
+    seen = set()
     for path in paths:
+        if Path(path).resolve() in seen:
+            raise DiagnoseInputError(f"{path} is given twice; each run counts once")
+        seen.add(Path(path).resolve())
         try:
             run = load_run(Path(path))
         except ResultsFileError as exc:

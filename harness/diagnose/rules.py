@@ -43,9 +43,14 @@ OPERATORS: dict[str, Callable[[float, float], bool]] = {
     "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
 _NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
 CRITERIA = re.compile(rf"^\s*(<=|>=|<|>)\s*({_NUMBER})\s*$")
+# The settings only some functions have, for the message that refuses one elsewhere.
+SETTING_OF = {"criteria": "variance, ratio and value rules", "rules": "multi_rules rules",
+              "at_least": "multi_rules rules", "metrics": "rules other than multi_rules",
+              "min_cases": "variance, ratio and value rules"}
 # A relative rule needs this many subjects to have a median worth comparing with (default).
 MIN_FLEET = 3
 
+_ABSENT = {"not": {}}  # a setting this function does not have (False would lose the field's path in jsonschema 4)
 _RULE_SCHEMA = {
     "type": "object", "additionalProperties": False,
     "required": ["function", "categories"],
@@ -64,11 +69,13 @@ _RULE_SCHEMA = {
     },
     "allOf": [
         {"if": {"properties": {"function": {"enum": ["variance", "ratio", "value"]}}},
-         "then": {"required": ["criteria", "metrics"]}},
+         "then": {"required": ["criteria", "metrics"], "properties": {"rules": _ABSENT, "at_least": _ABSENT}}},
         {"if": {"properties": {"function": {"const": "multi_rules"}}},
-         "then": {"required": ["rules", "at_least"], "properties": {"metrics": False, "criteria": False}}},
+         "then": {"required": ["rules", "at_least"], "properties": {"metrics": _ABSENT, "criteria": _ABSENT,
+                                                                        "min_cases": _ABSENT}}},
         {"if": {"properties": {"function": {"const": "failure_check"}}},
-         "then": {"properties": {"criteria": False, "rules": False, "at_least": False, "min_cases": False}}},
+         "then": {"properties": {"criteria": _ABSENT, "rules": _ABSENT, "at_least": _ABSENT,
+                                 "min_cases": _ABSENT}}},
         {"if": {"not": {"properties": {"store": {"const": True}}, "required": ["store"]}},
          "then": {"required": ["verdict"]}},
     ],
@@ -136,8 +143,11 @@ def load(path: Path) -> list[Rule]:
     from harness.baselines import line_of_field, load_checked  # file:line:field, as baselines and profiles
 
     def explain(error) -> Optional[str]:
-        if error.validator == "pattern" and list(error.absolute_path)[-1:] == ["criteria"]:
+        key = list(error.absolute_path)[-1:]
+        if error.validator == "pattern" and key == ["criteria"]:
             return f"{error.instance!r} is not a comparison like \"< 0.9\" or \">= 2\""
+        if error.validator == "not" and key and key[0] in SETTING_OF:  # a setting the rule's function has not
+            return f"a setting of {SETTING_OF[key[0]]} only"
         return None
 
     path = Path(path)
@@ -161,8 +171,9 @@ def load(path: Path) -> list[Rule]:
                 at = line_of_field(root, ["rules", name, "rules"])
                 raise RuleFileError(f"{path}:{at}: field rules.{name}.rules: {other!r} is not a rule defined above it")
         if raw.get("at_least", 0) > len(raw.get("rules", ())) and raw["function"] == "multi_rules":
-            raise RuleFileError(f"{path}:{line_of_field(root, ['rules', name, 'at_least'])}: field "
-                                f"rules.{name}.at_least: {raw['at_least']} but only {len(raw['rules'])} rules are listed")
+            at = line_of_field(root, ["rules", name, "at_least"])
+            raise RuleFileError(f"{path}:{at}: field rules.{name}.at_least: {raw['at_least']} but only "
+                                f"{len(raw['rules'])} rules are listed")
         criteria = None
         if "criteria" in raw:
             op, number = CRITERIA.match(raw["criteria"]).groups()
