@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 import jsonschema
 import yaml
@@ -139,23 +139,34 @@ def line_of_field(node: yaml.Node, path: Sequence[Any]) -> int:
     return _node_at(node, path).start_mark.line + 1
 
 
-def load_file(path: Path) -> list[Claim]:
+def load_checked(path: Path, validator, error: type, what: str,
+                 explain: Optional[Callable[[Any], Optional[str]]] = None) -> tuple[dict, yaml.Node]:
+    """The mapping in the YAML file ``path``, valid against the JSON Schema ``validator``, and its
+    node tree (for the line of a field). Otherwise ``error("file:line: field F: why")``; ``what``
+    says what the file must be, ``explain(schema_error)`` may word an error better than jsonschema."""
     path = Path(path)
     try:
         data, root = yamlfile.load(path)
     except yamlfile.YamlFileError as exc:
-        raise BaselineError(str(exc)) from None
+        raise error(str(exc)) from None
     if root is None or not isinstance(data, dict):
-        raise BaselineError(f"{path}:1: a baselines file must be a mapping with schema, article and claims")
-    error = jsonschema.exceptions.best_match(_VALIDATOR.iter_errors(data))
-    if error is not None:
-        where = list(error.absolute_path)
+        raise error(f"{path}:1: {what}")
+    found = jsonschema.exceptions.best_match(validator.iter_errors(data))
+    if found is not None:
+        where = list(found.absolute_path)
         line = line_of_field(root, where)
         field_name = ".".join(str(p) for p in where) or "(file)"
-        if error.validator == "required" and isinstance(error.instance, dict):
-            missing = [k for k in error.validator_value if k not in error.instance]
-            field_name = ".".join(str(p) for p in [*where, missing[0]])
-        raise BaselineError(f"{path}:{line}: field {field_name}: {error.message}")
+        if found.validator == "required" and isinstance(found.instance, dict):
+            missing = [k for k in found.validator_value if k not in found.instance]
+            field_name = ".".join(str(p) for p in [*where, missing[0]]) if missing else field_name
+        raise error(f"{path}:{line}: field {field_name}: {(explain and explain(found)) or found.message}")
+    return data, root
+
+
+def load_file(path: Path) -> list[Claim]:
+    path = Path(path)
+    data, root = load_checked(path, _VALIDATOR, BaselineError,
+                              "a baselines file must be a mapping with schema, article and claims")
     claims = []
     for index, raw in enumerate(data["claims"]):
         line = _node_at(root, ["claims", index]).start_mark.line + 1

@@ -154,6 +154,7 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "harness.moe.cli": ("moe-sim", "moe-report"),
     "harness.report.cli": ("report",),
     "harness.accept": ("accept",),
+    "harness.diagnose.cli": ("diagnose",),
     "harness.nccltests": ("import-nccl-tests",),
     "harness.baselines": ("baselines",),
     "harness.gate.cli": ("gate", "compare"),

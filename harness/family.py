@@ -17,6 +17,9 @@ Optional hooks:
   example open-loop load, where latency runs from the intended send time) returns one latency per
   iteration itself, or None to leave this case's loop to the driver. Everything else about the
   case (plan, reduction, check) stays the driver's.
+- ``pair_metrics(case, measurement) -> {name_with_unit: float}``: for a family whose cases measure
+  node pairs in rounds (``tier=pairs``, ``harness.collectives.pairs``), the figures of one measured
+  pair, named and declared as the family's own; ``critpath diagnose`` compares pairs with them.
 
 The driver (``harness.driver``) owns warm-up, the loop plan, timing, the cross-rank reduction,
 timeouts and the check; families never time themselves unless they use ``iterate``.
@@ -164,6 +167,7 @@ class Family:
     teardown: Optional[Callable[[Any], None]] = None
     report: Optional[Callable[[Any], dict]] = None
     iterate: Optional[Callable[[Any, int, Callable[[], int]], Any]] = None
+    pair_metrics: Optional[Callable[[Case, Any], Mapping[str, float]]] = None
     columns: Sequence[Column] = field(default_factory=tuple)
     # In `critpath run` without --families. Self-tests and fault injection are opt-in.
     default: bool = True

@@ -7,6 +7,7 @@ costs about a second of start-up per process on a small machine.
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Mapping
 from typing import Iterable, Iterator
 
@@ -31,6 +32,11 @@ FAMILY_MODULES: dict[str, str] = {
 }
 
 
+# Slowdowns injected on purpose into this process's families (harness.gate.inject.from_environment):
+# how one torchrun agent, one node, is made the slow one. JSON {"CASE_ID": [wait_ns, every]}.
+INJECT_ENV = "CRITPATH_INJECT_SLOWDOWN"
+
+
 class _Families(Mapping):
     """Name -> Family, importing each family's module on first use."""
 
@@ -44,6 +50,10 @@ class _Families(Mapping):
             family = importlib.import_module(module).FAMILY
             if family.name != name:
                 raise RuntimeError(f"{module} defines family {family.name!r}, registered as {name!r}")
+            if os.environ.get(INJECT_ENV):
+                from harness.gate.inject import from_environment
+
+                family = from_environment(family)
             self._loaded[name] = family
         return self._loaded[name]
 

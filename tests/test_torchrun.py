@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from conftest import free_port
+from harness.collectives import pairs
 from harness.collectives.layout import NodeLayout
 from harness.fingerprint import node_layout
 from harness.store import load_records
@@ -19,17 +20,21 @@ LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RA
                "SLURM_PROCID", "SLURM_NTASKS", "SLURM_NODEID", "TORCHELASTIC_RUN_ID")
 
 
-def _agents(tmp_path, run_args):
+def _agents(tmp_path, run_args, nodes=2, nproc=2, env_of=lambda node: {}):
+    """``nodes`` torchrun agents of ``nproc`` ranks on loopback, one c10d rendezvous; agent i gets
+    ``env_of(i)`` on top of the environment. Which GROUP_RANK an agent gets is the rendezvous's
+    choice, not its --node-rank."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS}
     env["OMP_NUM_THREADS"] = "1"
     procs = []
-    for node_rank in (0, 1):
+    for node_rank in range(nodes):
         log = open(tmp_path / f"agent{node_rank}.log", "w")
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "2",
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nodes), "--nproc-per-node", str(nproc),
                "--node-rank", str(node_rank), "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
                "--rdzv-id", f"critpath-test-{port}", "-m", "harness", "run", *run_args]
-        procs.append((subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True), log))
+        procs.append((subprocess.Popen(cmd, env={**env, **env_of(node_rank)}, stdout=log, stderr=subprocess.STDOUT,
+                                       start_new_session=True), log))
     codes = []
     try:
         for proc, _ in procs:
@@ -42,7 +47,7 @@ def _agents(tmp_path, run_args):
                 os.killpg(proc.pid, signal.SIGKILL)  # the agent and the ranks it started
                 proc.wait()
             log.close()
-    logs = "\n".join((tmp_path / f"agent{r}.log").read_text()[-3000:] for r in (0, 1))
+    logs = "\n".join((tmp_path / f"agent{r}.log").read_text()[-3000:] for r in range(nodes))
     return codes, logs
 
 
@@ -63,7 +68,7 @@ def test_two_torchrun_agents_merge_into_one_run(tmp_path):
     assert len(layout["hosts"]) == 2 and all(layout["hosts"])
 
     records = load_records(out)
-    assert len(records) == 6 + 4 + 4
+    assert len(records) == 6 + 6 + 6  # allreduce; intra, inter and pairs at 2 sizes for each tier family
     assert all(r.ok and r.world == 4 and r.reduction == "max_over_ranks" for r in records), logs
     by_family = {}
     for r in records:
@@ -71,11 +76,24 @@ def test_two_torchrun_agents_merge_into_one_run(tmp_path):
     for r in by_family["allreduce"]:
         assert len(r.extra["rank_reports"]) == 4  # every rank's report reached rank 0
         assert r.check.checked == 4 * (r.params["size_bytes"] // 4)  # every rank checked its buffer
+    keys = layout["node_keys"]
     for r in by_family["allreduce_tiers"]:
+        if r.params["tier"] == "pairs":  # two nodes: one round, one group of both nodes' ranks
+            measured = pairs.measurements(r.extra["rank_reports"])
+            assert [(m.group, m.nodes) for m in measured] == [((0, 1, 2, 3), tuple(keys))]
+            assert r.metrics["pairs"] == 1.0 and r.metrics["rounds"] == 1.0
+            continue
         groups = sorted({tuple(rep["members"]) for rep in r.extra["rank_reports"]})
         assert groups == ([(0, 1), (2, 3)] if r.params["tier"] == "intra" else [(0, 2), (1, 3)])
         assert r.metrics["group_size"] == 2.0 and r.metrics["nodes"] == 2.0
     for r in by_family["p2p_tiers"]:
+        if r.params["tier"] == "pairs":  # both rails of the one node pair at once, each with its samples
+            measured = pairs.measurements(r.extra["rank_reports"])
+            assert [(m.group, m.rail, m.nodes) for m in measured] == [((0, 2), 0, tuple(keys)),
+                                                                      ((1, 3), 1, tuple(keys))]
+            assert all(len(m.samples_ns) == r.plan["iters"] for m in measured)
+            assert r.check.checked == 2 * r.params["size_bytes"] // 4
+            continue
         pair = r.extra["rank_reports"][0]["pair"]
         assert pair == ([0, 1] if r.params["tier"] == "intra" else [0, 2])
         assert r.check.checked == r.params["size_bytes"] // 4

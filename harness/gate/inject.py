@@ -16,13 +16,22 @@ Two shapes of slowdown, each sized to a fraction of the case's measured mean ite
 
 The wait is a busy loop on ``perf_counter_ns`` (it burns the core like real extra work, and
 its length does not depend on what else the machine is doing).
+
+The same module can be loaded from the environment instead of a commit (``from_environment``,
+``CRITPATH_INJECT_SLOWDOWN``): only the processes that have the variable are slowed, so one
+torchrun agent, one node, can be made the slow one (the diagnosis test does exactly that).
 """
 from __future__ import annotations
 
+import json
+import os
 import subprocess
-from dataclasses import dataclass
+import sys
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Mapping, Sequence
+
+from harness.registry import INJECT_ENV
 
 KINDS = ("uniform", "partial")
 PARTIAL_EVERY = 10
@@ -68,7 +77,10 @@ class Slowdown:
 
 
 def module_source(slowdowns: Sequence[Slowdown]) -> str:
-    table = {s.case_id: (s.wait_ns, s.every) for s in slowdowns}
+    return _module_text({s.case_id: (s.wait_ns, s.every) for s in slowdowns})
+
+
+def _module_text(table: Mapping[str, tuple[int, int]]) -> str:
     lines = "\n".join(f"    {case_id!r}: {spec!r}," for case_id, spec in table.items())
     return f'''"""A known slowdown, committed by critpath gate-power on a throwaway branch to measure the gate."""
 import time
@@ -111,6 +123,57 @@ def apply(family):
 
     return replace(family, setup=slowed_setup, step=slowed_step, teardown=slowed_teardown)
 '''
+
+
+def slowdowns_from_text(text: str) -> dict[str, tuple[int, int]]:
+    """``{"CASE_ID": [wait_ns, every], ...}`` (JSON), as ``CRITPATH_INJECT_SLOWDOWN`` holds it."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InjectError(f"{INJECT_ENV}: not JSON ({exc.msg}); write {{\"CASE_ID\": [wait_ns, every]}}") from None
+    if not isinstance(data, dict) or not data:
+        raise InjectError(f"{INJECT_ENV}: expected a JSON object {{\"CASE_ID\": [wait_ns, every]}}, got {text!r}")
+    table = {}
+    for case_id, spec in data.items():
+        if (not isinstance(spec, list) or len(spec) != 2 or not all(isinstance(v, int) and not isinstance(v, bool)
+                                                                     and v >= 1 for v in spec)):
+            raise InjectError(f"{INJECT_ENV}: {case_id}: expected [wait_ns, every], two integers >= 1, got {spec!r}")
+        table[case_id] = (spec[0], spec[1])
+    return table
+
+
+def from_environment(family, env: Mapping[str, str] = os.environ):
+    """``family`` with the slowdowns of ``CRITPATH_INJECT_SLOWDOWN`` on its cases, through the very
+    module ``commit_slowdowns`` commits. A slowed case's per-rank report says so
+    (``injected_slowdown``), and each process says so on stderr: an injected figure is never
+    mistaken for a measured one."""
+    table = {case_id: spec for case_id, spec in slowdowns_from_text(env[INJECT_ENV]).items()
+             if case_id.split("/", 1)[0] == family.name}
+    if not table:
+        return family
+    namespace: dict = {}
+    exec(compile(_module_text(table), INJECT_ENV, "exec"), namespace)  # noqa: S102 - our own template, validated table
+    slowed = namespace["apply"](family)
+    print(f"critpath: {INJECT_ENV} slows {len(table)} {family.name} case(s) in this process on purpose",
+          file=sys.stderr)
+    if family.report is None:
+        return slowed
+    setup, report, marked = slowed.setup, slowed.report, {}
+
+    def marking_setup(ctx, case):
+        state = setup(ctx, case)
+        if case.id in table:
+            marked[id(state)] = table[case.id]
+        return state
+
+    def marking_report(state):
+        out = dict(report(state))
+        if id(state) in marked:
+            wait_ns, every = marked[id(state)]
+            out["injected_slowdown"] = {"wait_ns": wait_ns, "every": every, "source": INJECT_ENV}
+        return out
+
+    return replace(slowed, setup=marking_setup, report=marking_report)
 
 
 def _git(repo: Path, *args: str) -> str:

@@ -122,7 +122,7 @@ def points_from_run(run_dir: Path, statistic: str = "p50", holdout_every: int = 
             continue
         if r.family == "allreduce" and r.params.get("algo") in COEFFICIENTS:
             by_group.setdefault((r.params["algo"], int(r.params["world"])), []).append(r)
-        elif r.family == "p2p_tiers":
+        elif r.family == "p2p_tiers" and r.params["tier"] in ("intra", "inter"):  # pairs: a round sweep
             tier = r.params["tier"]
             by_group.setdefault(("p2p_" + tier, 2), []).append(r)  # a pair of ranks
     for (algo, world), group in sorted(by_group.items()):

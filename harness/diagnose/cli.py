@@ -1,0 +1,125 @@
+"""``critpath diagnose RUN_DIR...``: which nodes to drain and which links to check, with the evidence.
+
+Exit codes: 0 every node healthy and no link flagged; 1 a node is suspect or failed, or a link is
+slow; 2 the diagnosis could not run (a bad rule file, an unreadable run, a run that names no node,
+one node given twice).
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from harness.diagnose.evaluate import HEALTHY, Diagnosis, diagnose
+from harness.diagnose.observe import DiagnoseInputError, Fleet, read_fleet
+from harness.diagnose.rules import Rule, RuleFileError, load
+from harness.fingerprint import PROJECT_ROOT
+
+EXIT_HEALTHY, EXIT_FLAGGED, EXIT_CANNOT = 0, 1, 2
+DEFAULT_RULES = PROJECT_ROOT / "baselines" / "diagnose" / "default.yaml"
+
+
+def register(sub) -> None:
+    p = sub.add_parser("diagnose", help="per-node and per-pair verdicts over runs from many nodes: what to drain")
+    p.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR",
+                   help="runs of critpath run (one per node, or one across nodes) or nccl-tests imports")
+    p.add_argument("--rules", type=Path, default=DEFAULT_RULES, metavar="RULES.yaml",
+                   help=f"rule file (default {DEFAULT_RULES.relative_to(PROJECT_ROOT)})")
+    p.add_argument("--json", type=Path, metavar="FILE", help="also write the diagnosis as JSON")
+    p.set_defaults(func=cmd_diagnose)
+
+
+def _node_table(result: Diagnosis):
+    from rich.table import Table
+
+    table = Table(title="nodes", title_justify="left")
+    for header in ("node", "host", "verdict", "findings", "rules"):
+        table.add_column(header)
+    for node, host in result.nodes.items():
+        found = result.node_findings(node)
+        verdict = result.verdict(node)
+        colour = {"healthy": "green", "suspect": "yellow", "failed": "red"}[verdict]
+        table.add_row(node, host, f"[{colour}]{verdict}[/{colour}]", str(len(found)),
+                      ", ".join(sorted({f.rule.name for f in found})) or "-")
+    return table
+
+
+def _pair_table(fleet: Fleet, result: Diagnosis, rules: list[Rule]):
+    """Every measured pair, with the figures an acting rule reads and who it flagged."""
+    from rich.table import Table
+
+    pairs = [f for f in fleet.figures if f.kind == "pair"]
+    if not pairs:
+        return None
+    table = Table(title="pairs (tier=pairs)", title_justify="left")
+    for header in ("case", "pair", "rail", "figure", "value", "flagged"):
+        table.add_column(header, justify="right" if header == "value" else "left")
+    acting = [r for r in rules if not r.store and r.metrics and r.function != "failure_check"]
+    for f in pairs:
+        for name in sorted(n for n in f.values if any(r.matches(f"{f.family}/{n}") for r in acting)):
+            figure = f"{f.family}/{name}"
+            hits = [x for x in result.acting() if x.figure == figure and x.case_id == f.case_id and
+                    ((x.scope == "link" and x.subject == f.subject and x.rail == f.rail) or
+                     (x.scope == "node" and x.subject[0] in f.subject and x.rail == f.rail))]
+            flagged = ", ".join(f"{x.rule.name}: {'link' if x.scope == 'link' else 'node ' + x.subject[0]}"
+                                for x in hits) or "-"
+            table.add_row(f.case_id.split("/", 1)[1], " <-> ".join(f.subject), "-" if f.rail is None else str(f.rail),
+                          name, f"{f.values[name]:.4g}", flagged)
+    return table
+
+
+def _to_json(result: Diagnosis) -> dict:
+    def finding(f):
+        return {"rule": f.rule.name, "rule_source": f.rule.source, "categories": f.rule.categories,
+                "verdict": f.rule.verdict, "scope": f.scope, "subject": list(f.subject), "case_id": f.case_id,
+                "figure": f.figure or None, "value": f.value, "fleet_median": f.median, "judged": f.judged,
+                "criteria": str(f.rule.criteria) if f.rule.criteria else None, "detail": f.detail,
+                "source": f.source, "evidence": f.evidence()}
+
+    return {
+        "schema": "critpath.diagnosis/1",
+        "exit_code": result.exit_code,
+        "nodes": [{"node": n, "host": h, "verdict": result.verdict(n),
+                   "evidence": [finding(f) for f in result.node_findings(n)]} for n, h in result.nodes.items()],
+        "drain": result.to_drain(),
+        "links": [{"pair": list(k), "evidence": [finding(f) for f in v]} for k, v in result.links().items()],
+        "notes": result.notes.lines(),
+    }
+
+
+def cmd_diagnose(args) -> int:
+    from harness.table import wide_console
+
+    try:
+        rules = load(args.rules)
+        fleet = read_fleet(args.run_dirs)
+    except (RuleFileError, DiagnoseInputError) as exc:
+        print(f"critpath diagnose: error: {exc}", file=sys.stderr)
+        return EXIT_CANNOT
+    result = diagnose(fleet, rules)
+    console = wide_console()
+    console.print(f"diagnosis of {len(args.run_dirs)} run(s), {len(result.nodes)} node(s), rules {args.rules}",
+                  markup=False, highlight=False)
+    console.print(_node_table(result))
+    table = _pair_table(fleet, result, rules)
+    if table is not None:
+        console.print(table)
+    drain = result.to_drain()
+    print(f"drain {len(drain)} node(s){':' if drain else ''}")
+    for node in drain:
+        print(f"  {node} ({result.nodes[node]}): {result.verdict(node)}")
+        for f in result.node_findings(node):
+            print(f"    - {f.evidence()}")
+    links = result.links()
+    print(f"check {len(links)} link(s){':' if links else ''}")
+    for pair, found in links.items():
+        print(f"  {' <-> '.join(pair)}: slow with this partner only")
+        for f in found:
+            print(f"    - {f.evidence()}")
+    for note in result.notes.lines():
+        print(f"note: {note}")
+    healthy = sum(result.verdict(n) == HEALTHY for n in result.nodes)
+    print(f"{healthy} healthy, {len(drain)} to drain, {len(links)} link(s) to check -> exit {result.exit_code}")
+    if args.json:
+        args.json.write_text(json.dumps(_to_json(result), indent=2) + "\n")
+    return result.exit_code

@@ -1,0 +1,183 @@
+"""What a set of run directories says about each node: the figures of every record, attached to
+the nodes it measured, the pairs of ``tier=pairs`` records, and the failures.
+
+Which node a record belongs to comes from its run's fingerprint: the layout's node keys
+(``harness.fingerprint.node_key``: host, and the launcher's node rank when there is one), or for
+an nccl-tests import the hosts of its devices. A record of a run on several nodes belongs to all
+of them (a pair of nodes for a two-node run), except a ``tier=pairs`` record, whose pairs each
+name their own two nodes. A run that names no node, or two runs that give one node two values of
+one figure, are refused (``DiagnoseInputError``): which one is meant is not guessed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional, Sequence
+
+from harness import registry
+from harness.collectives import pairs
+from harness.figures import FigureUnavailable, is_mean_only, sample_value
+from harness.records import Record
+from harness.report.run import RunData, load_run
+from harness.store import ResultsFileError, incompleteness
+
+# The sample statistics every record offers a rule beside its declared figures, with the samples
+# a percentile needs before it is reported (the project's rule: p99 from 100, p999 from 1,000).
+SAMPLE_STATISTICS = {"mean_us": 1, "min_us": 1, "max_us": 1, "p10_us": 10, "p50_us": 2, "p90_us": 10,
+                     "p99_us": 100, "p999_us": 1000}
+
+
+class DiagnoseInputError(ValueError):
+    """Input that cannot be diagnosed as given (exit 2); the message says what to add or remove."""
+
+
+@dataclass(frozen=True)
+class Figures:
+    """One subject's figures of one case: a node (or the nodes of a run), or one pair of nodes."""
+
+    kind: str  # run: every node of the run; pair: one measured pair of a tier=pairs record
+    subject: tuple[str, ...]  # node keys
+    case_id: str
+    family: str
+    values: dict  # FIGURE -> value
+    source: str  # where: run directory (and the pair)
+    group: str = ""  # pairs of one record share it: they are compared with each other
+    rail: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class Failure:
+    subject: tuple[str, ...]
+    case_id: str  # "(run)" for a run cut short
+    why: str
+    source: str
+
+
+@dataclass
+class Fleet:
+    nodes: dict = field(default_factory=dict)  # node key -> host
+    figures: list = field(default_factory=list)  # Figures
+    failures: list = field(default_factory=list)  # Failure
+
+
+def run_nodes(run: RunData) -> tuple[list[str], dict[str, str]]:
+    """The node keys of a run, in layout order, and each one's host."""
+    fp = run.fingerprint
+    layout = fp.get("layout") or {}
+    if layout.get("node_keys"):
+        keys = list(layout["node_keys"])
+        hosts = layout.get("hosts") or keys
+        return keys, dict(zip(keys, hosts))
+    devices = (fp.get("gpus") or {}).get("devices") or []
+    hosts = sorted({d["host"] for d in devices if d.get("host")})
+    if not hosts and fp.get("host"):
+        hosts = [h for h in str(fp["host"]).split(",") if h]
+    if not hosts:
+        raise DiagnoseInputError(f"{run.path}: fingerprint.json names no node (no layout.node_keys, no host): "
+                                 "diagnose needs to know which node each run measured; add a fingerprint with "
+                                 "its host, or use runs written by critpath run or import-nccl-tests")
+    return hosts, {h: h for h in hosts}
+
+
+def _is_pairs(record: Record) -> bool:
+    return record.params.get("tier") == "pairs" and registry.get(record.family).pair_metrics is not None
+
+
+def sample_figures(samples_ns: Sequence[int], mean_only: bool = False) -> dict[str, float]:
+    """The sample statistics of SAMPLE_STATISTICS that samples support (a mean-only import: its mean)."""
+    return {name: sample_value(samples_ns, name) for name, needed in SAMPLE_STATISTICS.items()
+            if len(samples_ns) >= needed and (not mean_only or name == "mean_us")}
+
+
+def record_figures(record: Record) -> dict[str, float]:
+    """A record's declared figures and the sample statistics its samples support."""
+    out = {name: float(v) for name, v in record.metrics.items()}
+    if record.samples_ns:
+        out.update(sample_figures(record.samples_ns, is_mean_only(record)))
+    return out
+
+
+def _failure_of(record: Record, run: RunData, keys: list[str]) -> Failure:
+    subject = tuple(keys)
+    layout = run.fingerprint.get("layout") or {}
+    rank = record.error.rank if record.error else None
+    node_of_rank = layout.get("node_of_rank")
+    if rank is not None and node_of_rank and 0 <= rank < len(node_of_rank):
+        subject = (keys[node_of_rank[rank]],)  # the failing rank's node alone
+    if record.error is not None:
+        first = record.error.message.splitlines()[0] if record.error.message else ""
+        why = f"{record.status}: {record.error.kind}: {first}".rstrip(": ")
+    else:
+        check = record.check
+        why = f"{record.status}: {check.wrong} of {check.checked} wrong" if check else record.status
+    if rank is not None:
+        why += f" (rank {rank})"
+    return Failure(subject, record.case_id, why, str(run.path))
+
+
+def add_run(fleet: Fleet, run: RunData) -> None:
+    keys, hosts = run_nodes(run)
+    fleet.nodes.update(hosts)
+    records = list(run.records)
+    cut_short = incompleteness(run.meta, records)
+    if cut_short:
+        fleet.failures.append(Failure(tuple(keys), "(run)", cut_short, str(run.path)))
+    for record in records:
+        if not record.ok:
+            fleet.failures.append(_failure_of(record, run, keys))
+            continue
+        if not _is_pairs(record):
+            fleet.figures.append(Figures("run", tuple(keys), record.case_id, record.family, record_figures(record),
+                                         str(run.path)))
+            continue
+        family = registry.get(record.family)
+        case = registry.parse(record.case_id)
+        group = f"{run.path}::{record.case_id}"
+        for m in pairs.measurements(record.extra.get("rank_reports") or []):
+            for key in m.nodes:
+                fleet.nodes.setdefault(key, key)
+            values = {**dict(family.pair_metrics(case, m)), **sample_figures(m.samples_ns)}
+            fleet.figures.append(Figures("pair", m.nodes, record.case_id, record.family, values,
+                                         f"{run.path}: {m.label}", group, m.rail))
+
+
+def read_fleet(paths: Sequence[Path]) -> Fleet:
+    """Every run directory of ``paths``; DiagnoseInputError for one that cannot be read or placed."""
+    fleet = Fleet()
+    seen = set()
+    for path in paths:
+        if Path(path).resolve() in seen:
+            raise DiagnoseInputError(f"{path} is given twice; each run counts once")
+        seen.add(Path(path).resolve())
+        try:
+            run = load_run(Path(path))
+        except ResultsFileError as exc:
+            raise DiagnoseInputError(str(exc)) from None
+        if not run.records and not run.meta:
+            raise DiagnoseInputError(f"{path}: no records and no run.json: not a run directory")
+        add_run(fleet, run)
+    _refuse_duplicates(fleet)
+    return fleet
+
+
+def _refuse_duplicates(fleet: Fleet) -> None:
+    seen: dict[tuple, str] = {}
+    for f in fleet.figures:
+        if f.kind != "run":
+            continue
+        key = (f.subject, f.case_id)
+        if key in seen and seen[key] != f.source:
+            raise DiagnoseInputError(f"{' + '.join(f.subject)}: {f.case_id} is in both {seen[key]} and {f.source}; "
+                                     "which one stands for the node is not guessed: pass one of them")
+        seen[key] = f.source
+
+
+def figure_better(family: str, name: str) -> Optional[str]:
+    """lower / higher for a figure a rule may compare, None for context (a count, a setting)."""
+    from harness.figures import better
+
+    try:
+        return better(family, name)
+    except FigureUnavailable:
+        return None
+

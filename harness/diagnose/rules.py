@@ -1,0 +1,186 @@
+"""Diagnosis rule files: which figures are judged, against what, and what a violation means.
+
+The format follows SuperBench's rule files for ``sb result diagnosis`` (docs/user-tutorial/
+data-diagnosis.md in microsoft/superbenchmark): named rules, each with a ``function``, a
+``criteria``, ``categories`` and ``metrics`` regexes, ``store`` for a rule that only feeds a
+``multi_rules`` rule. Two differences: the baseline is the fleet's own median (no baseline file),
+and a criteria is a comparison such as ``"< -0.10"``, never Python code (SuperBench evaluates a
+``lambda`` from the file).
+
+```yaml
+schema: critpath.diagnose/1
+rules:
+  busbw_low:
+    function: variance        # (value - fleet median) / fleet median
+    criteria: "< -0.10"       # busbw below 0.9 x the fleet median
+    verdict: suspect
+    categories: bandwidth
+    metrics: ['.*/busbw_gbps']   # FAMILY/FIGURE, a full-match regex
+```
+
+Functions: ``variance`` and ``ratio`` (value / fleet median) compare with the fleet, ``value``
+with the criteria itself, ``failure_check`` flags failed, timed-out or wrong records and runs cut
+short (its ``metrics`` match case IDs), ``multi_rules`` flags what at least ``at_least`` of the
+listed ``rules`` flagged. critpath's own additions: ``min_fleet`` (subjects a median needs,
+default 3) and ``min_cases`` (cases, such as the sizes of a sweep, that must all flag a subject
+before it counts; default 1).
+"""
+from __future__ import annotations
+
+import operator
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+import jsonschema
+
+SCHEMA_ID = "critpath.diagnose/1"
+FUNCTIONS = ("variance", "ratio", "value", "failure_check", "multi_rules")
+RELATIVE = ("variance", "ratio")  # judged against the fleet median
+VERDICTS = ("suspect", "failed")
+OPERATORS: dict[str, Callable[[float, float], bool]] = {
+    "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
+_NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
+CRITERIA = re.compile(rf"^\s*(<=|>=|<|>)\s*({_NUMBER})\s*$")
+# The settings only some functions have, for the message that refuses one elsewhere.
+SETTING_OF = {"criteria": "variance, ratio and value rules", "rules": "multi_rules rules",
+              "at_least": "multi_rules rules", "metrics": "rules other than multi_rules",
+              "min_cases": "variance, ratio and value rules"}
+# A relative rule needs this many subjects to have a median worth comparing with (default).
+MIN_FLEET = 3
+
+_ABSENT = {"not": {}}  # a setting this function does not have (False would lose the field's path in jsonschema 4)
+_RULE_SCHEMA = {
+    "type": "object", "additionalProperties": False,
+    "required": ["function", "categories"],
+    "properties": {
+        "function": {"enum": list(FUNCTIONS)},
+        "criteria": {"type": "string", "pattern": CRITERIA.pattern},
+        "verdict": {"enum": list(VERDICTS)},
+        "store": {"type": "boolean"},
+        "categories": {"type": "string", "minLength": 1},
+        "metrics": {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}},
+        "rules": {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}},
+        "at_least": {"type": "integer", "minimum": 1},
+        "min_fleet": {"type": "integer", "minimum": 2},
+        "min_cases": {"type": "integer", "minimum": 1},
+        "description": {"type": "string"},
+    },
+    "allOf": [
+        {"if": {"properties": {"function": {"enum": ["variance", "ratio", "value"]}}},
+         "then": {"required": ["criteria", "metrics"], "properties": {"rules": _ABSENT, "at_least": _ABSENT}}},
+        {"if": {"properties": {"function": {"const": "multi_rules"}}},
+         "then": {"required": ["rules", "at_least"], "properties": {"metrics": _ABSENT, "criteria": _ABSENT,
+                                                                        "min_cases": _ABSENT}}},
+        {"if": {"properties": {"function": {"const": "failure_check"}}},
+         "then": {"properties": {"criteria": _ABSENT, "rules": _ABSENT, "at_least": _ABSENT,
+                                 "min_cases": _ABSENT}}},
+        {"if": {"not": {"properties": {"store": {"const": True}}, "required": ["store"]}},
+         "then": {"required": ["verdict"]}},
+    ],
+}
+SCHEMA = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object", "additionalProperties": False,
+    "required": ["schema", "rules"],
+    "properties": {
+        "schema": {"const": SCHEMA_ID},
+        "description": {"type": "string"},
+        "rules": {"type": "object", "minProperties": 1,
+                  "propertyNames": {"pattern": "^[A-Za-z][A-Za-z0-9_.-]*$"},
+                  "additionalProperties": _RULE_SCHEMA},
+    },
+}
+_VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
+
+
+class RuleFileError(ValueError):
+    """A rule file that cannot be used; the message starts with ``file:line:`` and names the field."""
+
+
+@dataclass(frozen=True)
+class Criteria:
+    op: str
+    threshold: float
+
+    def holds(self, value: float) -> bool:
+        return OPERATORS[self.op](value, self.threshold)
+
+    def __str__(self) -> str:
+        return f"{self.op} {self.threshold:g}"
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    function: str
+    categories: str
+    source: str  # file:line of the rule, printed with every finding
+    verdict: Optional[str] = None  # None only for a stored rule
+    criteria: Optional[Criteria] = None
+    metrics: tuple[re.Pattern, ...] = ()
+    store: bool = False
+    rules: tuple[str, ...] = ()  # multi_rules: the rules counted
+    at_least: int = 0
+    min_fleet: int = MIN_FLEET
+    # A subject is flagged only when this many cases (the sizes of a sweep) flag it: a fault shows
+    # in every size; a scheduler's stall on a shared machine hits one case.
+    min_cases: int = 1
+
+    def matches(self, name: str) -> bool:
+        """``name`` is FAMILY/FIGURE (a case ID, for failure_check); full match, as SuperBench's."""
+        return any(p.fullmatch(name) for p in self.metrics)
+
+    def describe(self, median_word: str = "fleet median") -> str:
+        what = {"variance": f"(value - {median_word}) / {median_word}", "ratio": f"value / {median_word}",
+                "value": "value"}.get(self.function, self.function)
+        return f"{what} {self.criteria}" if self.criteria else what
+
+
+def load(path: Path) -> list[Rule]:
+    """The rules of ``path`` in file order, or RuleFileError naming file, line and field."""
+    from harness.baselines import line_of_field, load_checked  # file:line:field, as baselines and profiles
+
+    def explain(error) -> Optional[str]:
+        key = list(error.absolute_path)[-1:]
+        if error.validator == "pattern" and key == ["criteria"]:
+            return f"{error.instance!r} is not a comparison like \"< 0.9\" or \">= 2\""
+        if error.validator == "not" and key and key[0] in SETTING_OF:  # a setting the rule's function has not
+            return f"a setting of {SETTING_OF[key[0]]} only"
+        return None
+
+    path = Path(path)
+    data, root = load_checked(path, _VALIDATOR, RuleFileError,
+                              f"a rule file must be a mapping with schema: {SCHEMA_ID} and rules", explain)
+    rules: list[Rule] = []
+    for name, raw in data["rules"].items():
+        line = line_of_field(root, ["rules", name])
+        patterns = []
+        for i, text in enumerate(raw.get("metrics", ())):
+            try:
+                patterns.append(re.compile(text))
+            except re.error as exc:
+                at = line_of_field(root, ["rules", name, "metrics", i])
+                raise RuleFileError(f"{path}:{at}: field rules.{name}.metrics.{i}: {text!r} is not a regex: {exc}") \
+                    from None
+        if raw["function"] == "failure_check" and not patterns:
+            patterns = [re.compile(".*")]  # every case
+        for other in raw.get("rules", ()):
+            if other not in {r.name for r in rules}:
+                at = line_of_field(root, ["rules", name, "rules"])
+                raise RuleFileError(f"{path}:{at}: field rules.{name}.rules: {other!r} is not a rule defined above it")
+        if raw.get("at_least", 0) > len(raw.get("rules", ())) and raw["function"] == "multi_rules":
+            at = line_of_field(root, ["rules", name, "at_least"])
+            raise RuleFileError(f"{path}:{at}: field rules.{name}.at_least: {raw['at_least']} but only "
+                                f"{len(raw['rules'])} rules are listed")
+        criteria = None
+        if "criteria" in raw:
+            op, number = CRITERIA.match(raw["criteria"]).groups()
+            criteria = Criteria(op, float(number))
+        rules.append(Rule(name=name, function=raw["function"], categories=raw["categories"],
+                          source=f"{path.name}:{line}", verdict=raw.get("verdict"), criteria=criteria,
+                          metrics=tuple(patterns), store=raw.get("store", False), rules=tuple(raw.get("rules", ())),
+                          at_least=raw.get("at_least", 0), min_fleet=raw.get("min_fleet", MIN_FLEET),
+                          min_cases=raw.get("min_cases", 1)))
+    return rules
