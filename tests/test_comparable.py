@@ -60,7 +60,7 @@ def test_the_gate_loop_refuses_a_round_of_another_definition(tmp_path):
 
 
 def test_a_change_claim_does_not_pair_records_of_another_timer():
-    from harness.baselines import Claim, Measure
+    from harness.baselines import Claim, Measure, Tolerance
     from harness.claims import NOT_MEASURABLE, check_claim
 
     before = derived_record("rpc/codec=raw,mode=pingpong,payload_bytes=64,transport=tcp_nodelay", SAMPLES,
@@ -68,7 +68,8 @@ def test_a_change_claim_does_not_pair_records_of_another_timer():
     after = replace(derived_record("rpc/codec=raw,mode=pingpong,payload_bytes=64,transport=uds", SAMPLES,
                                    metrics={}, extra={}), timer="family-owned loop (rpc)")
     measure = Measure(status="mapped", family="rpc", compare="change", statistic="p50_us",
-                      before={"transport": "tcp_nodelay"}, after={"transport": "uds"})
+                      before={"transport": "tcp_nodelay"}, after={"transport": "uds"},
+                      tolerance=Tolerance(2.0, "a test claim"))
     claim = Claim(id="A9.x", figure="f", metric="m", unit="x", direction="lower", hardware="h", section="s",
                   article_file="000_c5026049f14ef9b1.txt", measure=measure, before=2.0, after=1.0)
     result = check_claim(claim, [before, after])
