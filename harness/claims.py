@@ -22,7 +22,7 @@ from typing import Iterable, Optional, Sequence
 
 from harness.baselines import Claim, Selector, Tolerance
 from harness.comparable import mismatch
-from harness.figures import FigureUnavailable, is_sample_statistic, sample_parts
+from harness.figures import FigureUnavailable, TooFewSamples, is_sample_statistic, sample_parts
 from harness.figures import declared as declared_figure
 from harness.figures import value as figure_value
 from harness.records import Record
@@ -168,6 +168,10 @@ def _check_values(claim: Claim, records: list[Record], run_label: str, pending: 
         try:
             values.append(figure_value(r, m.statistic))
             used.append(r)
+        except TooFewSamples as exc:
+            # The record is selected and measured, only too briefly for this percentile: deciding
+            # without it would quietly drop the case the claim covers (perhaps its worst).
+            return ClaimResult(claim, NOT_MEASURABLE, f"{r.case_id}: {exc}", run_label=run_label)
         except FigureUnavailable as exc:
             skipped.append(str(exc))
     if not values:

@@ -103,7 +103,7 @@ def run_case(
         warm = time_iterations(family, ctx, clock, state, policy.warmup)[0] if policy.warmup else np.zeros(0, dtype=np.int64)
         # Estimate from the slowest rank so the plan fits every rank's budget.
         estimate = comm.max_(np.array([int(np.median(warm)) if warm.size else 0], dtype=np.int64))[0]
-        plan = comm.broadcast_plan(policy.decide(float(estimate)) if ctx.rank == 0 else None)
+        plan = comm.broadcast_plan(policy.decide(float(estimate), family.tail_samples()) if ctx.rank == 0 else None)
         comm.barrier()
         samples, timer_name = time_iterations(family, ctx, clock, state, plan.iters)
         if samples.shape != (plan.iters,):

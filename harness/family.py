@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from harness.case import Case, CaseIdError, Param, ParamValue, check_declared
-from harness.figures import Figure, FigureUnavailable, is_sample_statistic, sample_parts
+from harness.figures import (N_TOO_SMALL, Figure, FigureUnavailable, TooFewSamples, is_sample_statistic,
+                             percentile_named, require_samples, sample_parts)
 from harness.figures import value as figure_value
 from harness.stats import Summary
 
@@ -116,6 +117,8 @@ class Column:
             return "-"
         if value is None:
             return "-"
+        if value is N_TOO_SMALL:  # a percentile the record's samples do not support
+            return N_TOO_SMALL
         return self.fmt.format(value)
 
 
@@ -135,6 +138,8 @@ def sample_column(column: Column) -> Column:
     def read(record):
         try:
             return figure_value(record, name)
+        except TooFewSamples:
+            return N_TOO_SMALL
         except FigureUnavailable:
             return None
 
@@ -150,7 +155,18 @@ def figure_column(column: Column, figure: Figure) -> Column:
     unit = column.unit or figure.unit
     header = column.header + ("" if unit in _UNITLESS else f" ({unit})") + SOURCE_MARKS[figure.source]
     name, scale = figure.name, column.scale
-    return Column(header, lambda r: r.metrics[name] * scale if name in r.metrics else None, column.fmt)
+
+    def read(record):
+        if name not in record.metrics:
+            return None
+        try:
+            if record.samples_ns:
+                require_samples(name, len(record.samples_ns))
+        except TooFewSamples:
+            return N_TOO_SMALL
+        return record.metrics[name] * scale
+
+    return Column(header, read, column.fmt)
 
 
 @dataclass(frozen=True)
@@ -199,6 +215,12 @@ class Family:
 
     def figure(self, name: str) -> Optional[Figure]:
         return next((f for f in self.figures if f.name == name), None)
+
+    def tail_samples(self) -> int:
+        """The samples its deepest declared or tabled percentile needs (rpc: rtt_p999_us, 1,000): the
+        loop plan aims for that many, so the tails the family reports are supported."""
+        names = [f.name for f in self.figures] + [c.figure for c in self.columns if c.figure]
+        return max((named[1] for named in map(percentile_named, names) if named), default=1)
 
     def check_figures(self, values: Mapping[str, float]) -> None:
         """What metrics() returned must be declared figures with finite values: the driver fails

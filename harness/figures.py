@@ -10,11 +10,16 @@ figure by name (the gate, claims, acceptance, tables) goes through ``value`` and
   lower is better;
 - a **tail ratio** ``pNN_over_mean`` (``p999_over_mean``); lower is better;
 - a **declared figure** of the record's family (``busbw_gbps``), its direction as declared.
+
+A percentile is given only where the samples support it (``samples_needed``): p99 from 100
+samples, p999 from 1,000; below that every reader shows "n too small" instead of a number.
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any, Mapping, Optional
 
 import numpy as np
@@ -29,17 +34,66 @@ TIME_SCALE = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
 _Q = r"(\d{1,2}(?:\.\d+)?|99\d{1,2})"
 _SAMPLE = re.compile(rf"^(min|max|mean|p{_Q})_(ns|us|ms|s)$")
 _OVER_MEAN = re.compile(rf"^p{_Q}_over_mean$")
+# A percentile inside a declared figure's name (rtt_p999_us, send_lag_p99_us, step_p50_us): the
+# family computed it from the record's samples, so it holds to the same sample rule.
+_NAMED_PERCENTILE = re.compile(rf"(?:^|_)(p{_Q})(?:_|$)")
+
+N_TOO_SMALL = "n too small"  # what a reader shows where the samples do not support a percentile
+
+
+def _exact_quantile(text: str) -> Fraction:
+    """The percentile a name's digits mean: "99" -> 99, "99.9" -> 99.9, "999" -> 99.9 (Summary's p999)."""
+    if "." not in text and len(text) > 2:
+        text = f"{text[:2]}.{text[2:]}"
+    return Fraction(text)
 
 
 def _quantile(text: str) -> float:
-    """The percentile a name's digits mean: "99" -> 99, "99.9" -> 99.9, "999" -> 99.9 (Summary's p999)."""
-    if "." not in text and len(text) > 2:
-        return float(f"{text[:2]}.{text[2:]}")
-    return float(text)
+    return float(_exact_quantile(text))
+
+
+def samples_needed(q: Fraction) -> int:
+    """The fewest samples that support the ``q``-th percentile.
+
+    The rule: the tail the percentile cuts off, on its smaller side, must hold at least one whole
+    sample. That tail is the fraction t = min(q, 100 - q) / 100 of n samples, so n * t >= 1, i.e.
+    n >= 1 / t: p99 (t = 1/100) needs 100 samples, p99.9 (t = 1/1000) 1,000, p90 and p10 10, the
+    median 2. With fewer, the interpolated "percentile" is only the largest (or smallest) sample
+    under another name. Exact arithmetic: 1 / (1 - 0.999) in floats is 1000.0000000000009.
+    min and max (t = 0) need one sample.
+    """
+    tail = min(q, 100 - q) / 100
+    return 1 if tail <= 0 else math.ceil(1 / tail)
 
 
 class FigureUnavailable(ValueError):
     """A figure a record cannot give: unknown name, no samples, a percentile of a mean-only import."""
+
+
+class TooFewSamples(FigureUnavailable):
+    """A percentile its record's samples are too few to support (``samples_needed``)."""
+
+
+def percentile_named(name: str) -> Optional[tuple[str, int]]:
+    """The percentile a figure's name reads and the samples it needs: ``rtt_p999_us`` ->
+    ("p999", 1000), ``p99_over_mean`` -> ("p99", 100); None when the name reads no percentile."""
+    match = _NAMED_PERCENTILE.search(name)
+    if match is None:
+        return None
+    return match.group(1), samples_needed(_exact_quantile(match.group(2)))
+
+
+def supports(name: str, n: int) -> bool:
+    """Whether ``n`` samples support the figure ``name`` (always, for a figure that reads no percentile)."""
+    named = percentile_named(name)
+    return named is None or n >= named[1]
+
+
+def require_samples(name: str, n: int) -> None:
+    """Raise TooFewSamples where ``n`` samples do not support the percentile ``name`` reads."""
+    named = percentile_named(name)
+    if named is not None and n < named[1]:
+        raise TooFewSamples(f"{N_TOO_SMALL}: {named[0]} needs at least {named[1]} samples, this record has {n}")
 
 
 @dataclass(frozen=True)
@@ -82,6 +136,7 @@ def is_mean_only(record: Any) -> bool:
 def sample_value(samples_ns, name: str) -> float:
     """A sample statistic of raw samples in nanoseconds, in the unit its name says."""
     samples = np.asarray(samples_ns, dtype=np.float64)
+    require_samples(name, samples.size)
     over = _OVER_MEAN.match(name)
     if over:
         return float(np.percentile(samples, _quantile(over.group(1)), method=PERCENTILE_METHOD) / samples.mean())
@@ -109,6 +164,8 @@ def value(record: Any, name: str) -> float:
             raise FigureUnavailable(f"{record.case_id} is imported with its mean only; no {name}")
         return sample_value(record.samples_ns, name)
     if name in record.metrics:
+        if record.samples_ns:  # a record without samples has nothing to count its percentiles by
+            require_samples(name, len(record.samples_ns))
         return float(record.metrics[name])
     known = ", ".join(sorted(record.metrics)) or "(none)"
     raise FigureUnavailable(f"{record.case_id}: no figure {name!r}; its metrics: {known}")

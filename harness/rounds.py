@@ -104,6 +104,8 @@ class RoundServer:
                 warmup=quick.warmup if warmup is None else warmup, iters=iters,
                 target_s=quick.target_s if target_s is None else target_s,
                 min_iters=quick.min_iters, max_iters=quick.max_iters if target_s is None else MAX_ITERS,
+                # the gate's window is its budget: tails get no more time than it gave
+                tail_budget_s=quick.tail_budget_s if target_s is None else target_s,
             )
             record = self._one_rank(case, policy) if case.world == 1 else self._on_pool(case, policy)
             run_dir.append(record)

@@ -9,8 +9,9 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-# Percentile method: numpy's default linear interpolation between order statistics. With fewer
-# than 1000 samples p999 is interpolated towards the max; ``n`` is stored so a reader can judge.
+# Percentile method: numpy's default linear interpolation between order statistics. A Summary
+# holds every percentile whatever ``n``; readers show one only where ``n`` supports it
+# (harness.figures.samples_needed: p99 from 100 samples, p999 from 1,000).
 PERCENTILE_METHOD = "linear"
 
 

@@ -39,13 +39,20 @@ class PlanPolicy:
     target_s: float = 0.5  # timed wall time aimed at per case
     min_iters: int = 20
     max_iters: int = 5000
+    # Beyond target_s, the most timed wall time a case may take to reach the samples its family's
+    # tails need (tail_samples): a slow case gets what fits, and its deeper percentiles read "n too small".
+    tail_budget_s: float = 2.0
 
-    def decide(self, step_estimate_ns: float) -> LoopPlan:
+    def decide(self, step_estimate_ns: float, tail_samples: int = 1) -> LoopPlan:
+        """Iterations for ``target_s`` of timed steps, at least ``min_iters`` and, as far as
+        ``tail_budget_s`` allows, ``tail_samples``. --iters (``iters``) is taken as given."""
         if self.iters is not None:
             return LoopPlan(self.warmup, self.iters)
         per_step = max(step_estimate_ns, 1.0)
         wanted = math.ceil(self.target_s * 1e9 / per_step)
-        return LoopPlan(self.warmup, int(min(max(wanted, self.min_iters), self.max_iters)))
+        affordable = int(self.tail_budget_s * 1e9 // per_step)
+        floor = max(self.min_iters, min(tail_samples, affordable))
+        return LoopPlan(self.warmup, int(min(max(wanted, floor), max(self.max_iters, floor))))
 
 
 def time_each(step: Callable[[Any], Any], state: Any, iters: int, clock: Clock = time.perf_counter_ns) -> np.ndarray:

@@ -35,8 +35,8 @@ BOUND = Measure(status="pending", family="rpc", select={"transport": "tcp"}, sta
 
 
 def test_bound_confirmed_and_contradicted_use_the_worst_record():
-    fast = record(params={"transport": "tcp", "payload_bytes": 64}, samples=(100_000,) * 10)  # 0.1 ms
-    slow = record(params={"transport": "tcp", "payload_bytes": 4096}, samples=(900_000,) * 10)  # 0.9 ms
+    fast = record(params={"transport": "tcp", "payload_bytes": 64}, samples=(100_000,) * 1000)  # 0.1 ms
+    slow = record(params={"transport": "tcp", "payload_bytes": 4096}, samples=(900_000,) * 1000)  # 0.9 ms
     assert check_claim(claim(BOUND), [fast]).verdict == CONFIRMED
     result = check_claim(claim(BOUND), [fast, slow])
     assert result.verdict == CONTRADICTED
@@ -178,8 +178,14 @@ def test_a_measurable_claim_without_a_tolerance_is_refused():
         check_claim(claim(dataclasses.replace(BOUND, tolerance=None)), [record(params={"transport": "tcp"})])
 
 
+def test_a_p999_from_too_few_samples_is_not_measurable():
+    result = check_claim(claim(BOUND), [record(params={"transport": "tcp"}, samples=(100_000,) * 999)])
+    assert result.verdict == "not measurable here"
+    assert "n too small: p999 needs at least 1000 samples, this record has 999" in result.reason
+
+
 def test_counts_name_every_label():
-    results = [check_claim(claim(BOUND), [record(params={"transport": "tcp"})])]
+    results = [check_claim(claim(BOUND), [record(params={"transport": "tcp"}, samples=(1000,) * 1000)])]
     assert counts_text(results) == ("1 confirmed, 0 confirmed in direction, 0 contradicted, 0 modelled, "
                                     "0 simulated, 0 withheld, 0 not measurable here")
 

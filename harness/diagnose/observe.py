@@ -16,15 +16,14 @@ from typing import Optional, Sequence
 
 from harness import registry
 from harness.collectives import pairs
-from harness.figures import FigureUnavailable, is_mean_only, sample_value
+from harness.figures import FigureUnavailable, is_mean_only, sample_value, supports
 from harness.records import Record
 from harness.report.run import RunData, load_run
 from harness.store import ResultsFileError, incompleteness
 
-# The sample statistics every record offers a rule beside its declared figures, with the samples
-# a percentile needs before it is reported (the project's rule: p99 from 100, p999 from 1,000).
-SAMPLE_STATISTICS = {"mean_us": 1, "min_us": 1, "max_us": 1, "p10_us": 10, "p50_us": 2, "p90_us": 10,
-                     "p99_us": 100, "p999_us": 1000}
+# The sample statistics every record offers a rule beside its declared figures; a percentile only
+# where the samples support it (harness.figures.supports: p99 from 100, p999 from 1,000).
+SAMPLE_STATISTICS = ("mean_us", "min_us", "max_us", "p10_us", "p50_us", "p90_us", "p99_us", "p999_us")
 
 
 class DiagnoseInputError(ValueError):
@@ -85,13 +84,15 @@ def _is_pairs(record: Record) -> bool:
 
 def sample_figures(samples_ns: Sequence[int], mean_only: bool = False) -> dict[str, float]:
     """The sample statistics of SAMPLE_STATISTICS that samples support (a mean-only import: its mean)."""
-    return {name: sample_value(samples_ns, name) for name, needed in SAMPLE_STATISTICS.items()
-            if len(samples_ns) >= needed and (not mean_only or name == "mean_us")}
+    return {name: sample_value(samples_ns, name) for name in SAMPLE_STATISTICS
+            if supports(name, len(samples_ns)) and (not mean_only or name == "mean_us")}
 
 
 def record_figures(record: Record) -> dict[str, float]:
-    """A record's declared figures and the sample statistics its samples support."""
-    out = {name: float(v) for name, v in record.metrics.items()}
+    """A record's declared figures and the sample statistics its samples support (a declared
+    percentile too, rtt_p999_us, only where the record's samples support it)."""
+    n = len(record.samples_ns)
+    out = {name: float(v) for name, v in record.metrics.items() if not n or supports(name, n)}
     if record.samples_ns:
         out.update(sample_figures(record.samples_ns, is_mean_only(record)))
     return out

@@ -36,6 +36,8 @@ def iteration_values(record: Record, statistic: str) -> np.ndarray:
     if not is_sample_statistic(statistic):
         raise FigureUnavailable(f"{record.case_id}: metric {statistic!r} has one value per run; "
                              "comparing single runs needs repeats (critpath gate)")
+    # A gate on p999 compares medians, but only samples that support a p999 stand for one.
+    figures.require_samples(statistic, len(record.samples_ns))
     return np.asarray(record.samples_ns, dtype=np.float64)
 
 

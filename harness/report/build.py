@@ -13,7 +13,7 @@ from harness import registry
 from harness.baselines import Claim
 from harness.family import Family
 from harness.claims import ClaimResult, check_claims, counts_text
-from harness.figures import is_mean_only
+from harness.figures import N_TOO_SMALL, is_mean_only, supports
 from harness.records import Record
 from harness.store import incompleteness
 from harness.report import plots as plotlib
@@ -97,7 +97,17 @@ def _stat_cells(r: Record) -> list[str]:
     if is_mean_only(r):
         n = r.extra["imported"].get("iters", "?")
         return [f"1 mean of {n}", "n/a", "n/a", _fmt(s.mean_ns / 1e3, "{:.2f}")]
-    return [str(s.n), _fmt(s.p50_ns / 1e3, "{:.2f}"), _fmt(s.p99_ns / 1e3, "{:.2f}"), _fmt(s.mean_ns / 1e3, "{:.2f}")]
+    def pct(name: str, ns: float) -> str:  # a percentile only where the samples support it
+        return _fmt(ns / 1e3, "{:.2f}") if supports(name, s.n) else N_TOO_SMALL
+
+    return [str(s.n), pct("p50_us", s.p50_ns), pct("p99_us", s.p99_ns), _fmt(s.mean_ns / 1e3, "{:.2f}")]
+
+
+def _metric_cell(r: Record, name: str) -> str:
+    """A declared figure; one that names a percentile (rtt_p999_us) only where the samples support it."""
+    if name in r.metrics and r.samples_ns and not supports(name, len(r.samples_ns)):
+        return N_TOO_SMALL
+    return _fmt(r.metrics.get(name))
 
 
 def _family_table(records: Sequence[Record], families: Mapping[str, Family]) -> Table:
@@ -113,7 +123,7 @@ def _family_table(records: Sequence[Record], families: Mapping[str, Family]) -> 
     rows = []
     for r in records:
         rows.append([r.case_id, r.label, *_stat_cells(r),
-                     *(_fmt(r.metrics.get(m)) for m in metric_names)])
+                     *(_metric_cell(r, m) for m in metric_names)])
     return Table(["case", "status", "n", "p50 (us)", "p99 (us)", "mean (us)", *metric_names], rows)
 
 
