@@ -46,7 +46,7 @@ class LoadedRun:
         git = self.fingerprint.get("git") or {}
         return {"run_id": self.run_id, "run_dir": str(self.path), "commit": git.get("commit"),
                 "commit_dirty": git.get("dirty"), "host": self.fingerprint.get("host"),
-                "incomplete": bool(self.incomplete), "incomplete_reason": self.incomplete}
+                "incomplete": bool(self.incomplete), "incomplete_reason": self.incomplete or None}
 
 
 def _paths(run_dirs: Iterable[Any]) -> list[Path]:
@@ -127,7 +127,7 @@ def _record_row(run: LoadedRun, record) -> dict:
         raise ValueError(f"{run.path}: {record.case_id}: figure(s) {sorted(clash)} clash with frame columns")
     row.update({name: float(value) for name, value in record.metrics.items()})
     sources = {name: _source(record.family, name) for name in sorted(record.metrics)}
-    row[NOTE_COLUMN] = ",".join(f"{name}={source}" for name, source in sources.items() if source != "measured")
+    row[NOTE_COLUMN] = ",".join(f"{name}={source}" for name, source in sources.items() if source != "measured") or None
     return row
 
 
