@@ -68,8 +68,8 @@ def cmd_export(args) -> int:
     what = "samples" if args.samples else "records"
     print(f"wrote {len(df)} {what} of {len(runs)} run(s) to {args.out} ({args.fmt})")
     for run in runs:
-        if run.incomplete:
-            print(f"{run.path}: {run.incomplete} (rows marked incomplete)", file=sys.stderr)
-        if not run.records:
-            print(f"{run.path}: no records", file=sys.stderr)
+        if not run.records:  # no row can carry it: say so here
+            print(f"{run.path}: no records{'; ' + run.incomplete if run.incomplete else ''}", file=sys.stderr)
+        elif run.incomplete:
+            print(f"{run.path}: {run.incomplete} (its rows are marked incomplete)", file=sys.stderr)
     return 0
