@@ -161,6 +161,7 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "harness.gate.power": ("gate-power",),
     "harness.rounds": ("worker",),
     "harness.history": ("history",),
+    "harness.export": ("export",),
 }
 
 

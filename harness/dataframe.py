@@ -1,0 +1,207 @@
+"""Stored runs as pandas data frames, for notebooks and export (``harness.frame``, ``critpath export``).
+
+One row per record, typed columns: the case and its params (``param.<name>``), the outcome, the
+summary of its raw samples in microseconds, each declared figure under its own name (its unit in the
+name: ``busbw_gbps``), and the run it came from (run id, directory, commit, host, whether the run is
+incomplete). What each figure means is in ``frame.attrs["figures"]`` (unit, better, source,
+definition, from the families' declarations); the row's ``figures_not_measured`` names its modelled
+or simulated figures, so a CSV that loses ``attrs`` still says so.
+
+pandas is imported inside the functions: ``import harness`` and the commands that measure nothing
+stay light (tests/test_project.py).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable, Union
+
+from harness.figures import is_mean_only
+
+PathLike = Union[str, Path]
+STATS_US = ("min", "p50", "p90", "p99", "p999", "max", "mean")
+PARAM_PREFIX = "param."
+RUN_COLUMNS = ("run_id", "run_dir", "commit", "commit_dirty", "host", "incomplete", "incomplete_reason")
+CASE_COLUMNS = ("case_id", "family", "family_version", "backend", "world", "status", "label", "ok", "error")
+SUMMARY_COLUMNS = ("n_samples", "mean_only") + tuple(f"{s}_us" for s in STATS_US)
+NOTE_COLUMN = "figures_not_measured"
+
+
+class LoadedRun:
+    """One run directory read whole: its records (verified; an invalid line raises naming file and
+    line), run.json, fingerprint.json and why it is incomplete ("" when whole)."""
+
+    def __init__(self, path: PathLike) -> None:
+        from harness.store import FINGERPRINT, RUN_META, ResultsFileError, load_records, read_json, incompleteness
+
+        self.path = Path(path)
+        if not self.path.is_dir():
+            raise ResultsFileError(f"{self.path}: not a run directory")
+        self.records = load_records(self.path)
+        self.meta = read_json(self.path / RUN_META)
+        self.fingerprint = read_json(self.path / FINGERPRINT)
+        self.run_id = self.meta.get("run_id") or (self.records[0].run_id if self.records else self.path.name)
+        self.incomplete = incompleteness(self.meta, self.records)
+
+    def run_columns(self) -> dict:
+        git = self.fingerprint.get("git") or {}
+        return {"run_id": self.run_id, "run_dir": str(self.path), "commit": git.get("commit"),
+                "commit_dirty": git.get("dirty"), "host": self.fingerprint.get("host"),
+                "incomplete": bool(self.incomplete), "incomplete_reason": self.incomplete or None}
+
+
+def _paths(run_dirs: Iterable[Any]) -> list[Path]:
+    """``frame("a", "b")`` and ``frame(["a", "b"])`` alike."""
+    out: list[Path] = []
+    for item in run_dirs:
+        if isinstance(item, (str, Path)):
+            out.append(Path(item))
+        else:
+            out.extend(_paths(item))
+    if not out:
+        raise ValueError("give at least one run directory")
+    return out
+
+
+def load_runs(*run_dirs: Any) -> list[LoadedRun]:
+    return [LoadedRun(p) for p in _paths(run_dirs)]
+
+
+def _declaration(family: str, name: str):
+    from harness.figures import declared
+
+    return declared(family, name)
+
+
+def figure_declarations(runs: list[LoadedRun]) -> dict[str, dict]:
+    """Figure name -> its declaration (unit, better, source, definition) and the families that
+    declare it. A figure of a family critpath does not know (an imported nccl-tests collective other
+    than all_reduce) is listed in ``undeclared_in`` rather than given a borrowed declaration."""
+    families: dict[str, set] = {}
+    for run in runs:
+        for record in run.records:
+            for name in record.metrics:
+                families.setdefault(name, set()).add(record.family)
+    result = {}
+    for name, fams in sorted(families.items()):
+        figs = {fam: _declaration(fam, name) for fam in sorted(fams)}
+        undeclared = [fam for fam, f in figs.items() if f is None]
+        figs = {fam: f for fam, f in figs.items() if f is not None}
+        kinds = {(f.unit, f.better, f.source) for f in figs.values()}
+        # Two families declaring one name differently are said to, not resolved by picking one.
+        unit, better, source = kinds.pop() if len(kinds) == 1 else (None, None, "conflicting" if kinds else "undeclared")
+        definitions = sorted({f.definition for f in figs.values()})
+        result[name] = {
+            "unit": unit, "better": better, "source": source,
+            "definition": definitions[0] if len(definitions) == 1 else
+            "; ".join(f"{fam}: {f.definition}" for fam, f in figs.items()),
+            "families": sorted(figs), "undeclared_in": undeclared,
+        }
+    return result
+
+
+def _source(family: str, name: str) -> str:
+    figure = _declaration(family, name)
+    return figure.source if figure is not None else "undeclared"
+
+
+def _summary_columns(record) -> dict:
+    row: dict = {"n_samples": len(record.samples_ns), "mean_only": is_mean_only(record)}
+    summary = record.summary
+    for stat in STATS_US:
+        # An import of nccl-tests' averaged time holds one number: its mean, never a percentile.
+        keep = summary is not None and (stat == "mean" or not row["mean_only"])
+        row[f"{stat}_us"] = summary.us(stat) if keep else float("nan")
+    return row
+
+
+def _record_row(run: LoadedRun, record) -> dict:
+    error = f"{record.error.kind}: {record.error.message}" if record.error else None
+    row = {**run.run_columns(), "case_id": record.case_id, "family": record.family,
+           "family_version": record.family_version, "backend": record.backend, "world": record.world,
+           "status": record.status, "label": record.label, "ok": record.ok, "error": error,
+           **_summary_columns(record)}
+    for name, value in record.params.items():
+        row[PARAM_PREFIX + name] = value
+    clash = set(record.metrics) & set(row)
+    if clash:
+        raise ValueError(f"{run.path}: {record.case_id}: figure(s) {sorted(clash)} clash with frame columns")
+    row.update({name: float(value) for name, value in record.metrics.items()})
+    sources = {name: _source(record.family, name) for name in sorted(record.metrics)}
+    row[NOTE_COLUMN] = ",".join(f"{name}={source}" for name, source in sources.items() if source != "measured") or None
+    return row
+
+
+def _param_dtype(values: list) -> str:
+    """The nullable dtype a param column's values share; object when they mix kinds."""
+    present = [v for v in values if v is not None]
+    kinds = {bool if isinstance(v, bool) else int if isinstance(v, int) else float if isinstance(v, float)
+             else str if isinstance(v, str) else object for v in present}
+    if kinds == {bool}:
+        return "boolean"
+    if kinds == {int}:
+        return "Int64"
+    if kinds and kinds <= {int, float}:
+        return "Float64"
+    if kinds == {str}:
+        return "string"
+    return "object"
+
+
+def frame(*run_dirs: Any, samples: bool = False):
+    """The records of ``run_dirs`` as one DataFrame, one row per record (``samples=True``: the raw
+    samples instead, as ``samples_frame`` gives them). Records that fail verification raise
+    ``harness.store.ResultsFileError`` naming file and line; none is skipped."""
+    runs = load_runs(*run_dirs)
+    return samples_of(runs) if samples else records_of(runs)
+
+
+def records_of(runs: list[LoadedRun]):
+    """``frame`` of runs already loaded."""
+    import pandas as pd
+
+    figures = figure_declarations(runs)
+    rows = [_record_row(run, record) for run in runs for record in run.records]
+    params = sorted({k for row in rows for k in row if k.startswith(PARAM_PREFIX)})
+    columns = [*RUN_COLUMNS, *CASE_COLUMNS, *params, *SUMMARY_COLUMNS, *figures, NOTE_COLUMN]
+    df = pd.DataFrame(rows, columns=columns)
+    dtypes = {"run_id": "string", "run_dir": "string", "commit": "string", "commit_dirty": "boolean",
+              "host": "string", "incomplete": "bool", "incomplete_reason": "string", "case_id": "string",
+              "family": "string", "family_version": "int64", "backend": "string", "world": "int64",
+              "status": "string", "label": "string", "ok": "bool", "error": "string", "n_samples": "int64",
+              "mean_only": "bool", NOTE_COLUMN: "string",
+              **{f"{s}_us": "float64" for s in STATS_US}, **{name: "float64" for name in figures},
+              **{p: _param_dtype([row.get(p) for row in rows]) for p in params}}
+    df = df.astype(dtypes)
+    df.attrs["figures"] = figures
+    df.attrs["runs"] = [{"run_id": r.run_id, "run_dir": str(r.path), "records": len(r.records),
+                         "incomplete": r.incomplete} for r in runs]
+    return df
+
+
+def samples_frame(*run_dirs: Any):
+    """The raw samples of ``run_dirs`` as a long frame: run_id, case_id, iteration, sample_ns, and
+    mean_only (an nccl-tests import's one number is its mean over iterations, not a sample)."""
+    return samples_of(load_runs(*run_dirs))
+
+
+def samples_of(runs: list[LoadedRun]):
+    """``samples_frame`` of runs already loaded."""
+    import numpy as np
+    import pandas as pd
+
+    columns: dict[str, list] = {"run_id": [], "case_id": [], "iteration": [], "sample_ns": [], "mean_only": []}
+    for run in runs:
+        for record in run.records:
+            n = len(record.samples_ns)
+            columns["run_id"] += [run.run_id] * n
+            columns["case_id"] += [record.case_id] * n
+            columns["iteration"].append(np.arange(n, dtype=np.int64))
+            columns["sample_ns"].append(np.asarray(record.samples_ns, dtype=np.int64))
+            columns["mean_only"] += [is_mean_only(record)] * n
+    return pd.DataFrame({
+        "run_id": pd.array(columns["run_id"], dtype="string"),
+        "case_id": pd.array(columns["case_id"], dtype="string"),
+        "iteration": np.concatenate(columns["iteration"] or [np.array([], np.int64)]),
+        "sample_ns": np.concatenate(columns["sample_ns"] or [np.array([], np.int64)]),
+        "mean_only": np.array(columns["mean_only"], dtype=bool),
+    })
