@@ -268,7 +268,10 @@ def test_a_partial_slowdown_is_found_by_the_default_statistic(tmp_repo, tmp_path
     assert code == EXIT_REGRESSION and data["statistic"] == "mean_ns"
     code, data = _gate(tmp_repo, tmp_path / "min", *args, "--statistic", "min_ns", "--max-pairs", "10")
     (case,) = data["cases"]
-    assert case["outcome"] != "regressed" and abs(case["comparison"]["ratio"] - 1) < 0.2
+    # The fastest steps must not see the slowdown. Two-sided, this once failed at a ratio of 0.79
+    # ("improved"): with one step in ten spinning, the candidate's fastest steps ran faster on this
+    # runner, which is not what the test is about.
+    assert case["outcome"] != "regressed" and case["comparison"]["ratio"] < 1.2
 
 
 def _processes_mentioning(text: str) -> list[str]:
