@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
+from harness.cli import _csv
 from harness.gate.trees import TreeError, checkout, probe, repo_root
 from harness.lifetime import die_with_parent, interrupt_signal, raise_on_sigterm
 from harness.options import seconds
@@ -81,10 +82,6 @@ def register(sub) -> None:
     p.add_argument("--find", metavar="FIGURE", help="bisect for the largest step of FIGURE (p50_us, p99_us or a "
                    "headline figure) of the one --case, as asv find does")
     p.set_defaults(func=cmd_history)
-
-
-def _csv(text: str) -> tuple[str, ...]:
-    return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
 # -- git ------------------------------------------------------------------------------------------
@@ -156,19 +153,24 @@ def machine_name(config: Path, given: Optional[str], log) -> str:
     return Machine.get_unique_machine_name()
 
 
-def recorded_cases(results: Path, machine: str, sha: str) -> set[str]:
-    """Case IDs asv already holds for ``sha`` on ``machine``, in any family's class."""
+def _held(results: Path, machine: str, sha: str):
+    """What asv holds for ``sha`` on ``machine``: (benchmark, version, case ID, value) of the
+    family classes."""
     from asv.results import iter_results_for_machine_and_hash
 
-    cases: set[str] = set()
+    from harness.report.history import case_values
+
     if not (results / machine).is_dir():
-        return cases
+        return
     for result in iter_results_for_machine_and_hash(str(results), machine, sha):
-        for key in result.get_all_result_keys():
-            params = result.get_result_params(key)
-            if key.startswith("bench_families.") and params and len(params) == 1:
-                cases.update(p.strip("'\"") for p in params[0])
-    return cases
+        for held in case_values(result):
+            if held[0].startswith("bench_families."):
+                yield held
+
+
+def recorded_cases(results: Path, machine: str, sha: str) -> set[str]:
+    """Case IDs asv already holds for ``sha`` on ``machine``, in any family's class."""
+    return {case_id for _, _, case_id, _ in _held(results, machine, sha)}
 
 
 # -- processes -------------------------------------------------------------------------------------
@@ -365,17 +367,8 @@ def _record_range(args, commits, repo, config, results, machine, out, say) -> in
 
 
 def _value(results: Path, machine: str, sha: str, case_id: str, figure: str) -> Optional[float]:
-    from asv.results import iter_results_for_machine_and_hash
-
-    for result in iter_results_for_machine_and_hash(str(results), machine, sha):
-        for key in result.get_all_result_keys():
-            if not key.startswith("bench_families.") or not key.endswith(f".track_{figure}"):
-                continue
-            params = result.get_result_params(key)
-            for param, value in zip(params[0], result.get_result_value(key, params)):
-                if param.strip("'\"") == case_id and value is not None and not math.isnan(value):
-                    return float(value)
-    return None
+    return next((value for key, _, case, value in _held(results, machine, sha)
+                 if key.endswith(f".track_{figure}") and case == case_id and value is not None), None)
 
 
 def largest_step(n: int, measure) -> tuple[int, int]:

@@ -16,7 +16,7 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
 from harness.baselines import Claim
 from harness.report.document import Block, Heading, Image, Para, Table
@@ -105,6 +105,23 @@ def _units(results_dir: Path) -> dict[str, str]:
     return {name: b.get("unit", "") for name, b in data.items() if isinstance(b, dict)}
 
 
+def case_values(result) -> Iterator[tuple[str, str, str, Optional[float]]]:
+    """(benchmark, version, case ID, value) of each tracked figure in one asv Results, for every
+    case asv holds, value None where the case failed or does not define the figure. Tracked
+    figures are ``track_*`` benchmarks parameterised by case ID alone; asv keeps each parameter
+    as its repr, quotes included."""
+    for key in result.get_all_result_keys():
+        if not key.rsplit(".", 1)[-1].startswith("track_"):
+            continue
+        params = result.get_result_params(key)
+        if not params or len(params) != 1:
+            continue
+        version = str(result.benchmark_version.get(key) or "")
+        for case_id, value in zip(params[0], result.get_result_value(key, params)):
+            missing = value is None or (isinstance(value, float) and math.isnan(value))
+            yield key, version, case_id.strip("'\""), None if missing else float(value)
+
+
 def load_history(results_dir: Path) -> list[Series]:
     """One series per machine, tracked figure, case and definition version: a case's points under
     another version of its family are another series, never joined to the first (asv's rule)."""
@@ -117,20 +134,9 @@ def load_history(results_dir: Path) -> list[Series]:
     by_key: dict[tuple, list[Point]] = defaultdict(list)
     for result in iter_results(str(results_dir)):
         machine = result.params.get("machine", "?")
-        for key in result.get_all_result_keys():
-            if not key.rsplit(".", 1)[-1].startswith("track_"):
-                continue
-            params = result.get_result_params(key)
-            values = result.get_result_value(key, params)
-            if not params or len(params) != 1:
-                continue  # tracked figures are parameterised by case ID only
-            version = str(result.benchmark_version.get(key) or "")
-            for case_id, value in zip(params[0], values):
-                if value is None or (isinstance(value, float) and math.isnan(value)):
-                    continue  # a failed case is missing, never zero
-                case_id = case_id.strip("'\"")
-                by_key[(machine, key, case_id, version)].append(
-                    Point(result.commit_hash, int(result.date), float(value)))
+        for key, version, case_id, value in case_values(result):
+            if value is not None:  # a failed case is missing, never zero
+                by_key[(machine, key, case_id, version)].append(Point(result.commit_hash, int(result.date), value))
     units = _units(results_dir)
     series = [Series(m, k, c, sorted(pts, key=lambda p: (p.date_ms, p.commit)), version=v, unit=units.get(k, ""))
               for (m, k, c, v), pts in by_key.items()]
