@@ -26,7 +26,9 @@ import jsonschema
 
 from harness import yamlfile
 from harness.claims import matches
+from harness.case import CaseIdError
 from harness.comparable import mismatch
+from harness.family import SOURCE_MARKS
 from harness.figures import FigureUnavailable, declared, is_sample_statistic, sample_parts
 from harness.figures import value as figure_value
 from harness.nodefacts import FACT_NAMES
@@ -137,8 +139,16 @@ def _semantic_problems(check: Mapping[str, Any]) -> list[tuple[str, str]]:
     if "case" in check:
         family, params = _case_parts(check["case"])
         _, slash, body = check["case"].partition("/")
+        problem = None
         if not family or not slash or any("=" not in item for item in body.split(",") if item):
-            problems.append(("case", f"{check['case']!r} is not a case ID (family/key=value,...)"))
+            problem = f"{check['case']!r} is not a case ID (family/key=value,...)"
+        elif family in registry.FAMILIES:  # a family's own declaration refuses a typo in a key or value
+            try:
+                registry.parse(check["case"])
+            except CaseIdError as exc:
+                problem = str(exc)
+        if problem:
+            problems.append(("case", problem))
         elif dtypes and "dtype" in params and params["dtype"] not in dtypes:
             problems.append(("dtypes", f"the case is in {params['dtype']}, which dtypes {dtypes} leaves out; "
                                        "list the case's own data type too"))
@@ -249,7 +259,7 @@ def unit_of(family: str, statistic: str) -> tuple[str, str]:
     figure = declared(family, statistic)
     if figure is None:
         return "", ""
-    return figure.unit, "" if figure.source == "measured" else f" ({figure.source})"
+    return figure.unit, SOURCE_MARKS[figure.source]
 
 
 def evaluate_check(check: Mapping[str, Any], records: Sequence[Record]) -> Outcome:

@@ -272,6 +272,9 @@ def _check_change(claim: Claim, records: list[Record], run_label: str, pending: 
             continue
         try:
             b, a = figure_value(pair[0], m.statistic), figure_value(pair[1], m.statistic)
+        except TooFewSamples as exc:  # as for one figure: skipping it would drop a case the claim covers
+            return ClaimResult(claim, NOT_MEASURABLE, f"{pair[0].case_id} / {pair[1].case_id}: {exc}",
+                               run_label=run_label)
         except FigureUnavailable as exc:
             skipped.append(str(exc))
             continue

@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable, Union
 
-from harness.figures import is_mean_only
+from harness.figures import declared, is_mean_only
 
 PathLike = Union[str, Path]
 STATS_US = ("min", "p50", "p90", "p99", "p999", "max", "mean")
@@ -66,12 +66,6 @@ def load_runs(*run_dirs: Any) -> list[LoadedRun]:
     return [LoadedRun(p) for p in _paths(run_dirs)]
 
 
-def _declaration(family: str, name: str):
-    from harness.figures import declared
-
-    return declared(family, name)
-
-
 def figure_declarations(runs: list[LoadedRun]) -> dict[str, dict]:
     """Figure name -> its declaration (unit, better, source, definition) and the families that
     declare it. A figure of a family critpath does not know (an imported nccl-tests collective other
@@ -83,7 +77,7 @@ def figure_declarations(runs: list[LoadedRun]) -> dict[str, dict]:
                 families.setdefault(name, set()).add(record.family)
     result = {}
     for name, fams in sorted(families.items()):
-        figs = {fam: _declaration(fam, name) for fam in sorted(fams)}
+        figs = {fam: declared(fam, name) for fam in sorted(fams)}
         undeclared = [fam for fam, f in figs.items() if f is None]
         figs = {fam: f for fam, f in figs.items() if f is not None}
         kinds = {(f.unit, f.better, f.source) for f in figs.values()}
@@ -100,7 +94,7 @@ def figure_declarations(runs: list[LoadedRun]) -> dict[str, dict]:
 
 
 def _source(family: str, name: str) -> str:
-    figure = _declaration(family, name)
+    figure = declared(family, name)
     return figure.source if figure is not None else "undeclared"
 
 

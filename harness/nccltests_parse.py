@@ -335,7 +335,10 @@ def _json_side(entry: dict, key: str, where: str) -> Optional[dict]:
         raise NcclTestsFormatError(f"{where}.{key}: {side!r} is not an object")
     time_key = "time" if "time" in side else "cpu_time"
     wrong = side.get("nwrong")
-    result = {"time_us": _num(side.get(time_key), f"{where}.{key}.{time_key}"),
+    time_us = _num(side.get(time_key), f"{where}.{key}.{time_key}")
+    if time_us <= 0:  # as a text row's time: nccl-tests never prints a zero or negative mean
+        raise NcclTestsFormatError(f"{where}.{key}.{time_key}: {time_us:g} is not a positive number of microseconds")
+    result = {"time_us": time_us,
               "algbw_gbps": _num(side.get("alg_bw"), f"{where}.{key}.alg_bw"),
               "busbw_gbps": _num(side.get("bus_bw"), f"{where}.{key}.bus_bw"),
               "wrong": None if wrong is None else int(_num(wrong, f"{where}.{key}.nwrong"))}
@@ -408,7 +411,9 @@ def parse_json(text: str, path: str) -> Parsed:
     args = data.get("args") or []
     code = data.get("nccl_version")
     validation = config.get("validation")
-    return Parsed(rows, iters, int(config.get("warmup_iters", 0)), int(config.get("aggregated_iterations", 1)),
+    warmup = int(_num(config.get("warmup_iters", 0), f"{path}: field config.warmup_iters"))
+    agg = int(_num(config.get("aggregated_iterations", 1), f"{path}: field config.aggregated_iterations"))
+    return Parsed(rows, iters, warmup, agg,
                   ranks, ranks_from, "json", devices, nccl_version_text(code) if isinstance(code, int) else None,
                   None, str(data.get("start_time", "unknown")),
                   binary=(str(args[0]), "field args[0]") if args else None,

@@ -94,11 +94,14 @@ def setup(ctx: RankContext, case: Case) -> State:
 
 
 def step(state: State) -> None:
-    role, buf, dist, pair = state.role, state.buffer, state.dist, state.current
-    if role == 0:
+    # Timed: the pair is looked up once (``role`` would look it up again), then only send/recv.
+    pair, rank, buf, dist = state.current, state.ctx.rank, state.buffer, state.dist
+    if pair is None:
+        return
+    if rank == pair[0]:
         dist.send(buf, pair[1])
         dist.recv(buf, pair[1])
-    elif role == 1:
+    elif rank == pair[1]:
         dist.recv(buf, pair[0])
         dist.send(buf, pair[0])
 

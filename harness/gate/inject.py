@@ -160,6 +160,8 @@ def from_environment(family, env: Mapping[str, str] = os.environ):
         return slowed
     setup, report, marked = slowed.setup, slowed.report, {}
 
+    # Keyed by id(): the mark is taken when the report is read (once a case, before its state is
+    # freed), so a later case's state that reuses the id does not inherit it.
     def marking_setup(ctx, case):
         state = setup(ctx, case)
         if case.id in table:
@@ -168,8 +170,9 @@ def from_environment(family, env: Mapping[str, str] = os.environ):
 
     def marking_report(state):
         out = dict(report(state))
-        if id(state) in marked:
-            wait_ns, every = marked[id(state)]
+        spec = marked.pop(id(state), None)
+        if spec is not None:
+            wait_ns, every = spec
             out["injected_slowdown"] = {"wait_ns": wait_ns, "every": every, "source": INJECT_ENV}
         return out
 
