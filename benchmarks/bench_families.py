@@ -26,6 +26,7 @@ from asv_runner.benchmarks.mark import SkipNotImplemented
 
 from harness import registry
 from harness.family import SOURCE_MARKS, GridOptions
+from harness.figures import N_TOO_SMALL, supports
 from harness.runner import RunOptions, run
 from harness.store import load_records
 
@@ -60,7 +61,11 @@ def _figures_of(record) -> dict:
     if not record.ok or summary is None:
         message = record.error.message.strip().splitlines() if record.error and record.error.message else []
         return {"failed": f"{record.label}: {message[0] if message else 'no samples'}"}
-    values = {name: getattr(summary, name.replace("_us", "_ns")) / 1e3 for name in SAMPLE_FIGURES}
+    n = len(record.samples_ns)
+    # A percentile the samples do not support is n/a in asv, as it is "n too small" in every table:
+    # p99 of 50 steps is their second-slowest, not a tail.
+    values = {name: getattr(summary, name.replace("_us", "_ns")) / 1e3 if supports(name, n)
+              else f"{N_TOO_SMALL} ({n} samples)" for name in SAMPLE_FIGURES}
     values.update(record.metrics)
     return values
 
@@ -88,6 +93,8 @@ def _read(cache: dict, case_id: str, name: str) -> float:
         raise CaseFailed(f"{case_id}: {figures['failed']}")
     if name not in figures:
         raise SkipNotImplemented(f"{case_id} has no {name}")  # n/a: this case does not define it
+    if isinstance(figures[name], str):
+        raise SkipNotImplemented(f"{case_id}: {name}: {figures[name]}")
     return float(figures[name])
 
 

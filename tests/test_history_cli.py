@@ -15,6 +15,9 @@ from benchmarks import bench_families
 from harness import registry
 from harness.cli import main
 from harness.history import HistoryRunError, bench_regex, commits_in, largest_step
+from harness.store import load_records
+
+FIXTURE_RUN = Path(__file__).parent / "fixtures" / "run_mixed"
 
 
 def _repo(tmp_path, n: int) -> tuple:
@@ -121,3 +124,17 @@ def test_the_suite_and_history_name_the_stored_run_alike():
     from harness import history
 
     assert bench_families.RUN_ENV == history.RUN_ENV
+
+
+def test_the_suite_tracks_a_percentile_only_where_the_samples_support_it():
+    """p99 of a case with 99 samples is asv's n/a (SkipNotImplemented) with the reason; 100 give a number."""
+    from asv_runner.benchmarks.mark import SkipNotImplemented
+
+    record = next(r for r in load_records(FIXTURE_RUN) if r.ok and len(r.samples_ns) >= 100)
+    short = dataclasses.replace(record, samples_ns=record.samples_ns[:99])
+    enough = dataclasses.replace(record, samples_ns=record.samples_ns[:100])
+    cache = {"short": bench_families._figures_of(short), "enough": bench_families._figures_of(enough)}
+    with pytest.raises(SkipNotImplemented, match="p99_us: n too small \\(99 samples\\)"):
+        bench_families._read(cache, "short", "p99_us")
+    assert bench_families._read(cache, "short", "p50_us") > 0
+    assert bench_families._read(cache, "enough", "p99_us") > 0
