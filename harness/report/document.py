@@ -61,7 +61,8 @@ def to_markdown(blocks: Sequence[Block], plots_dir: str = "plots") -> str:
 
 _CSS = """
 body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
-table{border-collapse:collapse;margin:1em 0;font-size:0.9em}
+table{border-collapse:collapse;font-size:0.9em}
+.table{overflow-x:auto;margin:1em 0}
 th,td{border:1px solid #ccc;padding:0.25em 0.5em;text-align:left;vertical-align:top}
 th{background:#f3f3f3} figure{margin:1em 0} img{max-width:100%}
 figcaption{font-size:0.9em;color:#555}
@@ -86,7 +87,8 @@ def to_html(blocks: Sequence[Block], title: str) -> str:
         elif isinstance(b, Table):
             head = "".join(f"<th>{html.escape(str(h))}</th>" for h in b.headers)
             rows = "".join("<tr>" + "".join(f"<td>{_html_cell(c)}</td>" for c in row) + "</tr>" for row in b.rows)
-            body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
+            # A wide table (rpc has 14 columns) scrolls inside its box instead of running off the page.
+            body.append(f'<div class="table"><table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></div>')
         elif isinstance(b, Image):
             data = base64.b64encode(b.png).decode("ascii")
             caption = f"<figcaption>{html.escape(b.caption)}</figcaption>" if b.caption else ""
