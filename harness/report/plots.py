@@ -39,6 +39,7 @@ def _pyplot():
 
 LINESTYLES = ("-", "--", ":", "-.")
 MARKERS = ("o", "s", "^", "D")
+HATCHES = ("", "//", "..", "xx")  # one per run, for bars
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,23 @@ def png_bytes(fig: plt.Figure) -> bytes:
     return buf.getvalue()
 
 
+def _colours() -> tuple:
+    tab20 = _pyplot().get_cmap("tab20").colors
+    return tab20[0::2] + tab20[1::2]  # ten distinct hues first
+
+
+def palette() -> Callable[[object], tuple]:
+    """A colour per key (a series, an allocator, a workload): the same key gets the same colour in
+    every run and panel of one plot, so compared runs differ by line style or hatch only."""
+    colours = _colours()
+    seen: dict = {}
+
+    def colour(key) -> tuple:
+        return colours[seen.setdefault(key, len(seen)) % len(colours)]
+
+    return colour
+
+
 def subplots(figsize, rows: int = 1, **share):
     """A figure whose axes cycle through 20 distinct colours (an RPC run has more transports than
     the default cycle's 10); set per axes, so importing this module changes no global style.
@@ -82,8 +100,7 @@ def subplots(figsize, rows: int = 1, **share):
     ``share`` (sharex=, sharey=) gives panels one scale so they compare."""
     fig, axes = _pyplot().subplots(rows, 1, figsize=figsize, squeeze=False, layout="constrained", **share)
     for ax in axes[:, 0]:
-        colours = _pyplot().get_cmap("tab20").colors
-        ax.set_prop_cycle(color=colours[0::2] + colours[1::2])  # ten distinct hues first
+        ax.set_prop_cycle(color=_colours())
     return fig, (axes[0, 0] if rows == 1 else axes)
 
 
@@ -165,26 +182,26 @@ def _allreduce(runs: Sequence[RunData], ylabel: str, value: Callable[[Record], f
     if not any(_ok(run.of("allreduce")) for run in runs):
         return None
     fig, ax = subplots((7, 4.2))
-    omitted = 0
     captions = []
-    colours: dict[tuple, str] = {}  # one colour per series in every run, so runs compare line by line
+    colour = palette()
     for i, run in enumerate(runs):
+        omitted = 0
         for key, recs in crossover.allreduce_series(run.of("allreduce")).items():
             points, left_out = positive([(r.params["size_bytes"], value(r)) for r in recs])
             omitted += left_out
             if points:
                 algo, dtype, world, backend = key
-                line, = ax.plot(*zip(*points), label=_label(run, f"{algo} ({backend}, {dtype}, world {world})", runs),
-                                color=colours.get(key), **_style(i), markersize=3)
-                colours.setdefault(key, line.get_color())
+                ax.plot(*zip(*points), label=_label(run, f"{algo} ({backend}, {dtype}, world {world})", runs),
+                        color=colour(key), **_style(i), markersize=3)
+        if omitted:
+            captions.append(_label(run, f"{omitted} point{'s' if omitted != 1 else ''} with {what} of 0 or less "
+                                        "(nccl-tests prints 0.00 where the figure rounds to zero) not plotted: a log "
+                                        "axis has no place for them.", runs))
         if mark:
             found = crossover.ring_tree_crossovers(run.of("allreduce"))
             _crossover_marks(ax, found, LINESTYLES[i % 4])
             if (text := crossover_caption(found)):
                 captions.append(_label(run, text, runs))
-    if omitted:
-        captions.append(f"{omitted} point{'s' if omitted != 1 else ''} with {what} of 0 or less (nccl-tests "
-                        "prints 0.00 where the figure rounds to zero) not plotted: a log axis has no place for them.")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("message size (bytes)")
@@ -327,9 +344,12 @@ def plot_rpc_percentiles(runs):
 
 @plot("pipeline", "pipeline_bubble", "Pipeline bubble per schedule: measured idle share and the fill/drain model")
 def plot_pipeline_bubble(runs):
-    rows = [(run, r) for run in runs for r in _ok(run.of("pipeline")) if "bubble_idle_share" in r.metrics]
+    rows = [(i, run, r) for i, run in enumerate(runs) for r in _ok(run.of("pipeline")) if "bubble_idle_share" in r.metrics]
     if not rows:
         return None
+    # One configuration's runs side by side: a comparison reads bar against bar.
+    first_seen = {r.case_id: k for k, (_, _, r) in reversed(list(enumerate(rows)))}
+    rows = [(run, r) for _, run, r in sorted(rows, key=lambda row: (first_seen[row[2].case_id], row[0]))]
     keys = [k for k in _varying([r for _, r in rows]) if k not in ("world",)]
     labels = [_label(run, ", ".join(str(r.params.get(k)) for k in keys) or r.case_id, runs) for run, r in rows]
     fig, ax = subplots((7, 0.6 + 0.32 * len(rows)))
@@ -344,8 +364,8 @@ def plot_pipeline_bubble(runs):
     ax.set_xlabel("bubble (fraction of stage time idle); labels: " + ", ".join(keys))
     ax.set_xlim(0, 1)
     ax.invert_yaxis()
-    # Below the axes: inside, it hid the bottom bars.
-    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2, frameon=False)
+    # Above the axes: inside, it hid the bottom bars.
+    ax.legend(fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2, frameon=False)
     return Drawn(fig)
 
 
@@ -364,20 +384,22 @@ def plot_moe_load(runs):
     if not cases:
         return None
     fig, ax = subplots((7, 3.8))
-    shown = []
-    for run in runs:
+    shown = []  # (run index, run, record)
+    for n, run in enumerate(runs):
         mine = [r for rr, r in cases if rr is run]
         if not mine:
             continue
         worst = max(mine, key=lambda r: max(moe_rank_load(r)) / max(1e-9, float(np.mean(moe_rank_load(r)))))
         uniform = next((r for r in mine if r.params.get("workload") == "uniform"), None)
-        shown += [(run, worst)] + ([(run, uniform)] if uniform is not None and uniform is not worst else [])
+        shown += [(n, run, worst)] + ([(n, run, uniform)] if uniform is not None and uniform is not worst else [])
     width = 0.8 / len(shown)
-    for i, (run, r) in enumerate(shown):
+    colour = palette()
+    for i, (n, run, r) in enumerate(shown):
         load = moe_rank_load(r)
         text = f"{r.params.get('workload')} skew={r.params.get('skew')} mitigation={r.params.get('mitigation')}"
-        ax.bar(np.arange(len(load)) + i * width, load, width, label=_label(run, text, runs))
-    ranks = max(len(moe_rank_load(r)) for _, r in shown)
+        ax.bar(np.arange(len(load)) + i * width, load, width, label=_label(run, text, runs), color=colour(text),
+               hatch=HATCHES[n % len(HATCHES)], edgecolor="white")
+    ranks = max(len(moe_rank_load(r)) for _, _, r in shown)
     ax.set_xticks(np.arange(ranks) + 0.4 - width / 2, [str(k) for k in range(ranks)])  # whole ranks, group centres
     ax.set_xlabel("rank")
     ax.set_ylabel("rows received per step (mean)")
@@ -407,12 +429,11 @@ def plot_moe_steps(runs):
                               float(rr[1].params.get("skew", 0)), mitigation_label(rr[1]), order[rr[0].label]))
     fig, ax = subplots((7, 0.9 + 0.3 * len(rows)))
     y = np.arange(len(rows))
-    colours = _pyplot().get_cmap("tab10").colors
-    workloads = list(dict.fromkeys(workload_label(r) for _, r in rows))
+    colour = palette()
     for k, (run, r) in enumerate(rows):
         mean, half = _mean_interval_us(r)
-        ax.barh(k, mean, xerr=half or None, color=colours[workloads.index(workload_label(r)) % len(colours)],
-                hatch=("", "//", "..", "xx")[order[run.label] % 4], edgecolor="white", capsize=2)
+        ax.barh(k, mean, xerr=half or None, color=colour(workload_label(r)),
+                hatch=HATCHES[order[run.label] % len(HATCHES)], edgecolor="white", capsize=2)
     labels = [_label(run, f"{workload_label(r)}  {mitigation_label(r)}", runs) for run, r in rows]
     ax.set_yticks(y, labels, fontsize=7)
     ax.invert_yaxis()
@@ -440,6 +461,9 @@ def kv_fragmentation_series(record: Record) -> Optional[tuple[list[float], list[
     return steps, pct
 
 
+KV_PANELS = 3  # a taller figure stops being readable in a report
+
+
 @plot("kv_alloc", "kv_fragmentation", "KV-cache fragmentation over the trace per allocator (modelled replay)")
 def plot_kv_frag(runs):
     groups: dict[tuple, list[tuple]] = defaultdict(list)
@@ -452,20 +476,24 @@ def plot_kv_frag(runs):
             groups[key].append((i, run, r, series))
     if not groups:
         return None
-    keys = sorted(groups)[:3]  # one panel per configuration, at most three
+    keys = sorted(groups)[:KV_PANELS]  # one panel per configuration
     fig, axes = subplots((7, 2.6 * len(keys)), len(keys), sharey=True)
     axes = [axes] if len(keys) == 1 else list(axes[:, 0])
     varying = [k for k in _varying([r for key in keys for _, _, r, _ in groups[key]]) if k != "allocator"]
+    colour = palette()
     for ax, key in zip(axes, keys):
         for i, run, r, (steps, pct) in groups[key]:
-            ax.plot(steps, pct, linestyle=LINESTYLES[i % 4], label=_label(run, str(r.params.get("allocator")), runs))
+            allocator = str(r.params.get("allocator"))
+            ax.plot(steps, pct, linestyle=LINESTYLES[i % 4], color=colour(allocator), label=_label(run, allocator, runs))
         ax.set_title(", ".join(f"{k}={v}" for k, v in key if k in varying) or "", fontsize=8)
         ax.set_ylabel("fragmentation (%)", fontsize=8)
         ax.grid(True, alpha=0.3)
         legend(ax)
     axes[-1].set_xlabel("replay step; fragmentation = (reserved - allocated) / reserved")
+    left_out = len(groups) - len(keys)
     return Drawn(fig, "Simulated: allocator models replay a request trace (no GPU memory is allocated); panels share "
-                      "the fragmentation axis.")
+                      "the fragmentation axis." + (f" {left_out} more configuration{'s' if left_out != 1 else ''} not "
+                                                   f"shown (the first {KV_PANELS} by parameters are)." if left_out else ""))
 
 
 def family_plots(family: str) -> list[PlotSpec]:
