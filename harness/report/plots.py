@@ -231,6 +231,7 @@ def _varying(records: Sequence[Record], skip: tuple = ()) -> list[str]:
 
 
 RPC_FAULT_KEYS = ("hops", "delay_us", "jitter_us", "stall_every", "stall_us", "reference")
+RPC_PAYLOAD_BYTES = 256
 
 
 def rpc_spectrum_records(records: Sequence[Record]) -> list[Record]:
@@ -251,7 +252,6 @@ def rpc_spectrum_records(records: Sequence[Record]) -> list[Record]:
     return chosen
 
 
-RPC_PAYLOAD_BYTES = 256
 # Panels by what carries the bytes, read off the transport's name (tcp_nagle_cork -> tcp); a
 # transport of another kind gets a panel of its own kind.
 RPC_KINDS = {"tcp": "kernel sockets (TCP, UDS)", "uds": "kernel sockets (TCP, UDS)", "shm": "shared-memory ring",
@@ -265,9 +265,8 @@ _SPECTRUM_Q = sorted({round(100 * (1 - x), 6) for x in np.logspace(0, -6, 241)} 
 
 def rpc_panels(transports: Sequence[str], runs: int = 1) -> list[tuple[str, list[str]]]:
     """(title, transports) per panel: transports grouped by kind (kernel sockets, shared memory, RPC
-    frameworks, then any other kind, each sorted by name), a kind
-    split into even panels so that no panel holds more than about RPC_LINES_PER_PANEL lines
-    (a comparison draws one line per transport per run)."""
+    frameworks, then any other kind; by name within a kind), a kind split into even panels so that
+    none holds more than about RPC_LINES_PER_PANEL lines (a comparison draws one per transport per run)."""
     def kind(t: str) -> str:
         return RPC_KINDS.get(t.split("_")[0], f"{t.split('_')[0]} transports")
 
@@ -302,25 +301,25 @@ def plot_rpc_percentiles(runs):
     chosen = [(i, run, r) for i, run in enumerate(runs) for r in rpc_spectrum_records(run.of("rpc"))]
     if not chosen:
         return None
-    transports = list(dict.fromkeys(str(r.params.get("transport")) for _, _, r in chosen))
+    transports = list(dict.fromkeys(str(r.params.get("transport", "?")) for _, _, r in chosen))
     panels = rpc_panels(transports, len(runs))
     fig, axes = subplots((7.5, 0.6 + 2.3 * len(panels)), len(panels), sharex=True, sharey=True)
     axes = [axes] if len(panels) == 1 else list(axes[:, 0])
-    colours = _pyplot().get_cmap("tab10").colors
     widest = 1.0
     for ax, (title, members) in zip(axes, panels):
-        for j, transport in enumerate(members):
+        colour = palette()  # per panel: few lines, the most distinct hues
+        for transport in members:
             for i, run, r in chosen:
-                if r.params.get("transport") != transport:
+                if str(r.params.get("transport", "?")) != transport:
                     continue
                 qs, us = percentile_spectrum(r.samples_ns)
                 xs = _one_over_tail(qs)
                 widest = max(widest, float(xs[-1]))
                 size = r.params.get("payload_bytes")
                 text = f"{transport}{'' if size == RPC_PAYLOAD_BYTES else f' ({size} B)'}, n={len(r.samples_ns)}"
-                line, = ax.plot(xs, us, color=colours[j % len(colours)], linestyle=LINESTYLES[i % 4],
-                                label=_label(run, text, runs), linewidth=1.2)
-                ax.plot(xs[-1:], us[-1:], "o", color=line.get_color(), markersize=3)  # where the samples end
+                ax.plot(xs, us, color=colour(transport), linestyle=LINESTYLES[i % 4], label=_label(run, text, runs),
+                        linewidth=1.2)
+                ax.plot(xs[-1:], us[-1:], "o", color=colour(transport), markersize=3)  # where the samples end
         ax.set_title(title, fontsize=8, loc="left")
         ax.grid(True, which="major", alpha=0.3)
         ax.set_ylabel("round trip (us)", fontsize=8)
