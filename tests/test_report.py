@@ -15,7 +15,7 @@ from harness.families import allreduce
 from harness.report.build import build
 from harness.report.cli import make_report
 from harness.report.document import to_markdown
-from harness.report.plots import crossover_bytes
+from harness.report.crossover import crossover_bytes
 from harness.report.run import load_run
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -46,8 +46,8 @@ def test_markdown_is_deterministic(report):
 
 def test_every_family_plot_is_drawn(report):
     names = {b.name for b in report.blocks if hasattr(b, "png")}
-    assert names == {"allreduce_latency", "allreduce_busbw", "rpc_cdf", "pipeline_bubble", "moe_rank_load",
-                     "moe_step_vs_skew", "kv_fragmentation"}
+    assert names == {"allreduce_latency", "allreduce_busbw", "rpc_percentiles", "pipeline_bubble", "moe_rank_load",
+                     "moe_step_by_mitigation", "kv_fragmentation"}
     for b in report.blocks:
         if hasattr(b, "png"):
             assert b.png.startswith(b"\x89PNG"), b.name
@@ -59,7 +59,7 @@ def test_a_run_without_a_family_says_so(tmp_path):
     text = to_markdown(make_report([tmp_path]).blocks)
     assert "no records of family rpc in this run" in text
     assert "no records of family kv_alloc in this run" in text
-    assert "![RPC round-trip CDF" not in text
+    assert "![RPC round-trip latency by percentile" not in text
 
 
 def test_claims_table_has_every_claim_with_a_verdict(report):

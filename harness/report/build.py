@@ -16,6 +16,7 @@ from harness.claims import ClaimResult, check_claims, counts_text
 from harness.figures import N_TOO_SMALL, is_mean_only, supports
 from harness.records import Record
 from harness.store import incompleteness
+from harness.report import crossover
 from harness.report import plots as plotlib
 from harness.report.document import Block, Heading, Image, Para, Table
 from harness.report.run import RunData
@@ -170,15 +171,15 @@ def _families(runs: Sequence[RunData], families: Mapping[str, Family]) -> list[B
             blocks += _crossover_text(runs)
         for spec in plotlib.family_plots(fam):
             try:
-                fig = spec.draw(runs)
+                drawn = spec.draw(runs)
             except (KeyError, TypeError, ValueError, IndexError) as exc:
                 # Records of another shape (an older family version) must not take the report down.
                 blocks.append(Para(f"{spec.title}: could not be drawn from these records ({type(exc).__name__}: {exc})."))
                 continue
-            if fig is None:
+            if drawn is None:
                 blocks.append(Para(f"{spec.title}: nothing to plot (the records lack the fields it needs; see docs/reports.md)."))
             else:
-                blocks.append(Image(spec.name, spec.title, plotlib.png_bytes(fig)))
+                blocks.append(Image(spec.name, spec.title, plotlib.png_bytes(drawn.figure), drawn.caption))
     absent = [f for f in known_families(families) if f not in present]
     if absent:
         blocks += [Heading(2, "Families not in this run"),
@@ -186,16 +187,31 @@ def _families(runs: Sequence[RunData], families: Mapping[str, Family]) -> list[B
     return blocks
 
 
+def _crossover_cell(c: crossover.Crossover) -> str:
+    if c.significant:
+        return (f"{human_bytes(c.median_bytes)} ({crossover.LEVEL:.0%} interval {human_bytes(c.low_bytes)} - "
+                f"{human_bytes(c.high_bytes)}; {c.present_share:.1%} of resamples have one)")
+    if c.resampled:
+        measured = ", ".join(f"~{human_bytes(x)}" for x in c.point_bytes)
+        return ("no significant crossover (" + (f"the measured p50s cross at {measured}; " if measured else "")
+                + f"{c.present_share:.1%} of resamples have one)")
+    found = ", ".join(f"~{human_bytes(x)}" for x in c.point_bytes) or "none in the measured sizes"
+    return f"means only (imported): {found}; no interval, there are no samples to resample"
+
+
 def _crossover_text(runs: Sequence[RunData]) -> list[Block]:
     rows = []
     for run in runs:
-        found = plotlib.ring_tree_crossovers(run.of("allreduce"))
-        for (dtype, world, backend), x in found:
-            rows.append([run.label, backend, dtype, str(world), human_bytes(x)])
+        found = crossover.ring_tree_crossovers(run.of("allreduce"))
+        for c in found:
+            dtype, world, backend = c.key
+            rows.append([run.label, backend, dtype, str(world), _crossover_cell(c)])
         if not found:
-            rows.append([run.label, "-", "-", "-", "none in the measured sizes"])
-    return [Para("Ring/tree crossover: the size at which the faster of ring and tree changes "
-                 "(p50 latency, log-log interpolation between measured sizes)."),
+            rows.append([run.label, "-", "-", "-", "ring and tree not both measured at two sizes or more"])
+    if all(row[1] == "-" for row in rows):
+        return [Para("Ring/tree crossover: not measured (no run has both ring and tree at two sizes or more).")]
+    return [Para("Ring/tree crossover: the size at which the faster of ring and tree (p50 latency, log-log "
+                 "interpolation between measured sizes) changes. " + crossover.RULE),
             Table(["run", "backend", "dtype", "world", "crossover"], rows)]
 
 

@@ -2,22 +2,26 @@
 them: one line style per run) and returns a matplotlib figure, or None when the runs hold nothing
 it can draw. What each family must record for its plots is in docs/reports.md.
 
-Adding a family's plot: write ``def plot_x(runs) -> Figure | None`` and decorate it with
-``@plot("family", "name", "title")``.
+Adding a family's plot: write ``def plot_x(runs) -> Drawn | None`` and decorate it with
+``@plot("family", "name", "title")``. A plot over several runs shares its axes between them: every
+run is drawn into the same axes (or panels with shared scales), never into axes of its own.
 """
 from __future__ import annotations
 
 import io
 import math
+from fractions import Fraction
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 import numpy as np
 
-from harness.figures import is_mean_only
+from harness.figures import is_mean_only, samples_needed, supports
 from harness.records import Record
+from harness.report import crossover
 from harness.report.run import RunData
+from harness.stats import PERCENTILE_METHOD
 
 if TYPE_CHECKING:
     import matplotlib.pyplot as plt
@@ -35,6 +39,14 @@ def _pyplot():
 
 LINESTYLES = ("-", "--", ":", "-.")
 MARKERS = ("o", "s", "^", "D")
+HATCHES = ("", "//", "..", "xx")  # one per run, for bars
+
+
+@dataclass(frozen=True)
+class Drawn:
+    """A drawn plot and what a reader must know to read it (points left out, the rule a line follows)."""
+    figure: plt.Figure
+    caption: str = ""
 
 
 @dataclass(frozen=True)
@@ -42,7 +54,7 @@ class PlotSpec:
     family: str
     name: str
     title: str
-    draw: Callable[[Sequence[RunData]], Optional[plt.Figure]]
+    draw: Callable[[Sequence[RunData]], Optional[Drawn]]
 
 
 PLOTS: dict[str, list[PlotSpec]] = defaultdict(list)
@@ -64,13 +76,31 @@ def png_bytes(fig: plt.Figure) -> bytes:
     return buf.getvalue()
 
 
-def subplots(figsize, rows: int = 1):
+def _colours() -> tuple:
+    tab20 = _pyplot().get_cmap("tab20").colors
+    return tab20[0::2] + tab20[1::2]  # ten distinct hues first
+
+
+def palette() -> Callable[[object], tuple]:
+    """A colour per key (a series, an allocator, a workload): the same key gets the same colour in
+    every run and panel of one plot, so compared runs differ by line style or hatch only."""
+    colours = _colours()
+    seen: dict = {}
+
+    def colour(key) -> tuple:
+        return colours[seen.setdefault(key, len(seen)) % len(colours)]
+
+    return colour
+
+
+def subplots(figsize, rows: int = 1, **share):
     """A figure whose axes cycle through 20 distinct colours (an RPC run has more transports than
-    the default cycle's 10); set per axes, so importing this module changes no global style."""
-    fig, axes = _pyplot().subplots(rows, 1, figsize=figsize, squeeze=False)
+    the default cycle's 10); set per axes, so importing this module changes no global style.
+    Constrained layout keeps panel titles, tick labels and outside legends from overlapping;
+    ``share`` (sharex=, sharey=) gives panels one scale so they compare."""
+    fig, axes = _pyplot().subplots(rows, 1, figsize=figsize, squeeze=False, layout="constrained", **share)
     for ax in axes[:, 0]:
-        colours = _pyplot().get_cmap("tab20").colors
-        ax.set_prop_cycle(color=colours[0::2] + colours[1::2])  # ten distinct hues first
+        ax.set_prop_cycle(color=_colours())
     return fig, (axes[0, 0] if rows == 1 else axes)
 
 
@@ -106,78 +136,90 @@ def _latency_us(record: Record) -> float:
     return record.summary.mean_ns / 1e3 if is_mean_only(record) else record.summary.p50_ns / 1e3
 
 
-def allreduce_series(records: Sequence[Record]) -> dict[tuple, list[Record]]:
-    """Records by (algo, dtype, world, backend), each sorted by size."""
-    series: dict[tuple, list[Record]] = defaultdict(list)
-    for r in _ok(records):
-        p = r.params
-        series[(p["algo"], p.get("dtype", ""), r.world, r.backend)].append(r)
-    return {k: sorted(v, key=lambda r: r.params["size_bytes"]) for k, v in sorted(series.items())}
+def positive(points: Sequence[tuple[float, float]]) -> tuple[list[tuple[float, float]], int]:
+    """The points a log axis can show, and how many it cannot: a value of 0 or less is not a
+    measurement there (nccl-tests prints busbw 0.00 for sizes whose bandwidth rounds to zero)."""
+    kept = [(x, y) for x, y in points if y > 0]
+    return kept, len(points) - len(kept)
 
 
-def crossover_bytes(sizes: Sequence[int], ring_us: Sequence[float], tree_us: Sequence[float]) -> list[float]:
-    """Sizes where ring and tree swap places, interpolated on log-log axes between neighbours."""
-    out = []
-    diffs = [math.log(r) - math.log(t) for r, t in zip(ring_us, tree_us)]
-    for i in range(1, len(sizes)):
-        d0, d1 = diffs[i - 1], diffs[i]
-        if d0 == 0:
-            out.append(float(sizes[i - 1]))
-        elif d0 * d1 < 0:
-            frac = d0 / (d0 - d1)
-            out.append(float(math.exp(math.log(sizes[i - 1]) + frac * (math.log(sizes[i]) - math.log(sizes[i - 1])))))
-    return out
+def _crossover_marks(ax, found: Sequence[crossover.Crossover], linestyle: str) -> None:
+    """A significant crossover as its median and a shaded interval; an imported (means only) one as a
+    dotted line at the means' crossover, without a band it has no samples for."""
+    for c in found:
+        if c.significant:
+            ax.axvspan(c.low_bytes, c.high_bytes, color="grey", alpha=0.18, linewidth=0)
+            ax.axvline(c.median_bytes, color="grey", linestyle=linestyle, linewidth=0.8)
+            text = (f"ring/tree crossover ~{human_bytes(c.median_bytes)} "
+                    f"({crossover.LEVEL:.0%}: {human_bytes(c.low_bytes)}-{human_bytes(c.high_bytes)})")
+            ax.annotate(text, (c.median_bytes, 0.97), xycoords=("data", "axes fraction"), fontsize=7, rotation=90,
+                        va="top", ha="right")
+        elif not c.resampled:
+            for x in c.point_bytes:
+                ax.axvline(x, color="grey", linestyle=":", linewidth=0.8)
+                ax.annotate(f"crossover of means ~{human_bytes(x)} (no band: no samples)", (x, 0.97),
+                            xycoords=("data", "axes fraction"), fontsize=7, rotation=90, va="top", ha="right")
 
 
-def ring_tree_crossovers(records: Sequence[Record]) -> list[tuple[tuple, float]]:
-    """(dtype, world, backend) and the crossover sizes in bytes, for every series pair."""
-    series = allreduce_series(records)
-    found = []
-    for (algo, dtype, world, backend), ring in series.items():
-        if algo != "ring":
-            continue
-        tree = series.get(("tree", dtype, world, backend))
-        if not tree:
-            continue
-        t_by = {r.params["size_bytes"]: r for r in tree}
-        common = [r for r in ring if r.params["size_bytes"] in t_by]
-        sizes = [r.params["size_bytes"] for r in common]
-        for x in crossover_bytes(sizes, [_latency_us(r) for r in common], [_latency_us(t_by[s]) for s in sizes]):
-            found.append(((dtype, world, backend), x))
-    return found
+def crossover_caption(found: Sequence[crossover.Crossover]) -> str:
+    if not found:
+        return ""
+    parts = []
+    for c in found:
+        dtype, world, backend = c.key
+        what = f"{backend}, {dtype}, world {world}"
+        if c.significant:
+            parts.append(f"{what}: crossover shaded ({crossover.LEVEL:.0%} bootstrap interval)")
+        elif c.resampled:
+            parts.append(f"{what}: no significant crossover ({c.present_share:.1%} of resamples have one), none marked")
+        else:
+            parts.append(f"{what}: imported means only, so no band can be computed; dotted line at the means' crossover")
+    return "Ring/tree crossover: " + "; ".join(parts) + "."
 
 
-def _allreduce(runs: Sequence[RunData], ylabel: str, value: Callable[[Record], float], mark: bool) -> Optional[plt.Figure]:
+def _allreduce(runs: Sequence[RunData], ylabel: str, value: Callable[[Record], float], what: str,
+               mark: bool) -> Optional[Drawn]:
     if not any(_ok(run.of("allreduce")) for run in runs):
         return None
     fig, ax = subplots((7, 4.2))
+    captions = []
+    colour = palette()
     for i, run in enumerate(runs):
-        for (algo, dtype, world, backend), recs in allreduce_series(run.of("allreduce")).items():
-            xs = [r.params["size_bytes"] for r in recs]
-            ys = [value(r) for r in recs]
-            ax.plot(xs, ys, label=_label(run, f"{algo} ({backend}, {dtype}, world {world})", runs), **_style(i), markersize=3)
+        omitted = 0
+        for key, recs in crossover.allreduce_series(run.of("allreduce")).items():
+            points, left_out = positive([(r.params["size_bytes"], value(r)) for r in recs])
+            omitted += left_out
+            if points:
+                algo, dtype, world, backend = key
+                ax.plot(*zip(*points), label=_label(run, f"{algo} ({backend}, {dtype}, world {world})", runs),
+                        color=colour(key), **_style(i), markersize=3)
+        if omitted:
+            captions.append(_label(run, f"{omitted} point{'s' if omitted != 1 else ''} with {what} of 0 or less "
+                                        "(nccl-tests prints 0.00 where the figure rounds to zero) not plotted: a log "
+                                        "axis has no place for them.", runs))
         if mark:
-            for _, x in ring_tree_crossovers(run.of("allreduce")):
-                ax.axvline(x, color="grey", linestyle=LINESTYLES[i % 4], linewidth=0.8)
-                ax.annotate(f"ring/tree crossover ~{human_bytes(x)}", (x, 0.95), xycoords=("data", "axes fraction"),
-                            fontsize=7, rotation=90, va="top", ha="right")
+            found = crossover.ring_tree_crossovers(run.of("allreduce"))
+            _crossover_marks(ax, found, LINESTYLES[i % 4])
+            if (text := crossover_caption(found)):
+                captions.append(_label(run, text, runs))
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("message size (bytes)")
     ax.set_ylabel(ylabel)
     ax.grid(True, which="both", alpha=0.3)
     legend(ax)
-    return fig
+    return Drawn(fig, " ".join(captions))
 
 
 @plot("allreduce", "allreduce_latency", "AllReduce latency vs message size")
 def plot_allreduce_latency(runs):
-    return _allreduce(runs, "time per operation (us; p50, mean if imported)", _latency_us, mark=True)
+    return _allreduce(runs, "time per operation (us; p50, mean if imported)", _latency_us, "time", mark=True)
 
 
 @plot("allreduce", "allreduce_busbw", "AllReduce bus bandwidth vs message size")
 def plot_allreduce_busbw(runs):
-    return _allreduce(runs, "busbw (GB/s, nccl-tests definition)", lambda r: max(r.metrics["busbw_gbps"], 1e-9), mark=True)
+    return _allreduce(runs, "busbw (GB/s, nccl-tests definition)", lambda r: r.metrics["busbw_gbps"], "busbw",
+                      mark=False)
 
 
 # ---------------------------------------------------------------- rpc
@@ -189,9 +231,10 @@ def _varying(records: Sequence[Record], skip: tuple = ()) -> list[str]:
 
 
 RPC_FAULT_KEYS = ("hops", "delay_us", "jitter_us", "stall_every", "stall_us", "reference")
+RPC_PAYLOAD_BYTES = 256
 
 
-def rpc_cdf_records(records: Sequence[Record]) -> list[Record]:
+def rpc_spectrum_records(records: Sequence[Record]) -> list[Record]:
     """One plain ping-pong record per transport (256 B when measured, else the smallest size):
     raw samples only, no forwarding hops, no injected faults."""
     by_transport: dict[str, list[Record]] = defaultdict(list)
@@ -199,34 +242,100 @@ def rpc_cdf_records(records: Sequence[Record]) -> list[Record]:
         p = r.params
         if is_mean_only(r) or p.get("mode", "pingpong") != "pingpong" or p.get("codec", "raw") != "raw":
             continue
-        if any(k in p for k in RPC_FAULT_KEYS):
+        if any(k in p for k in RPC_FAULT_KEYS) or not r.samples_ns:
             continue
         by_transport[str(p.get("transport", "?"))].append(r)
     chosen = []
     for transport, recs in sorted(by_transport.items()):
         sized = {r.params.get("payload_bytes"): r for r in recs}
-        chosen.append(sized.get(256) or recs[0])
+        chosen.append(sized.get(RPC_PAYLOAD_BYTES) or min(recs, key=lambda r: r.params.get("payload_bytes", 0)))
     return chosen
 
 
-@plot("rpc", "rpc_cdf", "RPC round-trip CDF per transport")
-def plot_rpc_cdf(runs):
-    # Only records with raw samples: a CDF of one averaged sample would be a lie.
-    if not any(rpc_cdf_records(run.of("rpc")) for run in runs):
+# Panels by what carries the bytes, read off the transport's name (tcp_nagle_cork -> tcp); a
+# transport of another kind gets a panel of its own kind.
+RPC_KINDS = {"tcp": "kernel sockets (TCP, UDS)", "uds": "kernel sockets (TCP, UDS)", "shm": "shared-memory ring",
+             "http": "RPC frameworks (HTTP, gRPC, ZeroMQ)", "grpc": "RPC frameworks (HTTP, gRPC, ZeroMQ)",
+             "zmq": "RPC frameworks (HTTP, gRPC, ZeroMQ)"}
+RPC_LINES_PER_PANEL = 5
+PERCENTILE_TICKS = ("0", "50", "90", "99", "99.9", "99.99", "99.999", "99.9999")
+# The spectrum's percentiles: 1/(1-p) evenly spaced on a log axis from p = 0 to p = 99.9999, plus the ticks.
+_SPECTRUM_Q = sorted({round(100 * (1 - x), 6) for x in np.logspace(0, -6, 241)} | {float(t) for t in PERCENTILE_TICKS})
+
+
+def rpc_panels(transports: Sequence[str], runs: int = 1) -> list[tuple[str, list[str]]]:
+    """(title, transports) per panel: transports grouped by kind (kernel sockets, shared memory, RPC
+    frameworks, then any other kind; by name within a kind), a kind split into even panels so that
+    none holds more than about RPC_LINES_PER_PANEL lines (a comparison draws one per transport per run)."""
+    def kind(t: str) -> str:
+        return RPC_KINDS.get(t.split("_")[0], f"{t.split('_')[0]} transports")
+
+    known = list(dict.fromkeys(RPC_KINDS.values()))
+    kinds: dict[str, list[str]] = {}
+    for t in sorted(transports, key=lambda t: (known.index(kind(t)) if kind(t) in known else len(known), t)):
+        kinds.setdefault(kind(t), []).append(t)
+    per_panel = max(1, math.ceil(RPC_LINES_PER_PANEL / runs))
+    panels = []
+    for kind, members in kinds.items():
+        count = math.ceil(len(members) / per_panel)
+        for k in range(count):
+            part = members[k * len(members) // count:(k + 1) * len(members) // count]
+            panels.append((kind + (f" ({k + 1} of {count})" if count > 1 else ""), part))
+    return panels
+
+
+def percentile_spectrum(samples_ns: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+    """(percentiles, us) of raw samples, up to the highest percentile their count supports."""
+    n = len(samples_ns)
+    qs = np.array([q for q in _SPECTRUM_Q if supports(f"p{q:.6f}".rstrip("0").rstrip("."), n)])
+    return qs, np.percentile(np.asarray(samples_ns, dtype=np.float64), qs, method=PERCENTILE_METHOD) / 1e3
+
+
+def _one_over_tail(q: np.ndarray | float) -> np.ndarray | float:
+    return 1.0 / (1.0 - np.asarray(q) / 100.0)
+
+
+@plot("rpc", "rpc_percentiles", "RPC round-trip latency by percentile per transport (ping-pong, no faults)")
+def plot_rpc_percentiles(runs):
+    # Only records with raw samples: a percentile of one averaged sample would be a lie.
+    chosen = [(i, run, r) for i, run in enumerate(runs) for r in rpc_spectrum_records(run.of("rpc"))]
+    if not chosen:
         return None
-    fig, ax = subplots((7, 4.2))
-    for i, run in enumerate(runs):
-        for r in rpc_cdf_records(run.of("rpc")):
-            xs = np.sort(np.asarray(r.samples_ns, dtype=np.float64)) / 1e3
-            ys = np.arange(1, xs.size + 1) / xs.size
-            text = f"{r.params.get('transport')} ({r.params.get('payload_bytes', '?')} B)"
-            ax.step(xs, ys, where="post", label=_label(run, text, runs), linestyle=LINESTYLES[i % 4])
-    ax.set_xscale("log")
-    ax.set_xlabel("round trip (us), ping-pong, no faults")
-    ax.set_ylabel("fraction of requests")
-    ax.grid(True, which="both", alpha=0.3)
-    legend(ax)
-    return fig
+    transports = list(dict.fromkeys(str(r.params.get("transport", "?")) for _, _, r in chosen))
+    panels = rpc_panels(transports, len(runs))
+    fig, axes = subplots((7.5, 0.6 + 2.3 * len(panels)), len(panels), sharex=True, sharey=True)
+    axes = [axes] if len(panels) == 1 else list(axes[:, 0])
+    widest = 1.0
+    for ax, (title, members) in zip(axes, panels):
+        colour = palette()  # per panel: few lines, the most distinct hues
+        for transport in members:
+            for i, run, r in chosen:
+                if str(r.params.get("transport", "?")) != transport:
+                    continue
+                qs, us = percentile_spectrum(r.samples_ns)
+                xs = _one_over_tail(qs)
+                widest = max(widest, float(xs[-1]))
+                size = r.params.get("payload_bytes")
+                text = f"{transport}{'' if size == RPC_PAYLOAD_BYTES else f' ({size} B)'}, n={len(r.samples_ns)}"
+                ax.plot(xs, us, color=colour(transport), linestyle=LINESTYLES[i % 4], label=_label(run, text, runs),
+                        linewidth=1.2)
+                ax.plot(xs[-1:], us[-1:], "o", color=colour(transport), markersize=3)  # where the samples end
+        ax.set_title(title, fontsize=8, loc="left")
+        ax.grid(True, which="major", alpha=0.3)
+        ax.set_ylabel("round trip (us)", fontsize=8)
+        legend(ax)
+    ticks = [t for t in PERCENTILE_TICKS if _one_over_tail(float(t)) <= widest * 1.0001]
+    next_tick = PERCENTILE_TICKS[min(len(ticks), len(PERCENTILE_TICKS) - 1)]
+    axes[0].set_xscale("log")
+    axes[0].set_yscale("log")
+    axes[0].set_xlim(1, _one_over_tail(float(next_tick)))
+    axes[-1].set_xticks([_one_over_tail(float(t)) for t in ticks + [next_tick]], ticks + [next_tick])
+    axes[-1].xaxis.set_minor_locator(_pyplot().NullLocator())  # shared: no unlabelled ticks on any panel
+    axes[-1].set_xlabel("percentile (axis spaced by 1/(1-p), as HdrHistogram plots)")
+    caption = (f"{RPC_PAYLOAD_BYTES} B plain ping-pong per transport, one round trip per sample; all panels share both "
+               "axes. Each line ends (dot) at the highest percentile its sample count n supports: p99 needs "
+               f"{samples_needed(Fraction(99))} samples, p99.9 {samples_needed(Fraction('99.9'))}.")
+    return Drawn(fig, caption)
 
 
 # ---------------------------------------------------------------- pipeline
@@ -234,9 +343,12 @@ def plot_rpc_cdf(runs):
 
 @plot("pipeline", "pipeline_bubble", "Pipeline bubble per schedule: measured idle share and the fill/drain model")
 def plot_pipeline_bubble(runs):
-    rows = [(run, r) for run in runs for r in _ok(run.of("pipeline")) if "bubble_idle_share" in r.metrics]
+    rows = [(i, run, r) for i, run in enumerate(runs) for r in _ok(run.of("pipeline")) if "bubble_idle_share" in r.metrics]
     if not rows:
         return None
+    # One configuration's runs side by side: a comparison reads bar against bar.
+    first_seen = {r.case_id: k for k, (_, _, r) in reversed(list(enumerate(rows)))}
+    rows = [(run, r) for _, run, r in sorted(rows, key=lambda row: (first_seen[row[2].case_id], row[0]))]
     keys = [k for k in _varying([r for _, r in rows]) if k not in ("world",)]
     labels = [_label(run, ", ".join(str(r.params.get(k)) for k in keys) or r.case_id, runs) for run, r in rows]
     fig, ax = subplots((7, 0.6 + 0.32 * len(rows)))
@@ -251,8 +363,9 @@ def plot_pipeline_bubble(runs):
     ax.set_xlabel("bubble (fraction of stage time idle); labels: " + ", ".join(keys))
     ax.set_xlim(0, 1)
     ax.invert_yaxis()
-    ax.legend(fontsize=7, loc="lower right")
-    return fig
+    # Above the axes: inside, it hid the bottom bars.
+    ax.legend(fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2, frameon=False)
+    return Drawn(fig)
 
 
 # ---------------------------------------------------------------- moe_a2a
@@ -264,67 +377,70 @@ def moe_rank_load(record: Record) -> list[float]:
     return [float(rep["recv_rows_mean"]) for rep in reports if isinstance(rep, dict) and "recv_rows_mean" in rep]
 
 
-def _hot_factor(record: Record) -> Optional[float]:
-    workload = record.params.get("workload")
-    if workload == "uniform":
-        return 1.0
-    if workload == "hot":
-        return float(record.params.get("skew", 1.0))
-    return None  # zipf / unbalanced: skew means something else
-
-
 @plot("moe_a2a", "moe_rank_load", "MoE rows received per rank (most imbalanced case vs uniform)")
 def plot_moe_load(runs):
     cases = [(run, r) for run in runs for r in _ok(run.of("moe_a2a")) if moe_rank_load(r)]
     if not cases:
         return None
     fig, ax = subplots((7, 3.8))
-    shown = []
-    for run in runs:
+    shown = []  # (run index, run, record)
+    for n, run in enumerate(runs):
         mine = [r for rr, r in cases if rr is run]
         if not mine:
             continue
         worst = max(mine, key=lambda r: max(moe_rank_load(r)) / max(1e-9, float(np.mean(moe_rank_load(r)))))
         uniform = next((r for r in mine if r.params.get("workload") == "uniform"), None)
-        shown += [(run, worst)] + ([(run, uniform)] if uniform is not None and uniform is not worst else [])
+        shown += [(n, run, worst)] + ([(n, run, uniform)] if uniform is not None and uniform is not worst else [])
     width = 0.8 / len(shown)
-    for i, (run, r) in enumerate(shown):
+    colour = palette()
+    for i, (n, run, r) in enumerate(shown):
         load = moe_rank_load(r)
         text = f"{r.params.get('workload')} skew={r.params.get('skew')} mitigation={r.params.get('mitigation')}"
-        ax.bar(np.arange(len(load)) + i * width, load, width, label=_label(run, text, runs))
+        ax.bar(np.arange(len(load)) + i * width, load, width, label=_label(run, text, runs), color=colour(text),
+               hatch=HATCHES[n % len(HATCHES)], edgecolor="white")
+    ranks = max(len(moe_rank_load(r)) for _, _, r in shown)
+    ax.set_xticks(np.arange(ranks) + 0.4 - width / 2, [str(k) for k in range(ranks)])  # whole ranks, group centres
     ax.set_xlabel("rank")
     ax.set_ylabel("rows received per step (mean)")
     legend(ax)
-    return fig
+    return Drawn(fig)
 
 
-@plot("moe_a2a", "moe_step_vs_skew", "MoE step time vs hot-expert skew per mitigation")
-def plot_moe_skew(runs):
-    if not any(_hot_factor(r) is not None for run in runs for r in _ok(run.of("moe_a2a"))):
+def _mean_interval_us(record: Record) -> tuple[float, float]:
+    """The mean step (the table's step_us) and the half-width of its 95 % interval, 1.96 standard
+    errors of the steps; 0 for an imported mean, which has no spread to show."""
+    if is_mean_only(record) or len(record.samples_ns or ()) < 2:
+        return record.summary.mean_ns / 1e3, 0.0
+    steps = np.asarray(record.samples_ns, dtype=np.float64) / 1e3
+    return float(steps.mean()), float(1.96 * steps.std(ddof=1) / math.sqrt(steps.size))
+
+
+@plot("moe_a2a", "moe_step_by_mitigation", "MoE mean step time per workload and mitigation")
+def plot_moe_steps(runs):
+    from harness.moe.config import mitigation_label, workload_label
+
+    rows = [(run, r) for run in runs for r in _ok(run.of("moe_a2a")) if r.summary is not None]
+    if not rows:
         return None
-    fig, ax = subplots((7, 4.2))
-    for i, run in enumerate(runs):
-        groups: dict[str, list[Record]] = defaultdict(list)
-        for r in _ok(run.of("moe_a2a")):
-            if _hot_factor(r) is None:
-                continue
-            p = r.params
-            name = str(p.get("mitigation", "none")) + (f"/{p['routing']}" if "routing" in p else "")
-            if p.get("workload") == "uniform":
-                for key in ("none",):  # the uniform step is every mitigation's skew-1 point
-                    groups[key].append(r)
-            else:
-                groups[name].append(r)
-        for name, recs in sorted(groups.items()):
-            recs = sorted(recs, key=_hot_factor)
-            ax.plot([_hot_factor(r) for r in recs], [r.summary.p50_ns / 1e3 for r in recs],
-                    label=_label(run, f"mitigation={name}", runs), **_style(i), markersize=4)
-    ax.set_xscale("log")
-    ax.set_xlabel("hot-expert load factor (1 = uniform)")
-    ax.set_ylabel("step time p50 (us, slowest rank)")
-    ax.grid(True, alpha=0.3)
-    legend(ax)
-    return fig
+    # Grouped by workload (uniform first, then by skew), the runs of one case side by side.
+    order = {run.label: i for i, run in enumerate(runs)}
+    rows.sort(key=lambda rr: (rr[1].params.get("workload") != "uniform", str(rr[1].params.get("workload")),
+                              float(rr[1].params.get("skew", 0)), mitigation_label(rr[1]), order[rr[0].label]))
+    fig, ax = subplots((7, 0.9 + 0.3 * len(rows)))
+    y = np.arange(len(rows))
+    colour = palette()
+    for k, (run, r) in enumerate(rows):
+        mean, half = _mean_interval_us(r)
+        ax.barh(k, mean, xerr=half or None, color=colour(workload_label(r)),
+                hatch=HATCHES[order[run.label] % len(HATCHES)], edgecolor="white", capsize=2)
+    labels = [_label(run, f"{workload_label(r)}  {mitigation_label(r)}", runs) for run, r in rows]
+    ax.set_yticks(y, labels, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("mean step (us, slowest rank; as the table's step column); bars: 95 % interval of the mean")
+    ax.grid(True, axis="x", alpha=0.3)
+    return Drawn(fig, "Labels: workload (hotF: one hot expert with F times the mean load; zipfS: zipf exponent S; "
+                      "unbalancedR: ratio R; ~N: the skew moves every N steps), then mitigation. Colour: workload. "
+                      "Interval: 1.96 standard errors of the steps; none for an imported mean.")
 
 
 # ---------------------------------------------------------------- kv_alloc
@@ -344,6 +460,9 @@ def kv_fragmentation_series(record: Record) -> Optional[tuple[list[float], list[
     return steps, pct
 
 
+KV_PANELS = 3  # a taller figure stops being readable in a report
+
+
 @plot("kv_alloc", "kv_fragmentation", "KV-cache fragmentation over the trace per allocator (modelled replay)")
 def plot_kv_frag(runs):
     groups: dict[tuple, list[tuple]] = defaultdict(list)
@@ -356,19 +475,24 @@ def plot_kv_frag(runs):
             groups[key].append((i, run, r, series))
     if not groups:
         return None
-    keys = sorted(groups)[:3]  # one panel per configuration, at most three
-    fig, axes = subplots((7, 2.6 * len(keys)), len(keys))
+    keys = sorted(groups)[:KV_PANELS]  # one panel per configuration
+    fig, axes = subplots((7, 2.6 * len(keys)), len(keys), sharey=True)
     axes = [axes] if len(keys) == 1 else list(axes[:, 0])
     varying = [k for k in _varying([r for key in keys for _, _, r, _ in groups[key]]) if k != "allocator"]
+    colour = palette()
     for ax, key in zip(axes, keys):
         for i, run, r, (steps, pct) in groups[key]:
-            ax.plot(steps, pct, linestyle=LINESTYLES[i % 4], label=_label(run, str(r.params.get("allocator")), runs))
+            allocator = str(r.params.get("allocator"))
+            ax.plot(steps, pct, linestyle=LINESTYLES[i % 4], color=colour(allocator), label=_label(run, allocator, runs))
         ax.set_title(", ".join(f"{k}={v}" for k, v in key if k in varying) or "", fontsize=8)
         ax.set_ylabel("fragmentation (%)", fontsize=8)
         ax.grid(True, alpha=0.3)
         legend(ax)
     axes[-1].set_xlabel("replay step; fragmentation = (reserved - allocated) / reserved")
-    return fig
+    left_out = len(groups) - len(keys)
+    return Drawn(fig, "Simulated: allocator models replay a request trace (no GPU memory is allocated); panels share "
+                      "the fragmentation axis." + (f" {left_out} more configuration{'s' if left_out != 1 else ''} not "
+                                                   f"shown (the first {KV_PANELS} by parameters are)." if left_out else ""))
 
 
 def family_plots(family: str) -> list[PlotSpec]:

@@ -1,0 +1,138 @@
+"""The report's plots read as they claim: a percentile line stops where its samples stop supporting
+it, the ring/tree crossover carries a bootstrap interval (or says there is none), and values a log
+axis cannot show are counted in the caption instead of drawn as a cliff."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness.cli import main
+from harness.records import Record
+from harness.report import crossover
+from harness.report.build import _crossover_text
+from harness.report.document import Table
+from harness.report.plots import percentile_spectrum, plot_allreduce_busbw, plot_rpc_percentiles, rpc_panels
+from harness.report.run import RunData, load_run
+
+PUBLIC = Path(__file__).parent / "fixtures" / "nccl_tests" / "public"
+
+
+def _record(family: str, params: dict, samples, **extra) -> Record:
+    case = family + "/" + ",".join(f"{k}={v}" for k, v in sorted(params.items()))
+    return Record("r1", case, family, 1, params, "ok", "gloo", 2, "2026-12-01T00:00:00Z", 1.0,
+                  samples_ns=tuple(int(s) for s in samples), extra=extra)
+
+
+def _run(records) -> RunData:
+    return RunData(Path("."), "synthetic", tuple(records))
+
+
+def test_a_percentile_line_stops_at_the_percentile_its_samples_support():
+    samples = np.random.default_rng(1).lognormal(10, 0.3, 150)
+    qs, us = percentile_spectrum(samples)
+    assert 99.0 in qs and qs.max() < 99.9  # 150 samples: p99 yes (100 needed), p99.9 no (1000 needed)
+    assert us[-1] <= samples.max() / 1e3 and np.all(np.diff(us) >= 0)
+    run = _run([_record("rpc", {"transport": "tcp_nodelay", "mode": "pingpong", "codec": "raw",
+                                "payload_bytes": 256}, samples)])
+    drawn = plot_rpc_percentiles([run])
+    (ax,) = drawn.figure.axes
+    line = ax.get_lines()[0]
+    end = line.get_xdata()[-1]  # the axis is 1/(1-p): p99 is 100, p99.9 is 1000
+    assert 100 <= end < 1000
+    assert "p99 needs 100 samples, p99.9 1000" in drawn.caption
+
+
+def test_transports_are_grouped_into_panels_of_few_lines():
+    transports = ["grpc_unary", "http_keepalive", "shm", "tcp_nagle", "tcp_nodelay", "tcp_nodelay_split",
+                  "tcp_nagle_cork", "tcp_nagle_split", "tcp_nodelay_newconn", "uds", "zmq_reqrep_tcp", "quic"]
+    panels = rpc_panels(transports)
+    assert [t for _, members in panels for t in members] and all(len(m) <= 5 for _, m in panels)
+    titles = [title for title, _ in panels]
+    assert titles[0].startswith("kernel sockets") and titles[-1] == "quic transports"
+    assert sorted(t for _, m in panels for t in m) == sorted(transports)
+    assert all(len(m) <= 3 for _, m in rpc_panels(transports, runs=2))  # two runs: two lines per transport
+
+
+SIZES = [1 << k for k in range(4, 20, 2)]  # 16 B .. 256 KiB
+
+
+def _latency_ns(size: int, coeff_us: float, power: float, rng, n: int = 200) -> np.ndarray:
+    """Samples around coeff * size^power us with 5 % noise: a power law is a line on log-log axes,
+    where the crossover is interpolated, so the true crossover is known exactly."""
+    return coeff_us * size ** power * 1e3 * rng.lognormal(0, 0.05, n)
+
+
+def test_bootstrap_finds_a_clear_crossover_inside_its_band():
+    rng = np.random.default_rng(7)
+    # tree faster for small messages, ring for large: 2 s^0.3 = 0.1 s^0.6 at s = 20^(1/0.3) B (~21 KiB).
+    ring = [_latency_ns(s, 2.0, 0.3, rng) for s in SIZES]
+    tree = [_latency_ns(s, 0.1, 0.6, rng) for s in SIZES]
+    true_bytes = 20 ** (1 / 0.3)
+    c = crossover.bootstrap(("float32", 2, "gloo"), SIZES, ring, tree)
+    assert c.significant and c.present_share >= crossover.LEVEL
+    assert c.low_bytes <= true_bytes <= c.high_bytes
+    assert c.high_bytes / c.low_bytes < 1.5  # narrow: 5 % noise, 200 samples a size
+    again = crossover.bootstrap(("float32", 2, "gloo"), SIZES, ring, tree)
+    assert again == c  # a fixed seed: the report is the same every time it is built
+
+
+def test_identical_distributions_give_no_significant_crossover():
+    rng = np.random.default_rng(3)
+    ring = [_latency_ns(s, 2.0, 0.3, rng) for s in SIZES]
+    tree = [_latency_ns(s, 2.0, 0.3, rng) for s in SIZES]
+    c = crossover.bootstrap(("float32", 2, "gloo"), SIZES, ring, tree)
+    assert not c.significant and c.median_bytes is None and c.present_share < crossover.LEVEL
+    # The point estimate alone would have reported crossovers: the noise crosses zero.
+    assert c.point_bytes
+
+
+def _allreduce(algo: str, size: int, samples, **extra) -> Record:
+    return _record("allreduce", {"algo": algo, "size_bytes": size, "dtype": "float32"}, samples, **extra)
+
+
+def test_the_table_says_no_significant_crossover_and_no_band_for_means():
+    rng = np.random.default_rng(3)
+    same = [_allreduce(a, s, _latency_ns(s, 2.0, 0.3, rng)) for s in SIZES for a in ("ring", "tree")]
+    imported = {"imported": {"samples": "mean_only", "iters": 20}}
+    means = [_allreduce("ring", 1024, [30_000], **imported), _allreduce("tree", 1024, [10_000], **imported),
+             _allreduce("ring", 65536, [40_000], **imported), _allreduce("tree", 65536, [90_000], **imported)]
+    cells = {}
+    for name, records in (("same", same), ("means", means)):
+        table = next(b for b in _crossover_text([RunData(Path("."), name, tuple(records))]) if isinstance(b, Table))
+        cells[name] = table.rows[0][-1]
+    assert cells["same"].startswith("no significant crossover")
+    assert cells["means"].startswith("means only (imported): ~") and "no interval" in cells["means"]
+
+
+def test_rounded_zeros_are_left_out_and_counted(tmp_path):
+    # A real log: nccl-tests prints busbw 0.00 for its six smallest sizes.
+    run_dir = tmp_path / "gcp"
+    assert main(["import-nccl-tests", str(PUBLIC / "gcp_a3mega_allreduce_16rank_2node.txt"), "--out", str(run_dir)]) == 0
+    run = load_run(run_dir)
+    zeros = sum(r.metrics["busbw_gbps"] <= 0 for r in run.of("allreduce"))
+    assert zeros == 6
+    drawn = plot_allreduce_busbw([run])
+    (ax,) = drawn.figure.axes
+    ys = np.concatenate([line.get_ydata() for line in ax.get_lines()])
+    assert len(ys) == len(run.of("allreduce")) - zeros and ys.min() > 0
+    assert drawn.caption.startswith("6 points with busbw of 0 or less")
+
+
+@pytest.mark.parametrize("family_plot", ["moe_rank_load", "moe_step_by_mitigation"])
+def test_moe_plots_draw_whole_ranks_and_the_tables_mean(family_plot):
+    from harness.report.plots import family_plots
+
+    loads = [{"recv_rows_mean": v} for v in (1000.0, 300.0, 350.0, 350.0)]
+    steps = np.random.default_rng(5).normal(20_000_000, 1_000_000, 50)
+    base = {"workload": "hot", "skew": 17.0, "mitigation": "none", "seed": 0}
+    records = [_record("moe_a2a", base, steps, rank_reports=loads),
+               _record("moe_a2a", {**base, "workload": "uniform", "skew": 0.0}, steps * 0.7, rank_reports=loads)]
+    spec = next(s for s in family_plots("moe_a2a") if s.name == family_plot)
+    ax = spec.draw([_run(records)]).figure.axes[0]
+    if family_plot == "moe_rank_load":
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["0", "1", "2", "3"]
+    else:
+        widths = sorted(p.get_width() for p in ax.patches)
+        assert widths == pytest.approx(sorted([steps.mean() / 1e3, 0.7 * steps.mean() / 1e3]))
