@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
+from harness.report.plots import family_plots
+from harness.report.run import load_run
 
 RUN = Path(__file__).parent / "fixtures" / "run_mixed"
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
@@ -65,7 +67,11 @@ def test_report_renders_with_plots_and_no_console_errors(tmp_path):
     assert main(["report", str(RUN), "--out", str(out)]) == 0
     dom, probe = render(out / "report.html", tmp_path)
     assert "<h1>critpath report: fixture-mixed</h1>" in dom
-    assert probe == "images=7 broken=0"
+    # Every plot of every family in the run is on the page, by name, and each decoded.
+    expected = {spec.name for family in load_run(RUN).families() for spec in family_plots(family)}
+    shown = set(re.findall(r'<figure data-plot="([^"]+)"', dom))
+    assert shown == expected and len(expected) >= 7
+    assert probe == f"images={len(expected)} broken=0"
 
 
 def test_the_probe_can_fail(tmp_path):
@@ -77,3 +83,13 @@ def test_the_probe_can_fail(tmp_path):
     proc = _chromium(page.as_uri(), tmp_path / "profile")
     assert 'data-probe="images=1 broken=1"' in proc.stdout
     assert any("undefinedFunction" in line for line in _console_lines(proc.stderr)), proc.stderr[-2000:]
+
+
+def test_a_comparison_renders_with_every_plot(tmp_path):
+    out = tmp_path / "compare"
+    assert main(["report", str(RUN), str(RUN), "--label", "a", "--label", "b", "--out", str(out)]) == 0
+    dom, probe = render(out / "report.html", tmp_path)
+    assert "<h1>critpath comparison: a vs b</h1>" in dom
+    expected = {spec.name for family in load_run(RUN).families() for spec in family_plots(family)}
+    assert set(re.findall(r'<figure data-plot="([^"]+)"', dom)) == expected
+    assert probe == f"images={len(expected)} broken=0"
