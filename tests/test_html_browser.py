@@ -77,3 +77,26 @@ def test_the_probe_can_fail(tmp_path):
     proc = _chromium(page.as_uri(), tmp_path / "profile")
     assert 'data-probe="images=1 broken=1"' in proc.stdout
     assert any("undefinedFunction" in line for line in _console_lines(proc.stderr)), proc.stderr[-2000:]
+
+
+FONT_PROBE = """<script>
+window.addEventListener("load", async () => {
+  await document.fonts.ready;
+  const faces = [...document.fonts].map(f => `${f.family.replace(/["']/g, "")}:${f.status}`);
+  document.body.setAttribute("data-probe", faces.join(";"));
+  console.log("critpath-probe-done");
+});
+</script>"""
+
+
+def test_the_embedded_cjk_font_loads_in_the_browser(tmp_path):
+    """The original titles' font decodes in Chromium (a WOFF it refuses would leave them as boxes)."""
+    from harness.baselines import load_dir
+    from harness.report.build import _sources
+    from harness.report.document import to_html
+
+    page = tmp_path / "sources.html"
+    page.write_text(to_html(_sources(load_dir()), "sources").replace("</body>", FONT_PROBE + "</body>"))
+    proc = _chromium(page.as_uri(), tmp_path / "profile")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert 'data-probe="critpath CJK subset:loaded"' in proc.stdout, proc.stdout[-500:]
