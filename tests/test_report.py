@@ -146,8 +146,19 @@ def test_the_run_times_are_shown_in_utc_as_stored():
     from harness.report.build import _finished, utc_text
 
     assert utc_text("2026-12-01T20:05:53+02:00") == "2026-12-01 18:05:53 UTC"
-    assert utc_text("2026-12-01T18:05:53") == "2026-12-01T18:05:53 (as the source writes it)"  # no zone: not guessed
-    assert utc_text("unknown") == "unknown (as the source writes it)" and utc_text(None) is None
+    assert utc_text("2026-12-01T18:05:53") == "2026-12-01T18:05:53 (no time zone given: not read as UTC)"
+    assert utc_text("unknown") == "unknown" and utc_text(None) is None  # an import whose log gives no time
     meta = {"state": "finished", "started_at": "2026-12-01T18:05:53+00:00", "finished_at": "2026-12-01T18:07:33+00:00"}
     assert _finished(meta) == "2026-12-01 18:07:33 UTC (1 min 40 s after the start)"
     assert _finished({"state": "running", "started_at": meta["started_at"], "finished_at": None}) == "- (run.json says running)"
+
+
+def test_a_case_id_in_a_cell_may_wrap_at_its_commas():
+    # Unbroken, a case ID in the notes set the column's width and pushed the claims table's
+    # source column off the page.
+    from harness.report.document import Table, to_html
+
+    case = "pipeline/act_bytes=65536,backend=gloo,compute=spin"
+    page = to_html([Table(["notes"], [[f"1 flagged record: {case}"], ["a, b"]])], "t")
+    assert "pipeline/act_bytes=65536,<wbr>backend=gloo,<wbr>compute=spin" in page
+    assert "<td>a, b</td>" in page  # ordinary text is left alone

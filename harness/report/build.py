@@ -60,11 +60,16 @@ MACHINE_ROWS = (
 
 
 def utc_text(stamp: object) -> Optional[str]:
-    """A run.json time in UTC ("2026-12-01 18:05:53 UTC"); one that is not ISO 8601 with a zone
-    (an imported log's own wording) is shown as written, never read as local time."""
-    when = _instant(stamp)
-    if when is None:
-        return None if stamp in (None, "") else f"{stamp} (as the source writes it)"
+    """A run.json time in UTC ("2026-12-01 18:05:53 UTC"). One that is not an ISO 8601 time (an
+    import's "unknown") is shown as written; one without a zone is not taken for UTC or local time."""
+    if stamp in (None, ""):
+        return None
+    try:
+        when = datetime.fromisoformat(str(stamp))
+    except ValueError:
+        return str(stamp)
+    if when.tzinfo is None:
+        return f"{stamp} (no time zone given: not read as UTC)"
     return when.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 

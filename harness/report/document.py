@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import html
+import re
 from dataclasses import dataclass, field
 from typing import Sequence, Union
 
@@ -71,11 +72,16 @@ figcaption{font-size:0.9em;color:#555}
 """.replace("FONT_STACK", fonts.FONT_STACK)
 
 
+# A case ID in a note ("pipeline/act_bytes=65536,backend=gloo,...") has no space to wrap at, and
+# its width set the column's: the claims table ran past the page and hid its source column.
+_LONG_TOKEN = re.compile(r"\S{25,}")
+
+
 def _html_cell(text: str) -> str:
     escaped = html.escape(str(text))
     if text in ("confirmed", "contradicted"):
         return f'<span class="{text}">{escaped}</span>'
-    return escaped
+    return _LONG_TOKEN.sub(lambda m: m.group(0).replace(",", ",<wbr>"), escaped)
 
 
 def _text(blocks: Sequence[Block]) -> str:
