@@ -73,6 +73,20 @@ class Measure:
 
 
 @dataclass(frozen=True)
+class Article:
+    """The source article a file's claims come from: a third-party article, cited by its title in
+    the original and in English, with what it measured on what hardware, as it says."""
+
+    file: str
+    short: str  # the name the claims table cites it by
+    title: str  # in the original language, as written
+    title_en: str
+    measured_on: str
+    attribution: str
+    title_note: str = ""  # where the title comes from when the original has none
+
+
+@dataclass(frozen=True)
 class Claim:
     id: str
     figure: str
@@ -80,9 +94,11 @@ class Claim:
     unit: str
     direction: str  # lower | higher | none
     hardware: str
-    section: str
+    section: str  # the article's heading, in its original language
     article_file: str
     measure: Measure
+    section_en: str = ""  # the heading in English: what a report shows, readable with any font
+    article: Optional[Article] = None
     value: Optional[float] = None
     relation: str = "="
     before: Optional[float] = None
@@ -163,10 +179,27 @@ def load_checked(path: Path, validator, error: type, what: str,
     return data, root
 
 
+def _explain(error) -> Optional[str]:
+    """A CJK character in a field that must be English says so, not the character-class regex."""
+    if error.validator == "pattern" and "\\u2e80" in str(error.validator_value):
+        return f"{error.instance!r} must be English (no CJK characters): it is what renders with any font"
+    return None
+
+
+def articles(claims: Sequence[Claim]) -> list[Article]:
+    """The articles these claims cite, each once, in the claims' order."""
+    seen: dict[str, Article] = {}
+    for claim in claims:
+        if claim.article is not None:
+            seen.setdefault(claim.article.file, claim.article)
+    return list(seen.values())
+
+
 def load_file(path: Path) -> list[Claim]:
     path = Path(path)
     data, root = load_checked(path, _VALIDATOR, BaselineError,
-                              "a baselines file must be a mapping with schema, article and claims")
+                              "a baselines file must be a mapping with schema, article and claims", _explain)
+    article = Article(**data["article"])
     claims = []
     for index, raw in enumerate(data["claims"]):
         line = _node_at(root, ["claims", index]).start_mark.line + 1
@@ -175,7 +208,7 @@ def load_file(path: Path) -> list[Claim]:
             Claim(
                 id=raw["id"], figure=raw["figure"], metric=raw["metric"], unit=raw["unit"],
                 direction=raw["direction"], hardware=raw["hardware"], section=raw["section"],
-                article_file=data["article"]["file"],
+                section_en=raw["section_en"], article_file=article.file, article=article,
                 measure=Measure(
                     status=m["status"], family=m.get("family"), case=m.get("case"),
                     select=m.get("select", {}), before=m.get("before"), after=m.get("after"),
@@ -258,10 +291,14 @@ def cmd_baselines(args) -> int:
     except BaselineError as exc:
         print(f"critpath baselines: error: {exc}", file=sys.stderr)
         return 2
+    article = None
     for claim in claims:
+        if claim.article is not article:
+            article = claim.article
+            print(f"{article.short}: {article.title_en} ({article.file}; {article.attribution})")
         m = claim.measure
         how = m.reason if m.status == "not_measurable" else f"{m.family} {m.compare} on {m.statistic}"
-        print(f"{claim.id:22} {m.status:15} {claim.article_figure:28} {how}")
+        print(f"  {claim.id:22} {m.status:15} {claim.article_figure:28} {how} [{claim.section_en}]")
     counts = Counter(c.measure.status for c in claims)
     print(f"{len(claims)} claims: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
     problems = mapping_problems(claims)

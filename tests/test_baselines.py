@@ -61,10 +61,15 @@ GOOD = FIXTURES.joinpath("baselines_bad_mapping.yaml")
 @pytest.mark.parametrize(
     "old,new,line,field",
     [
-        ("direction: lower", "direction: sideways", 11, "claims.0.direction"),
-        ("    unit: us\n", "", 6, "claims.0.unit"),
-        ("status: available", "status: maybe", 15, "claims.0.measure.status"),
+        ("direction: lower", "direction: sideways", 15, "claims.0.direction"),
+        ("    unit: us\n", "", 10, "claims.0.unit"),
+        ("status: available", "status: maybe", 20, "claims.0.measure.status"),
         ("file: 000_c5026049f14ef9b1.txt", "file: ../seeds/x.txt", 4, "article.file"),
+        ("  title_en: a fixture\n", "", 2, "article.title_en"),
+        ("  measured_on: nothing, a fixture\n", "", 2, "article.measured_on"),
+        ("  attribution: a fixture of the test suite\n", "", 2, "article.attribution"),
+        ('    section_en: "1.1"\n', "", 10, "claims.0.section_en"),
+        ("  short: fixture\n", "  short: fixture\n  topic: a key the schema does not know\n", 2, "article"),
     ],
 )
 def test_malformed_file_names_file_line_and_field(tmp_path, old, new, line, field):
@@ -77,6 +82,29 @@ def test_malformed_file_names_file_line_and_field(tmp_path, old, new, line, fiel
     message = str(info.value)
     assert f"{path}:{line}:" in message, message
     assert f"field {field}" in message, message
+
+
+def test_an_english_field_refuses_cjk_and_says_why(tmp_path):
+    # The English fields are what a report shows where no CJK font is installed: a heading pasted
+    # untranslated would render as boxes there.
+    path = tmp_path / "x.yaml"
+    path.write_text(GOOD.read_text().replace('section_en: "1.2"', 'section_en: "1.2 只看流量会误判"', 1))
+    with pytest.raises(BaselineError) as info:
+        load_file(path)
+    message = str(info.value)
+    assert f"{path}:33: field claims.1.section_en:" in message, message
+    assert "must be English (no CJK characters)" in message, message
+
+
+def test_claims_carry_their_article_in_english():
+    claims = load_dir()
+    found = baselines.articles(claims)
+    assert [a.file[:3] for a in found] == ["000", "001", "002", "003"]
+    for claim in claims:
+        assert claim.article is not None and claim.article.file == claim.article_file, claim.id
+        assert claim.section_en.strip() and claim.section_en != claim.section, claim.id
+    for article in found:
+        assert article.title_en and article.measured_on and article.attribution.startswith("third-party"), article
 
 
 def test_invalid_yaml_names_the_line(tmp_path):
@@ -99,6 +127,8 @@ def test_cli_lists_and_validates(tmp_path, capsys):
     assert main(["baselines"]) == 0
     out = capsys.readouterr().out
     assert "69 claims:" in out and "A2.rpc_p999" in out
+    assert "P999 governance: P999 latency governance in practice" in out  # each article, in English
+    assert "[6. Measured overall gains of the whole-stack tuning]" in out  # each claim's section, in English
     (tmp_path / "bad.yaml").write_text("schema: critpath.baselines/1\narticle: {file: x, title: t}\nclaims: []\n")
     assert main(["baselines", "--dir", str(tmp_path)]) == 2
     assert "bad.yaml:3: field claims: [] should be non-empty" in capsys.readouterr().err

@@ -93,3 +93,26 @@ def test_a_comparison_renders_with_every_plot(tmp_path):
     expected = {spec.name for family in load_run(RUN).families() for spec in family_plots(family)}
     assert set(re.findall(r'<figure data-plot="([^"]+)"', dom)) == expected
     assert probe == f"images={len(expected)} broken=0"
+
+
+FONT_PROBE = """<script>
+window.addEventListener("load", async () => {
+  await document.fonts.ready;
+  const faces = [...document.fonts].map(f => `${f.family.replace(/["']/g, "")}:${f.status}`);
+  document.body.setAttribute("data-probe", faces.join(";"));
+  console.log("critpath-probe-done");
+});
+</script>"""
+
+
+def test_the_embedded_cjk_font_loads_in_the_browser(tmp_path):
+    """The original titles' font decodes in Chromium (a WOFF it refuses would leave them as boxes)."""
+    from harness.baselines import load_dir
+    from harness.report.build import _sources
+    from harness.report.document import to_html
+
+    page = tmp_path / "sources.html"
+    page.write_text(to_html(_sources(load_dir()), "sources").replace("</body>", FONT_PROBE + "</body>"))
+    proc = _chromium(page.as_uri(), tmp_path / "profile")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert 'data-probe="critpath CJK subset:loaded"' in proc.stdout, proc.stdout[-500:]

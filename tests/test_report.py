@@ -118,3 +118,47 @@ def test_cli_comparison_with_labels(tmp_path, capsys):
     assert text.count("![AllReduce latency vs message size]") == 1
     assert main(["report", str(RUN), str(RUN), "--label", "only-one", "--out", str(out)]) == 2
     assert "--label given 1 times for 2 runs" in capsys.readouterr().err
+
+
+def test_the_html_draws_every_cjk_character_it_shows(report):
+    from harness.report import fonts
+    from harness.report.document import to_html
+
+    page = to_html(report.blocks, report.title)
+    assert any(fonts.needs_cjk_font(c) for c in page)  # the Sources section shows the original titles
+    assert fonts.undrawable(page) == set()
+
+
+def test_sources_and_claims_cite_in_english(report):
+    text = to_markdown(report.blocks)
+    sources = text.split("## Sources", 1)[1].split("## Claims check", 1)[0]
+    for title in ("Why do messages of a few hundred bytes slow down LLM inference?",
+                  "几百字节消息为何拖慢大模型推理？微通信延迟的排查与优化", "128 servers of 8 H800 GPUs",
+                  "third-party article in Chinese"):
+        assert title in sources, title
+    row = next(line for line in text.splitlines() if line.startswith("| A1.allreduce_share |"))
+    assert row.endswith("| 32B inference: Step two: hard-won lessons of communication optimisation |"), row
+    claims = text.split("## Claims check", 1)[1]
+    assert not any("\u2e80" <= c <= "\u9fff" for c in claims)  # the table cites no heading in Chinese
+
+
+def test_the_run_times_are_shown_in_utc_as_stored():
+    from harness.report.build import _finished, utc_text
+
+    assert utc_text("2026-12-01T20:05:53+02:00") == "2026-12-01 18:05:53 UTC"
+    assert utc_text("2026-12-01T18:05:53") == "2026-12-01T18:05:53 (no time zone given: not read as UTC)"
+    assert utc_text("unknown") == "unknown" and utc_text(None) is None  # an import whose log gives no time
+    meta = {"state": "finished", "started_at": "2026-12-01T18:05:53+00:00", "finished_at": "2026-12-01T18:07:33+00:00"}
+    assert _finished(meta) == "2026-12-01 18:07:33 UTC (1 min 40 s after the start)"
+    assert _finished({"state": "running", "started_at": meta["started_at"], "finished_at": None}) == "- (run.json says running)"
+
+
+def test_a_case_id_in_a_cell_may_wrap_at_its_commas():
+    # Unbroken, a case ID in the notes set the column's width and pushed the claims table's
+    # source column off the page.
+    from harness.report.document import Table, to_html
+
+    case = "pipeline/act_bytes=65536,backend=gloo,compute=spin"
+    page = to_html([Table(["notes"], [[f"1 flagged record: {case}"], ["a, b"]])], "t")
+    assert "pipeline/act_bytes=65536,<wbr>backend=gloo,<wbr>compute=spin" in page
+    assert "<td>a, b</td>" in page  # ordinary text is left alone

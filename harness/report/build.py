@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Mapping, Optional, Sequence
 
 from harness import registry
-from harness.baselines import Claim
+from harness.baselines import Claim, articles
 from harness.family import Family
 from harness.claims import ClaimResult, check_claims, counts_text
 from harness.figures import N_TOO_SMALL, is_mean_only, supports
@@ -50,6 +51,7 @@ MACHINE_ROWS = (
     ("usable cores", lambda fp: fp.get("cpu_usable")),
     ("kernel", lambda fp: fp.get("kernel")),
     ("Python / torch", lambda fp: f"{fp.get('python')} / {fp.get('torch')}" if fp.get("python") else None),
+    ("critpath", lambda fp: fp.get("critpath")),
     ("backend, world, launch", lambda fp: f"{fp.get('backend')}, {fp.get('world')}, {fp.get('launch')}" if fp.get("backend") else None),
     ("NCCL", lambda fp: fp.get("nccl_version")),
     ("GPUs", lambda fp: _gpus(fp) if fp.get("gpus") else None),
@@ -58,16 +60,58 @@ MACHINE_ROWS = (
 )
 
 
+def utc_text(stamp: object) -> Optional[str]:
+    """A run.json time in UTC ("2026-12-01 18:05:53 UTC"). One that is not an ISO 8601 time (an
+    import's "unknown") is shown as written; one without a zone is not taken for UTC or local time."""
+    if stamp in (None, ""):
+        return None
+    try:
+        when = datetime.fromisoformat(str(stamp))
+    except ValueError:
+        return str(stamp)
+    if when.tzinfo is None:
+        return f"{stamp} (no time zone given: not read as UTC)"
+    return when.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _instant(stamp: object) -> Optional[datetime]:
+    try:
+        when = datetime.fromisoformat(str(stamp))
+    except ValueError:
+        return None
+    return when if when.tzinfo is not None else None
+
+
+def _finished(meta: dict) -> Optional[str]:
+    end = utc_text(meta.get("finished_at"))
+    start, stop = _instant(meta.get("started_at")), _instant(meta.get("finished_at"))
+    if end is None:
+        return f"- (run.json says {meta['state']})" if meta.get("state") not in (None, "finished", "imported") else None
+    if start is None or stop is None:
+        return end
+    seconds = round((stop - start).total_seconds())
+    return f"{end} ({seconds // 60} min {seconds % 60} s after the start)"
+
+
+# What run.json says of the run itself: when it ran (as stored; the report reads no clock) and how.
+RUN_ROWS = (
+    ("run started", lambda meta: utc_text(meta.get("started_at"))),
+    ("run finished", _finished),
+    ("profile", lambda meta: (meta.get("options") or {}).get("profile")),
+)
+
+
 def _machine(runs: Sequence[RunData]) -> list[Block]:
     rows = []
-    for name, get in MACHINE_ROWS:
-        values = [get(r.fingerprint) for r in runs]
+    getters = [(name, get, "fingerprint") for name, get in MACHINE_ROWS] + [(name, get, "meta") for name, get in RUN_ROWS]
+    for name, get, source in getters:
+        values = [get(getattr(r, source)) for r in runs]
         if all(v is None for v in values):
             continue
         rows.append([name, *("-" if v is None else str(v) for v in values)])
     if not rows:
-        return [Heading(2, "Machine"), Para("No fingerprint.json in the run directory.")]
-    return [Heading(2, "Machine"), Table(["", *(r.label for r in runs)], rows)]
+        return [Heading(2, "Machine and run"), Para("No fingerprint.json or run.json in the run directory.")]
+    return [Heading(2, "Machine and run"), Table(["", *(r.label for r in runs)], rows)]
 
 
 def _cases(runs: Sequence[RunData]) -> list[Block]:
@@ -241,10 +285,43 @@ def _claims(runs: Sequence[RunData], claims: Sequence[Claim], report: Report) ->
             row += [res.measured_text, _fmt(res.ratio, "{:.3g}"), res.verdict]
             if res.notes and res.notes not in notes:
                 notes.append(res.notes)
-        row += [" / ".join(notes), f"{claim.article_file}, {claim.section}"]
+        row += [" / ".join(notes), _cited(claim)]
         rows.append(row)
     blocks.append(Table(headers, rows))
     return blocks
+
+
+def _cited(claim: Claim) -> str:
+    """Where a claim comes from, in English: the article's short name and the section's heading
+    (the original headings are in the baselines files; the Sources section gives each title)."""
+    if claim.article is None:
+        return f"{claim.article_file}, {claim.section_en or claim.section}"
+    return f"{claim.article.short}: {claim.section_en}"
+
+
+def _sources(claims: Sequence[Claim]) -> list[Block]:
+    found = articles(claims)
+    if not found:
+        return []
+    rows = [[a.short, a.title_en, a.title + (f" ({a.title_note})" if a.title_note else ""), a.file, a.measured_on,
+             a.attribution] for a in found]
+    return [Heading(2, "Sources"),
+            Para("The claims below are figures from third-party articles, not from critpath's authors: each is "
+                 "someone else's reference point, measured on their hardware, and is quoted with its section so a "
+                 "reader can find it. Titles are given in the original (Chinese) and in English; the English "
+                 "renderings are critpath's. The article texts are not part of this report."),
+            Table(["article", "title", "original title", "file", "what it measured, on what", "attribution"], rows),
+            Para("Sections cited: the heading in English as the claims table gives it, and as the article writes "
+                 "it (to find it in the original)."),
+            Table(["article", "section", "original heading", "claims"], _sections(claims))]
+
+
+def _sections(claims: Sequence[Claim]) -> list[list[str]]:
+    cited: dict[tuple[str, str, str], list[str]] = {}
+    for claim in claims:
+        if claim.article is not None:
+            cited.setdefault((claim.article.short, claim.section_en, claim.section), []).append(claim.id)
+    return [[short, english, original, ", ".join(ids)] for (short, english, original), ids in cited.items()]
 
 
 def build(runs: Sequence[RunData], claims: Sequence[Claim], extra: Sequence[Block] = (),
@@ -270,5 +347,6 @@ def build(runs: Sequence[RunData], claims: Sequence[Claim], extra: Sequence[Bloc
     report.blocks += _cases(runs)
     report.blocks += _families(runs, families)
     report.blocks += list(extra)
+    report.blocks += _sources(claims)
     report.blocks += _claims(runs, claims, report)
     return report

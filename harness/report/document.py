@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import base64
 import html
+import re
 from dataclasses import dataclass, field
 from typing import Sequence, Union
+
+from harness.report import fonts
 
 
 @dataclass(frozen=True)
@@ -60,21 +63,39 @@ def to_markdown(blocks: Sequence[Block], plots_dir: str = "plots") -> str:
 
 
 _CSS = """
-body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
+body{font-family:FONT_STACK;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;font-size:0.9em}
 .table{overflow-x:auto;margin:1em 0}
 th,td{border:1px solid #ccc;padding:0.25em 0.5em;text-align:left;vertical-align:top}
 th{background:#f3f3f3} figure{margin:1em 0} img{max-width:100%}
 figcaption{font-size:0.9em;color:#555}
 .confirmed{color:#17692d}.contradicted{color:#b3261e}
-"""
+""".replace("FONT_STACK", fonts.FONT_STACK)
+
+
+# A case ID in a note ("pipeline/act_bytes=65536,backend=gloo,...") has no space to wrap at, and
+# its width set the column's: the claims table ran past the page and hid its source column.
+_LONG_TOKEN = re.compile(r"\S{25,}")
 
 
 def _html_cell(text: str) -> str:
     escaped = html.escape(str(text))
     if text in ("confirmed", "contradicted"):
         return f'<span class="{text}">{escaped}</span>'
-    return escaped
+    return _LONG_TOKEN.sub(lambda m: m.group(0).replace(",", ",<wbr>"), escaped)
+
+
+def _text(blocks: Sequence[Block]) -> str:
+    """The words of the blocks (not their images)."""
+    parts: list[str] = []
+    for b in blocks:
+        if isinstance(b, (Heading, Para)):
+            parts.append(b.text)
+        elif isinstance(b, Table):
+            parts += [str(h) for h in b.headers] + [str(c) for row in b.rows for c in row]
+        elif isinstance(b, Image):
+            parts += [b.title, b.caption]
+    return "".join(parts)
 
 
 def to_html(blocks: Sequence[Block], title: str) -> str:
@@ -96,10 +117,14 @@ def to_html(blocks: Sequence[Block], title: str) -> str:
                 f'<figure data-plot="{html.escape(b.name)}"><img alt="{html.escape(b.title)}" '
                 f'src="data:image/png;base64,{data}">{caption}</figure>'
             )
-    # No scripts, no external resources: the file opens anywhere and prints no console errors.
+    # No scripts, no external resources: the file opens anywhere and prints no console errors. The
+    # CJK subset travels with the page only when the page has text that needs it.
+    css = _CSS
+    if any(fonts.needs_cjk_font(c) for c in title + _text(blocks) if c > "\u10ff"):
+        css = fonts.font_face_css() + css
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-        f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>\n"
+        f"<title>{html.escape(title)}</title><style>{css}</style></head><body>\n"
         + "\n".join(body)
         + "\n</body></html>\n"
     )
