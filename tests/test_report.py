@@ -162,3 +162,20 @@ def test_a_case_id_in_a_cell_may_wrap_at_its_commas():
     page = to_html([Table(["notes"], [[f"1 flagged record: {case}"], ["a, b"]])], "t")
     assert "pipeline/act_bytes=65536,<wbr>backend=gloo,<wbr>compute=spin" in page
     assert "<td>a, b</td>" in page  # ordinary text is left alone
+
+
+def test_every_claim_is_in_exactly_one_claims_table(report):
+    """Checked claims and not-measurable ones are split, never dropped or doubled."""
+    from harness.report.document import Heading, Table
+
+    blocks = report.blocks
+    tables = {}
+    for i, b in enumerate(blocks):
+        if isinstance(b, Heading) and b.text.startswith(("Claims checked", "Claims not measurable")):
+            tables[b.text] = next(x for x in blocks[i + 1:] if isinstance(x, Table))
+    ids = [row[0] for table in tables.values() for row in table.rows]
+    assert sorted(ids) == sorted(r.claim.id for r in report.claim_results[0])
+    unmeasured = next(t for name, t in tables.items() if name.startswith("Claims not measurable"))
+    verdicts = {r.claim.id: r.verdict for r in report.claim_results[0]}
+    assert all(verdicts[row[0]] == "not measurable here" for row in unmeasured.rows)
+    assert len(unmeasured.rows) < len(ids)

@@ -13,7 +13,7 @@ from typing import Mapping, Optional, Sequence
 from harness import registry
 from harness.baselines import Claim, articles
 from harness.family import Family
-from harness.claims import ClaimResult, check_claims, counts_text
+from harness.claims import NOT_MEASURABLE, ClaimResult, check_claims, counts_text
 from harness.figures import N_TOO_SMALL, is_mean_only, supports
 from harness.records import Record
 from harness.store import incompleteness
@@ -271,24 +271,40 @@ def _claims(runs: Sequence[RunData], claims: Sequence[Claim], report: Report) ->
         "magnitude does not; both figures are shown. Simulated or modelled: the figure comes from a "
         "simulation or a model, never a confirmation; the notes give its parameters. Withheld: every record "
         "it would use is flagged (oversubscribed, stretched compute); the notes give the flags."))
+    # The claims a run could check come first, with their figures; the ones no run could measure
+    # (most of them, on one machine without a GPU) follow in a short table of reasons, so the
+    # verdicts are not lost among 50 rows of dashes.
+    checked = [i for i in range(len(claims)) if any(r[i].verdict != NOT_MEASURABLE for r in per_run)]
+    unmeasured = [i for i in range(len(claims)) if i not in set(checked)]
     headers = ["claim", "article figure"]
     for run in runs:
         prefix = f"{run.label}: " if len(runs) > 1 else ""
         headers += [f"{prefix}measured", f"{prefix}ratio", f"{prefix}verdict"]
     headers += ["notes", "source"]
     rows = []
-    for i, claim in enumerate(claims):
+    for i in checked:
+        claim = claims[i]
         row = [claim.id, claim.article_figure]
-        notes: list[str] = []
         for results in per_run:
             res = results[i]
             row += [res.measured_text, _fmt(res.ratio, "{:.3g}"), res.verdict]
-            if res.notes and res.notes not in notes:
-                notes.append(res.notes)
-        row += [" / ".join(notes), _cited(claim)]
-        rows.append(row)
-    blocks.append(Table(headers, rows))
+        rows.append(row + [_notes(per_run, i), _cited(claims[i])])
+    blocks += [Heading(3, f"Claims checked ({len(checked)})"), Table(headers, rows) if rows else
+               Para("No claim could be checked against these records.")]
+    if unmeasured:
+        blocks += [Heading(3, f"Claims not measurable here ({len(unmeasured)})"),
+                   Table(["claim", "article figure", "why not", "source"],
+                         [[claims[i].id, claims[i].article_figure, _notes(per_run, i), _cited(claims[i])]
+                          for i in unmeasured])]
     return blocks
+
+
+def _notes(per_run: Sequence[Sequence[ClaimResult]], i: int) -> str:
+    notes: list[str] = []
+    for results in per_run:
+        if results[i].notes and results[i].notes not in notes:
+            notes.append(results[i].notes)
+    return " / ".join(notes)
 
 
 def _cited(claim: Claim) -> str:
