@@ -43,6 +43,19 @@ def _version(dist: str) -> Optional[str]:
         return None
 
 
+def library_versions() -> dict:
+    """Installed version of each library critpath runs on, from its own declared requirements
+    (pyproject.toml, through the installed metadata), so the list is never kept by hand. Test and
+    optional extras are left out: they do not run in a measurement."""
+    try:
+        requires = importlib.metadata.requires("critpath") or []
+    except importlib.metadata.PackageNotFoundError:  # a source tree that was never installed
+        return {}
+    # A requirement starts with its distribution name (PEP 508): "numpy>=1.24", "pyzmq>=25.0".
+    names = sorted({re.match(r"[A-Za-z0-9._-]+", text).group(0) for text in requires if "extra ==" not in text})
+    return {name: _version(name) for name in names if name != "torch"}  # torch has its own field
+
+
 def git_commit(root: Path = PROJECT_ROOT) -> dict:
     try:
         commit = subprocess.run(
@@ -225,6 +238,7 @@ def collect(backend: str, world: int, launch: str, layout: Optional[dict] = None
         "python": sys.version.split()[0],
         "torch": _version("torch"),
         "critpath": _version("critpath"),
+        "libraries": library_versions(),
         "backend": backend,
         "world": world,
         "launch": launch,

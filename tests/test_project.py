@@ -89,3 +89,17 @@ def test_domain_packages_never_import_from_families():
                      path.read_text(), re.MULTILINE):
             offenders.append(str(rel))
     assert offenders == []
+
+
+def test_the_fingerprint_names_every_runtime_library_with_its_installed_version():
+    """The report's "libraries" row comes from pyproject's own dependency list, not a copy."""
+    import importlib.metadata
+    import tomllib
+
+    from harness.fingerprint import library_versions
+
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    names = {re.match(r"[A-Za-z0-9._-]+", d).group(0) for d in deps} - {"torch"}
+    found = library_versions()
+    assert set(found) == names
+    assert found["numpy"] == importlib.metadata.version("numpy") and "pytest" not in found

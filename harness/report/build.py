@@ -52,6 +52,8 @@ MACHINE_ROWS = (
     ("kernel", lambda fp: fp.get("kernel")),
     ("Python / torch", lambda fp: f"{fp.get('python')} / {fp.get('torch')}" if fp.get("python") else None),
     ("critpath", lambda fp: fp.get("critpath")),
+    ("libraries", lambda fp: ", ".join(f"{k} {v}" for k, v in sorted(fp["libraries"].items()) if v)
+     if fp.get("libraries") else None),
     ("backend, world, launch", lambda fp: f"{fp.get('backend')}, {fp.get('world')}, {fp.get('launch')}" if fp.get("backend") else None),
     ("NCCL", lambda fp: fp.get("nccl_version")),
     ("GPUs", lambda fp: _gpus(fp) if fp.get("gpus") else None),
