@@ -5,7 +5,11 @@ summary of its raw samples in microseconds, each declared figure under its own n
 name: ``busbw_gbps``), and the run it came from (run id, directory, commit, host, whether the run is
 incomplete). What each figure means is in ``frame.attrs["figures"]`` (unit, better, source,
 definition, from the families' declarations); the row's ``figures_not_measured`` names its modelled
-or simulated figures, so a CSV that loses ``attrs`` still says so.
+or simulated figures, so a CSV that loses ``attrs`` still says so. ``check_wrong`` / ``check_checked``
+hold the correctness count. A frame that holds an nccl-tests import also has nccl-tests' own columns
+(``nccltests.count``, ``.type``, ``.redop``, ``.root``, and per side ``nccltests.in_place.time_us``,
+``.time_printed``, ``.algbw_gbps``, ``.busbw_gbps``, ``.wrong``, ``.max_error``; NA in other rows).
+The report's tables and ``critpath show`` are built from this frame (harness.frametables).
 
 pandas is imported inside the functions: ``import harness`` and the commands that measure nothing
 stay light (tests/test_project.py).
@@ -29,10 +33,10 @@ NOTE_COLUMN = "figures_not_measured"
 # holds an import, so the frame of a critpath run carries no empty nccl-tests columns.
 NCCL_PREFIX = "nccltests."
 NCCL_SIDES = ("out_of_place", "in_place")
-NCCL_SIDE_COLUMNS = {"time_us": "Float64", "algbw_gbps": "Float64", "busbw_gbps": "Float64",
+NCCL_SIDE_COLUMNS = {"time_us": "Float64", "time_printed": "string", "algbw_gbps": "Float64", "busbw_gbps": "Float64",
                      "wrong": "Int64", "max_error": "Float64"}
 NCCL_COLUMNS = {
-    **{NCCL_PREFIX + k: t for k, t in (("file", "string"), ("format", "string"), ("count", "Int64"),
+    **{NCCL_PREFIX + k: t for k, t in (("file", "string"), ("format", "string"), ("collective", "string"), ("count", "Int64"),
                                        ("type", "string"), ("redop", "string"), ("root", "Int64"),
                                        ("iters", "Int64"), ("check", "string"))},
     **{f"{NCCL_PREFIX}{side}.{k}": t for side in NCCL_SIDES for k, t in NCCL_SIDE_COLUMNS.items()},
@@ -137,7 +141,7 @@ def _nccl_columns(record) -> dict:
     block = record.extra.get("imported") if isinstance(record.extra, Mapping) else None
     if not isinstance(block, Mapping) or block.get("source") != "nccl-tests":
         return {}
-    row = {NCCL_PREFIX + k: block.get(k) for k in ("file", "format", "count", "type", "redop", "root", "iters")}
+    row = {NCCL_PREFIX + k: block.get(k) for k in ("file", "format", "collective", "count", "type", "redop", "root", "iters")}
     # nccl-tests before 2.13 printed an ``error`` column (the largest deviation) where later ones count #wrong
     row[NCCL_PREFIX + "check"] = "error" if any("max_error" in (block.get(s) or {}) for s in NCCL_SIDES) else "#wrong"
     for side in NCCL_SIDES:

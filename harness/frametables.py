@@ -20,6 +20,7 @@ from typing import Any, Mapping, Optional, Sequence
 from harness.dataframe import NCCL_PREFIX, PARAM_PREFIX
 from harness.family import SOURCE_MARKS, Column, Family
 from harness.figures import N_TOO_SMALL, TIME_SCALE, is_sample_statistic, sample_parts, supports
+from harness.nccltests_evidence import ranks_text
 from harness.sizes import format_size
 
 MISSING = "-"  # no value: the case is not in that run, failed, or lacks the figure
@@ -34,6 +35,7 @@ class TextTable:
     rows: Sequence[Sequence[str]]
     title: str = ""
     notes: Sequence[str] = ()
+    source: str = ""  # an import's file, whose evidence and trailer go with the table
 
 
 def _missing(value: Any) -> bool:
@@ -137,15 +139,14 @@ def _stat_cells(row: Mapping[str, Any]) -> list[str]:
 NCCL_SIDES = (("out_of_place", "out-of-place"), ("in_place", "in-place"))
 
 
-def nccl_time_text(row: Mapping[str, Any], us: Any) -> str:
-    """A time as nccl-tests printed it: the text's own digits (135.8, 5871.07, 12646); a JSON
+def nccl_time_text(row: Mapping[str, Any], side: str) -> str:
+    """A side's time as nccl-tests printed it: the text's own digits (127.0, 5871.07, 12646); a JSON
     import's full-precision time to two decimals, as the text table of those versions prints it."""
+    col = f"{NCCL_PREFIX}{side}."
+    us, printed = row.get(col + "time_us"), row.get(col + "time_printed")
     if _missing(us):
         return MISSING
-    if row.get(NCCL_PREFIX + "format") == "text":
-        text = repr(float(us))
-        return text[:-2] if text.endswith(".0") else text
-    return f"{float(us):.2f}"
+    return f"{float(us):.2f}" if _missing(printed) else str(printed)
 
 
 def _side_cells(row: Mapping[str, Any], side: str) -> list[str]:
@@ -159,7 +160,7 @@ def _side_cells(row: Mapping[str, Any], side: str) -> list[str]:
         wrong = row.get(col + "wrong")
         check = "N/A" if _missing(wrong) else str(int(wrong))
     # algbw and busbw as nccl-tests prints them (%6.2f): a rounded 0.00 stays 0.00, never a value
-    return [nccl_time_text(row, row[col + "time_us"]), f"{float(row[col + 'algbw_gbps']):.2f}",
+    return [nccl_time_text(row, side), f"{float(row[col + 'algbw_gbps']):.2f}",
             f"{float(row[col + 'busbw_gbps']):.2f}", check]
 
 
@@ -197,7 +198,9 @@ def imported_tables(df) -> list[TextTable]:
             headers + ["p50 / p99 (us)", "status"],
             [[*_nccl_case_cells(r), *(c for side, _ in NCCL_SIDES for c in _side_cells(r, side)),
               _percentiles(r), r["label"]] for r in rows],
-            title=f"{rows[0][IMPORT_FILE]}: nccl-tests, {rows[0]['world']} ranks, imported ({held})"))
+            title=f"{rows[0][IMPORT_FILE]} — nccl-tests {rows[0][NCCL_PREFIX + 'collective']}, "
+                  f"{ranks_text(int(rows[0]['world']))}, imported ({held})",
+            source=rows[0][IMPORT_FILE]))
     return tables
 
 
@@ -245,8 +248,8 @@ def _headline(family: Optional[Family], name: str) -> Compared:
 def _nccl_compared() -> list[Compared]:
     out = []
     for side, place in NCCL_SIDES:
-        time = f"{NCCL_PREFIX}{side}.time_us"
-        out += [Compared(f"time (us) {place}", time, "lower", text=lambda r, c=time: nccl_time_text(r, r.get(c))),
+        out += [Compared(f"time (us) {place}", f"{NCCL_PREFIX}{side}.time_us", "lower",
+                         text=lambda r, s=side: nccl_time_text(r, s)),
                 Compared(f"busbw (GB/s) {place}", f"{NCCL_PREFIX}{side}.busbw_gbps", "higher", "{:.2f}")]
     return out
 
@@ -276,7 +279,7 @@ def _ratio(base: Optional[float], other: Optional[float], base_row, other_row, n
         return MISSING
     if base == 0 or other == 0:
         return ZERO_RATIO
-    return f"{other / base:.3g}"
+    return f"{other / base:#.3g}"
 
 
 def _by_case(df, label: str) -> dict:
