@@ -19,7 +19,9 @@ def rich_table(table: TextTable, title: str = "") -> Table:
     out = Table(title=title or table.title or None, title_justify="left")
     status = [i for i, h in enumerate(table.headers) if h == "status" or h.startswith("status ")]
     for i, header in enumerate(table.headers):
-        out.add_column(header, justify="left" if i in status or header == "case" else "right")
+        # a case ID wraps rather than losing its tail (the parameters that tell two cases apart)
+        out.add_column(header, justify="left" if i in status or header == "case" else "right",
+                       overflow="fold" if header == "case" else "ellipsis")
     for row in table.rows:
         cells = [escape(c) for c in row]
         for i in status:

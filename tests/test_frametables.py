@@ -53,6 +53,8 @@ def test_comparison_has_a_column_per_run_a_ratio_column_and_keeps_a_case_of_one_
     cells = _cells(table, row["case_id"])
     assert cells["p50 (us) a"] == f"{row['p50_us']:.2f}" and cells["p50 (us) b"] == f"{2 * row['p50_us']:.2f}"
     assert cells["p50 (us) b / a"] == "2.00" and cells["busbw (GB/s) b / a"] == "1.00"
+    # busbw 0.002 GB/s, which the family's {:.3f} leaves one digit of, to three beside its ratio
+    assert row["busbw_gbps"] < 0.01 and cells["busbw (GB/s) a"] == f"{row['busbw_gbps']:.3g}"
     missing = _cells(table, only_in_other)
     assert missing["p50 (us) a"] == MISSING and missing["status a"] == MISSING and missing["status b"] == "ok"
     assert missing["p50 (us) b / a"] == MISSING and missing["p50 (us) b"] != MISSING
