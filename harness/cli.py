@@ -74,8 +74,10 @@ def build_parser(modules: Optional[Sequence[str]] = None) -> argparse.ArgumentPa
                        help="per-case limit from set-up to check (default 60)")
     p_run.add_argument("--out", type=Path, help="run directory (default reports/<run-id>)")
 
-    p_show = sub.add_parser("show", help="print the tables of a stored run")
-    p_show.add_argument("run_dir", type=Path)
+    p_show = sub.add_parser("show", help="print the tables of a stored run, or of several side by side")
+    p_show.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR",
+                        help="one run: its tables; several: one table per family, a column per run and a ratio column")
+    p_show.add_argument("--label", action="append", default=[], help="label per run, in order (default: the run ID)")
     p_show.add_argument("--skip-invalid", action="store_true", help="show the valid records and list the invalid lines")
     p_list.set_defaults(func=cmd_list)
     p_run.set_defaults(func=cmd_run)
@@ -129,18 +131,29 @@ def cmd_run(args) -> int:
 
 
 def cmd_show(args) -> int:
-    from harness.store import load_records, run_incompleteness
-    from harness.table import print_tables
+    from harness.store import FINGERPRINT, RUN_META, ResultsFileError, load_records, read_json, run_incompleteness
+    from harness.table import frame_of, print_comparison, print_tables
 
-    skipped: list = []
-    records = load_records(args.run_dir, skip_invalid=args.skip_invalid, skipped=skipped)
-    print_tables(records)
-    for item in skipped:
-        print(f"skipped {args.run_dir}: line {item.line}: {item.reason}", file=sys.stderr)
-    incomplete = run_incompleteness(args.run_dir, records)
-    if incomplete:  # a killed or empty run is not shown as a whole one
-        print(f"{args.run_dir}: {incomplete}", file=sys.stderr)
-    return EXIT_OK if all(r.ok for r in records) and not skipped and not incomplete else EXIT_FAILED
+    if args.label and len(args.label) != len(args.run_dirs):
+        raise ResultsFileError(f"--label given {len(args.label)} times for {len(args.run_dirs)} runs")
+    frames, labels, whole = [], [], True
+    for i, run_dir in enumerate(args.run_dirs):
+        skipped: list = []
+        records = load_records(run_dir, skip_invalid=args.skip_invalid, skipped=skipped)
+        meta = read_json(run_dir / RUN_META)
+        frames.append(frame_of(records, run_dir, meta, read_json(run_dir / FINGERPRINT)))
+        labels.append(args.label[i] if args.label else meta.get("run_id") or (records[0].run_id if records else run_dir.name))
+        if len(args.run_dirs) == 1:
+            print_tables(records, frame=frames[0])
+        for item in skipped:
+            print(f"skipped {run_dir}: line {item.line}: {item.reason}", file=sys.stderr)
+        incomplete = run_incompleteness(run_dir, records)
+        if incomplete:  # a killed or empty run is not shown as a whole one
+            print(f"{run_dir}: {incomplete}", file=sys.stderr)
+        whole = whole and all(r.ok for r in records) and not skipped and not incomplete
+    if len(args.run_dirs) > 1:
+        print_comparison(frames, labels)
+    return EXIT_OK if whole else EXIT_FAILED
 
 
 # Other subcommands live with their concern; each module has register(subparsers), which adds

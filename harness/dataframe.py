@@ -5,7 +5,11 @@ summary of its raw samples in microseconds, each declared figure under its own n
 name: ``busbw_gbps``), and the run it came from (run id, directory, commit, host, whether the run is
 incomplete). What each figure means is in ``frame.attrs["figures"]`` (unit, better, source,
 definition, from the families' declarations); the row's ``figures_not_measured`` names its modelled
-or simulated figures, so a CSV that loses ``attrs`` still says so.
+or simulated figures, so a CSV that loses ``attrs`` still says so. ``check_wrong`` / ``check_checked``
+hold the correctness count. A frame that holds an nccl-tests import also has nccl-tests' own columns
+(``nccltests.count``, ``.type``, ``.redop``, ``.root``, and per side ``nccltests.in_place.time_us``,
+``.time_printed``, ``.algbw_gbps``, ``.busbw_gbps``, ``.wrong``, ``.max_error``; NA in other rows).
+The report's tables and ``critpath show`` are built from this frame (harness.frametables).
 
 pandas is imported inside the functions: ``import harness`` and the commands that measure nothing
 stay light (tests/test_project.py).
@@ -13,7 +17,7 @@ stay light (tests/test_project.py).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterable, Union
+from typing import Any, Iterable, Mapping, Union
 
 from harness.figures import declared, is_mean_only
 
@@ -23,7 +27,20 @@ PARAM_PREFIX = "param."
 RUN_COLUMNS = ("run_id", "run_dir", "commit", "commit_dirty", "host", "incomplete", "incomplete_reason")
 CASE_COLUMNS = ("case_id", "family", "family_version", "backend", "world", "status", "label", "ok", "error")
 SUMMARY_COLUMNS = ("n_samples", "mean_only") + tuple(f"{s}_us" for s in STATS_US)
+CHECK_COLUMNS = ("check_wrong", "check_checked")  # the correctness count after timing, as nccl-tests' #wrong
 NOTE_COLUMN = "figures_not_measured"
+# An nccl-tests import keeps the columns nccl-tests printed, both sides: present only when a run
+# holds an import, so the frame of a critpath run carries no empty nccl-tests columns.
+NCCL_PREFIX = "nccltests."
+NCCL_SIDES = ("out_of_place", "in_place")
+NCCL_SIDE_COLUMNS = {"time_us": "Float64", "time_printed": "string", "algbw_gbps": "Float64", "busbw_gbps": "Float64",
+                     "wrong": "Int64", "max_error": "Float64"}
+NCCL_COLUMNS = {
+    **{NCCL_PREFIX + k: t for k, t in (("file", "string"), ("format", "string"), ("collective", "string"), ("count", "Int64"),
+                                       ("type", "string"), ("redop", "string"), ("root", "Int64"),
+                                       ("iters", "Int64"), ("check", "string"))},
+    **{f"{NCCL_PREFIX}{side}.{k}": t for side in NCCL_SIDES for k, t in NCCL_SIDE_COLUMNS.items()},
+}
 
 
 class LoadedRun:
@@ -31,14 +48,25 @@ class LoadedRun:
     line), run.json, fingerprint.json and why it is incomplete ("" when whole)."""
 
     def __init__(self, path: PathLike) -> None:
-        from harness.store import FINGERPRINT, RUN_META, ResultsFileError, load_records, read_json, incompleteness
+        from harness.store import FINGERPRINT, RUN_META, ResultsFileError, load_records, read_json
 
         self.path = Path(path)
         if not self.path.is_dir():
             raise ResultsFileError(f"{self.path}: not a run directory")
-        self.records = load_records(self.path)
-        self.meta = read_json(self.path / RUN_META)
-        self.fingerprint = read_json(self.path / FINGERPRINT)
+        self._set(load_records(self.path), read_json(self.path / RUN_META), read_json(self.path / FINGERPRINT))
+
+    @classmethod
+    def of(cls, path: PathLike, records, meta: dict, fingerprint: dict) -> "LoadedRun":
+        """A run its caller has read already (the report's RunData), without reading it again."""
+        run = cls.__new__(cls)
+        run.path = Path(path)
+        run._set(list(records), meta, fingerprint)
+        return run
+
+    def _set(self, records: list, meta: dict, fingerprint: dict) -> None:
+        from harness.store import incompleteness
+
+        self.records, self.meta, self.fingerprint = records, meta, fingerprint
         self.run_id = self.meta.get("run_id") or (self.records[0].run_id if self.records else self.path.name)
         self.incomplete = incompleteness(self.meta, self.records)
 
@@ -108,12 +136,29 @@ def _summary_columns(record) -> dict:
     return row
 
 
+def _nccl_columns(record) -> dict:
+    """The columns nccl-tests printed for this row (``extra.imported``); {} for a measured record."""
+    block = record.extra.get("imported") if isinstance(record.extra, Mapping) else None
+    if not isinstance(block, Mapping) or block.get("source") != "nccl-tests":
+        return {}
+    row = {NCCL_PREFIX + k: block.get(k) for k in ("file", "format", "collective", "count", "type", "redop", "root", "iters")}
+    # nccl-tests before 2.13 printed an ``error`` column (the largest deviation) where later ones count #wrong
+    row[NCCL_PREFIX + "check"] = "error" if any("max_error" in (block.get(s) or {}) for s in NCCL_SIDES) else "#wrong"
+    for side in NCCL_SIDES:
+        figures = block.get(side) or {}
+        row.update({f"{NCCL_PREFIX}{side}.{k}": figures.get(k) for k in NCCL_SIDE_COLUMNS})
+    return row
+
+
 def _record_row(run: LoadedRun, record) -> dict:
     error = f"{record.error.kind}: {record.error.message}" if record.error else None
     row = {**run.run_columns(), "case_id": record.case_id, "family": record.family,
            "family_version": record.family_version, "backend": record.backend, "world": record.world,
            "status": record.status, "label": record.label, "ok": record.ok, "error": error,
-           **_summary_columns(record)}
+           **_summary_columns(record),
+           "check_wrong": record.check.wrong if record.check else None,
+           "check_checked": record.check.checked if record.check else None,
+           **_nccl_columns(record)}
     for name, value in record.params.items():
         row[PARAM_PREFIX + name] = value
     clash = set(record.metrics) & set(row)
@@ -156,13 +201,15 @@ def records_of(runs: list[LoadedRun]):
     figures = figure_declarations(runs)
     rows = [_record_row(run, record) for run in runs for record in run.records]
     params = sorted({k for row in rows for k in row if k.startswith(PARAM_PREFIX)})
-    columns = [*RUN_COLUMNS, *CASE_COLUMNS, *params, *SUMMARY_COLUMNS, *figures, NOTE_COLUMN]
+    nccl = NCCL_COLUMNS if any(NCCL_PREFIX + "file" in row for row in rows) else {}
+    columns = [*RUN_COLUMNS, *CASE_COLUMNS, *params, *SUMMARY_COLUMNS, *CHECK_COLUMNS, *figures, *nccl, NOTE_COLUMN]
     df = pd.DataFrame(rows, columns=columns)
     dtypes = {"run_id": "string", "run_dir": "string", "commit": "string", "commit_dirty": "boolean",
               "host": "string", "incomplete": "bool", "incomplete_reason": "string", "case_id": "string",
               "family": "string", "family_version": "int64", "backend": "string", "world": "int64",
               "status": "string", "label": "string", "ok": "bool", "error": "string", "n_samples": "int64",
-              "mean_only": "bool", NOTE_COLUMN: "string",
+              "mean_only": "bool", NOTE_COLUMN: "string", "check_wrong": "Int64", "check_checked": "Int64",
+              **nccl,
               **{f"{s}_us": "float64" for s in STATS_US}, **{name: "float64" for name in figures},
               **{p: _param_dtype([row.get(p) for row in rows]) for p in params}}
     df = df.astype(dtypes)

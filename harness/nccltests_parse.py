@@ -71,7 +71,7 @@ class Row:
     dtype: str
     redop: Optional[str]  # None: the table has no redop column; "": the column is empty
     root: Optional[int]  # None: the table has no root column
-    in_place: Optional[dict]  # {"time_us", "algbw_gbps", "busbw_gbps", "wrong", ("max_error", "times_us")}
+    in_place: Optional[dict]  # {"time_us", "algbw_gbps", "busbw_gbps", "wrong", ("time_printed", "max_error", "times_us")}
     out_of_place: Optional[dict]
     iters: Optional[int] = None
     half_ulps: dict = field(default_factory=dict)  # side -> (algbw, busbw): the printed figures' rounding
@@ -193,7 +193,9 @@ def _side(words: list[str], layout: _Layout, where: str) -> tuple[dict, tuple[fl
     time = _number(words[0], "time", where)
     if time <= 0:
         raise NcclTestsFormatError(f"{where}: time is {words[0]}, not a positive number of microseconds")
-    side = {"time_us": time, "algbw_gbps": _number(words[1], "algbw", where),
+    # time_printed: the time's own digits (nccl-tests prints 127.0, 5871.07 or 12646 by version
+    # and magnitude), so tables show it as the log does; the number is time_us
+    side = {"time_us": time, "time_printed": words[0], "algbw_gbps": _number(words[1], "algbw", where),
             "busbw_gbps": _number(words[2], "busbw", where), "wrong": None}
     if layout.side[3] == "#wrong":
         side["wrong"] = None if words[3] == "N/A" else int(_number(words[3], "#wrong", where))

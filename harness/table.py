@@ -1,34 +1,40 @@
-"""Terminal tables (rich): one per family, with the family's own columns after the case status."""
+"""Terminal tables (rich) of the rows harness.frametables builds from the records frame, as the report shows them."""
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Iterable
+from pathlib import Path
+from typing import Iterable, Optional
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from harness import registry
+from harness.frametables import MISSING, TextTable
 from harness.records import Record
 
 
-def _status(record: Record) -> str:
-    colour = "green" if record.ok else "red"
-    return f"[{colour}]{record.label}[/{colour}]"
+def rich_table(table: TextTable, title: str = "") -> Table:
+    """A frame-derived table (harness.frametables) for the terminal: status cells coloured."""
+    out = Table(title=title or table.title or None, title_justify="left")
+    status = [i for i, h in enumerate(table.headers) if h == "status" or h.startswith("status ")]
+    for i, header in enumerate(table.headers):
+        # a case ID wraps rather than losing its tail (the parameters that tell two cases apart)
+        out.add_column(header, justify="left" if i in status or header == "case" else "right",
+                       overflow="fold" if header == "case" else "ellipsis")
+    for row in table.rows:
+        cells = [escape(c) for c in row]
+        for i in status:
+            if row[i] != MISSING:
+                colour = "green" if row[i] == "ok" else "red"
+                cells[i] = f"[{colour}]{cells[i]}[/{colour}]"
+        out.add_row(*cells)
+    return out
 
 
-def family_table(family_name: str, records: list[Record]) -> Table:
+def _title(family_name: str) -> str:
     family = registry.FAMILIES.get(family_name)
-    columns = family.table_columns() if family else []
-    table = Table(title=f"{family_name}" + (f" — {family.description}" if family else ""), title_justify="left")
-    if not columns:
-        table.add_column("case")
-    for column in columns:
-        table.add_column(column.header, justify="right")
-    table.add_column("status")
-    for record in records:
-        cells = [c.render(record) for c in columns] if columns else [record.case_id]
-        table.add_row(*cells, _status(record))
-    return table
+    return family_name + (f" — {family.description}" if family else "")
 
 
 def wide_console() -> Console:
@@ -48,25 +54,50 @@ def _unverified(name: str, group: list[Record], console: Console) -> None:
                       markup=False, highlight=False, style="yellow")
 
 
-def print_tables(records: Iterable[Record], console: Console | None = None) -> None:
-    from harness.nccltests_show import imported, print_imported
+def frame_of(records: list[Record], run_dir: Optional[Path] = None, meta: Optional[dict] = None,
+             fingerprint: Optional[dict] = None):
+    """The records frame of records already loaded (a run just measured, or shown with --skip-invalid)."""
+    from harness.dataframe import LoadedRun, records_of
+
+    return records_of([LoadedRun.of(run_dir or Path("."), records, meta or {}, fingerprint or {})])
+
+
+def print_tables(records: Iterable[Record], console: Console | None = None, frame=None) -> None:
+    """One table per family, as the report builds it from the records frame; an import as its source
+    printed it (both sides), then its evidence and trailer."""
+    from harness.frametables import family_table, imported_tables, split_imports
+    from harness.nccltests_show import imported, imported_notes
 
     console = console or wide_console()
-    by_family: dict[str, list[Record]] = defaultdict(list)
-    imports: dict[str, list[Record]] = defaultdict(list)
-    for record in records:
-        # An import is shown as its source printed it (both sides, its trailer), not in the family's
-        # columns, which may read percentiles that a mean-only record does not have.
-        (imports if imported(record) else by_family)[record.family].append(record)
-    if imports:
-        print_imported([r for group in imports.values() for r in group], console)
-        for name, group in imports.items():
-            _unverified(name, group, console)
-    for name, group in by_family.items():
-        console.print(family_table(name, group))
+    records = list(records)
+    df = frame_of(records) if frame is None else frame
+    measured, imports = split_imports(df)
+    for table in imported_tables(imports):
+        group = [r for r in records if imported(r).get("file") == table.source]
+        console.print(rich_table(table))
+        for line in imported_notes(group):
+            console.print(line, markup=False, highlight=False, style="red" if line.startswith("DISAGREES") else None)
+        _unverified(group[0].family, group, console)
+    for name in measured["family"].drop_duplicates():
+        console.print(rich_table(family_table(measured[measured["family"] == name], registry.FAMILIES.get(name)),
+                                 _title(name)))
+        group = [r for r in records if r.family == name and not imported(r)]
         for record in group:
             if record.error is not None:
                 # Error text comes from exceptions (gloo prints [file:line]); never parse it as markup.
                 console.print(f"{record.case_id}: {record.status}: {record.error.kind}: {record.error.message}",
                               markup=False, highlight=False, style="red")
         _unverified(name, group, console)
+
+
+def print_comparison(frames: list, labels: list[str], console: Console | None = None) -> None:
+    """Several runs side by side, one table per family, as the report's comparison."""
+    from harness.frametables import comparison_table
+
+    console = console or wide_console()
+    names = list(dict.fromkeys(name for df in frames for name in df["family"]))
+    for name in names:
+        table = comparison_table([df[df["family"] == name] for df in frames], labels, registry.FAMILIES.get(name))
+        console.print(rich_table(table, _title(name)))
+        for note in table.notes:
+            console.print(note, markup=False, highlight=False)

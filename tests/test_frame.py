@@ -87,6 +87,24 @@ def test_an_imported_nccl_tests_run_gets_its_mean_and_no_fake_percentiles(import
     assert len(both) == len(df) + len(load_records(MIXED)) and both["run_id"].nunique() == 2
 
 
+def test_an_import_keeps_nccl_tests_columns_typed_and_a_measured_run_has_none(imported):
+    records = load_records(imported)
+    df = harness.frame(imported)
+    dtypes = df.dtypes.astype(str)
+    for column, dtype in {"nccltests.count": "Int64", "nccltests.type": "string", "nccltests.redop": "string",
+                          "nccltests.root": "Int64", "nccltests.check": "string",
+                          "nccltests.out_of_place.time_us": "Float64", "nccltests.in_place.busbw_gbps": "Float64",
+                          "nccltests.in_place.time_printed": "string", "nccltests.out_of_place.wrong": "Int64",
+                          "check_wrong": "Int64"}.items():
+        assert dtypes[column] == dtype, column
+    last, block = df.iloc[-1], records[-1].extra["imported"]
+    assert last["nccltests.out_of_place.time_us"] == block["out_of_place"]["time_us"]
+    assert last["nccltests.in_place.busbw_gbps"] == block["in_place"]["busbw_gbps"]
+    assert last["nccltests.count"] == block["count"] and last["check_wrong"] == records[-1].check.wrong
+    mixed = harness.frame(MIXED)
+    assert not [c for c in mixed if c.startswith("nccltests.")] and mixed["check_wrong"].notna().any()
+
+
 def test_samples_frame_is_long_one_row_per_sample(imported):
     records = load_records(MIXED)
     long = harness.frame(MIXED, samples=True)

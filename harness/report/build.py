@@ -14,8 +14,9 @@ from harness import registry
 from harness.baselines import Claim, articles
 from harness.family import Family
 from harness.claims import NOT_MEASURABLE, ClaimResult, check_claims, counts_text
-from harness.figures import N_TOO_SMALL, is_mean_only, supports
+from harness.dataframe import LoadedRun, records_of
 from harness.records import Record
+from harness.frametables import MEAN_ONLY, TextTable, comparison_table, family_table, imported_tables, split_imports
 from harness.store import incompleteness
 from harness.report import crossover
 from harness.report import plots as plotlib
@@ -137,41 +138,26 @@ def _cases(runs: Sequence[RunData]) -> list[Block]:
     return blocks
 
 
-def _stat_cells(r: Record) -> list[str]:
-    s = r.summary
-    if s is None:
-        return ["-", "-", "-", "-"]
-    if is_mean_only(r):
-        n = r.extra["imported"].get("iters", "?")
-        return [f"1 mean of {n}", "n/a", "n/a", _fmt(s.mean_ns / 1e3, "{:.2f}")]
-    def pct(name: str, ns: float) -> str:  # a percentile only where the samples support it
-        return _fmt(ns / 1e3, "{:.2f}") if supports(name, s.n) else N_TOO_SMALL
-
-    return [str(s.n), pct("p50_us", s.p50_ns), pct("p99_us", s.p99_ns), _fmt(s.mean_ns / 1e3, "{:.2f}")]
+def _table(table: TextTable) -> Table:
+    return Table(list(table.headers), [list(row) for row in table.rows])
 
 
-def _metric_cell(r: Record, name: str) -> str:
-    """A declared figure; one that names a percentile (rtt_p999_us) only where the samples support it."""
-    if name in r.metrics and r.samples_ns and not supports(name, len(r.samples_ns)):
-        return N_TOO_SMALL
-    return _fmt(r.metrics.get(name))
-
-
-def _family_table(records: Sequence[Record], families: Mapping[str, Family]) -> Table:
-    family = families.get(records[0].family)
-    # The family's own columns (as in the terminal table), unless a record is an imported mean:
-    # those columns may read percentiles that such a record does not have.
-    columns = family.table_columns() if family is not None else []
-    if columns and not any(is_mean_only(r) for r in records):
-        rows = [[c.render(r) for c in columns] + [r.label]
-                for r in records]
-        return Table([c.header for c in columns] + ["status"], rows)
-    metric_names = sorted({k for r in records for k in r.metrics})[:6]
-    rows = []
-    for r in records:
-        rows.append([r.case_id, r.label, *_stat_cells(r),
-                     *(_metric_cell(r, m) for m in metric_names)])
-    return Table(["case", "status", "n", "p50 (us)", "p99 (us)", "mean (us)", *metric_names], rows)
+def _family_tables(runs: Sequence[RunData], parts: Sequence, family: Optional[Family]) -> list[Block]:
+    """One run: its table (imports as nccl-tests printed them). Several: side by side, from the
+    frame rows of this family in each run (``parts``)."""
+    if len(runs) > 1:
+        table = comparison_table(parts, [r.label for r in runs], family)
+        return [*(Para(note) for note in table.notes), _table(table)]
+    measured, imported = split_imports(parts[0])
+    blocks: list[Block] = []
+    if imported["mean_only"].any():
+        blocks.append(Para("Imported records carry one averaged time per case (no per-iteration samples "
+                           f"exist in the source): percentiles are shown as {MEAN_ONLY}."))
+    for table in imported_tables(imported):
+        blocks += [Para(table.title), _table(table)]
+    if len(measured):
+        blocks.append(_table(family_table(measured, family)))
+    return blocks
 
 
 def _definitions(family: Optional[Family], records: Sequence[Record]) -> Optional[Table]:
@@ -190,6 +176,7 @@ def known_families(families: Mapping[str, Family]) -> list[str]:
 
 
 def _families(runs: Sequence[RunData], families: Mapping[str, Family]) -> list[Block]:
+    frames = [records_of([LoadedRun.of(run.path, run.records, run.meta, run.fingerprint)]) for run in runs]
     blocks: list[Block] = []
     present: list[str] = []
     for run in runs:
@@ -199,17 +186,7 @@ def _families(runs: Sequence[RunData], families: Mapping[str, Family]) -> list[B
         family = families.get(fam)
         if family is not None:
             blocks.append(Para(family.description))
-        for run in runs:
-            recs = run.of(fam)
-            if len(runs) > 1:
-                blocks.append(Heading(3, run.label))
-            if not recs:
-                blocks.append(Para(f"No records of family {fam} in this run."))
-                continue
-            if any(is_mean_only(r) for r in recs):
-                blocks.append(Para("Imported records carry one averaged time per case (no per-iteration "
-                                   "samples exist in the source): percentiles are shown as n/a."))
-            blocks.append(_family_table(recs, families))
+        blocks += _family_tables(runs, [df[df["family"] == fam] for df in frames], family)
         definitions = _definitions(family, [r for run in runs for r in run.of(fam)])
         if definitions is not None:
             blocks.append(definitions)
