@@ -310,18 +310,39 @@ def comparison_table(frames: Sequence[Any], labels: Sequence[str], family: Optio
         headers += [f"{fig.header} {tag}" for tag in tags]
         headers += [f"{fig.header} {tag} / {tags[0]}" for tag in tags[1:]]
     headers += [f"status {tag}" for tag in tags]
+    firsts = {case: next(run[case] for run in by_run if case in run) for case in order}
+    labels_by_case, shared = _case_labels(firsts)
     rows = []
     for case in order:
         present = [run.get(case) for run in by_run]
         first = next(r for r in present if r is not None)
-        cells = _nccl_case_cells(first) if imported else [case.split("/", 1)[-1]]
+        cells = _nccl_case_cells(first) if imported else [labels_by_case[case]]
         for fig in figures:
             cells += [MISSING if r is None else fig.cell(r) for r in present]
             values = [None if r is None else fig.value(r) for r in present]
             cells += [_ratio(values[0], v, present[0], r, fig.name) for v, r in zip(values[1:], present[1:])]
         cells += [MISSING if r is None else r["label"] for r in present]
         rows.append(cells)
-    return TextTable(headers, rows, notes=_comparison_notes(order, by_run, labels, tags, figures))
+    notes = _comparison_notes(order, by_run, labels, tags, figures)
+    if shared and not imported:
+        notes.append("Every case here has " + ", ".join(f"{k}={v}" for k, v in shared.items()) + ".")
+    return TextTable(headers, rows, notes=notes)
+
+
+def _case_labels(rows: Mapping[str, Mapping[str, Any]]) -> tuple[dict, dict]:
+    """Each case named by the parameters that tell it from the others in the table, and the
+    parameters every case shares (said once, in a note): a case ID of six parameters in every row
+    made each row wrap over three lines."""
+    params = {case: {k[len(PARAM_PREFIX):]: _py(v) for k, v in row.items()
+                     if k.startswith(PARAM_PREFIX) and not _missing(v)} for case, row in rows.items()}
+    keys = sorted({k for p in params.values() for k in p})
+    shared = {k: params[next(iter(params))][k] for k in keys
+              if len({repr(p.get(k, MISSING)) for p in params.values()}) == 1} if len(params) > 1 else {}
+    labels = {case: ",".join(f"{k}={v}" for k, v in sorted(p.items()) if k not in shared) or case.split("/", 1)[-1]
+              for case, p in params.items()}
+    if len(set(labels.values())) < len(labels):  # params the frame lacks: fall back to the IDs
+        return {case: case.split("/", 1)[-1] for case in rows}, {}
+    return labels, shared
 
 
 SHORT_LABEL = 16  # longer labels (run IDs) make every header wrap: the columns then say "run k"
