@@ -366,7 +366,28 @@ def _comparison_notes(order, by_run, labels, tags, figures) -> list[str]:
               if (n := sum(case not in run for case in order))]
     if absent:
         notes.append("A case not in a run reads - in that run's columns: " + "; ".join(absent) + ".")
+    for tag, run in zip(tags[1:], by_run[1:]):
+        if not set(run) & set(by_run[0]):
+            notes.append(f"{tag} shares no case with {tags[0]}: {_how_they_differ(by_run[0], run)}. Cases are "
+                         "paired on every parameter, none is assumed equal; to compare across them, read the "
+                         "rows of each run (or re-run one side with the other's parameters).")
     return notes
+
+
+def _how_they_differ(base: Mapping[str, Mapping], other: Mapping[str, Mapping]) -> str:
+    """The parameters whose values never overlap between two runs' cases (world 16 vs 8)."""
+    def values(run, key):
+        return {str(_py(row.get(key))) for row in run.values() if not _missing(row.get(key))}
+
+    # world is a column of its own and, in most families, a parameter too: named once
+    keys = sorted({k for run in (base, other) for row in run.values() for k in row if k.startswith(PARAM_PREFIX)})
+    if PARAM_PREFIX + "world" not in keys:
+        keys.append("world")
+    apart = [k for k in keys if values(base, k) and values(other, k) and not values(base, k) & values(other, k)]
+    if not apart:
+        return "no single parameter keeps them apart"
+    return "; ".join(f"{k.removeprefix(PARAM_PREFIX)} {', '.join(sorted(values(base, k)))} vs "
+                     f"{', '.join(sorted(values(other, k)))}" for k in apart)
 
 
 def split_imports(df):

@@ -166,3 +166,12 @@ def test_show_of_two_runs_is_side_by_side(capsys):
     assert "p50 (us) b / a" in out and "each run / a (the first run)" in out
     assert main(["show", str(MIXED), str(MIXED), "--label", "a"]) == 2
     assert "--label given 1 times for 2 runs" in capsys.readouterr().err
+
+
+def test_runs_that_share_no_case_say_which_parameter_keeps_them_apart(gh200, tmp_path):
+    """A 16-rank and an 8-rank import pair no case: said, with the world sizes, not paired by guess."""
+    gcp = tmp_path / "gcp"
+    import_file(PUBLIC / "gcp_a3mega_allreduce_16rank_2node.txt", gcp)
+    text = to_markdown(make_report([gcp, gh200], ["gcp", "gh200"]).blocks)
+    assert "gh200 shares no case with gcp: world 16 vs 8." in text
+    assert dict(zip(_md_headers(text, "256K"), _md_row(text, "256K")))["time (us) out-of-place gh200"] == MISSING
