@@ -71,9 +71,10 @@ def test_bootstrap_finds_a_clear_crossover_inside_its_band():
     tree = [_latency_ns(s, 0.1, 0.6, rng) for s in SIZES]
     true_bytes = 20 ** (1 / 0.3)
     c = crossover.bootstrap(("float32", 2, "gloo"), SIZES, ring, tree)
-    assert c.significant and c.present_share >= crossover.LEVEL
-    assert c.low_bytes <= true_bytes <= c.high_bytes
-    assert c.high_bytes / c.low_bytes < 1.5  # narrow: 5 % noise, 200 samples a size
+    [change] = c.changes
+    assert change.faster_below == "tree" and change.below_bytes <= true_bytes <= change.above_bytes
+    assert change.low_bytes <= true_bytes <= change.high_bytes
+    assert change.high_bytes / change.low_bytes < 1.5  # narrow: 5 % noise, 200 samples a size
     again = crossover.bootstrap(("float32", 2, "gloo"), SIZES, ring, tree)
     assert again == c  # a fixed seed: the report is the same every time it is built
 
@@ -83,9 +84,34 @@ def test_identical_distributions_give_no_significant_crossover():
     ring = [_latency_ns(s, 2.0, 0.3, rng) for s in SIZES]
     tree = [_latency_ns(s, 2.0, 0.3, rng) for s in SIZES]
     c = crossover.bootstrap(("float32", 2, "gloo"), SIZES, ring, tree)
-    assert not c.significant and c.median_bytes is None and c.present_share < crossover.LEVEL
+    assert not c.significant and c.changes == ()
     # The point estimate alone would have reported crossovers: the noise crosses zero.
     assert c.point_bytes
+
+
+def _shaped(factors, rng):
+    """ring / tree latency ratio per size (< 1: ring faster), 5 % noise, 200 samples each."""
+    return ([_latency_ns(s, 100.0 * f, 0.0, rng) for s, f in zip(SIZES, factors)],
+            [_latency_ns(s, 100.0, 0.0, rng) for s in SIZES])
+
+
+def test_a_tie_at_the_largest_size_does_not_hide_a_clear_crossover():
+    """Tree 2x faster up to 1 KiB, ring 2x faster from 4 KiB, a tie at 256 KiB: one crossover,
+    between 1 KiB and 4 KiB (a rule that compared only the end sizes called it noise)."""
+    ring, tree = _shaped([2, 2, 2, 2, 0.5, 0.5, 0.5, 1.0], np.random.default_rng(11))
+    c = crossover.bootstrap(("float32", 2, "gloo"), SIZES, ring, tree)
+    assert c.leads[-1] == "neither"
+    [change] = c.changes
+    assert (change.below_bytes, change.above_bytes, change.faster_below) == (1024, 4096, "tree")
+
+
+def test_two_real_crossings_are_both_reported():
+    """Tree 2x faster only in the middle sizes: two crossovers, each in its own bracket."""
+    ring, tree = _shaped([0.5, 0.5, 0.5, 2, 2, 0.5, 0.5, 0.5], np.random.default_rng(5))
+    c = crossover.bootstrap(("float32", 2, "gloo"), SIZES, ring, tree)
+    assert [(ch.below_bytes, ch.above_bytes, ch.faster_below) for ch in c.changes] == [
+        (256, 1024, "ring"), (4096, 16384, "tree")]
+    assert all(ch.below_bytes <= ch.low_bytes <= ch.high_bytes <= ch.above_bytes for ch in c.changes)
 
 
 def _allreduce(algo: str, size: int, samples, **extra) -> Record:

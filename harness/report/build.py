@@ -212,14 +212,22 @@ def _families(runs: Sequence[RunData], families: Mapping[str, Family]) -> list[B
 
 def _crossover_cell(c: crossover.Crossover) -> str:
     if c.significant:
-        return (f"{human_bytes(c.median_bytes)} ({crossover.LEVEL:.0%} interval {human_bytes(c.low_bytes)} - "
-                f"{human_bytes(c.high_bytes)}; {c.present_share:.1%} of resamples have one)")
+        return "; ".join(
+            f"between {human_bytes(ch.below_bytes)} and {human_bytes(ch.above_bytes)} ({ch.faster_below} faster "
+            f"below): interpolated ~{_bytes_or_dash(ch.point_bytes)}, {crossover.LEVEL:.0%} interval "
+            f"{_bytes_or_dash(ch.low_bytes)} - {_bytes_or_dash(ch.high_bytes)}" for ch in c.changes)
     if c.resampled:
         measured = ", ".join(f"~{human_bytes(x)}" for x in c.point_bytes)
+        counts = ", ".join(f"{name} at {n}" for name in ("ring", "tree", "neither")
+                           if (n := c.leads.count(name)))
         return ("no significant crossover (" + (f"the measured p50s cross at {measured}; " if measured else "")
-                + f"{c.present_share:.1%} of resamples have one)")
+                + f"significantly faster of {len(c.sizes)} sizes: {counts})")
     found = ", ".join(f"~{human_bytes(x)}" for x in c.point_bytes) or "none in the measured sizes"
     return f"means only (imported): {found}; no interval, there are no samples to resample"
+
+
+def _bytes_or_dash(x) -> str:
+    return "-" if x is None else human_bytes(x)
 
 
 def _crossover_text(runs: Sequence[RunData]) -> list[Block]:

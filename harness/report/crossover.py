@@ -19,14 +19,17 @@ from harness.records import Record
 
 RESAMPLES = 1000
 SEED = 20260117  # fixed: the same run gives the same interval in every report
-LEVEL = 0.95  # share of resamples that must show a crossover, and the interval's coverage
+LEVEL = 0.95  # two-sided: a lead needs (1 + LEVEL) / 2 of resamples, an interval covers LEVEL
+LEAD_SHARE = (1 + LEVEL) / 2
 
-RULE = (f"{RESAMPLES} bootstrap resamples of each record's iterations (fixed seed); in each, the p50 per size "
-        "and the crossover interpolated as for the measured p50s. A resample has a crossover when the faster "
-        "algorithm at the smallest common size is not the faster at the largest (its crossover is the middle "
-        "one where noise makes the lead change more than once). The crossover is significant when at least "
-        f"{LEVEL:.0%} of resamples have one; then the median and the {LEVEL:.0%} interval (2.5th to 97.5th "
-        f"percentile) of their crossovers are given, else \"no significant crossover\".")
+RULE = (f"{RESAMPLES} bootstrap resamples of each record's iterations (fixed seed), the p50 per size in each. "
+        f"At a size, ring or tree is significantly faster when it is faster in at least {LEAD_SHARE:.1%} of "
+        "resamples. A crossover is significant where the significantly faster algorithm changes between two "
+        "measured sizes (sizes with no significant leader between them are skipped over); it is given as that "
+        "bracket of measured sizes, the log-log interpolation of the measured p50s inside it, and the "
+        f"{LEVEL:.0%} interval (2.5th to 97.5th percentile) of the resamples' interpolations. Nothing was "
+        "measured inside the bracket: the interval is the interpolation's noise, not where the curves cross "
+        "between the sizes. Otherwise \"no significant crossover\".")
 
 
 def crossover_bytes(sizes: Sequence[int], ring_us: Sequence[float], tree_us: Sequence[float]) -> list[float]:
@@ -44,19 +47,29 @@ def crossover_bytes(sizes: Sequence[int], ring_us: Sequence[float], tree_us: Seq
 
 
 @dataclass(frozen=True)
+class Change:
+    """One significant change of the faster algorithm, between two measured sizes."""
+    below_bytes: int  # the last size, going up, where the earlier leader is significantly faster
+    above_bytes: int  # the first size where the other one is
+    faster_below: str  # "ring" or "tree"
+    point_bytes: Optional[float]  # the measured p50s' interpolated crossing inside the bracket
+    median_bytes: Optional[float]  # of the resamples' crossings inside the bracket
+    low_bytes: Optional[float]
+    high_bytes: Optional[float]
+
+
+@dataclass(frozen=True)
 class Crossover:
     key: tuple  # (dtype, world, backend)
     sizes: tuple  # the sizes both algorithms measured, ascending
     point_bytes: tuple  # crossovers of the measured p50s (of the means, for imported records)
     resampled: bool  # False: a record has no per-iteration samples (an import), so no interval
-    present_share: float = 0.0  # share of resamples that have a crossover
-    median_bytes: Optional[float] = None  # set only when the crossover is significant
-    low_bytes: Optional[float] = None
-    high_bytes: Optional[float] = None
+    leads: tuple = ()  # per size: "ring", "tree" or "neither" (no significant leader)
+    changes: tuple = ()  # the significant crossovers (Change), ascending
 
     @property
     def significant(self) -> bool:
-        return self.median_bytes is not None
+        return bool(self.changes)
 
 
 def _resampled_p50_us(samples_ns: Sequence[float], rng: np.random.Generator, resamples: int) -> np.ndarray:
@@ -65,29 +78,38 @@ def _resampled_p50_us(samples_ns: Sequence[float], rng: np.random.Generator, res
     return np.median(samples[picks], axis=1) / 1e3
 
 
-def _resample_crossover(sizes: Sequence[int], ring_us: np.ndarray, tree_us: np.ndarray) -> Optional[float]:
-    lead_small, lead_large = np.sign(ring_us[0] - tree_us[0]), np.sign(ring_us[-1] - tree_us[-1])
-    if lead_small == 0 or lead_large == 0 or lead_small == lead_large:
-        return None
-    found = crossover_bytes(sizes, ring_us, tree_us)
-    return found[len(found) // 2]
+def _middle(found: Sequence[float]) -> Optional[float]:
+    # Where noise makes the lead flip more than once inside a bracket, its middle crossing.
+    return found[len(found) // 2] if found else None
 
 
 def bootstrap(key: tuple, sizes: Sequence[int], ring: Sequence[Sequence[float]], tree: Sequence[Sequence[float]],
               resamples: int = RESAMPLES, seed: int = SEED) -> Crossover:
-    """The crossover of ring and tree from each size's raw samples (ns), per ``RULE``."""
+    """The crossovers of ring and tree from each size's raw samples (ns), per ``RULE``."""
     sizes = tuple(sizes)
-    point = tuple(crossover_bytes(sizes, [float(np.median(s)) for s in ring], [float(np.median(s)) for s in tree]))
+    ring_p50 = [float(np.median(s)) for s in ring]
+    tree_p50 = [float(np.median(s)) for s in tree]
+    point = tuple(crossover_bytes(sizes, ring_p50, tree_p50))
     rng = np.random.default_rng(seed)
     ring_us = np.stack([_resampled_p50_us(s, rng, resamples) for s in ring], axis=1)
     tree_us = np.stack([_resampled_p50_us(s, rng, resamples) for s in tree], axis=1)
-    found = [x for b in range(resamples) if (x := _resample_crossover(sizes, ring_us[b], tree_us[b])) is not None]
-    share = len(found) / resamples
-    if share < LEVEL:
-        return Crossover(key, sizes, point, True, share)
-    logs = np.log2(found)
-    low, mid, high = (float(2 ** q) for q in np.quantile(logs, [(1 - LEVEL) / 2, 0.5, (1 + LEVEL) / 2]))
-    return Crossover(key, sizes, point, True, share, mid, low, high)
+    ring_share = np.mean(ring_us < tree_us, axis=0)
+    leads = tuple("ring" if s >= LEAD_SHARE else "tree" if 1 - s >= LEAD_SHARE else "neither" for s in ring_share)
+    led = [i for i, lead in enumerate(leads) if lead != "neither"]
+    changes = []
+    for i, j in zip(led, led[1:]):
+        if leads[i] == leads[j]:
+            continue
+        span = slice(i, j + 1)
+        inside = [x for b in range(resamples)
+                  if (x := _middle(crossover_bytes(sizes[span], ring_us[b, span], tree_us[b, span]))) is not None]
+        low = mid = high = None
+        if inside:
+            low, mid, high = (float(2 ** q) for q in np.quantile(np.log2(inside), [(1 - LEVEL) / 2, 0.5,
+                                                                                    (1 + LEVEL) / 2]))
+        changes.append(Change(sizes[i], sizes[j], leads[i], _middle(crossover_bytes(sizes[span], ring_p50[span],
+                                                                                    tree_p50[span])), mid, low, high))
+    return Crossover(key, sizes, point, True, leads, tuple(changes))
 
 
 def allreduce_series(records: Sequence[Record]) -> dict[tuple, list[Record]]:

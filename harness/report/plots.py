@@ -144,17 +144,21 @@ def positive(points: Sequence[tuple[float, float]]) -> tuple[list[tuple[float, f
 
 
 def _crossover_marks(ax, found: Sequence[crossover.Crossover], linestyle: str) -> None:
-    """A significant crossover as its median and a shaded interval; an imported (means only) one as a
+    """A significant crossover as its bracket of measured sizes (light), the bootstrap interval of the
+    interpolation inside it (darker) and the interpolated point; an imported (means only) one as a
     dotted line at the means' crossover, without a band it has no samples for."""
     for c in found:
-        if c.significant:
-            ax.axvspan(c.low_bytes, c.high_bytes, color="grey", alpha=0.18, linewidth=0)
-            ax.axvline(c.median_bytes, color="grey", linestyle=linestyle, linewidth=0.8)
-            text = (f"ring/tree crossover ~{human_bytes(c.median_bytes)} "
-                    f"({crossover.LEVEL:.0%}: {human_bytes(c.low_bytes)}-{human_bytes(c.high_bytes)})")
-            ax.annotate(text, (c.median_bytes, 0.97), xycoords=("data", "axes fraction"), fontsize=7, rotation=90,
-                        va="top", ha="right")
-        elif not c.resampled:
+        for ch in c.changes:
+            ax.axvspan(ch.below_bytes, ch.above_bytes, color="grey", alpha=0.08, linewidth=0)
+            if ch.low_bytes is not None:
+                ax.axvspan(ch.low_bytes, ch.high_bytes, color="grey", alpha=0.25, linewidth=0)
+            if ch.point_bytes is not None:
+                ax.axvline(ch.point_bytes, color="grey", linestyle=linestyle, linewidth=0.8)
+            text = (f"ring/tree crossover between {human_bytes(ch.below_bytes)} and {human_bytes(ch.above_bytes)}"
+                    + (f" (~{human_bytes(ch.point_bytes)})" if ch.point_bytes is not None else ""))
+            ax.annotate(text, (ch.point_bytes or ch.below_bytes, 0.97), xycoords=("data", "axes fraction"),
+                        fontsize=7, rotation=90, va="top", ha="right")
+        if not c.resampled:
             for x in c.point_bytes:
                 ax.axvline(x, color="grey", linestyle=":", linewidth=0.8)
                 ax.annotate(f"crossover of means ~{human_bytes(x)} (no band: no samples)", (x, 0.97),
@@ -169,9 +173,10 @@ def crossover_caption(found: Sequence[crossover.Crossover]) -> str:
         dtype, world, backend = c.key
         what = f"{backend}, {dtype}, world {world}"
         if c.significant:
-            parts.append(f"{what}: crossover shaded ({crossover.LEVEL:.0%} bootstrap interval)")
+            parts.append(f"{what}: light grey, the measured sizes the faster algorithm changes between; darker, "
+                         f"the {crossover.LEVEL:.0%} bootstrap interval of the interpolation inside them")
         elif c.resampled:
-            parts.append(f"{what}: no significant crossover ({c.present_share:.1%} of resamples have one), none marked")
+            parts.append(f"{what}: no significant crossover, none marked")
         else:
             parts.append(f"{what}: imported means only, so no band can be computed; dotted line at the means' crossover")
     return "Ring/tree crossover: " + "; ".join(parts) + "."
