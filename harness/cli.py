@@ -136,12 +136,13 @@ def cmd_show(args) -> int:
 
     if args.label and len(args.label) != len(args.run_dirs):
         raise ResultsFileError(f"--label given {len(args.label)} times for {len(args.run_dirs)} runs")
-    frames, labels, whole = [], [], True
+    frames, labels, runs, whole = [], [], [], True
     for i, run_dir in enumerate(args.run_dirs):
         skipped: list = []
         records = load_records(run_dir, skip_invalid=args.skip_invalid, skipped=skipped)
         meta = read_json(run_dir / RUN_META)
         frames.append(frame_of(records, run_dir, meta, read_json(run_dir / FINGERPRINT)))
+        runs.append(records)
         labels.append(args.label[i] if args.label else meta.get("run_id") or (records[0].run_id if records else run_dir.name))
         if len(args.run_dirs) == 1:
             print_tables(records, frame=frames[0])
@@ -152,7 +153,7 @@ def cmd_show(args) -> int:
             print(f"{run_dir}: {incomplete}", file=sys.stderr)
         whole = whole and all(r.ok for r in records) and not skipped and not incomplete
     if len(args.run_dirs) > 1:
-        print_comparison(frames, labels)
+        print_comparison(frames, labels, records=runs)
     return EXIT_OK if whole else EXIT_FAILED
 
 

@@ -17,7 +17,7 @@ stay light (tests/test_project.py).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Union
+from typing import Any, Iterable, Mapping, Optional, Union
 
 from harness.figures import declared, is_mean_only
 
@@ -25,7 +25,8 @@ PathLike = Union[str, Path]
 STATS_US = ("min", "p50", "p90", "p99", "p999", "max", "mean")
 PARAM_PREFIX = "param."
 RUN_COLUMNS = ("run_id", "run_dir", "commit", "commit_dirty", "host", "incomplete", "incomplete_reason")
-CASE_COLUMNS = ("case_id", "family", "family_version", "backend", "world", "status", "label", "ok", "error")
+CASE_COLUMNS = ("case_id", "family", "family_version", "timer", "reduction", "backend", "world", "status", "label",
+                "ok", "error", "flags")
 SUMMARY_COLUMNS = ("n_samples", "mean_only") + tuple(f"{s}_us" for s in STATS_US)
 CHECK_COLUMNS = ("check_wrong", "check_checked")  # the correctness count after timing, as nccl-tests' #wrong
 NOTE_COLUMN = "figures_not_measured"
@@ -150,12 +151,21 @@ def _nccl_columns(record) -> dict:
     return row
 
 
+def _flags(record) -> Optional[str]:
+    """Why the family says a record's figures are distorted (oversubscribed cores), None when clean."""
+    from harness import registry
+
+    family = registry.FAMILIES.get(record.family)
+    return (family.flags(record) or None) if family is not None and family.flags is not None else None
+
+
 def _record_row(run: LoadedRun, record) -> dict:
     error = f"{record.error.kind}: {record.error.message}" if record.error else None
     row = {**run.run_columns(), "case_id": record.case_id, "family": record.family,
            "family_version": record.family_version, "backend": record.backend, "world": record.world,
+           "timer": record.timer or None, "reduction": record.reduction or None,  # "" for a case that never timed
            "status": record.status, "label": record.label, "ok": record.ok, "error": error,
-           **_summary_columns(record),
+           "flags": _flags(record), **_summary_columns(record),
            "check_wrong": record.check.wrong if record.check else None,
            "check_checked": record.check.checked if record.check else None,
            **_nccl_columns(record)}
@@ -207,7 +217,8 @@ def records_of(runs: list[LoadedRun]):
     dtypes = {"run_id": "string", "run_dir": "string", "commit": "string", "commit_dirty": "boolean",
               "host": "string", "incomplete": "bool", "incomplete_reason": "string", "case_id": "string",
               "family": "string", "family_version": "int64", "backend": "string", "world": "int64",
-              "status": "string", "label": "string", "ok": "bool", "error": "string", "n_samples": "int64",
+              "timer": "string", "reduction": "string", "status": "string", "label": "string", "ok": "bool",
+              "error": "string", "flags": "string", "n_samples": "int64",
               "mean_only": "bool", NOTE_COLUMN: "string", "check_wrong": "Int64", "check_checked": "Int64",
               **nccl,
               **{f"{s}_us": "float64" for s in STATS_US}, **{name: "float64" for name in figures},

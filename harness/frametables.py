@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
+from harness.comparable import CHECKED_FIELDS
 from harness.dataframe import NCCL_PREFIX, PARAM_PREFIX
 from harness.family import SOURCE_MARKS, Column, Family
 from harness.figures import N_TOO_SMALL, TIME_SCALE, is_sample_statistic, sample_parts, supports
@@ -26,6 +27,9 @@ from harness.sizes import format_size
 MISSING = "-"  # no value: the case is not in that run, failed, or lacks the figure
 MEAN_ONLY = "mean only"  # a percentile of an import that holds nccl-tests' mean alone
 ZERO_RATIO = "n/a (zero)"  # a ratio with a zero side: nccl-tests rounds small bandwidths to 0.00
+ROUNDED_RATIO = "n/a (rounded)"  # a side printed with fewer than 3 significant digits (busbw 0.01)
+DEFINITION_RATIO = "n/a (definition)"  # records of different definitions (harness.comparable)
+FLAGGED = "flagged"  # appended to a status whose record the family flags as distorted
 IMPORT_FILE = NCCL_PREFIX + "file"
 
 
@@ -222,17 +226,22 @@ class Compared:
             return self.text(row)
         text = figure_text(row, self.name, self.fmt, self.scale)
         value = self.value(row)
-        digits = "".join(ch for ch in text if ch.isdigit()).lstrip("0")
-        if value and len(digits) < 3 and "%" not in text and not self.name.startswith(NCCL_PREFIX):
-            # a small figure its table format leaves one or two digits of (busbw 0.008): three, so the
-            # ratio beside it can be checked by hand; nccl-tests figures stay as the log printed them
-            return f"{value:.3g}"
+        if value and _significant_digits(text) < 3 and not self.name.startswith(NCCL_PREFIX):
+            # a small figure its table format leaves one or two digits of (busbw 0.008, 67%): three, so
+            # the ratio beside it can be checked by hand; nccl-tests figures stay as the log printed them
+            return f"{value * 100:#.3g}%" if text.endswith("%") else f"{value:#.3g}"
         return text
 
     def value(self, row: Mapping[str, Any]) -> Optional[float]:
         """The number a ratio is taken of, or None where the cell shows none (unsupported too)."""
         cell = figure_text(row, self.name)
         return None if cell in (MISSING, MEAN_ONLY, N_TOO_SMALL) else float(row[frame_column(self.name)]) * self.scale
+
+
+def _significant_digits(text: str) -> int:
+    """Significant digits of a printed number ("0.008" 1, "67%" 2, "127.0" 4); 0 for none."""
+    mantissa = text.split("e")[0]
+    return len("".join(ch for ch in mantissa if ch.isdigit()).lstrip("0"))
 
 
 def _headline(family: Optional[Family], name: str) -> Compared:
@@ -272,16 +281,26 @@ def compared_figures(frames: Sequence[Any], family: Optional[Family]) -> list[Co
     return center + [_headline(family, name) for name in heads]
 
 
-def _ratio(base: Optional[float], other: Optional[float], base_row, other_row, name: str) -> str:
+def _ratio(base: Optional[float], other: Optional[float], base_row, other_row, fig: Compared) -> str:
     if base_row is None or other_row is None:
         return MISSING
-    if N_TOO_SMALL in (figure_text(base_row, name), figure_text(other_row, name)):
+    if _definition(base_row) != _definition(other_row):
+        return DEFINITION_RATIO
+    if N_TOO_SMALL in (figure_text(base_row, fig.name), figure_text(other_row, fig.name)):
         return N_TOO_SMALL
     if base is None or other is None:
         return MISSING
     if base == 0 or other == 0:
         return ZERO_RATIO
+    if fig.name.startswith(NCCL_PREFIX) and min(_significant_digits(fig.cell(r)) for r in (base_row, other_row)) < 3:
+        # 0.01 / 0.01 GB/s reads 1.00 beside a time ratio of 1.31: a printed figure this coarse
+        # holds no ratio (the time beside it, printed to 4 digits, does)
+        return ROUNDED_RATIO
     return f"{other / base:#.3g}"
+
+
+def _definition(row: Mapping[str, Any]) -> tuple:
+    return tuple(_py(row.get(name)) for name in CHECKED_FIELDS)
 
 
 def _by_case(df, label: str) -> dict:
@@ -320,8 +339,9 @@ def comparison_table(frames: Sequence[Any], labels: Sequence[str], family: Optio
         for fig in figures:
             cells += [MISSING if r is None else fig.cell(r) for r in present]
             values = [None if r is None else fig.value(r) for r in present]
-            cells += [_ratio(values[0], v, present[0], r, fig.name) for v, r in zip(values[1:], present[1:])]
-        cells += [MISSING if r is None else r["label"] for r in present]
+            cells += [_ratio(values[0], v, present[0], r, fig) for v, r in zip(values[1:], present[1:])]
+        cells += [MISSING if r is None else r["label"] + (f", {FLAGGED}" if not _missing(r.get("flags")) else "")
+                  for r in present]
         rows.append(cells)
     notes = _comparison_notes(order, by_run, labels, tags, figures)
     if shared and not imported:
@@ -358,19 +378,40 @@ def run_tags(labels: Sequence[str]) -> list[str]:
 def _comparison_notes(order, by_run, labels, tags, figures) -> list[str]:
     directions = "; ".join(f"{f.header}: {f.better} is better" for f in figures if f.better != "neither")
     named = "" if tags == list(labels) else " (" + "; ".join(f"{t}: {label}" for t, label in zip(tags, labels)) + ")"
+    nccl = any(f.name.startswith(NCCL_PREFIX) for f in figures)
     notes = [f"One row per case ID in any run{named}. Ratio columns are each run / {tags[0]} (the first run): "
              "above 1 means that run's figure is larger" + (f" ({directions})" if directions else "") + ". "
              f"No ratio of a percentile the samples do not support ({N_TOO_SMALL}), nor of a figure that is 0 "
-             f"on either side ({ZERO_RATIO}: nccl-tests prints bandwidths below 0.005 GB/s as 0.00)."]
+             f"on either side ({ZERO_RATIO}" + (": nccl-tests prints bandwidths below 0.005 GB/s as 0.00" if nccl else "")
+             + (f"), nor of a figure nccl-tests printed with fewer than 3 significant digits ({ROUNDED_RATIO}"
+                if nccl else "") + ")."]
+    empty = [tag for tag, run in zip(tags, by_run) if not run]
+    if empty:
+        notes.append(f"No records of this family in {', '.join(empty)}: its columns read -.")
     absent = [f"{tag} lacks {n} of the {len(order)} cases" for tag, run in zip(tags, by_run)
-              if (n := sum(case not in run for case in order))]
+              if run and (n := sum(case not in run for case in order))]
     if absent:
         notes.append("A case not in a run reads - in that run's columns: " + "; ".join(absent) + ".")
     for tag, run in zip(tags[1:], by_run[1:]):
-        if not set(run) & set(by_run[0]):
+        if run and by_run[0] and not set(run) & set(by_run[0]):
             notes.append(f"{tag} shares no case with {tags[0]}: {_how_they_differ(by_run[0], run)}. Cases are "
                          "paired on every parameter, none is assumed equal; to compare across them, read the "
                          "rows of each run (or re-run one side with the other's parameters).")
+    differ = [f"{case.split('/', 1)[-1]} ({tag}: " + ", ".join(
+                  f"{name} {_py(base.get(name))!r} vs {_py(row.get(name))!r}" for name in CHECKED_FIELDS
+                  if _py(base.get(name)) != _py(row.get(name))) + ")"
+              for case in order for tag, run in zip(tags[1:], by_run[1:])
+              if (base := by_run[0].get(case)) is not None and (row := run.get(case)) is not None
+              and _definition(base) != _definition(row)]
+    if differ:
+        notes.append(f"{DEFINITION_RATIO}: {len(differ)} case(s) were measured under different definitions (family "
+                     "version, timer or reduction) and are not compared: " + "; ".join(differ[:3])
+                     + ("; ..." if len(differ) > 3 else "") + ".")
+    flagged = [f"{case.split('/', 1)[-1]} ({tag}: {row['flags']})" for case in order
+               for tag, run in zip(tags, by_run) if (row := run.get(case)) is not None and not _missing(row.get("flags"))]
+    if flagged:
+        notes.append(f"Status '{FLAGGED}': the family flags the record's figures as distorted, so its ratios are "
+                     "not a comparison of the case: " + "; ".join(flagged) + ".")
     return notes
 
 

@@ -21,7 +21,7 @@ def rich_table(table: TextTable, title: str = "") -> Table:
     for i, header in enumerate(table.headers):
         # a case ID wraps rather than losing its tail (the parameters that tell two cases apart)
         out.add_column(header, justify="left" if i in status or header == "case" else "right",
-                       overflow="fold" if header == "case" else "ellipsis")
+                       overflow="fold")  # a number cut to "2684354…" reads like a value
     for row in table.rows:
         cells = [escape(c) for c in row]
         for i in status:
@@ -81,17 +81,23 @@ def print_tables(records: Iterable[Record], console: Console | None = None, fram
     for name in measured["family"].drop_duplicates():
         console.print(rich_table(family_table(measured[measured["family"] == name], registry.FAMILIES.get(name)),
                                  _title(name)))
-        group = [r for r in records if r.family == name and not imported(r)]
-        for record in group:
-            if record.error is not None:
-                # Error text comes from exceptions (gloo prints [file:line]); never parse it as markup.
-                console.print(f"{record.case_id}: {record.status}: {record.error.kind}: {record.error.message}",
-                              markup=False, highlight=False, style="red")
-        _unverified(name, group, console)
+        _family_notes(name, [r for r in records if r.family == name and not imported(r)], console)
 
 
-def print_comparison(frames: list, labels: list[str], console: Console | None = None) -> None:
-    """Several runs side by side, one table per family, as the report's comparison."""
+def _family_notes(name: str, group: list[Record], console: Console, prefix: str = "") -> None:
+    """Each failed case's error, then the figures not verified, for one family's records."""
+    for record in group:
+        if record.error is not None:
+            # Error text comes from exceptions (gloo prints [file:line]); never parse it as markup.
+            console.print(f"{prefix}{record.case_id}: {record.status}: {record.error.kind}: {record.error.message}",
+                          markup=False, highlight=False, style="red")
+    _unverified(prefix + name, group, console)
+
+
+def print_comparison(frames: list, labels: list[str], console: Console | None = None,
+                     records: Optional[list[list[Record]]] = None) -> None:
+    """Several runs side by side, one table per family, as the report's comparison; with each
+    run's ``records``, every failed case's error and the figures not verified, per run."""
     from harness.frametables import comparison_table
 
     console = console or wide_console()
@@ -101,3 +107,5 @@ def print_comparison(frames: list, labels: list[str], console: Console | None = 
         console.print(rich_table(table, _title(name)))
         for note in table.notes:
             console.print(note, markup=False, highlight=False)
+        for label, run in zip(labels, records or ()):
+            _family_notes(name, [r for r in run if r.family == name], console, prefix=f"{label}: ")

@@ -11,7 +11,8 @@ import harness
 from harness import registry
 from harness.cli import main
 from harness.figures import N_TOO_SMALL
-from harness.frametables import MISSING, ZERO_RATIO, comparison_table
+from harness.frametables import (DEFINITION_RATIO, FLAGGED, MISSING, ROUNDED_RATIO, ZERO_RATIO, Compared,
+                                 comparison_table)
 from harness.nccltests import import_file
 from harness.report.cli import make_report
 from harness.report.document import to_markdown
@@ -146,6 +147,10 @@ def test_comparison_of_two_imports_is_side_by_side_in_nccl_tests_figures(gh200, 
     assert row["time (us) out-of-place gh200"] == "127.0" and row["time (us) out-of-place rtx"] == "45.87"
     assert row["time (us) out-of-place rtx / gh200"] == f"{45.87 / 127.0:#.3g}"
     assert dict(zip(headers, _md_row(text, "8")))["busbw (GB/s) in-place rtx / gh200"] == ZERO_RATIO
+    # busbw printed 0.01 on both sides beside a time ratio of 1.31: one digit holds no ratio
+    row128 = dict(zip(headers, _md_row(text, "128")))
+    assert row128["busbw (GB/s) out-of-place gh200"] == "0.01" and row128["time (us) out-of-place rtx / gh200"] == "1.31"
+    assert row128["busbw (GB/s) out-of-place rtx / gh200"] == ROUNDED_RATIO
     assert "### " not in text.split("## Family allreduce")[1].split("## ")[0]  # not one table per run
 
 
@@ -175,3 +180,44 @@ def test_runs_that_share_no_case_say_which_parameter_keeps_them_apart(gh200, tmp
     text = to_markdown(make_report([gcp, gh200], ["gcp", "gh200"]).blocks)
     assert "gh200 shares no case with gcp: world 16 vs 8." in text
     assert dict(zip(_md_headers(text, "256K"), _md_row(text, "256K")))["time (us) out-of-place gh200"] == MISSING
+
+
+def test_records_of_different_definitions_get_no_ratio(two_runs):
+    """Another timer (an nccl-tests import's CUDA events against critpath's clock) is not compared."""
+    base, other, *_ = two_runs
+    other = other.copy()
+    case = other["case_id"].iloc[2]
+    other.loc[other["case_id"] == case, "timer"] = "nccl-tests (CUDA events)"
+    table = comparison_table([base, other], ["a", "b"], registry.get("allreduce"))
+    cells = _cells(table, case)
+    assert cells["p50 (us) b / a"] == DEFINITION_RATIO and cells["busbw (GB/s) b / a"] == DEFINITION_RATIO
+    assert cells["p50 (us) b"] != MISSING  # the figures are shown, only the ratio is refused
+    note = next(n for n in table.notes if n.startswith(DEFINITION_RATIO))
+    assert "1 case(s)" in note and "timer 'perf_counter_ns' vs 'nccl-tests (CUDA events)'" in note
+    assert _cells(table, other["case_id"].iloc[3])["p50 (us) b / a"] == "2.00"
+
+
+def test_a_flagged_record_says_so_in_its_status_and_a_note(two_runs):
+    base, other, *_ = two_runs
+    other = other.copy()
+    case = other["case_id"].iloc[2]
+    other.loc[other["case_id"] == case, "flags"] = "OVERSUBSCRIBED 4 spinning/2 cores"
+    table = comparison_table([base, other], ["a", "b"], registry.get("allreduce"))
+    assert _cells(table, case)["status b"] == f"ok, {FLAGGED}" and _cells(table, case)["status a"] == "ok"
+    assert any("OVERSUBSCRIBED 4 spinning/2 cores" in n and n.startswith(f"Status '{FLAGGED}'") for n in table.notes)
+
+
+def test_a_run_without_the_family_is_said_once(two_runs):
+    base, *_ = two_runs
+    table = comparison_table([base, base.iloc[0:0]], ["a", "b"], registry.get("allreduce"))
+    assert "No records of this family in b: its columns read -." in table.notes
+    assert not any("shares no case" in n or "lacks" in n for n in table.notes)
+    assert all(_cells(table, c)["status b"] == MISSING for c in base["case_id"])
+
+
+def test_small_figures_and_percentages_keep_three_digits_beside_their_ratio():
+    share = Compared("vs uniform", "paired_rel_throughput", "higher", "{:.0%}")
+    assert share.cell({"paired_rel_throughput": 0.6674, "n_samples": 50}) == "66.7%"
+    busbw = Compared("busbw", "busbw_gbps", "higher", "{:.3f}")
+    assert busbw.cell({"busbw_gbps": 0.0019953, "n_samples": 200}) == "0.00200"
+    assert busbw.cell({"busbw_gbps": 1.25, "n_samples": 200}) == "1.250"
