@@ -201,3 +201,15 @@ def test_a_missing_tolerance_names_its_field(tmp_path):
     path.write_text("\n".join(line for line in text.splitlines() if "tolerance:" not in line) + "\n")
     with pytest.raises(BaselineError, match=r"x.yaml:\d+: field claims.[01].measure.tolerance: .tolerance. is a required property"):
         load_file(path)
+
+
+SEEDS = Path(__file__).resolve().parents[2] / "shared" / "seeds"  # the originals, beside a development checkout
+
+
+@pytest.mark.skipif(not SEEDS.is_dir(), reason="the source articles are not beside this checkout (shared/seeds)")
+def test_every_cited_section_is_the_articles_own_text():
+    """The report shows `section` as the article writes it, for a reader to find in the original:
+    it must be the article's text, not critpath's paraphrase (a colon it lacks, a made-up heading)."""
+    for claim in load_dir():
+        text = (SEEDS / claim.article_file).read_text()
+        assert claim.section in text, f"{claim.id}: {claim.section!r} is not in {claim.article_file}"
