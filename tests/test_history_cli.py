@@ -138,3 +138,15 @@ def test_the_suite_tracks_a_percentile_only_where_the_samples_support_it():
         bench_families._read(cache, "short", "p99_us")
     assert bench_families._read(cache, "short", "p50_us") > 0
     assert bench_families._read(cache, "enough", "p99_us") > 0
+
+
+def test_a_headline_figure_that_names_a_percentile_obeys_the_rule_too():
+    from asv_runner.benchmarks.mark import SkipNotImplemented
+
+    record = next(r for r in load_records(FIXTURE_RUN) if r.ok and len(r.samples_ns) >= 100)
+    short = dataclasses.replace(record, samples_ns=record.samples_ns[:99],
+                                metrics={**record.metrics, "rtt_p99_us": 1.0, "msgs_per_s": 5.0})
+    cache = {"short": bench_families._figures_of(short)}
+    with pytest.raises(SkipNotImplemented, match="rtt_p99_us: n too small"):
+        bench_families._read(cache, "short", "rtt_p99_us")
+    assert bench_families._read(cache, "short", "msgs_per_s") == 5.0

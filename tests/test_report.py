@@ -44,6 +44,17 @@ def test_markdown_is_deterministic(report):
     assert to_markdown(make_report([RUN], families=FAMILIES).blocks) == to_markdown(report.blocks)
 
 
+def test_html_and_every_plot_are_the_same_bytes_every_build(tmp_path):
+    """A published report rebuilt from the same run is the same file (fixed bootstrap seed, no
+    timestamps in the PNGs or the page)."""
+    outs = []
+    for name in ("a", "b"):
+        assert main(["report", str(RUN), "--out", str(tmp_path / name)]) == 0
+        outs.append({p.relative_to(tmp_path / name): p.read_bytes() for p in sorted((tmp_path / name).rglob("*"))
+                     if p.is_file()})
+    assert outs[0] == outs[1] and any(str(p).endswith(".png") for p in outs[0])
+
+
 def test_every_family_plot_is_drawn(report):
     names = {b.name for b in report.blocks if hasattr(b, "png")}
     assert names == {"allreduce_latency", "allreduce_busbw", "rpc_percentiles", "pipeline_bubble", "moe_rank_load",

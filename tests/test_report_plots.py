@@ -162,3 +162,21 @@ def test_moe_plots_draw_whole_ranks_and_the_tables_mean(family_plot):
     else:
         widths = sorted(p.get_width() for p in ax.patches)
         assert widths == pytest.approx(sorted([steps.mean() / 1e3, 0.7 * steps.mean() / 1e3]))
+
+
+def test_the_moe_interval_widens_for_correlated_steps():
+    """Steps that drift together (AR(1), rho 0.8) get a wider interval than the independent-steps
+    formula gives; independent steps get about the same."""
+    from harness.report.plots import _mean_interval_us
+
+    rng = np.random.default_rng(4)
+    noise = rng.normal(0, 1000, 400)
+    drift = np.empty_like(noise)
+    drift[0] = noise[0]
+    for i in range(1, noise.size):
+        drift[i] = 0.8 * drift[i - 1] + noise[i]
+    for steps, low, high in ((20_000 + drift, 1.8, 6.0), (20_000 + noise, 0.6, 1.6)):
+        mean, half = _mean_interval_us(_record("moe_a2a", {"workload": "uniform"}, steps * 1e3))
+        naive = 1.96 * np.std(steps, ddof=1) / np.sqrt(steps.size)
+        assert mean == pytest.approx(steps.mean(), rel=1e-6)
+        assert low < half / naive < high, half / naive

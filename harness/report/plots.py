@@ -140,6 +140,9 @@ def positive(points: Sequence[tuple[float, float]]) -> tuple[list[tuple[float, f
     """The points a log axis can show, and how many it cannot: a value of 0 or less is not a
     measurement there (nccl-tests prints busbw 0.00 for sizes whose bandwidth rounds to zero)."""
     kept = [(x, y) for x, y in points if y > 0]
+    if any(math.isnan(y) for _, y in points):
+        # NaN is no figure at all, not a rounded zero: the caption must not blame nccl-tests for it
+        raise ValueError("a figure to plot is NaN")
     return kept, len(points) - len(kept)
 
 
@@ -411,13 +414,22 @@ def plot_moe_load(runs):
     return Drawn(fig)
 
 
+MEAN_BATCHES = 10  # batch means: consecutive steps share load and placement, so they are not independent
+
+
 def _mean_interval_us(record: Record) -> tuple[float, float]:
-    """The mean step (the table's step_us) and the half-width of its 95 % interval, 1.96 standard
-    errors of the steps; 0 for an imported mean, which has no spread to show."""
-    if is_mean_only(record) or len(record.samples_ns or ()) < 2:
+    """The mean step (the table's step_us) and the half-width of its 95 % interval from batch means:
+    the steps in order cut into ``MEAN_BATCHES`` batches, Student's t over the batches' means.
+    Consecutive steps are correlated (lag-1 about 0.2-0.4 on the default grid), which made an
+    interval from the steps as if independent too narrow. 0 for an imported mean or too few steps."""
+    from scipy import stats
+
+    if is_mean_only(record) or len(record.samples_ns or ()) < 2 * MEAN_BATCHES:
         return record.summary.mean_ns / 1e3, 0.0
     steps = np.asarray(record.samples_ns, dtype=np.float64) / 1e3
-    return float(steps.mean()), float(1.96 * steps.std(ddof=1) / math.sqrt(steps.size))
+    means = np.array([batch.mean() for batch in np.array_split(steps, MEAN_BATCHES)])
+    half = stats.t.ppf(0.975, MEAN_BATCHES - 1) * means.std(ddof=1) / math.sqrt(MEAN_BATCHES)
+    return float(steps.mean()), float(half)
 
 
 @plot("moe_a2a", "moe_step_by_mitigation", "MoE mean step time per workload and mitigation")
@@ -445,7 +457,9 @@ def plot_moe_steps(runs):
     ax.grid(True, axis="x", alpha=0.3)
     return Drawn(fig, "Labels: workload (hotF: one hot expert with F times the mean load; zipfS: zipf exponent S; "
                       "unbalancedR: ratio R; ~N: the skew moves every N steps), then mitigation. Colour: workload. "
-                      "Interval: 1.96 standard errors of the steps; none for an imported mean.")
+                      f"Interval: 95 % of the mean from {MEAN_BATCHES} batch means of consecutive steps (Student's t), "
+                      "since consecutive steps are correlated; none for an imported mean or fewer than "
+                      f"{2 * MEAN_BATCHES} steps.")
 
 
 # ---------------------------------------------------------------- kv_alloc
@@ -468,7 +482,7 @@ def kv_fragmentation_series(record: Record) -> Optional[tuple[list[float], list[
 KV_PANELS = 3  # a taller figure stops being readable in a report
 
 
-@plot("kv_alloc", "kv_fragmentation", "KV-cache fragmentation over the trace per allocator (modelled replay)")
+@plot("kv_alloc", "kv_fragmentation", "KV-cache fragmentation over the trace per allocator (simulated replay)")
 def plot_kv_frag(runs):
     groups: dict[tuple, list[tuple]] = defaultdict(list)
     for i, run in enumerate(runs):
@@ -490,7 +504,7 @@ def plot_kv_frag(runs):
             allocator = str(r.params.get("allocator"))
             ax.plot(steps, pct, linestyle=LINESTYLES[i % 4], color=colour(allocator), label=_label(run, allocator, runs))
         ax.set_title(", ".join(f"{k}={v}" for k, v in key if k in varying) or "", fontsize=8)
-        ax.set_ylabel("fragmentation (%)", fontsize=8)
+        ax.set_ylabel("fragmentation (%, simulated)", fontsize=8)
         ax.grid(True, alpha=0.3)
         legend(ax)
     axes[-1].set_xlabel("replay step; fragmentation = (reserved - allocated) / reserved")
