@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
 from harness.comparable import CHECKED_FIELDS
-from harness.dataframe import NCCL_PREFIX, PARAM_PREFIX
+from harness.dataframe import NCCL_PREFIX, PARAM_PREFIX, SUMMARY_COLUMNS
+from harness.dataframe import NCCL_SIDES as FRAME_SIDES
 from harness.family import SOURCE_MARKS, Column, Family
 from harness.figures import N_TOO_SMALL, TIME_SCALE, is_sample_statistic, sample_parts, supports
 from harness.nccltests_evidence import ranks_text
@@ -55,14 +56,18 @@ def _py(value: Any) -> Any:
     return value.item() if hasattr(value, "item") else value
 
 
+def row_params(row: Mapping[str, Any]) -> dict:
+    """A frame row's case parameters, by name, as plain Python values (NA: not a parameter of it)."""
+    return {k[len(PARAM_PREFIX):]: _py(v) for k, v in row.items() if k.startswith(PARAM_PREFIX) and not _missing(v)}
+
+
 class RowRecord:
     """A frame row read as the record a family ``Column.value`` reads: its params, figures and check."""
 
     def __init__(self, row: Mapping[str, Any], figures: Sequence[str]) -> None:
         self.case_id, self.family, self.label = row["case_id"], row["family"], row["label"]
         self.ok, self.status = bool(row["ok"]), row["status"]
-        self.params = {k[len(PARAM_PREFIX):]: _py(v) for k, v in row.items()
-                       if k.startswith(PARAM_PREFIX) and not _missing(v)}
+        self.params = row_params(row)
         self.metrics = {name: float(row[name]) for name in figures if not _missing(row.get(name))}
         self.check = None if _missing(row.get("check_wrong")) else _Check(int(row["check_wrong"]),
                                                                           int(row["check_checked"]))
@@ -87,6 +92,9 @@ def figure_text(row: Mapping[str, Any], name: str, fmt: str = "{:.4g}", scale: f
     parts = sample_parts(name)
     value = row.get(frame_column(name))
     if parts:
+        if f"{parts[0]}_us" not in SUMMARY_COLUMNS:
+            # p95_us would read "-" beside a real value: the frame holds only these statistics
+            raise KeyError(f"{name}: the frame holds min, p50, p90, p99, p999, max and mean; no such column")
         if row.get("mean_only") and parts[0] != "mean" and _missing(value):
             return MEAN_ONLY
         scale *= TIME_SCALE["us"] / TIME_SCALE[parts[1]]
@@ -140,7 +148,7 @@ def _stat_cells(row: Mapping[str, Any]) -> list[str]:
 
 # ---- nccl-tests imports ---------------------------------------------------------------------
 
-NCCL_SIDES = (("out_of_place", "out-of-place"), ("in_place", "in-place"))
+NCCL_SIDES = tuple((side, side.replace("_", "-")) for side in FRAME_SIDES)  # (frame name, nccl-tests' header)
 
 
 def nccl_time_text(row: Mapping[str, Any], side: str) -> str:
@@ -353,8 +361,7 @@ def _case_labels(rows: Mapping[str, Mapping[str, Any]]) -> tuple[dict, dict]:
     """Each case named by the parameters that tell it from the others in the table, and the
     parameters every case shares (said once, in a note): a case ID of six parameters in every row
     made each row wrap over three lines."""
-    params = {case: {k[len(PARAM_PREFIX):]: _py(v) for k, v in row.items()
-                     if k.startswith(PARAM_PREFIX) and not _missing(v)} for case, row in rows.items()}
+    params = {case: row_params(row) for case, row in rows.items()}
     keys = sorted({k for p in params.values() for k in p})
     shared = {k: params[next(iter(params))][k] for k in keys
               if len({repr(p.get(k, MISSING)) for p in params.values()}) == 1} if len(params) > 1 else {}
@@ -427,8 +434,20 @@ def _how_they_differ(base: Mapping[str, Mapping], other: Mapping[str, Mapping]) 
     apart = [k for k in keys if values(base, k) and values(other, k) and not values(base, k) & values(other, k)]
     if not apart:
         return "no single parameter keeps them apart"
-    return "; ".join(f"{k.removeprefix(PARAM_PREFIX)} {', '.join(sorted(values(base, k)))} vs "
-                     f"{', '.join(sorted(values(other, k)))}" for k in apart)
+    def listed(found: set) -> str:
+        ordered = sorted(found, key=lambda v: (0, float(v), v) if _number(v) else (1, 0.0, v))
+        return ", ".join(ordered[:4]) + (f", ... ({len(ordered)} values)" if len(ordered) > 4 else "")
+
+    return "; ".join(f"{k.removeprefix(PARAM_PREFIX)} {listed(values(base, k))} vs {listed(values(other, k))}"
+                     for k in apart)
+
+
+def _number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def split_imports(df):
