@@ -221,7 +221,7 @@ def _crossover_cell(c: crossover.Crossover) -> str:
         counts = ", ".join(f"{name} at {n}" for name in ("ring", "tree", "neither")
                            if (n := c.leads.count(name)))
         return ("no significant crossover (" + (f"the measured p50s cross at {measured}; " if measured else "")
-                + f"significantly faster of {len(c.sizes)} sizes: {counts})")
+                + f"which is significantly faster, of {len(c.sizes)} sizes: {counts})")
     found = ", ".join(f"~{human_bytes(x)}" for x in c.point_bytes) or "none in the measured sizes"
     return f"means only (imported): {found}; no interval, there are no samples to resample"
 
