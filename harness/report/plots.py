@@ -146,26 +146,26 @@ def positive(points: Sequence[tuple[float, float]]) -> tuple[list[tuple[float, f
     return kept, len(points) - len(kept)
 
 
-def _crossover_marks(ax, found: Sequence[crossover.Crossover], linestyle: str) -> None:
+def _crossover_marks(ax, found: Sequence[crossover.Crossover], linestyle: str, prefix: str = "") -> None:
     """A significant crossover as its bracket of measured sizes (light), the bootstrap interval of the
     interpolation inside it (darker) and the interpolated point; an imported (means only) one as a
     dotted line at the means' crossover, without a band it has no samples for."""
+    # Named in the legend (outside the axes), not written over the lines.
     for c in found:
         for ch in c.changes:
-            ax.axvspan(ch.below_bytes, ch.above_bytes, color="grey", alpha=0.08, linewidth=0)
+            ax.axvspan(ch.below_bytes, ch.above_bytes, color="grey", alpha=0.08, linewidth=0,
+                       label=f"{prefix}ring/tree crossover: between {human_bytes(ch.below_bytes)} and "
+                             f"{human_bytes(ch.above_bytes)}")
             if ch.low_bytes is not None:
-                ax.axvspan(ch.low_bytes, ch.high_bytes, color="grey", alpha=0.25, linewidth=0)
+                ax.axvspan(ch.low_bytes, ch.high_bytes, color="grey", alpha=0.25, linewidth=0,
+                           label=f"{prefix}  interpolated, {crossover.LEVEL:.0%} interval {human_bytes(ch.low_bytes)}-"
+                                 f"{human_bytes(ch.high_bytes)}")
             if ch.point_bytes is not None:
                 ax.axvline(ch.point_bytes, color="grey", linestyle=linestyle, linewidth=0.8)
-            text = (f"ring/tree crossover between {human_bytes(ch.below_bytes)} and {human_bytes(ch.above_bytes)}"
-                    + (f" (~{human_bytes(ch.point_bytes)})" if ch.point_bytes is not None else ""))
-            ax.annotate(text, (ch.point_bytes or ch.below_bytes, 0.97), xycoords=("data", "axes fraction"),
-                        fontsize=7, rotation=90, va="top", ha="right")
         if not c.resampled:
             for x in c.point_bytes:
-                ax.axvline(x, color="grey", linestyle=":", linewidth=0.8)
-                ax.annotate(f"crossover of means ~{human_bytes(x)} (no band: no samples)", (x, 0.97),
-                            xycoords=("data", "axes fraction"), fontsize=7, rotation=90, va="top", ha="right")
+                ax.axvline(x, color="grey", linestyle=":", linewidth=0.8,
+                           label=f"{prefix}crossover of means ~{human_bytes(x)} (no band: no samples)")
 
 
 def crossover_caption(found: Sequence[crossover.Crossover]) -> str:
@@ -207,7 +207,7 @@ def _allreduce(runs: Sequence[RunData], ylabel: str, value: Callable[[Record], f
                                         "axis has no place for them.", runs))
         if mark:
             found = crossover.ring_tree_crossovers(run.of("allreduce"))
-            _crossover_marks(ax, found, LINESTYLES[i % 4])
+            _crossover_marks(ax, found, LINESTYLES[i % 4], _label(run, "", runs))
             if (text := crossover_caption(found)):
                 captions.append(_label(run, text, runs))
     ax.set_xscale("log", base=2)
