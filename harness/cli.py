@@ -132,7 +132,8 @@ def cmd_run(args) -> int:
 
 def cmd_show(args) -> int:
     from harness.store import FINGERPRINT, RUN_META, ResultsFileError, load_records, read_json, run_incompleteness
-    from harness.table import frame_of, print_comparison, print_tables
+    from harness.dataframe import frame_of
+    from harness.table import print_comparison, print_tables
 
     if args.label and len(args.label) != len(args.run_dirs):
         raise ResultsFileError(f"--label given {len(args.label)} times for {len(args.run_dirs)} runs")

@@ -204,6 +204,12 @@ def frame(*run_dirs: Any, samples: bool = False):
     return samples_of(runs) if samples else records_of(runs)
 
 
+def frame_of(records, run_dir: PathLike = ".", meta: dict | None = None, fingerprint: dict | None = None):
+    """The records frame of one run's records already loaded (a run just measured, shown with
+    --skip-invalid, or the report's RunData), without reading the run directory again."""
+    return records_of([LoadedRun.of(run_dir, records, meta or {}, fingerprint or {})])
+
+
 def records_of(runs: list[LoadedRun]):
     """``frame`` of runs already loaded."""
     import pandas as pd

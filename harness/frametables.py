@@ -91,15 +91,13 @@ def figure_text(row: Mapping[str, Any], name: str, fmt: str = "{:.4g}", scale: f
     percentile the samples do not support."""
     parts = sample_parts(name)
     value = row.get(frame_column(name))
+    # A statistic the frame does not hold (p95_us, p999_over_mean) would read "-" beside a real value.
+    if (f"{parts[0]}_us" not in SUMMARY_COLUMNS) if parts else is_sample_statistic(name):
+        raise KeyError(f"{name}: the frame holds min, p50, p90, p99, p999, max and mean; no such column")
     if parts:
-        if f"{parts[0]}_us" not in SUMMARY_COLUMNS:
-            # p95_us would read "-" beside a real value: the frame holds only these statistics
-            raise KeyError(f"{name}: the frame holds min, p50, p90, p99, p999, max and mean; no such column")
         if row.get("mean_only") and parts[0] != "mean" and _missing(value):
             return MEAN_ONLY
         scale *= TIME_SCALE["us"] / TIME_SCALE[parts[1]]
-    elif is_sample_statistic(name):
-        raise KeyError(f"{name}: the frame holds min, p50, p90, p99, p999, max and mean; no such column")
     if _missing(value):
         return MISSING
     n = int(row.get("n_samples") or 0)

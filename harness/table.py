@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from pathlib import Path
 from typing import Iterable, Optional
 
 from rich.console import Console
@@ -54,17 +53,10 @@ def _unverified(name: str, group: list[Record], console: Console) -> None:
                       markup=False, highlight=False, style="yellow")
 
 
-def frame_of(records: list[Record], run_dir: Optional[Path] = None, meta: Optional[dict] = None,
-             fingerprint: Optional[dict] = None):
-    """The records frame of records already loaded (a run just measured, or shown with --skip-invalid)."""
-    from harness.dataframe import LoadedRun, records_of
-
-    return records_of([LoadedRun.of(run_dir or Path("."), records, meta or {}, fingerprint or {})])
-
-
 def print_tables(records: Iterable[Record], console: Console | None = None, frame=None) -> None:
     """One table per family, as the report builds it from the records frame; an import as its source
     printed it (both sides), then its evidence and trailer."""
+    from harness.dataframe import frame_of
     from harness.frametables import family_table, imported_tables, split_imports
     from harness.nccltests_show import imported, imported_notes
 

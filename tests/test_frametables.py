@@ -182,13 +182,18 @@ def test_runs_that_share_no_case_say_which_parameter_keeps_them_apart(gh200, tmp
     assert dict(zip(_md_headers(text, "256K"), _md_row(text, "256K")))["time (us) out-of-place gh200"] == MISSING
 
 
-def test_records_of_different_definitions_get_no_ratio(two_runs):
-    """Another timer (an nccl-tests import's CUDA events against critpath's clock) is not compared."""
+def _one_case_set(two_runs, column: str, value: str):
+    """The comparison of the two runs with ``column`` of one case of the second run set to ``value``."""
     base, other, *_ = two_runs
     other = other.copy()
     case = other["case_id"].iloc[2]
-    other.loc[other["case_id"] == case, "timer"] = "nccl-tests (CUDA events)"
-    table = comparison_table([base, other], ["a", "b"], registry.get("allreduce"))
+    other.loc[other["case_id"] == case, column] = value
+    return comparison_table([base, other], ["a", "b"], registry.get("allreduce")), case, other
+
+
+def test_records_of_different_definitions_get_no_ratio(two_runs):
+    """Another timer (an nccl-tests import's CUDA events against critpath's clock) is not compared."""
+    table, case, other = _one_case_set(two_runs, "timer", "nccl-tests (CUDA events)")
     cells = _cells(table, case)
     assert cells["p50 (us) b / a"] == DEFINITION_RATIO and cells["busbw (GB/s) b / a"] == DEFINITION_RATIO
     assert cells["p50 (us) b"] != MISSING  # the figures are shown, only the ratio is refused
@@ -198,11 +203,7 @@ def test_records_of_different_definitions_get_no_ratio(two_runs):
 
 
 def test_a_flagged_record_says_so_in_its_status_and_a_note(two_runs):
-    base, other, *_ = two_runs
-    other = other.copy()
-    case = other["case_id"].iloc[2]
-    other.loc[other["case_id"] == case, "flags"] = "OVERSUBSCRIBED 4 spinning/2 cores"
-    table = comparison_table([base, other], ["a", "b"], registry.get("allreduce"))
+    table, case, _ = _one_case_set(two_runs, "flags", "OVERSUBSCRIBED 4 spinning/2 cores")
     assert _cells(table, case)["status b"] == f"ok, {FLAGGED}" and _cells(table, case)["status a"] == "ok"
     assert any("OVERSUBSCRIBED 4 spinning/2 cores" in n and n.startswith(f"Status '{FLAGGED}'") for n in table.notes)
 

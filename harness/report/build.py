@@ -14,7 +14,7 @@ from harness import registry
 from harness.baselines import Claim, articles
 from harness.family import Family
 from harness.claims import NOT_MEASURABLE, ClaimResult, check_claims, counts_text
-from harness.dataframe import LoadedRun, records_of
+from harness.dataframe import frame_of
 from harness.records import Record
 from harness.frametables import MEAN_ONLY, TextTable, comparison_table, family_table, imported_tables, split_imports
 from harness.store import incompleteness
@@ -176,7 +176,7 @@ def known_families(families: Mapping[str, Family]) -> list[str]:
 
 
 def _families(runs: Sequence[RunData], families: Mapping[str, Family]) -> list[Block]:
-    frames = [records_of([LoadedRun.of(run.path, run.records, run.meta, run.fingerprint)]) for run in runs]
+    frames = [frame_of(run.records, run.path, run.meta, run.fingerprint) for run in runs]
     blocks: list[Block] = []
     present: list[str] = []
     for run in runs:

@@ -2,7 +2,7 @@
 
 The baselines cite Chinese articles by their original titles. A browser without a CJK font draws
 those as boxes, so the HTML embeds a subset of Noto Sans CJK SC (SIL Open Font License 1.1, see
-``harness/data/fonts/``) holding only the characters the baselines use: tens of KB, not 16 MB.
+``harness/data/fonts/``) holding only the characters the baselines use: under 100 KB, not the full font's 16 MB.
 The @font-face declares the CJK blocks as its unicode-range and comes first in the page's font
 stack: Latin text keeps the reader's own font, and the browser loads the subset before it lays out
 CJK text (listed after the system fonts instead, Chromium drew the page's first CJK line as boxes).
