@@ -5,7 +5,7 @@ units.
 
 Where the numbers come from:
 
-- ``critpath history A..B`` (``harness/history.py``) runs each commit's own ``critpath run`` from a
+- ``critpath history A..B`` (``harness/history/campaign.py``) runs each commit's own ``critpath run`` from a
   worktree of that commit and points this suite at the run directory with CRITPATH_ASV_RUN; the
   tracked cases are the cases of that run.
 - Plain ``asv run``: one ``critpath run`` of every tracked family's quick cases at world 2, made by
@@ -24,17 +24,17 @@ from pathlib import Path
 
 from asv_runner.benchmarks.mark import SkipNotImplemented
 
-from harness import registry
-from harness.family import SOURCE_MARKS, GridOptions
+from harness.core import registry
+from harness.core.family import SOURCE_MARKS, GridOptions
 try:
-    from harness.figures import N_TOO_SMALL, supports
+    from harness.core.figures import N_TOO_SMALL, supports
 except ImportError:  # a tree from before the percentile rule (8a57e7c): its figures as it recorded them
     N_TOO_SMALL = "n too small"
 
     def supports(name: str, n: int) -> bool:
         return True
-from harness.runner import RunOptions, run
-from harness.store import load_records
+from harness.run.runner import RunOptions, run
+from harness.core.store import load_records
 
 RUN_ENV = "CRITPATH_ASV_RUN"  # a finished critpath run directory to read instead of running
 WORLD = 2

@@ -10,8 +10,8 @@ a fresh allocator with a 1 TB budget (no out-of-memory path), on one core. The t
 """
 from __future__ import annotations
 
-from harness.kvalloc.factory import ALLOCATORS, make_allocator
-from harness.kvalloc.simulator import replay
+from harness.kv_alloc.factory import ALLOCATORS, make_allocator
+from harness.kv_alloc.simulator import replay
 from harness.microbench import KV_BLOCK_TOKENS as BLOCK_TOKENS
 from harness.microbench import KV_REPLAY_BUDGET_BYTES as REPLAY_BUDGET_BYTES
 from harness.microbench import kv_event_log

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from harness.options import seconds
+from harness.core.options import seconds
 
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -23,7 +23,7 @@ def _csv(text: str) -> tuple[str, ...]:
 
 
 def _sizes(text: str) -> tuple[int, ...]:
-    from harness.sizes import parse_sizes
+    from harness.core.sizes import parse_sizes
 
     try:
         return parse_sizes(text)
@@ -98,8 +98,8 @@ def _grid_args(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_list(args) -> int:
-    from harness import registry
-    from harness.family import GridOptions
+    from harness.core import registry
+    from harness.core.family import GridOptions
 
     grid = GridOptions(args.profile, args.world or 2, args.backend or "gloo", args.sizes)
     for family in registry.select(args.families) if args.families else registry.FAMILIES.values():
@@ -113,8 +113,8 @@ def cmd_list(args) -> int:
 def cmd_run(args) -> int:
     import signal
 
-    from harness.lifetime import raise_on_sigterm
-    from harness.runner import RunOptions, run
+    from harness.run.lifetime import raise_on_sigterm
+    from harness.run.runner import RunOptions, run
 
     opts = RunOptions(
         families=args.families, case_ids=tuple(args.case_ids), profile=args.profile, world=args.world,
@@ -131,9 +131,9 @@ def cmd_run(args) -> int:
 
 
 def cmd_show(args) -> int:
-    from harness.store import FINGERPRINT, RUN_META, ResultsFileError, load_records, read_json, run_incompleteness
-    from harness.dataframe import frame_of
-    from harness.table import print_comparison, print_tables
+    from harness.core.store import FINGERPRINT, RUN_META, ResultsFileError, load_records, read_json, run_incompleteness
+    from harness.tables.frame import frame_of
+    from harness.tables.terminal import print_comparison, print_tables
 
     if args.label and len(args.label) != len(args.run_dirs):
         raise ResultsFileError(f"--label given {len(args.label)} times for {len(args.run_dirs)} runs")
@@ -166,17 +166,17 @@ def cmd_show(args) -> int:
 COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "harness.model.command": ("model",),
     "harness.pipeline.compare": ("pipeline-compare",),
-    "harness.moe.cli": ("moe-sim", "moe-report"),
+    "harness.moe_a2a.cli": ("moe-sim", "moe-report"),
     "harness.report.cli": ("report",),
-    "harness.accept": ("accept",),
+    "harness.accept.command": ("accept",),
     "harness.diagnose.cli": ("diagnose",),
-    "harness.nccltests": ("import-nccl-tests",),
-    "harness.baselines": ("baselines",),
+    "harness.nccltests.importer": ("import-nccl-tests",),
+    "harness.claims.baselines": ("baselines",),
     "harness.gate.cli": ("gate", "compare"),
-    "harness.gate.power": ("gate-power",),
-    "harness.rounds": ("worker",),
-    "harness.history": ("history",),
-    "harness.export": ("export",),
+    "harness.gatepower.power": ("gate-power",),
+    "harness.run.rounds": ("worker",),
+    "harness.history.campaign": ("history",),
+    "harness.tables.export": ("export",),
 }
 
 
@@ -194,9 +194,9 @@ def _modules_for(argv: Sequence[str]) -> tuple[str, ...]:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    from harness.records import RecordError
-    from harness.runner import UsageError
-    from harness.store import ResultsFileError
+    from harness.core.records import RecordError
+    from harness.run.runner import UsageError
+    from harness.core.store import ResultsFileError
 
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser(_modules_for(argv)).parse_args(argv)
@@ -216,7 +216,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"critpath {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt as exc:
-        from harness.lifetime import interrupt_signal
+        from harness.run.lifetime import interrupt_signal
 
         signum = interrupt_signal(exc)
         print(f"critpath: interrupted by {signal_name(signum)}; records written so far are kept", file=sys.stderr)

@@ -63,7 +63,7 @@ def _noop(_state: Any) -> None:
 
 
 def _timing_loop() -> Prepared:
-    from harness.timing import time_each
+    from harness.run.timing import time_each
 
     def check(samples: np.ndarray) -> None:
         _expect(samples.dtype == np.int64 and samples.shape == (TIMING_ITERS,),
@@ -169,10 +169,10 @@ def kv_event_log(requests: int = KV_REQUESTS, events: int = KV_EVENTS):
     """(trace, policy, bytes per token, ids, sizes): the malloc/free calls of a vLLM-style server
     simulated on the Azure conversation trace (7B shapes, per-block policy, 4x speed-up), cut to
     ``events`` ops. ``benchmarks/bench_kv_alloc.py`` replays a million of them the same way."""
-    from harness.kvalloc.factory import make_allocator
-    from harness.kvalloc.simulator import SimConfig, simulate
-    from harness.kvalloc.traces import load_azure
-    from harness.kvalloc.workload import MODELS, make_policy
+    from harness.kv_alloc.factory import make_allocator
+    from harness.kv_alloc.simulator import SimConfig, simulate
+    from harness.kv_alloc.traces import load_azure
+    from harness.kv_alloc.workload import MODELS, make_policy
 
     trace = load_azure("azure_conv").head(requests)
     policy = make_policy("per_block", block_tokens=KV_BLOCK_TOKENS)
@@ -201,8 +201,8 @@ _KV_LOG: dict[str, tuple] = {}  # one simulation per process, shared by the five
 
 def _kv_replay(allocator: str) -> Callable[[], Prepared]:
     def prepare() -> Prepared:
-        from harness.kvalloc.factory import make_allocator
-        from harness.kvalloc.simulator import replay
+        from harness.kv_alloc.factory import make_allocator
+        from harness.kv_alloc.simulator import replay
 
         if "log" not in _KV_LOG:
             _KV_LOG["log"] = kv_event_log()
@@ -295,7 +295,7 @@ def _model_sweep() -> Prepared:
     from harness.model import alphabeta as ab
     from harness.model.command import DEFAULT_PROFILE, DEFAULT_RANKS, DEFAULT_SIZES, model_grid, parse_ranks
     from harness.model.profile import load_profile
-    from harness.sizes import parse_sizes
+    from harness.core.sizes import parse_sizes
 
     profile = load_profile(DEFAULT_PROFILE)
     algos = tuple(ab.ALLREDUCE_MODELS)
@@ -323,7 +323,7 @@ def _model_sweep() -> Prepared:
 # --------------------------------------------------------------------------- the declaration
 
 def _declare() -> dict[str, MicroBench]:
-    from harness.kvalloc.factory import ALLOCATORS
+    from harness.kv_alloc.factory import ALLOCATORS
     from harness.rpc.codecs import PRESETS
 
     entries = [

@@ -40,10 +40,10 @@ def cli():
 def derived_record(case_id: str, samples_ns, run_id: str = "t", reports=None, **fields):
     """A passing record whose figures are what its family derives from ``samples_ns`` (and
     ``reports``), as the driver writes it: a record with made-up figures is refused on read."""
-    from harness import registry
-    from harness.family import CheckResult
-    from harness.records import Record
-    from harness.stats import Summary
+    from harness.core import registry
+    from harness.core.family import CheckResult
+    from harness.core.records import Record
+    from harness.core.stats import Summary
 
     case = registry.parse(case_id)
     family = registry.get(case.family)

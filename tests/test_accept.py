@@ -11,13 +11,13 @@ from pathlib import Path
 import fake_nvml
 import pytest
 
-from harness import fingerprint
-from harness.accept import ProfileError, accept, evaluate_check, load_profile
+from harness.run import fingerprint
+from harness.accept.command import ProfileError, accept, evaluate_check, load_profile
 from harness.cli import main
-from harness.nccltests import import_file
-from harness.pins import fact_outcome, pin_outcomes
+from harness.nccltests.importer import import_file
+from harness.accept.pins import fact_outcome, pin_outcomes
 from harness.report.run import load_run
-from harness.verdicts import EXIT_FAIL, EXIT_PASS, EXIT_UNVERIFIED, FAIL, PASS, UNVERIFIED, line
+from harness.accept.verdicts import EXIT_FAIL, EXIT_PASS, EXIT_UNVERIFIED, FAIL, PASS, UNVERIFIED, line
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PROFILES = Path(__file__).parent.parent / "baselines" / "profiles"

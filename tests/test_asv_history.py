@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from harness import registry
+from harness.core import registry
 from harness.cli import main
-from harness.figures import supports
-from harness.store import load_records
-from harness.report.history import load_history, resets
+from harness.core.figures import supports
+from harness.core.store import load_records
+from harness.history.view import load_history, resets
 from test_html_browser import BROWSER, render
 
 ROOT = Path(__file__).resolve().parent.parent

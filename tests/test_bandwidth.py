@@ -1,6 +1,6 @@
 import pytest
 
-from harness.bandwidth import algbw_gbps, bus_factor, busbw_gbps
+from harness.core.bandwidth import algbw_gbps, bus_factor, busbw_gbps
 
 
 @pytest.mark.parametrize(

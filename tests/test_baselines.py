@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import baselines
-from harness.baselines import BaselineError, load_dir, load_file, mapping_problems
+from harness.claims import baselines
+from harness.claims.baselines import BaselineError, load_dir, load_file, mapping_problems
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -158,9 +158,9 @@ def test_a_note_that_says_every_declares_what_it_covers():
 
 
 def test_each_selection_covers_every_default_run_case_its_claim_speaks_of():
-    from harness import registry
-    from harness.claims import matches
-    from harness.family import GridOptions
+    from harness.core import registry
+    from harness.claims.check import matches
+    from harness.core.family import GridOptions
 
     checked = 0
     for claim in load_dir():
@@ -178,8 +178,8 @@ def test_each_selection_covers_every_default_run_case_its_claim_speaks_of():
 
 def test_the_p999_bound_includes_the_sockperf_reference_case():
     claim = next(c for c in load_dir() if c.id == "A2.rpc_p999")
-    from harness.claims import matches
-    from harness.records import Record
+    from harness.claims.check import matches
+    from harness.core.records import Record
 
     sockperf = Record(run_id="t", case_id="rpc/x", family="rpc", family_version=1,
                       params={"codec": "raw", "mode": "pingpong", "payload_bytes": 64, "reference": "sockperf",

@@ -1,8 +1,8 @@
 import pytest
 
-from harness import registry
-from harness.case import Case, CaseIdError
-from harness.family import GridOptions
+from harness.core import registry
+from harness.core.case import Case, CaseIdError
+from harness.core.family import GridOptions
 
 
 def test_id_has_sorted_keys_and_is_stable():

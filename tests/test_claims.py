@@ -5,16 +5,15 @@ import dataclasses
 
 import pytest
 
-from harness.baselines import Claim, Measure, Tolerance
-from harness.claims import (CONFIRMED, CONTRADICTED, IN_DIRECTION, NOT_MEASURABLE, SIMULATED, WITHHELD, check_claim,
-                            counts_text)
-from harness.figures import FigureUnavailable
-from harness.figures import value as statistic
-from harness.records import Record
+from harness.claims.baselines import Claim, Measure, Tolerance
+from harness.claims.check import CONFIRMED, CONTRADICTED, IN_DIRECTION, NOT_MEASURABLE, SIMULATED, WITHHELD, check_claim, counts_text
+from harness.core.figures import FigureUnavailable
+from harness.core.figures import value as statistic
+from harness.core.records import Record
 
 
 def record(family="rpc", params=None, samples=(1000, 2000, 3000), metrics=None, world=1, status="ok", extra=None):
-    from harness.records import ErrorInfo
+    from harness.core.records import ErrorInfo
 
     return Record(run_id="t", case_id=f"{family}/x=1", family=family, family_version=1, params=params or {},
                   status=status, backend="gloo", world=world, started_at="t", wall_s=0.0,

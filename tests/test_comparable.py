@@ -10,9 +10,9 @@ import pytest
 from conftest import derived_record
 
 from harness.cli import main
-from harness.comparable import CHECKED_FIELDS, mismatch
+from harness.core.comparable import CHECKED_FIELDS, mismatch
 from harness.gate.outputs import EXIT_COULD_NOT_RUN, EXIT_PASS
-from harness.store import RunDir
+from harness.core.store import RunDir
 
 NOOP = "selftest/fault_rank=0,mode=noop,world=1"
 SAMPLES = [1000, 1010, 990, 1005, 995, 1000, 1002, 998]
@@ -60,8 +60,8 @@ def test_the_gate_loop_refuses_a_round_of_another_definition(tmp_path):
 
 
 def test_a_change_claim_does_not_pair_records_of_another_timer():
-    from harness.baselines import Claim, Measure, Tolerance
-    from harness.claims import NOT_MEASURABLE, check_claim
+    from harness.claims.baselines import Claim, Measure, Tolerance
+    from harness.claims.check import NOT_MEASURABLE, check_claim
 
     before = derived_record("rpc/codec=raw,mode=pingpong,payload_bytes=64,transport=tcp_nodelay", SAMPLES,
                             metrics={}, extra={})
@@ -77,8 +77,8 @@ def test_a_change_claim_does_not_pair_records_of_another_timer():
 
 
 def test_an_acceptance_check_relative_to_a_record_of_another_definition_could_not_be_verified():
-    from harness.accept import evaluate_check
-    from harness.verdicts import PASS, UNVERIFIED
+    from harness.accept.command import evaluate_check
+    from harness.accept.verdicts import PASS, UNVERIFIED
 
     fast = derived_record("rpc/codec=raw,mode=pingpong,payload_bytes=64,transport=uds", SAMPLES, metrics={}, extra={})
     slow = derived_record("rpc/codec=raw,mode=pingpong,payload_bytes=64,transport=tcp_nodelay",

@@ -15,8 +15,8 @@ from harness.collectives.layout import NodeLayout, pairing_rounds
 from harness.diagnose import rules as rules_mod
 from harness.diagnose.evaluate import diagnose
 from harness.diagnose.observe import DiagnoseInputError, read_fleet
-from harness.records import ErrorInfo, Record
-from harness.store import RunDir
+from harness.core.records import ErrorInfo, Record
+from harness.core.store import RunDir
 
 SHARED_CPU = ROOT / "baselines" / "diagnose" / "shared-cpu.yaml"
 DEFAULT = ROOT / "baselines" / "diagnose" / "default.yaml"
@@ -150,7 +150,7 @@ def _node_run(path, host, mean_us, failed=None):
     for size in (65536, 1048576):
         case_id = f"allreduce/algo=ring,backend=gloo,dtype=float32,size_bytes={size},world=2"
         if failed is not None and size == 65536:
-            from harness import registry
+            from harness.core import registry
 
             run.append(Record.failure(registry.parse(case_id), f"run-{host}", failed, "gloo", "2026-01-01T00:00:00"))
             continue
@@ -292,8 +292,8 @@ def test_diagnosis_names_the_torchrun_agent_slowed_by_the_fault_hook_and_nothing
     from test_torchrun import _agents
 
     from harness.families import p2p_tiers
-    from harness.registry import INJECT_ENV
-    from harness.store import load_records
+    from harness.core.registry import INJECT_ENV
+    from harness.core.store import load_records
 
     # One pair at a time: four ranks on two shared cores would otherwise compete for the CPUs.
     cases = [p2p_tiers.FAMILY.case(tier="pairs", backend="gloo", size_bytes=size, world=4, at_once="pair").id
@@ -350,7 +350,7 @@ def _nccl_tests_log(text: str, host: str, slower: float = 1.0) -> str:
 
 
 def test_nccl_tests_imports_of_many_nodes_are_diagnosed_by_their_hosts(tmp_path):
-    from harness.nccltests import import_file
+    from harness.nccltests.importer import import_file
 
     text = (ROOT / "tests" / "fixtures" / "nccl_tests" / "all_reduce_h100.txt").read_text()
     runs = []

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from harness import registry
-from harness.case import CaseIdError
-from harness.family import BACKENDS, GridOptions
+from harness.core import registry
+from harness.core.case import CaseIdError
+from harness.core.family import BACKENDS, GridOptions
 
 
 def _grid_cases(family):
@@ -157,11 +157,11 @@ def test_every_family_names_a_headline_figure_for_its_history(family):
 def test_the_driver_fails_a_case_whose_metrics_are_not_declared_or_not_finite():
     import math
 
-    from harness.case import Case
-    from harness.driver import Collectives, run_case
-    from harness.family import CheckResult, Family, FigureError, RankContext
-    from harness.figures import Figure
-    from harness.timing import PlanPolicy
+    from harness.core.case import Case
+    from harness.run.driver import Collectives, run_case
+    from harness.core.family import CheckResult, Family, FigureError, RankContext
+    from harness.core.figures import Figure
+    from harness.run.timing import PlanPolicy
 
     def family(figures: dict) -> Family:
         return Family(name="fig", version=1, description="returns given figures", params=(),
@@ -208,9 +208,9 @@ def _doc_family_rank(rank: int, world: int, path: str, store_path: str, results)
     import torch
     import torch.distributed as dist
 
-    from harness.driver import Collectives, run_case
-    from harness.family import RankContext
-    from harness.timing import PlanPolicy
+    from harness.run.driver import Collectives, run_case
+    from harness.core.family import RankContext
+    from harness.run.timing import PlanPolicy
 
     family = _load_doc_family(path)
     dist.init_process_group("gloo", store=dist.FileStore(store_path, world), rank=rank, world_size=world,
@@ -229,7 +229,7 @@ def _doc_family_rank(rank: int, world: int, path: str, store_path: str, results)
 def test_the_documented_one_file_family_is_about_60_lines_and_runs(tmp_path):
     import torch.multiprocessing as mp
 
-    from harness.case import parse_case_id
+    from harness.core.case import parse_case_id
 
     source = _doc_family_source()
     assert len(source.strip().splitlines()) <= 70
@@ -292,7 +292,7 @@ def test_allreduce_tiers_check_catches_a_reduce_that_did_not_happen():
 
     from harness.collectives.layout import NodeLayout
     from harness.families import allreduce_tiers
-    from harness.family import RankContext
+    from harness.core.family import RankContext
 
     ctx = RankContext(0, 2, 0, "gloo", torch.device("cpu"))
     state = allreduce_tiers.State(ctx, NodeLayout((0, 0)), None, [0, 1], torch.zeros(16), 1, _NoWire())
@@ -305,7 +305,7 @@ def test_p2p_tiers_check_catches_a_reply_that_never_came():
 
     from harness.collectives.layout import NodeLayout
     from harness.families import p2p_tiers
-    from harness.family import RankContext
+    from harness.core.family import RankContext
 
     ctx = RankContext(0, 2, 0, "gloo", torch.device("cpu"))
     state = p2p_tiers.State(ctx, NodeLayout((0, 0)), (0, 1), torch.zeros(16), _NoWire())
@@ -315,7 +315,7 @@ def test_p2p_tiers_check_catches_a_reply_that_never_came():
 
 def test_selftest_check_catches_a_wrong_spin_sum():
     from harness.families import selftest
-    from harness.family import RankContext
+    from harness.core.family import RankContext
 
     state = selftest.setup(RankContext(0, 1, 0, "gloo", None), registry.parse(
         "selftest/fault_rank=0,mode=spin,spin_iters=100,world=1"))

@@ -14,8 +14,8 @@ import pytest
 
 import harness
 from harness.cli import main
-from harness.nccltests import import_file
-from harness.store import ResultsFileError, load_records
+from harness.nccltests.importer import import_file
+from harness.core.store import ResultsFileError, load_records
 
 FIXTURES = Path(__file__).parent / "fixtures"
 MIXED = FIXTURES / "run_mixed"

@@ -8,12 +8,11 @@ from pathlib import Path
 import pytest
 
 import harness
-from harness import registry
+from harness.core import registry
 from harness.cli import main
-from harness.figures import N_TOO_SMALL
-from harness.frametables import (DEFINITION_RATIO, FLAGGED, MISSING, ROUNDED_RATIO, ZERO_RATIO, Compared,
-                                 comparison_table)
-from harness.nccltests import import_file
+from harness.core.figures import N_TOO_SMALL
+from harness.tables.family import DEFINITION_RATIO, FLAGGED, MISSING, ROUNDED_RATIO, ZERO_RATIO, Compared, comparison_table
+from harness.nccltests.importer import import_file
 from harness.report.cli import make_report
 from harness.report.document import to_markdown
 

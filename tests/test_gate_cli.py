@@ -18,8 +18,8 @@ from conftest import derived_record
 
 from harness.cli import main
 from harness.gate.outputs import EXIT_COULD_NOT_RUN, EXIT_PASS, EXIT_REGRESSION, junit_schema_path
-from harness.records import ErrorInfo, Record
-from harness.store import RunDir
+from harness.core.records import ErrorInfo, Record
+from harness.core.store import RunDir
 
 ROOT = Path(__file__).resolve().parent.parent
 NOOP = "selftest/fault_rank=0,mode=noop,world=1"
@@ -226,7 +226,7 @@ def test_the_budget_stops_a_gate(tmp_repo, tmp_path):
 
 
 def _slowed_branch(repo: Path, case_id: str, kind: str, fraction: float, mean_ns: float) -> str:
-    from harness.gate.inject import Slowdown, commit_slowdowns
+    from harness.gatepower.inject import Slowdown, commit_slowdowns
 
     head = _git(repo, "rev-parse", "HEAD")
     sha = commit_slowdowns(repo, head, "slow", [Slowdown(case_id, kind, fraction, mean_ns)])

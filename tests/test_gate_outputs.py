@@ -9,9 +9,7 @@ import pytest
 import xmlschema
 
 from harness.gate.config import ConfigError, load_baselines, load_config
-from harness.gate.outputs import (
-    EXIT_COULD_NOT_RUN, EXIT_PASS, EXIT_REGRESSION, GateResult, junit_schema_path, junit_xml, markdown, write_outputs,
-)
+from harness.gate.outputs import EXIT_COULD_NOT_RUN, EXIT_PASS, EXIT_REGRESSION, GateResult, junit_schema_path, junit_xml, markdown, write_outputs
 from harness.gate.stats import CaseInput, Outcome, Policy, Unit, verdicts
 
 FAST = Policy(n_resamples=200)
@@ -185,7 +183,7 @@ def test_baselines_load_and_errors_name_the_entry(tmp_path):
 
 
 def test_direction_is_what_the_family_declares_never_a_guess_from_the_name():
-    from harness.figures import FigureUnavailable
+    from harness.core.figures import FigureUnavailable
     from harness.gate.values import default_direction
 
     ar = "allreduce/algo=tree,backend=gloo,dtype=float32,size_bytes=8,world=2"

@@ -7,11 +7,11 @@ from dataclasses import replace
 
 import pytest
 
-from harness.case import Param
-from harness.family import CheckResult, Family
-from harness.gate import inject
-from harness.gate.power import AA, analyse, clopper_pearson, table
-from harness.gate.tools import _asv_verdict
+from harness.core.case import Param
+from harness.core.family import CheckResult, Family
+from harness.gatepower import inject
+from harness.gatepower.power import AA, analyse, clopper_pearson, table
+from harness.gatepower.tools import _asv_verdict
 
 RPC = "rpc/codec=raw,mode=pingpong,payload_bytes=256,transport=tcp_nodelay"
 
@@ -121,7 +121,7 @@ def test_between_gate_spread_flags_gates_that_differ_by_more_than_their_pairs_ex
             out.append(record)
         return out
 
-    from harness.gate.power import between_gates
+    from harness.gatepower.power import between_gates
     alike = between_gates(_doc(trials([1.0, 1.01, 0.99, 1.005, 0.995]), cells))[0]
     apart = between_gates(_doc(trials([1.0, 1.10, 0.96, 1.05, 0.97]), cells))[0]
     assert alike["p"] > 0.5 and alike["between_sd"] == 0.0
@@ -130,7 +130,7 @@ def test_between_gate_spread_flags_gates_that_differ_by_more_than_their_pairs_ex
 
 
 def test_a_group_splits_only_where_another_case_id_begins():
-    from harness.gate.power import _case_ids
+    from harness.gatepower.power import _case_ids
 
     a, b = RPC, "allreduce/algo=tree,backend=gloo,dtype=float32,size_bytes=8,world=2"
     assert _case_ids(f"{a},{b}") == (a, b)
@@ -191,7 +191,7 @@ def test_resume_carries_on_the_named_cells_and_refuses_a_name_it_does_not_hold(t
 
     from argparse import Namespace
 
-    from harness.gate.power import Cell, _chosen
+    from harness.gatepower.power import Cell, _chosen
 
     stored = [Cell(**{**c, "case_ids": tuple(c["case_ids"])}) for c in cells]
     assert [c.case_ids for c in _chosen(stored, Namespace(case_ids=[other], groups=[]), tmp_path)] == [(other,)]

@@ -3,8 +3,8 @@ import json
 
 import numpy as np
 
-from harness.gate import power
-from harness.gate.resample import MeasuredGate, resampled_rate
+from harness.gatepower import power
+from harness.gatepower.resample import MeasuredGate, resampled_rate
 
 CASE = "selftest/fault_rank=0,mode=spin,spin_iters=1000,world=1"
 OTHER = "selftest/fault_rank=0,mode=noop,world=1"

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.baselines import load_dir
+from harness.claims.baselines import load_dir
 from harness.cli import main
-from harness.report.history import HistoryError, history_blocks, load_history, reference_for
+from harness.history.view import HistoryError, history_blocks, load_history, reference_for
 
 ASV = Path(__file__).parent / "fixtures" / "asv_results"
 

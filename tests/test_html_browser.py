@@ -107,7 +107,7 @@ window.addEventListener("load", async () => {
 
 def test_the_embedded_cjk_font_loads_in_the_browser(tmp_path):
     """The original titles' font decodes in Chromium (a WOFF it refuses would leave them as boxes)."""
-    from harness.baselines import load_dir
+    from harness.claims.baselines import load_dir
     from harness.report.build import _sources
     from harness.report.document import to_html
 

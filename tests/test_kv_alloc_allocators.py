@@ -4,11 +4,11 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from harness.kvalloc.base import DoubleFree, MiB, OutOfMemory, UnknownHandle
-from harness.kvalloc.bfc import BFCAllocator
-from harness.kvalloc.caching import CachingAllocator, get_allocation_size, round_size
-from harness.kvalloc.paged import PagedAllocator
-from harness.kvalloc.slab import SlabAllocator, fit_size_classes, presize_plan
+from harness.kv_alloc.base import DoubleFree, MiB, OutOfMemory, UnknownHandle
+from harness.kv_alloc.bfc import BFCAllocator
+from harness.kv_alloc.caching import CachingAllocator, get_allocation_size, round_size
+from harness.kv_alloc.paged import PagedAllocator
+from harness.kv_alloc.slab import SlabAllocator, fit_size_classes, presize_plan
 
 BUDGET = 2 << 30
 FACTORIES = {

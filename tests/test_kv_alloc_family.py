@@ -5,11 +5,11 @@ import json
 
 import pytest
 
-from harness import registry
+from harness.core import registry
 from harness.cli import main
 from harness.families import kv_alloc
-from harness.family import GridOptions
-from harness.kvalloc.base import AllocatorStats
+from harness.core.family import GridOptions
+from harness.kv_alloc.base import AllocatorStats
 
 SMALL = dict(block_tokens=16, budget_gb=20, model="7b", requests=60, speedup=4.0, trace="azure_conv")
 

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from harness.kvalloc import gpu_replay
-from harness.kvalloc.base import MiB
+from harness.kv_alloc import gpu_replay
+from harness.kv_alloc.base import MiB
 
 REASON = gpu_replay.cuda_unavailable_reason()
 
@@ -29,7 +29,7 @@ def gpu_results(tmp_path_factory):
     out = tmp_path_factory.mktemp("gpu") / "gpu.json"
     # A budget that does not bind (80 requests peak well under 100 GB): the model's block
     # placement should then match torch's exactly.
-    proc = subprocess.run([sys.executable, "-m", "harness.kvalloc.gpu_replay", "--requests", "80",
+    proc = subprocess.run([sys.executable, "-m", "harness.kv_alloc.gpu_replay", "--requests", "80",
                            "--budget-gb", "100", "--checkpoints", "16", "--out", str(out)],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr

@@ -4,14 +4,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.kvalloc import metrics
-from harness.kvalloc.base import MiB
-from harness.kvalloc.bfc import BFCAllocator
-from harness.kvalloc.caching import CachingAllocator
-from harness.kvalloc.paged import PagedAllocator
-from harness.kvalloc.simulator import SimConfig, replay, simulate
-from harness.kvalloc.traces import Trace
-from harness.kvalloc.workload import MODELS, make_policy
+from harness.kv_alloc import metrics
+from harness.kv_alloc.base import MiB
+from harness.kv_alloc.bfc import BFCAllocator
+from harness.kv_alloc.caching import CachingAllocator
+from harness.kv_alloc.paged import PagedAllocator
+from harness.kv_alloc.simulator import SimConfig, replay, simulate
+from harness.kv_alloc.traces import Trace
+from harness.kv_alloc.workload import MODELS, make_policy
 
 
 def test_definitions_on_numbers():

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.kvalloc.traces import TraceFormatError, load_azure, load_csv, synthetic
+from harness.kv_alloc.traces import TraceFormatError, load_azure, load_csv, synthetic
 
 HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
 GOOD = "2023-11-16 18:17:03.9799600,4808,10\n2023-11-16 18:17:04.0319600,3180,8\n"

@@ -36,7 +36,7 @@ def test_microbench(benchmark, name):
 
 
 def test_every_hot_path_is_declared():
-    from harness.kvalloc.factory import ALLOCATORS
+    from harness.kv_alloc.factory import ALLOCATORS
     from harness.rpc.codecs import PRESETS
 
     names = set(BENCHMARKS)

@@ -6,11 +6,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.moe import routing
-from harness.moe.imbalance import Imbalance, gini
-from harness.moe.placement import EMPTY, contiguous, eplb, planned_rank_load, replicate
-from harness.moe.step import expected_recv_counts
-from harness.moe.workloads import Shape, Workload, expert_load, hot_expert, quota, route
+from harness.moe_a2a import routing
+from harness.moe_a2a.imbalance import Imbalance, gini
+from harness.moe_a2a.placement import EMPTY, contiguous, eplb, planned_rank_load, replicate
+from harness.moe_a2a.step import expected_recv_counts
+from harness.moe_a2a.workloads import Shape, Workload, expert_load, hot_expert, quota, route
 
 SHAPE = Shape(tokens_per_rank=64, hidden=8, bytes_per_elem=4, experts_per_rank=8, top_k=2, world=4)
 

@@ -9,8 +9,8 @@ import torch.distributed as dist
 
 from harness.cli import main
 from harness.families.moe_a2a import FAMILY, check, setup
-from harness.family import GridOptions, RankContext
-from harness.moe import step as moe_step
+from harness.core.family import GridOptions, RankContext
+from harness.moe_a2a import step as moe_step
 
 SMALL = dict(backend="gloo", bytes_per_elem=4, compute="sleep", expert_bytes=256, hidden=8, ns_per_token=0.0,
              seed=0, tokens=24, top_k=2)
@@ -131,7 +131,7 @@ def test_a_paired_case_times_only_its_own_steps(monkeypatch):
     a case step costs 10 ns, a twin step 1 ns, so any twin step among the samples would show."""
     from types import SimpleNamespace
 
-    from harness.moe import step as moe_step
+    from harness.moe_a2a import step as moe_step
 
     now = [0]
     ran = []

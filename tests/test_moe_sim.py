@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from harness.cli import main
-from harness.moe import sim
-from harness.moe.workloads import Shape, Workload
+from harness.moe_a2a import sim
+from harness.moe_a2a.workloads import Shape, Workload
 
 CFG = sim.SimConfig(tokens=512, hidden=1024, experts=64, top_k=4)
 ONE_TIER = sim.CostModel(ranks_per_node=64, intra=sim.LinkTier("t", 0.0, 1.0), msg_overhead_us=0.0)
@@ -62,7 +62,7 @@ def test_window_trades_staleness_for_recompute_cost(scenarios):
 def test_naive_routing_still_lands_every_pair():
     shape = Shape(64, 8, 2, 4, 2, 4)
     dem = sim.demand(Workload("hot", 17.0), shape)
-    from harness.moe.placement import eplb
+    from harness.moe_a2a.placement import eplb
 
     p = eplb(dem.sum(axis=0), 4, 5)
     for how in ("naive", "aware"):

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.figures import FigureUnavailable, is_mean_only
-from harness.figures import value as statistic
-from harness.nccltests import NcclTestsFormatError, import_file, nccl_version_text, parse_file
-from harness.store import load_records
+from harness.core.figures import FigureUnavailable, is_mean_only
+from harness.core.figures import value as statistic
+from harness.nccltests.importer import NcclTestsFormatError, import_file, nccl_version_text, parse_file
+from harness.core.store import load_records
 
 NT = Path(__file__).parent / "fixtures" / "nccl_tests"
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.nccltests import NcclTestsFormatError, import_file, parse_file
-from harness.nccltests_evidence import collectives_in_name
-from harness.store import load_records
+from harness.nccltests.importer import NcclTestsFormatError, import_file, parse_file
+from harness.nccltests.evidence import collectives_in_name
+from harness.core.store import load_records
 
 PUBLIC = Path(__file__).parent / "fixtures" / "nccl_tests" / "public"
 

@@ -8,7 +8,7 @@ import fake_nvml
 import pynvml as real_pynvml
 import pytest
 
-from harness import fingerprint, nodefacts
+from harness.run import fingerprint, nodefacts
 
 
 @pytest.fixture

@@ -9,11 +9,11 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from harness.collectives.p2p_allreduce import RingPlan, TreePlan, ring_allreduce, tree_allreduce
-from harness.driver import Collectives, run_case
-from harness.family import CheckResult, Family, RankContext
-from harness.case import Case, Param
+from harness.run.driver import Collectives, run_case
+from harness.core.family import CheckResult, Family, RankContext
+from harness.core.case import Case, Param
 from harness.families import allreduce
-from harness.timing import PlanPolicy
+from harness.run.timing import PlanPolicy
 
 COUNTS = (1, 2, 3, 5, 7, 31, 1000, 1001)
 

@@ -6,14 +6,14 @@ from fractions import Fraction
 
 import pytest
 
-from harness import figures, registry
-from harness.accept import evaluate_check
+from harness.core import figures, registry
+from harness.accept.command import evaluate_check
 from harness.diagnose.observe import record_figures
-from harness.figures import N_TOO_SMALL, TooFewSamples, samples_needed
-from harness.records import Record
-from harness.runner import PROFILE_POLICY
-from harness.timing import PlanPolicy
-from harness.verdicts import UNVERIFIED
+from harness.core.figures import N_TOO_SMALL, TooFewSamples, samples_needed
+from harness.core.records import Record
+from harness.run.runner import PROFILE_POLICY
+from harness.run.timing import PlanPolicy
+from harness.accept.verdicts import UNVERIFIED
 
 CASE = "rpc/codec=raw,mode=pingpong,payload_bytes=256,transport=http_newconn"
 

@@ -8,17 +8,17 @@ import numpy as np
 import pytest
 import torch
 
-from harness import registry
+from harness.core import registry
 from harness.cli import main
 from harness.families import pipeline as pipeline_family
 from harness.families import sendrecv
-from harness.family import RankContext
-from harness.records import Record
+from harness.core.family import RankContext
+from harness.core.records import Record
 from harness.pipeline import link
 from harness.pipeline.executor import Stage
 from harness.pipeline.schedule import Key, Recv, messages, program
-from harness.stats import Summary
-from harness.store import load_records
+from harness.core.stats import Summary
+from harness.core.store import load_records
 
 SMALL = "act_bytes=4096,backend=gloo,compute=sleep,compute_us=300,microbatches=3"
 
@@ -177,7 +177,7 @@ def test_sendrecv_sweep_reports_bandwidth_with_factor_one(world2_run):
 
 
 def _record(schedule: str, mb_per_s: float, model_us: float, **metrics) -> Record:
-    from harness.family import CheckResult
+    from harness.core.family import CheckResult
 
     params = dict(act_bytes=4096, backend="gloo", compute="sleep", compute_us=5000, microbatches=8,
                   rtt_us=1000, scenario="a0_sync_tax", schedule=schedule, world=2)

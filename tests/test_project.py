@@ -96,7 +96,7 @@ def test_the_fingerprint_names_every_runtime_library_with_its_installed_version(
     import importlib.metadata
     import tomllib
 
-    from harness.fingerprint import library_versions
+    from harness.run.fingerprint import library_versions
 
     deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     names = {re.match(r"[A-Za-z0-9._-]+", d).group(0) for d in deps} - {"torch"}

@@ -5,14 +5,14 @@ import os
 import numpy as np
 import pytest
 
-from harness.family import CheckResult
-from harness.records import ErrorInfo, Record, RecordError
-from harness.stats import Summary
-from harness.store import ResultsFileError, append_record, load_records
+from harness.core.family import CheckResult
+from harness.core.records import ErrorInfo, Record, RecordError
+from harness.core.stats import Summary
+from harness.core.store import ResultsFileError, append_record, load_records
 
 
 def make_record(case_id="selftest/fault_rank=0,mode=noop,world=1", samples=(100, 200, 300, 400), **kw):
-    from harness import registry
+    from harness.core import registry
 
     case = registry.parse(case_id)
     base = dict(

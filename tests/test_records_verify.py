@@ -9,7 +9,7 @@ import pytest
 from conftest import derived_record
 
 from harness.cli import main
-from harness.store import ResultsFileError, append_record, load_records
+from harness.core.store import ResultsFileError, append_record, load_records
 
 AR = "allreduce/algo=tree,backend=gloo,dtype=float32,size_bytes=4096,world=2"
 SAMPLES = [1000, 1100, 1200, 900, 1500, 1000, 1050]

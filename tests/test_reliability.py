@@ -58,7 +58,7 @@ def test_an_alias_bomb_is_refused_at_once(tmp_path):
 
 
 def test_yaml_that_is_not_utf8_is_named(tmp_path):
-    from harness.baselines import BaselineError, load_file
+    from harness.claims.baselines import BaselineError, load_file
 
     path = tmp_path / "latin1.yaml"
     path.write_bytes(b"schema: critpath.baselines/1\narticle: caf\xe9\n")
@@ -72,7 +72,7 @@ def test_a_line_nested_too_deep_and_a_run_json_that_is_not_utf8_are_named(tmp_pa
     (run / "results.jsonl").write_text("[" * 100_000 + "]" * 100_000 + "\n")
     assert main(["show", str(run)]) == 2
     assert f"{run / 'results.jsonl'}:1: nested too deep to be a record" in capsys.readouterr().err
-    from harness.store import MAX_RECORD_BYTES
+    from harness.core.store import MAX_RECORD_BYTES
 
     (run / "results.jsonl").write_bytes(b'{"a": "' + b"x" * MAX_RECORD_BYTES + b'"}\n')
     assert main(["show", str(run)]) == 2
@@ -132,7 +132,7 @@ def test_a_killed_or_empty_run_is_never_shown_or_judged_as_a_whole_one(tmp_path,
 
     from conftest import derived_record
 
-    from harness.store import RunDir
+    from harness.core.store import RunDir
 
     run = RunDir(tmp_path / "killed", "killed")
     cases = ["selftest/fault_rank=0,mode=noop,world=1", "selftest/fault_rank=0,mode=spin,spin_iters=10,world=1"]
@@ -163,7 +163,7 @@ def test_a_start_that_fails_on_a_full_disk_names_the_file_leaves_nothing_and_can
     import errno
     import os
 
-    from harness import store
+    from harness.core import store
 
     out = tmp_path / "run"
     real_fsync = os.fsync

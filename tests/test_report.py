@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from harness.baselines import load_dir
+from harness.claims.baselines import load_dir
 from harness.cli import main
 from harness.families import allreduce
 from harness.report.build import build
 from harness.report.cli import make_report
 from harness.report.document import to_markdown
-from harness.report.crossover import crossover_bytes
+from harness.collectives.crossover import crossover_bytes
 from harness.report.run import load_run
 
 FIXTURES = Path(__file__).parent / "fixtures"

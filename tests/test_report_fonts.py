@@ -6,7 +6,7 @@ import json
 import re
 from importlib import resources
 
-from harness.baselines import DEFAULT_DIR, load_dir
+from harness.claims.baselines import DEFAULT_DIR, load_dir
 from harness.report import fonts
 from harness.report.build import _sources
 from harness.report.document import Para, to_html

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from harness.cli import main
-from harness.records import Record
-from harness.report import crossover
+from harness.core.records import Record
+from harness.collectives import crossover
 from harness.report.build import _crossover_text
 from harness.report.document import Table
 from harness.report.plots import percentile_spectrum, plot_allreduce_busbw, plot_rpc_percentiles, rpc_panels

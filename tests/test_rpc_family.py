@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from harness import registry
-from harness.driver import time_iterations
-from harness.family import GridOptions, RankContext
+from harness.core import registry
+from harness.run.driver import time_iterations
+from harness.core.family import GridOptions, RankContext
 from harness.families import rpc
 
 CTX = RankContext(rank=0, world=1, local_rank=0, backend="gloo", device=None)
@@ -55,7 +55,7 @@ def test_cases_pass_their_check(case_id):
     state, samples, result, report = run_case(case_id)
     assert len(samples) == 20 and (samples > 0).all()
     assert result.passed and result.checked >= 4, result
-    metrics = rpc.metrics(state.case, __import__("harness.stats", fromlist=["Summary"]).Summary.of(samples), [report])
+    metrics = rpc.metrics(state.case, __import__("harness.core.stats", fromlist=["Summary"]).Summary.of(samples), [report])
     if state.codec.name != "raw":
         assert metrics["encode_us"] > 0 and metrics["decode_us"] > 0
     if state.mode == "openloop":
@@ -81,7 +81,7 @@ def test_check_fails_when_the_echo_is_altered():
 
 
 def test_bad_params_are_refused_by_name_when_the_id_is_parsed():
-    from harness.case import CaseIdError
+    from harness.core.case import CaseIdError
 
     for case_id, why in (
         ("rpc/codec=raw,payload_bytes=64,transport=carrier_pigeon", "transport must be one of tcp_nodelay"),

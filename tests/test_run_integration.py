@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from harness.records import Record
-from harness.store import load_records
+from harness.core.records import Record
+from harness.core.store import load_records
 from conftest import ROOT
 
 pytestmark = pytest.mark.integration

@@ -1,6 +1,6 @@
 import pytest
 
-from harness.sizes import format_size, parse_size, parse_sizes
+from harness.core.sizes import format_size, parse_size, parse_sizes
 
 
 def test_multiplicative_sweep_like_nccl_tests():

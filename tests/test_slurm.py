@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, free_port
-from harness.store import load_records
+from harness.core.store import load_records
 
 SCRIPT = ROOT / "examples" / "slurm" / "local-cluster.sh"
 TOOLS = ("munged", "mungekey", "slurmctld", "slurmd", "sbatch", "scontrol", "squeue", "scancel", "sinfo")

@@ -1,6 +1,6 @@
 import numpy as np
 
-from harness.timing import LoopPlan, PlanPolicy, time_each
+from harness.run.timing import LoopPlan, PlanPolicy, time_each
 
 
 def fake_clock(timestamps):

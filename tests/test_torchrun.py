@@ -12,8 +12,8 @@ import pytest
 from conftest import free_port
 from harness.collectives import pairs
 from harness.collectives.layout import NodeLayout
-from harness.fingerprint import node_layout
-from harness.store import load_records
+from harness.run.fingerprint import node_layout
+from harness.core.store import load_records
 
 AGENT_TIMEOUT_S = 90
 LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
@@ -106,12 +106,12 @@ def test_tiers_on_one_node_fail_with_a_reason(tmp_path):
     import torch.distributed as dist
 
     from harness.families import allreduce_tiers, p2p_tiers
-    from harness.family import RankContext
+    from harness.core.family import RankContext
 
     store = dist.FileStore(str(tmp_path / "store"), 1)
     dist.init_process_group("gloo", store=store, rank=0, world_size=1, timeout=datetime.timedelta(seconds=30))
     try:
-        from harness.case import Case, CaseIdError
+        from harness.core.case import Case, CaseIdError
 
         ctx = RankContext(0, 1, 0, "gloo", torch.device("cpu"), dist.group.WORLD)
         for family, message in ((allreduce_tiers, "tier inter has no group of 2"), (p2p_tiers, "no inter-node pair")):

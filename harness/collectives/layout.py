@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from harness.case import Param
-from harness.family import BACKEND, world_param
-from harness.fingerprint import node_key
-from harness.sizes import parse_sizes
+from harness.core.case import Param
+from harness.core.family import BACKEND, world_param
+from harness.run.fingerprint import node_key
+from harness.core.sizes import parse_sizes
 
 # intra: inside each node; inter: across nodes, per rail; pairs: node against node, in rounds.
 TIERS = ("intra", "inter", "pairs")
@@ -22,7 +22,7 @@ AT_ONCE = ("round", "pair")
 @dataclass(frozen=True)
 class NodeLayout:
     node_of_rank: tuple[int, ...]  # node index per rank, nodes numbered by their first rank
-    # Each node's key (harness.fingerprint.node_key), by index: how a record names a node.
+    # Each node's key (harness.run.fingerprint.node_key), by index: how a record names a node.
     keys: tuple[str, ...] = field(default=(), compare=False)
 
     @property

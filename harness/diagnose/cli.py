@@ -13,7 +13,7 @@ from pathlib import Path
 from harness.diagnose.evaluate import HEALTHY, Diagnosis, diagnose
 from harness.diagnose.observe import DiagnoseInputError, Fleet, read_fleet
 from harness.diagnose.rules import Rule, RuleFileError, load
-from harness.fingerprint import PROJECT_ROOT
+from harness.run.fingerprint import PROJECT_ROOT
 
 EXIT_HEALTHY, EXIT_FLAGGED, EXIT_CANNOT = 0, 1, 2
 DEFAULT_RULES = PROJECT_ROOT / "baselines" / "diagnose" / "default.yaml"
@@ -88,7 +88,7 @@ def _to_json(result: Diagnosis) -> dict:
 
 
 def cmd_diagnose(args) -> int:
-    from harness.table import wide_console
+    from harness.tables.terminal import wide_console
 
     try:
         rules = load(args.rules)

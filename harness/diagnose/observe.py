@@ -2,7 +2,7 @@
 the nodes it measured, the pairs of ``tier=pairs`` records, and the failures.
 
 Which node a record belongs to comes from its run's fingerprint: the layout's node keys
-(``harness.fingerprint.node_key``: host, and the launcher's node rank when there is one), or for
+(``harness.run.fingerprint.node_key``: host, and the launcher's node rank when there is one), or for
 an nccl-tests import the hosts of its devices. A record of a run on several nodes belongs to all
 of them (a pair of nodes for a two-node run), except a ``tier=pairs`` record, whose pairs each
 name their own two nodes. A run that names no node, or two runs that give one node two values of
@@ -14,15 +14,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
-from harness import registry
+from harness.core import registry
 from harness.collectives import pairs
-from harness.figures import FigureUnavailable, is_mean_only, sample_value, supports
-from harness.records import Record
+from harness.core.figures import FigureUnavailable, is_mean_only, sample_value, supports
+from harness.core.records import Record
 from harness.report.run import RunData, load_run
-from harness.store import ResultsFileError, incompleteness
+from harness.core.store import ResultsFileError, incompleteness
 
 # The sample statistics every record offers a rule beside its declared figures; a percentile only
-# where the samples support it (harness.figures.supports: p99 from 100, p999 from 1,000).
+# where the samples support it (harness.core.figures.supports: p99 from 100, p999 from 1,000).
 SAMPLE_STATISTICS = ("mean_us", "min_us", "max_us", "p10_us", "p50_us", "p90_us", "p99_us", "p999_us")
 
 
@@ -175,7 +175,7 @@ def _refuse_duplicates(fleet: Fleet) -> None:
 
 def figure_better(family: str, name: str) -> Optional[str]:
     """lower / higher for a figure a rule may compare, None for context (a count, a setting)."""
-    from harness.figures import better
+    from harness.core.figures import better
 
     try:
         return better(family, name)

@@ -140,7 +140,7 @@ class Rule:
 
 def load(path: Path) -> list[Rule]:
     """The rules of ``path`` in file order, or RuleFileError naming file, line and field."""
-    from harness.baselines import line_of_field, load_checked  # file:line:field, as baselines and profiles
+    from harness.claims.baselines import line_of_field, load_checked# file:line:field, as baselines and profiles
 
     def explain(error) -> Optional[str]:
         key = list(error.absolute_path)[-1:]

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable
 
-from harness.bandwidth import BANDWIDTH_COLUMNS, algbw_gbps, bandwidth_figures, busbw_gbps, busbw_p50_figure
-from harness.case import Case, Param
-from harness.family import BACKEND, CheckResult, Column, Family, GridOptions, RankContext, world_param
-from harness.sizes import format_size, parse_sizes
-from harness.stats import Summary
+from harness.core.bandwidth import BANDWIDTH_COLUMNS, algbw_gbps, bandwidth_figures, busbw_gbps, busbw_p50_figure
+from harness.core.case import Case, Param
+from harness.core.family import BACKEND, CheckResult, Column, Family, GridOptions, RankContext, world_param
+from harness.core.sizes import format_size, parse_sizes
+from harness.core.stats import Summary
 
 QUICK_SIZES = "8:1M:x2"
 FULL_SIZES = "8:64M:x2"

@@ -17,15 +17,14 @@ from typing import Any, Optional
 
 import numpy as np
 
-from harness.bandwidth import BANDWIDTH_COLUMNS, algbw_gbps, bandwidth_figures, busbw_gbps
-from harness.case import Case
+from harness.core.bandwidth import BANDWIDTH_COLUMNS, algbw_gbps, bandwidth_figures, busbw_gbps
+from harness.core.case import Case
 from harness.collectives import pairs
-from harness.collectives.layout import (NodeLayout, discover, tier_cases, tier_params, tier_subgroup,
-                                       validate_tier_case)
-from harness.figures import Figure
-from harness.family import CheckResult, Column, Family, GridOptions, RankContext
-from harness.sizes import format_size
-from harness.stats import Summary
+from harness.collectives.layout import NodeLayout, discover, tier_cases, tier_params, tier_subgroup, validate_tier_case
+from harness.core.figures import Figure
+from harness.core.family import CheckResult, Column, Family, GridOptions, RankContext
+from harness.core.sizes import format_size
+from harness.core.stats import Summary
 
 
 

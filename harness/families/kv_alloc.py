@@ -1,11 +1,11 @@
 """KV-cache allocator fragmentation under continuous batching (modelled).
 
 Each case replays a request trace through the continuous-batching simulator
-(``harness.kvalloc.simulator``) against one allocator model under one KV growth policy and one
+(``harness.kv_alloc.simulator``) against one allocator model under one KV growth policy and one
 memory budget, and reports fragmentation figures with their definitions
-(``harness.kvalloc.metrics.DEFINITIONS``). These are properties of a model replay, not GPU
+(``harness.kv_alloc.metrics.DEFINITIONS``). These are properties of a model replay, not GPU
 measurements: the report says ``"source": "model"``. The GPU counterpart, with real tensors through
-torch's caching allocator, is ``harness.kvalloc.gpu_replay``.
+torch's caching allocator, is ``harness.kv_alloc.gpu_replay``.
 
 Timing: ``setup`` runs the whole simulation (untimed) and keeps its event log of successful
 malloc/free calls. The driver-timed ``step`` replays the next ``REPLAY_OPS`` ops of that log,
@@ -26,15 +26,15 @@ from typing import Any
 
 import numpy as np
 
-from harness.case import Case, Param
-from harness.figures import Figure
-from harness.family import CheckResult, Column, Family, GridOptions, RankContext
-from harness.kvalloc import metrics as kvmetrics
-from harness.kvalloc.factory import ALLOCATORS, make_allocator
-from harness.kvalloc.simulator import SimConfig, SimResult, simulate
-from harness.kvalloc.traces import AZURE_TRACES, Trace, load_azure, synthetic
-from harness.kvalloc.workload import MODELS, make_policy
-from harness.stats import Summary
+from harness.core.case import Case, Param
+from harness.core.figures import Figure
+from harness.core.family import CheckResult, Column, Family, GridOptions, RankContext
+from harness.kv_alloc import metrics as kvmetrics
+from harness.kv_alloc.factory import ALLOCATORS, make_allocator
+from harness.kv_alloc.simulator import SimConfig, SimResult, simulate
+from harness.kv_alloc.traces import AZURE_TRACES, Trace, load_azure, synthetic
+from harness.kv_alloc.workload import MODELS, make_policy
+from harness.core.stats import Summary
 
 POLICIES = ("reserve_max", "grow_chunk", "per_block")
 TRACES = tuple(AZURE_TRACES) + ("synthetic",)

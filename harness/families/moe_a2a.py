@@ -1,7 +1,7 @@
 """MoE expert-parallel all-to-all: a hot expert, the straggler it makes, and its mitigations.
 
 One step is route -> count exchange -> dispatch -> expert compute -> combine over
-``all_to_all_single`` with uneven split sizes (``harness.moe.step``). Cases put each mitigation
+``all_to_all_single`` with uneven split sizes (``harness.moe_a2a.step``). Cases put each mitigation
 beside the unmitigated case on the same shape and workload:
 
 - ``mitigation=none``: experts placed contiguously, one replica each;
@@ -27,19 +27,17 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from harness.case import Case, Param
-from harness.figures import Figure
-from harness.family import BACKEND, WRONG_COLUMN, CheckResult, Column, Family, GridOptions, RankContext, world_param
-from harness.moe.imbalance import MEASURES, Imbalance
-from harness.moe.routing import OVERFLOWS
-from harness.moe.config import (MITIGATIONS, PAIR_BLOCK, PAYLOAD_BYTES, PHASES, ROUTINGS, SENTINEL, Mitigation,
-                                check_measurable, mitigation_label, workload_label)
-from harness.moe.workloads import (DEEPEP_EXPERTS, DEEPEP_HIDDEN, DEEPEP_TOKENS, DEEPEP_TOP_K, KINDS, Shape, Workload,
-                                   expert_load)
-from harness.stats import Summary
+from harness.core.case import Case, Param
+from harness.core.figures import Figure
+from harness.core.family import BACKEND, WRONG_COLUMN, CheckResult, Column, Family, GridOptions, RankContext, world_param
+from harness.moe_a2a.imbalance import MEASURES, Imbalance
+from harness.moe_a2a.routing import OVERFLOWS
+from harness.moe_a2a.config import MITIGATIONS, PAIR_BLOCK, PAYLOAD_BYTES, PHASES, ROUTINGS, SENTINEL, Mitigation, check_measurable, mitigation_label, workload_label
+from harness.moe_a2a.workloads import DEEPEP_EXPERTS, DEEPEP_HIDDEN, DEEPEP_TOKENS, DEEPEP_TOP_K, KINDS, Shape, Workload, expert_load
+from harness.core.stats import Summary
 
 if TYPE_CHECKING:  # the step needs torch; setup imports it, so reading MoE cases and records does not
-    from harness.moe.step import MoeState
+    from harness.moe_a2a.step import MoeState
 
 # CPU defaults: 4 ranks (the skew needs more than 2 ranks to show at rank level), 32 experts,
 # top-2, 256 tokens of 1 KiB per rank; 20 us of emulated expert time per received row, so that
@@ -121,8 +119,8 @@ def _workload_of(case: Case) -> Workload:
 
 
 def _moe_step():
-    """harness.moe.step, imported when a rank first needs it: it needs torch."""
-    from harness.moe import step
+    """harness.moe_a2a.step, imported when a rank first needs it: it needs torch."""
+    from harness.moe_a2a import step
 
     return step
 

@@ -18,13 +18,13 @@ from typing import Any, Optional
 
 import numpy as np
 
-from harness.case import Case
+from harness.core.case import Case
 from harness.collectives import pairs
 from harness.collectives.layout import TIERS, NodeLayout, discover, tier_cases, tier_params, validate_tier_case
-from harness.figures import Figure
-from harness.family import WRONG_COLUMN, CheckResult, Column, Family, GridOptions, RankContext
-from harness.sizes import format_size
-from harness.stats import Summary
+from harness.core.figures import Figure
+from harness.core.family import WRONG_COLUMN, CheckResult, Column, Family, GridOptions, RankContext
+from harness.core.sizes import format_size
+from harness.core.stats import Summary
 
 
 

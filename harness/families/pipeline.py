@@ -28,14 +28,14 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from harness.case import Case, Param
-from harness.figures import Figure
-from harness.family import BACKEND, CheckResult, Column, Family, GridOptions, RankContext, world_param
+from harness.core.case import Case, Param
+from harness.core.figures import Figure
+from harness.core.family import BACKEND, CheckResult, Column, Family, GridOptions, RankContext, world_param
 from harness.pipeline import link, model
 from harness.pipeline.scenarios import SCENARIOS, STRETCH_WARN
 from harness.pipeline.schedule import SCHEDULES, TRAINING_SCHEDULES
-from harness.sizes import format_size
-from harness.stats import Summary
+from harness.core.sizes import format_size
+from harness.core.stats import Summary
 
 if TYPE_CHECKING:  # torch and the executor are imported by setup: reading cases needs neither
     from harness.pipeline.executor import Stage

@@ -30,15 +30,15 @@ from typing import Any, Optional
 
 import numpy as np
 
-from harness.case import Case, Param
-from harness.figures import Figure
-from harness.family import WRONG_COLUMN, CheckResult, Column, Family, GridOptions, RankContext
+from harness.core.case import Case, Param
+from harness.core.figures import Figure
+from harness.core.family import WRONG_COLUMN, CheckResult, Column, Family, GridOptions, RankContext
 from harness.rpc import openloop, sockperf_ref
 from harness.rpc.codecs import CODECS, DEFAULT_CODECS, PRESETS, Codec, codec, every_byte_value, pattern_bytes, preset
 from harness.rpc.faults import FaultSpec
 from harness.rpc.framing import MAX_FRAME_BYTES, pack_batch, unpack_batch
 from harness.rpc.transports import TRANSPORTS, Endpoint, info, open_endpoint
-from harness.stats import Summary
+from harness.core.stats import Summary
 
 MODES = ("pingpong", "pipelined", "batched", "openloop")
 SIZES_BYTES = (64, 256, 512, 1024, 4096)

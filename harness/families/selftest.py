@@ -17,10 +17,10 @@ import os
 import time
 from dataclasses import dataclass
 
-from harness.case import Case, Param
-from harness.figures import Figure
-from harness.family import CheckResult, Column, Family, GridOptions, RankContext, world_param
-from harness.stats import Summary
+from harness.core.case import Case, Param
+from harness.core.figures import Figure
+from harness.core.family import CheckResult, Column, Family, GridOptions, RankContext, world_param
+from harness.core.stats import Summary
 
 MODES = ("noop", "raise", "hang", "exit", "wrong", "spin")
 FAULT_MODES = ("raise", "hang", "exit", "wrong")

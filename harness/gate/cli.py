@@ -23,14 +23,14 @@ from harness.gate.stats import CaseInput, Outcome, Unit, verdicts
 from harness.gate.recheck import is_gate_side
 from harness.gate.repeats import ProcessRun, Repeats, run_repeats
 from harness.gate.trees import BASE, CANDIDATE, WORKTREE, TreeError, checkout, list_cases, probe, repo_root
-from harness.lifetime import interrupt_signal, raise_on_sigterm
-from harness.options import seconds
-from harness import figures
-from harness.figures import FigureUnavailable
+from harness.run.lifetime import interrupt_signal, raise_on_sigterm
+from harness.core.options import seconds
+from harness.core import figures
+from harness.core.figures import FigureUnavailable
 from harness.gate.values import default_direction, failure_text, iteration_values, validate_statistic
-from harness.records import Record
-from harness.comparable import mismatch
-from harness.store import RESULTS, ResultsFileError, load_records, run_incompleteness
+from harness.core.records import Record
+from harness.core.comparable import mismatch
+from harness.core.store import RESULTS, ResultsFileError, load_records, run_incompleteness
 
 DEFAULT_REPEATS = 10  # --against: processes of the candidate
 

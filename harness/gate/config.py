@@ -1,4 +1,4 @@
-"""Gate configuration and baseline tables, from YAML (``harness.yamlfile``: safe, no duplicate
+"""Gate configuration and baseline tables, from YAML (``harness.core.yamlfile``: safe, no duplicate
 keys, no aliases); errors name the file and the field.
 
 Gate config (``--config``)::
@@ -27,9 +27,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-from harness import yamlfile
+from harness.core import yamlfile
 from harness.gate.stats import DIRECTIONS, Policy
-from harness.figures import FigureUnavailable
+from harness.core.figures import FigureUnavailable
 from harness.gate.values import default_direction, validate_statistic
 
 

@@ -10,7 +10,7 @@ from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
 
 from harness.gate.paired import probe_lines
 from harness.gate.schedule import Plan
-from harness.progress import LiveProgress
+from harness.run.progress import LiveProgress
 
 
 class GateProgress(LiveProgress):

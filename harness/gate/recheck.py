@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Mapping
 
 from harness.gate.schedule import SIDES, CaseTrack, pair_value
-from harness.comparable import mismatch
-from harness import figures
-from harness.figures import FigureUnavailable
+from harness.core.comparable import mismatch
+from harness.core import figures
+from harness.core.figures import FigureUnavailable
 from harness.gate.values import failure_text
-from harness.store import RESULTS, load_records
+from harness.core.store import RESULTS, load_records
 
 
 def is_gate_side(path: Path) -> bool:

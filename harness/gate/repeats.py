@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from harness.gate.trees import CANDIDATE, Tree
-from harness import figures
-from harness.figures import FigureUnavailable
+from harness.core import figures
+from harness.core.figures import FigureUnavailable
 from harness.gate.values import failure_text
-from harness.records import Record
-from harness.store import RESULTS, ResultsFileError, load_records
+from harness.core.records import Record
+from harness.core.store import RESULTS, ResultsFileError, load_records
 
 
 @dataclass

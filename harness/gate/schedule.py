@@ -28,9 +28,9 @@ import numpy as np
 
 from harness.gate.sides import RoundCase, RoundResult, RunSide, SideError, WorkerSide
 from harness.gate.trees import BASE, CANDIDATE, Tree
-from harness.comparable import mismatch
-from harness import figures
-from harness.figures import FigureUnavailable
+from harness.core.comparable import mismatch
+from harness.core import figures
+from harness.core.figures import FigureUnavailable
 from harness.gate.values import failure_text
 
 SIDES = (BASE, CANDIDATE)

@@ -3,7 +3,7 @@
 Two kinds, chosen per gate from what both trees support (both sides always use the same kind,
 or their processes would differ in make-up and the difference would count as change):
 
-- ``WorkerSide``: a ``critpath worker`` process (``harness.rounds``) started from the side's tree,
+- ``WorkerSide``: a ``critpath worker`` process (``harness.run.rounds``) started from the side's tree,
   serving several rounds over a pipe. Start-up is paid once per worker, not per round.
 - ``RunSide``: a fresh ``critpath run --case ...`` process per round, for a base tree older than
   the worker protocol.
@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from harness.gate.trees import Tree
-from harness.records import Record
-from harness.store import RESULTS, ResultsFileError, load_records
+from harness.core.records import Record
+from harness.core.store import RESULTS, ResultsFileError, load_records
 
 STOP_GRACE_S = 10.0
 

@@ -97,7 +97,7 @@ def checkout(repo: Path, ref: str, label: str) -> Iterator[Tree]:
 _PROBE = r"""
 import json, sys
 import harness
-from harness import registry
+from harness.core import registry
 unknown = {}
 for case_id in sys.argv[1:]:
     try:
@@ -105,7 +105,7 @@ for case_id in sys.argv[1:]:
     except Exception as exc:
         unknown[case_id] = str(exc)
 try:
-    from harness.rounds import PROTOCOL as protocol
+    from harness.run.rounds import PROTOCOL as protocol
 except ImportError:  # a tree from before the worker: each round is a fresh `critpath run`
     protocol = None
 print(json.dumps({"harness_file": harness.__file__, "unknown": unknown, "worker_protocol": protocol}))

@@ -1,11 +1,11 @@
 """From records to the values the gate compares: one number per process, or raw samples.
 
-A statistic is a named figure of a record in the grammar of ``harness.figures``, shared with the
+A statistic is a named figure of a record in the grammar of ``harness.core.figures``, shared with the
 claims and acceptance: a sample statistic with its unit (``p50_ns``, the default; ``p99_us``,
 ``min_ns``, ``mean_ms``, any ``pNN_ns`` / ``pNN.N_ns``, computed from the raw samples with the
-interpolation of ``harness.stats.Summary``), or a figure the family declares (``busbw_gbps``).
+interpolation of ``harness.core.stats.Summary``), or a figure the family declares (``busbw_gbps``).
 Declared figures are per-process; they have no per-iteration samples. Which way is better comes
-from the declaration (``harness.figures.better``), never from a name's suffix.
+from the declaration (``harness.core.figures.better``), never from a name's suffix.
 """
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from typing import Sequence
 
 import numpy as np
 
-from harness import figures
-from harness.figures import FigureUnavailable, is_sample_statistic
-from harness.records import Record
+from harness.core import figures
+from harness.core.figures import FigureUnavailable, is_sample_statistic
+from harness.core.records import Record
 
 
 def default_direction(case_id: str, statistic: str) -> str:

@@ -27,7 +27,7 @@ from typing import Iterable, Optional, Sequence
 import numpy as np
 import scipy  # scipy.optimize loads when a fit runs (scipy's lazy loading), not at import
 
-from harness.store import load_records
+from harness.core.store import load_records
 
 STATISTICS = ("p50", "mean")
 

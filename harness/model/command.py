@@ -19,9 +19,9 @@ from rich.console import Console
 from rich.table import Table
 
 from harness.model import alphabeta as ab
-from harness.model import claims, nccl_tuning
+from harness.model import scale_claims as claims, nccl_tuning
 from harness.model.profile import HardwareProfile, LinkTier, ProfileError, load_profile
-from harness.sizes import format_size, parse_sizes
+from harness.core.sizes import format_size, parse_sizes
 
 if TYPE_CHECKING:  # scipy loads only when a fit is asked for, not on every critpath command
     from harness.model.calibrate import Fit
@@ -333,7 +333,7 @@ def _write_outputs(out: Path, profile, scales, sizes, algos, times_s, crossover,
             "modelled_best_us": nccl["best_us"].tolist(), "pick": nccl["labels"].tolist(),
             "modelled_ring_vs_tree_bytes": [None if not math.isfinite(v) else v for v in nccl["ring_vs_tree_bytes"]],
         }
-    from harness.store import write_json_atomic
+    from harness.core.store import write_json_atomic
 
     write_json_atomic(out / "model.json", doc)
     with open(out / "modelled_times.csv", "w", newline="") as f:

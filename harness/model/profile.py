@@ -2,7 +2,7 @@
 with a per-message latency (alpha) and a per-byte time (beta, from bandwidth), GPUs per node, and
 the inputs NCCL's own tuning model takes (channels, per-channel speed, intra-node hardware).
 
-A profile is YAML (``harness.yamlfile``: safe, no duplicate keys, no aliases). Every number in a shipped profile carries a ``source``.
+A profile is YAML (``harness.core.yamlfile``: safe, no duplicate keys, no aliases). Every number in a shipped profile carries a ``source``.
 Errors name the file and the field (``profile.yaml: tiers.roce.alpha_us: ...``).
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-from harness import yamlfile
+from harness.core import yamlfile
 
 TIER_KINDS = ("nvlink", "pcie", "roce", "infiniband", "loopback")
 NCCL_INTRA_HW = ("nvlink", "pci")

@@ -18,7 +18,7 @@ from typing import Iterable, Optional
 from rich.table import Table
 
 from harness.pipeline.scenarios import SCENARIOS, STRETCH_WARN
-from harness.records import Record
+from harness.core.records import Record
 
 PAIRS = (("sync", "async"), ("1f1b", "gpipe"))
 AGREE_WITHIN = 0.05  # |measured - model| throughput ratio taken as agreement
@@ -111,8 +111,8 @@ def table(comparisons: list[Comparison]) -> Table:
 
 
 def cmd_compare(args) -> int:
-    from harness.store import load_records
-    from harness.table import wide_console
+    from harness.core.store import load_records
+    from harness.tables.terminal import wide_console
 
     comparisons = compare(load_records(args.run_dir))
     if not comparisons:

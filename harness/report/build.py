@@ -10,15 +10,15 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Mapping, Optional, Sequence
 
-from harness import registry
-from harness.baselines import Claim, articles
-from harness.family import Family
-from harness.claims import NOT_MEASURABLE, ClaimResult, check_claims, counts_text
-from harness.dataframe import frame_of
-from harness.records import Record
-from harness.frametables import MEAN_ONLY, TextTable, comparison_table, family_table, imported_tables, split_imports
-from harness.store import incompleteness
-from harness.report import crossover
+from harness.core import registry
+from harness.claims.baselines import Claim, articles
+from harness.core.family import Family
+from harness.claims.check import NOT_MEASURABLE, ClaimResult, check_claims, counts_text
+from harness.tables.frame import frame_of
+from harness.core.records import Record
+from harness.tables.family import MEAN_ONLY, TextTable, comparison_table, family_table, imported_tables, split_imports
+from harness.core.store import incompleteness
+from harness.collectives import crossover
 from harness.report import plots as plotlib
 from harness.report.document import Block, Heading, Image, Para, Table
 from harness.report.run import RunData

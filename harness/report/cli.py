@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Sequence
 
-from harness import baselines
+from harness.claims import baselines
 from harness.report.build import Report, build
 from harness.report.document import Block, Heading, Image, to_html, to_markdown
 from harness.report.run import load_run
@@ -56,7 +56,7 @@ def make_report(run_dirs: Sequence[Path], labels: Sequence[str] = (), baselines_
     claims = baselines.load_dir(baselines_dir)
     extra: list[Block] = []
     if asv_results is not None:
-        from harness.report.history import history_blocks
+        from harness.history.view import history_blocks
 
         extra = history_blocks(asv_results, claims)
         if not runs:
@@ -68,7 +68,7 @@ def make_report(run_dirs: Sequence[Path], labels: Sequence[str] = (), baselines_
 def cmd_report(args) -> int:
     import sys
 
-    from harness.report.history import HistoryError
+    from harness.history.view import HistoryError
 
     if not args.run_dirs and args.asv_results is None:
         print("critpath report: error: give RUN_DIR (one or more), or --asv-results DIR for history alone",

@@ -73,7 +73,7 @@ def undrawable(page: str) -> set[str]:
 
 def baselines_characters(directory: Path) -> set[str]:
     """Every non-ASCII character in the string values of the baselines files: what a report may show."""
-    from harness import yamlfile
+    from harness.core import yamlfile
 
     chars: set[str] = set()
 
@@ -119,7 +119,7 @@ def build_subset(source: Path, chars: Iterable[str], out: Path) -> int:
 
 
 def main(argv=None) -> int:
-    from harness.baselines import DEFAULT_DIR
+    from harness.claims.baselines import DEFAULT_DIR
 
     p = argparse.ArgumentParser(prog="python -m harness.report.fonts",
                                 description="rebuild the embedded CJK font subset from the baselines' characters")

@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 import numpy as np
 
-from harness.figures import is_mean_only, samples_needed, supports
-from harness.records import Record
-from harness.report import crossover
+from harness.core.figures import is_mean_only, samples_needed, supports
+from harness.core.records import Record
+from harness.collectives import crossover
 from harness.report.run import RunData
-from harness.stats import PERCENTILE_METHOD
+from harness.core.stats import PERCENTILE_METHOD
 
 if TYPE_CHECKING:
     import matplotlib.pyplot as plt
@@ -434,7 +434,7 @@ def _mean_interval_us(record: Record) -> tuple[float, float]:
 
 @plot("moe_a2a", "moe_step_by_mitigation", "MoE mean step time per workload and mitigation")
 def plot_moe_steps(runs):
-    from harness.moe.config import mitigation_label, workload_label
+    from harness.moe_a2a.config import mitigation_label, workload_label
 
     rows = [(run, r) for run in runs for r in _ok(run.of("moe_a2a")) if r.summary is not None]
     if not rows:

@@ -5,8 +5,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from harness.records import Record
-from harness.store import FINGERPRINT, RUN_META, ResultsFileError, load_records, read_json
+from harness.core.records import Record
+from harness.core.store import FINGERPRINT, RUN_META, ResultsFileError, load_records, read_json
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from harness.lifetime import die_with_parent
+from harness.run.lifetime import die_with_parent
 from harness.rpc.framing import RpcError
 
 POLL_S = 0.05

@@ -1,0 +1,307 @@
+"""Baselines: the figures the source articles report, as validated data (``baselines/*.yaml``).
+
+Each file holds one article's claims. A claim is a reference point from someone else's cluster;
+its ``measure`` block says how critpath measures the comparable quantity here (a family, the
+parameters of the records to use and a statistic), or why nothing can (``not_measurable``).
+
+A malformed file is reported with its file, line and field: the YAML is composed into nodes
+(which keep their line numbers) and the JSON Schema error's path is walked down those nodes.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
+
+import jsonschema
+import yaml
+
+from harness.core import yamlfile
+from harness.run.fingerprint import PROJECT_ROOT
+
+SCHEMA_ID = "critpath.baselines/1"
+DEFAULT_DIR = PROJECT_ROOT / "baselines"
+
+Selector = Mapping[str, Union[int, float, str, list]]
+
+
+class BaselineError(ValueError):
+    """A baselines file that does not load; the message names file, line and field."""
+
+
+def _schema() -> dict:
+    return json.loads(resources.files("harness").joinpath("schemas/baselines-1.json").read_text())
+
+
+_VALIDATOR = jsonschema.Draft202012Validator(_schema())
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How far the measured magnitude may be from the article's and still confirm it: within a
+    factor either way, for the reason given (loopback vs a network, another CPU ...)."""
+
+    factor: float
+    why: str
+
+
+@dataclass(frozen=True)
+class Measure:
+    status: str  # available | pending | not_measurable
+    family: Optional[str] = None
+    case: Optional[str] = None
+    select: Selector = field(default_factory=dict)
+    before: Optional[Selector] = None
+    after: Optional[Selector] = None
+    statistic: Optional[str] = None
+    compare: Optional[str] = None  # bound | change | range
+    min_world: int = 1
+    expect: Optional[str] = None  # lower | higher: a change the article states without figures
+    ignore: tuple[str, ...] = ()  # change: parameters that do not take part in pairing
+    over: str = "worst"  # bound: worst (must hold for every matching case) or best (shown by at least one)
+    # change: what is held against the article's figure: the after/before ratio, the difference
+    # before - after (a stall, a handshake, in the statistic's unit), or one side's own figure.
+    magnitude: str = "ratio"
+    # the records the claim speaks of ("every TCP_NODELAY ping-pong case"): a test holds the
+    # selection to cover every case of a default run that matches this rule.
+    covers: Optional[Selector] = None
+    tolerance: Optional[Tolerance] = None
+    reason: str = ""
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Article:
+    """The source article a file's claims come from: a third-party article, cited by its title in
+    the original and in English, with what it measured on what hardware, as it says."""
+
+    file: str
+    short: str  # the name the claims table cites it by
+    title: str  # in the original language, as written
+    title_en: str
+    measured_on: str
+    attribution: str
+    title_note: str = ""  # where the title comes from when the original has none
+
+
+@dataclass(frozen=True)
+class Claim:
+    id: str
+    figure: str
+    metric: str
+    unit: str
+    direction: str  # lower | higher | none
+    hardware: str
+    section: str  # the article's heading, in its original language
+    article_file: str
+    measure: Measure
+    section_en: str = ""  # the heading in English: what a report shows, readable with any font
+    article: Optional[Article] = None
+    value: Optional[float] = None
+    relation: str = "="
+    before: Optional[float] = None
+    after: Optional[float] = None
+    low: Optional[float] = None
+    high: Optional[float] = None
+    context: str = ""
+    model_dependent: bool = False
+    source: str = ""  # baselines file:line, for messages
+
+    @property
+    def article_figure(self) -> str:
+        """The article's figure in one short string, with its unit."""
+        if self.before is not None:
+            return f"{_num(self.before)} -> {_num(self.after)} {self.unit}"
+        if self.low is not None:
+            return f"{_num(self.low)}-{_num(self.high)} {self.unit}"
+        rel = "" if self.relation in ("=",) else f"{self.relation} "
+        return f"{rel}{_num(self.value)} {self.unit}"
+
+
+def _num(x: Optional[float]) -> str:
+    if x is None:
+        return "-"
+    return f"{x:g}"
+
+
+def _node_at(node: yaml.Node, path: Sequence[Any]) -> yaml.Node:
+    """The deepest YAML node along a JSON path (keys and list indices)."""
+    for part in path:
+        if isinstance(node, yaml.MappingNode):
+            found = None
+            for key, value in node.value:
+                if key.value == part:
+                    found = value
+                    break
+            if found is None:
+                return node
+            node = found
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+            node = node.value[part]
+        else:
+            return node
+    return node
+
+
+def line_of_field(node: yaml.Node, path: Sequence[Any]) -> int:
+    """1-based line of the field at ``path``: its key when it is a mapping entry."""
+    parent = _node_at(node, path[:-1]) if path else node
+    if path and isinstance(parent, yaml.MappingNode):
+        for key, _ in parent.value:
+            if key.value == path[-1]:
+                return key.start_mark.line + 1
+    return _node_at(node, path).start_mark.line + 1
+
+
+def load_checked(path: Path, validator, error: type, what: str,
+                 explain: Optional[Callable[[Any], Optional[str]]] = None) -> tuple[dict, yaml.Node]:
+    """The mapping in the YAML file ``path``, valid against the JSON Schema ``validator``, and its
+    node tree (for the line of a field). Otherwise ``error("file:line: field F: why")``; ``what``
+    says what the file must be, ``explain(schema_error)`` may word an error better than jsonschema."""
+    path = Path(path)
+    try:
+        data, root = yamlfile.load(path)
+    except yamlfile.YamlFileError as exc:
+        raise error(str(exc)) from None
+    if root is None or not isinstance(data, dict):
+        raise error(f"{path}:1: {what}")
+    found = jsonschema.exceptions.best_match(validator.iter_errors(data))
+    if found is not None:
+        where = list(found.absolute_path)
+        line = line_of_field(root, where)
+        field_name = ".".join(str(p) for p in where) or "(file)"
+        if found.validator == "required" and isinstance(found.instance, dict):
+            missing = [k for k in found.validator_value if k not in found.instance]
+            field_name = ".".join(str(p) for p in [*where, missing[0]]) if missing else field_name
+        raise error(f"{path}:{line}: field {field_name}: {(explain and explain(found)) or found.message}")
+    return data, root
+
+
+def _explain(error) -> Optional[str]:
+    """A CJK character in a field that must be English says so, not the character-class regex."""
+    if error.validator == "pattern" and "\\u2e80" in str(error.validator_value):
+        return f"{error.instance!r} must be English (no CJK characters): it is what renders with any font"
+    return None
+
+
+def articles(claims: Sequence[Claim]) -> list[Article]:
+    """The articles these claims cite, each once, in the claims' order."""
+    seen: dict[str, Article] = {}
+    for claim in claims:
+        if claim.article is not None:
+            seen.setdefault(claim.article.file, claim.article)
+    return list(seen.values())
+
+
+def load_file(path: Path) -> list[Claim]:
+    path = Path(path)
+    data, root = load_checked(path, _VALIDATOR, BaselineError,
+                              "a baselines file must be a mapping with schema, article and claims", _explain)
+    article = Article(**data["article"])
+    claims = []
+    for index, raw in enumerate(data["claims"]):
+        line = _node_at(root, ["claims", index]).start_mark.line + 1
+        m = raw["measure"]
+        claims.append(
+            Claim(
+                id=raw["id"], figure=raw["figure"], metric=raw["metric"], unit=raw["unit"],
+                direction=raw["direction"], hardware=raw["hardware"], section=raw["section"],
+                section_en=raw["section_en"], article_file=article.file, article=article,
+                measure=Measure(
+                    status=m["status"], family=m.get("family"), case=m.get("case"),
+                    select=m.get("select", {}), before=m.get("before"), after=m.get("after"),
+                    statistic=m.get("statistic"), compare=m.get("compare"), min_world=m.get("min_world", 1), expect=m.get("expect"), over=m.get("over", "worst"), ignore=tuple(m.get("ignore", ())),
+                    magnitude=m.get("magnitude", "ratio"), covers=m.get("covers"),
+                    tolerance=Tolerance(**m["tolerance"]) if "tolerance" in m else None,
+                    reason=m.get("reason", ""), note=m.get("note", ""),
+                ),
+                value=raw.get("value"), relation=raw.get("relation", "="), before=raw.get("before"),
+                after=raw.get("after"), low=raw.get("low"), high=raw.get("high"),
+                context=raw.get("context", ""), model_dependent=raw.get("model_dependent", False),
+                source=f"{path.name}:{line}",
+            )
+        )
+    return claims
+
+
+def load_dir(directory: Path = DEFAULT_DIR) -> list[Claim]:
+    """Every claim in ``directory/*.yaml``, in file order; an ID given twice is an error."""
+    directory = Path(directory)
+    files = sorted(directory.glob("*.yaml"))
+    if not files:
+        raise BaselineError(f"{directory}: no baselines files (*.yaml)")
+    claims: list[Claim] = []
+    seen: dict[str, str] = {}
+    for path in files:
+        for claim in load_file(path):
+            if claim.id in seen:
+                raise BaselineError(f"{claim.source}: claim {claim.id} is already defined at {seen[claim.id]}")
+            seen[claim.id] = claim.source
+            claims.append(claim)
+    return claims
+
+
+def mapping_problems(claims: Sequence[Claim]) -> list[str]:
+    """Mappings that name something the registry lacks.
+
+    ``available`` means the family exists and every selector key is one of its declared
+    parameters; a ``case`` must parse against the registry. A ``pending`` mapping whose family
+    is in the registry is held to the same parameter check (a misspelt key would never match);
+    one whose family is not there yet is reported by the claims check as pending.
+    """
+    from harness.core import registry
+
+    problems = []
+    for claim in claims:
+        m = claim.measure
+        if m.case is not None and m.status != "not_measurable":
+            try:
+                registry.parse(m.case)
+            except (ValueError, KeyError) as exc:
+                problems.append(f"{claim.source}: {claim.id}: case {m.case!r}: {exc}")
+        if m.status == "not_measurable":
+            continue
+        family = registry.FAMILIES.get(m.family or "")
+        if family is None and m.status == "pending":
+            continue
+        if family is None:
+            problems.append(f"{claim.source}: {claim.id}: family {m.family!r} is not in the registry (mark it pending)")
+            continue
+        for selector in (m.select, m.before or {}, m.after or {}, m.covers or {}):
+            for key in selector:
+                if key not in family.declared:
+                    problems.append(f"{claim.source}: {claim.id}: family {m.family!r} has no parameter {key!r}")
+    return problems
+
+
+def register(sub) -> None:
+    p = sub.add_parser("baselines", help="validate baselines YAML and list the claims with how each is measured")
+    p.add_argument("--dir", type=Path, default=DEFAULT_DIR, help="directory of baselines YAML (default: baselines/)")
+    p.set_defaults(func=cmd_baselines)
+
+
+def cmd_baselines(args) -> int:
+    import sys
+    from collections import Counter
+
+    try:
+        claims = load_dir(args.dir)
+    except BaselineError as exc:
+        print(f"critpath baselines: error: {exc}", file=sys.stderr)
+        return 2
+    article = None
+    for claim in claims:
+        if claim.article is not article:
+            article = claim.article
+            print(f"{article.short}: {article.title_en} ({article.file}; {article.attribution})")
+        m = claim.measure
+        how = m.reason if m.status == "not_measurable" else f"{m.family} {m.compare} on {m.statistic}"
+        print(f"  {claim.id:22} {m.status:15} {claim.article_figure:28} {how} [{claim.section_en}]")
+    counts = Counter(c.measure.status for c in claims)
+    print(f"{len(claims)} claims: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+    problems = mapping_problems(claims)
+    for problem in problems:
+        print(f"mapping: {problem}", file=sys.stderr)
+    return 1 if problems else 0

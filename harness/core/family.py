@@ -1,0 +1,269 @@
+"""The one seam every benchmark family plugs into.
+
+A family is a module that builds a ``Family``: its parameters, its grid of cases (quick and full),
+and four functions in the shape of nccl-tests' per-collective files:
+
+- ``setup(ctx, case) -> state``: allocate, connect, warm buffers. Never timed.
+- ``step(state)``: one operation. No allocation, no synchronisation it does not need.
+- ``metrics(case, summary, reports) -> {name_with_unit: float}``: derived figures (busbw...).
+- ``check(state) -> CheckResult``: correctness, run after timing; a wrong answer fails the case.
+
+Optional hooks:
+
+- ``teardown(state)``: release what setup took (groups, sockets, server processes).
+- ``report(state) -> dict``: per-rank observations (JSON-able), gathered to rank 0 after timing
+  and handed to ``metrics`` as ``reports`` (one entry per rank, rank order).
+- ``iterate(state, iters, clock) -> samples_ns``: a family that must own its timed loop (for
+  example open-loop load, where latency runs from the intended send time) returns one latency per
+  iteration itself, or None to leave this case's loop to the driver. Everything else about the
+  case (plan, reduction, check) stays the driver's.
+- ``pair_metrics(case, measurement) -> {name_with_unit: float}``: for a family whose cases measure
+  node pairs in rounds (``tier=pairs``, ``harness.collectives.pairs``), the figures of one measured
+  pair, named and declared as the family's own; ``critpath diagnose`` compares pairs with them.
+
+The driver (``harness.run.driver``) owns warm-up, the loop plan, timing, the cross-rank reduction,
+timeouts and the check; families never time themselves unless they use ``iterate``.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+from harness.core.case import Case, CaseIdError, Param, ParamValue, check_declared
+from harness.core.figures import N_TOO_SMALL, Figure, FigureUnavailable, TooFewSamples, is_sample_statistic, percentile_named, require_samples, sample_parts
+from harness.core.figures import value as figure_value
+from harness.core.stats import Summary
+
+PROFILES = ("quick", "full")
+BACKENDS = ("gloo", "nccl")
+
+# Parameters many families share, declared once.
+BACKEND = Param("backend", str, "gloo or nccl", choices=BACKENDS, required=True)
+
+
+def world_param(low: int = 1, doc: str = "number of ranks") -> Param:
+    """The ``world`` key: ranks the case runs on, at least ``low`` (a peer, a pipeline of stages)."""
+    return Param("world", int, doc, low=low, required=True)
+
+
+class FigureError(ValueError):
+    """metrics() returned a figure its family does not declare, or a value that is not finite."""
+
+
+@dataclass(frozen=True)
+class GridOptions:
+    """What the command line says about the grid; each family maps it onto its own cases."""
+
+    profile: str = "quick"
+    world: int = 2
+    backend: str = "gloo"
+    sizes_bytes: Optional[tuple[int, ...]] = None  # --sizes override, for size-swept families
+
+    def __post_init__(self) -> None:
+        if self.profile not in PROFILES:
+            raise ValueError(f"profile must be one of {PROFILES}, got {self.profile!r}")
+
+
+@dataclass(frozen=True)
+class RankContext:
+    """Where one rank runs: handed to ``setup``."""
+
+    rank: int
+    world: int
+    local_rank: int
+    backend: str
+    device: Any  # torch.device
+    group: Any = None  # the default process group (None when world == 1 and no group exists)
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """Correctness after timing, counted like nccl-tests' #wrong."""
+
+    wrong: int
+    checked: int
+    detail: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return self.wrong == 0
+
+    def to_dict(self) -> dict:
+        return {"wrong": self.wrong, "checked": self.checked, "passed": self.passed, "detail": self.detail}
+
+
+@dataclass(frozen=True)
+class Column:
+    """A column of the terminal table: header and how to read it off a record.
+
+    A column of a declared figure names it (``figure="busbw_gbps"``) instead of a ``value``: its
+    header then carries the figure's unit (or ``unit``, when ``scale`` converts it) and says when the
+    figure is modelled or simulated, all derived from the family's declaration.
+    """
+
+    header: str
+    value: Optional[Callable[[Any], Any]] = None  # record -> value (str or number)
+    fmt: str = "{}"
+    figure: Optional[str] = None
+    scale: float = 1.0
+    unit: Optional[str] = None
+
+    def render(self, record: Any) -> str:
+        try:
+            value = self.value(record)
+        except (KeyError, TypeError, AttributeError):
+            return "-"
+        if value is None:
+            return "-"
+        if value is N_TOO_SMALL:  # a percentile the record's samples do not support
+            return N_TOO_SMALL
+        return self.fmt.format(value)
+
+
+# Units a header leaves out: the number says what it is.
+_UNITLESS = ("ratio", "count", "flag", "index", "fraction")
+# Plain text, not brackets: rich would read "[model]" as markup and drop it.
+SOURCE_MARKS = {"measured": "", "modelled": " (modelled)", "simulated": " (simulated)"}
+
+
+def sample_column(column: Column) -> Column:
+    """``column`` reading a sample statistic of the record (``p99_us``), in the grammar of harness.core.figures."""
+    name = column.figure
+    parts = sample_parts(name)
+    unit = parts[1] if parts else None
+    header = column.header + (f" ({unit})" if unit else "")
+
+    def read(record):
+        try:
+            return figure_value(record, name)
+        except TooFewSamples:
+            return N_TOO_SMALL
+        except FigureUnavailable:
+            return None
+
+    return Column(header, read, column.fmt)
+
+
+# Columns most families end with.
+WRONG_COLUMN = Column("#wrong", lambda r: r.check.wrong)
+
+
+def figure_column(column: Column, figure: Figure) -> Column:
+    """``column`` reading its declared ``figure``: the header gets the unit and the source's mark."""
+    unit = column.unit or figure.unit
+    header = column.header + ("" if unit in _UNITLESS else f" ({unit})") + SOURCE_MARKS[figure.source]
+    name, scale = figure.name, column.scale
+
+    def read(record):
+        if name not in record.metrics:
+            return None
+        try:
+            if record.samples_ns:
+                require_samples(name, len(record.samples_ns))
+        except TooFewSamples:
+            return N_TOO_SMALL
+        return record.metrics[name] * scale
+
+    return Column(header, read, column.fmt)
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    version: int  # bump when a case's definition changes meaning; recorded with every result
+    description: str
+    params: Sequence[Param]
+    grid: Callable[[GridOptions], list[Case]]
+    setup: Callable[[RankContext, Case], Any]
+    step: Callable[[Any], None]
+    metrics: Callable[[Case, Summary, list[dict]], Mapping[str, float]]
+    check: Callable[[Any], CheckResult]
+    teardown: Optional[Callable[[Any], None]] = None
+    report: Optional[Callable[[Any], dict]] = None
+    iterate: Optional[Callable[[Any, int, Callable[[], int]], Any]] = None
+    pair_metrics: Optional[Callable[[Case, Any], Mapping[str, float]]] = None
+    columns: Sequence[Column] = field(default_factory=tuple)
+    # In `critpath run` without --families. Self-tests and fault injection are opt-in.
+    default: bool = True
+    # Every figure metrics() may return, declared once (harness.core.figures): unit, direction, source.
+    figures: Sequence[Figure] = field(default_factory=tuple)
+    # Rules that join parameters (a mode that needs a key, a world too small for the case), checked
+    # with each Param's own bounds when a case is parsed or built: raise ValueError saying why.
+    validate: Optional[Callable[[Case], None]] = None
+    # Why a record's figures are distorted (oversubscribed cores, stretched compute), "" when they
+    # are clean: the claims check withholds a flagged record instead of drawing a verdict from it.
+    flags: Optional[Callable[[Any], str]] = None
+
+    def table_columns(self) -> list[Column]:
+        """The terminal table's columns, figure columns resolved against the declarations."""
+        out = []
+        for column in self.columns:
+            if column.figure is None:
+                out.append(column)
+                continue
+            if is_sample_statistic(column.figure):
+                out.append(sample_column(column))
+                continue
+            figure = self.figure(column.figure)
+            if figure is None:
+                raise FigureError(f"{self.name}: column {column.header!r} reads {column.figure!r}, which the family "
+                                  "does not declare")
+            out.append(figure_column(column, figure))
+        return out
+
+    def figure(self, name: str) -> Optional[Figure]:
+        return next((f for f in self.figures if f.name == name), None)
+
+    def tail_samples(self) -> int:
+        """The samples its deepest declared or tabled percentile needs (rpc: rtt_p999_us, 1,000): the
+        loop plan aims for that many, so the tails the family reports are supported."""
+        names = [f.name for f in self.figures] + [c.figure for c in self.columns if c.figure]
+        return max((named[1] for named in map(percentile_named, names) if named), default=1)
+
+    def check_figures(self, values: Mapping[str, float]) -> None:
+        """What metrics() returned must be declared figures with finite values: the driver fails
+        the case otherwise (FigureError), so no record carries a number nobody defined."""
+        names = {f.name for f in self.figures}
+        undeclared = sorted(set(values) - names)
+        if undeclared:
+            raise FigureError(f"{self.name}.metrics() returned undeclared figure(s) {', '.join(undeclared)}; "
+                              f"declare each as a Figure in FAMILY.figures")
+        bad = sorted(k for k, v in values.items() if not isinstance(v, (int, float)) or not math.isfinite(v))
+        if bad:
+            raise FigureError(f"{self.name}.metrics() returned non-finite figure(s): "
+                              + ", ".join(f"{k}={values[k]!r}" for k in bad))
+
+    @property
+    def declared(self) -> dict[str, Param]:
+        return {p.name: p for p in self.params}
+
+    def value(self, case: Any, name: str) -> ParamValue:
+        """A parameter of ``case`` (a Case or a record: anything with ``params``), or its declared
+        default when the ID leaves it out."""
+        if name in case.params:
+            return case.params[name]
+        param = self.declared[name]  # KeyError for a key the family does not declare
+        if param.default is None:
+            raise KeyError(f"{self.name} needs {name} ({param.doc}); it has no default")
+        return param.default
+
+    def check_case(self, case: Case) -> Case:
+        """The joined rules of ``validate``, as a CaseIdError naming the case."""
+        if self.validate is not None:
+            try:
+                self.validate(case)
+            except ValueError as exc:
+                raise CaseIdError(f"case ID {case.id!r}: {exc}") from None
+        return case
+
+    def case(self, **params) -> Case:
+        """Build a case, checking keys, value types and bounds against the declaration."""
+        declared = self.declared
+        for key, value in params.items():
+            if key not in declared:
+                raise KeyError(f"family {self.name!r} has no parameter {key!r}")
+            want = declared[key].type
+            if not isinstance(value, want) or isinstance(value, bool):
+                raise TypeError(f"{self.name}.{key} must be {want.__name__}, got {value!r}")
+        return self.check_case(check_declared(Case(self.name, params), declared))

@@ -1,0 +1,194 @@
+"""Figures: what a number of a record means, declared once, and one grammar to name it.
+
+A family declares each figure its ``metrics()`` returns as a ``Figure``: name (unit suffix
+included), unit, which way is better, whether it was measured, modelled or simulated, and its
+definition. The driver refuses a figure a family did not declare, and everything that reads a
+figure by name (the gate, claims, acceptance, tables) goes through ``value`` and ``better`` here:
+
+- a **sample statistic**, computed from the record's raw samples: ``min``, ``max``, ``mean`` or a
+  percentile ``pNN`` / ``pNN.N``, with its unit: ``p50_ns``, ``p99_us``, ``max_ms``, ``mean_s``;
+  lower is better;
+- a **tail ratio** ``pNN_over_mean`` (``p999_over_mean``); lower is better;
+- a **declared figure** of the record's family (``busbw_gbps``), its direction as declared.
+
+A percentile is given only where the samples support it (``samples_needed``): p99 from 100
+samples, p999 from 1,000; below that every reader shows "n too small" instead of a number.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, Mapping, Optional
+
+import numpy as np
+
+from harness.core.stats import PERCENTILE_METHOD
+
+BETTER = ("lower", "higher", "neither")  # neither: context (a count, a setting), never gated
+SOURCES = ("measured", "modelled", "simulated")
+TIME_SCALE = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
+
+# pNN, pNN.N, and Summary's own p999 (99.9) / p9999 (99.99)
+_Q = r"(\d{1,2}(?:\.\d+)?|99\d{1,2})"
+_SAMPLE = re.compile(rf"^(min|max|mean|p{_Q})_(ns|us|ms|s)$")
+_OVER_MEAN = re.compile(rf"^p{_Q}_over_mean$")
+# A percentile inside a declared figure's name (rtt_p999_us, send_lag_p99_us, step_p50_us): the
+# family computed it from the record's samples, so it holds to the same sample rule.
+_NAMED_PERCENTILE = re.compile(rf"(?:^|_)(p{_Q})(?:_|$)")
+
+N_TOO_SMALL = "n too small"  # what a reader shows where the samples do not support a percentile
+
+
+def _exact_quantile(text: str) -> Fraction:
+    """The percentile a name's digits mean: "99" -> 99, "99.9" -> 99.9, "999" -> 99.9 (Summary's p999)."""
+    if "." not in text and len(text) > 2:
+        text = f"{text[:2]}.{text[2:]}"
+    return Fraction(text)
+
+
+def _quantile(text: str) -> float:
+    return float(_exact_quantile(text))
+
+
+def samples_needed(q: Fraction) -> int:
+    """The fewest samples that support the ``q``-th percentile.
+
+    The rule: the tail the percentile cuts off, on its smaller side, must hold at least one whole
+    sample. That tail is the fraction t = min(q, 100 - q) / 100 of n samples, so n * t >= 1, i.e.
+    n >= 1 / t: p99 (t = 1/100) needs 100 samples, p99.9 (t = 1/1000) 1,000, p90 and p10 10, the
+    median 2. With fewer, the interpolated "percentile" is only the largest (or smallest) sample
+    under another name. Exact arithmetic: 1 / (1 - 0.999) in floats is 1000.0000000000009.
+    min and max (t = 0) need one sample.
+    """
+    tail = min(q, 100 - q) / 100
+    return 1 if tail <= 0 else math.ceil(1 / tail)
+
+
+class FigureUnavailable(ValueError):
+    """A figure a record cannot give: unknown name, no samples, a percentile of a mean-only import."""
+
+
+class TooFewSamples(FigureUnavailable):
+    """A percentile its record's samples are too few to support (``samples_needed``)."""
+
+
+def percentile_named(name: str) -> Optional[tuple[str, int]]:
+    """The percentile a figure's name reads and the samples it needs: ``rtt_p999_us`` ->
+    ("p999", 1000), ``p99_over_mean`` -> ("p99", 100); None when the name reads no percentile."""
+    match = _NAMED_PERCENTILE.search(name)
+    if match is None:
+        return None
+    return match.group(1), samples_needed(_exact_quantile(match.group(2)))
+
+
+def supports(name: str, n: int) -> bool:
+    """Whether ``n`` samples support the figure ``name`` (always, for a figure that reads no percentile)."""
+    named = percentile_named(name)
+    return named is None or n >= named[1]
+
+
+def require_samples(name: str, n: int) -> None:
+    """Raise TooFewSamples where ``n`` samples do not support the percentile ``name`` reads."""
+    named = percentile_named(name)
+    if named is not None and n < named[1]:
+        raise TooFewSamples(f"{N_TOO_SMALL}: {named[0]} needs at least {named[1]} samples, this record has {n}")
+
+
+@dataclass(frozen=True)
+class Figure:
+    name: str  # as metrics() returns it, unit suffix included: busbw_gbps, step_us, fragmentation_mean
+    unit: str  # GB/s, us, fraction, count, ratio, ...
+    better: str  # one of BETTER
+    definition: str
+    source: str = "measured"  # one of SOURCES: a modelled or simulated figure says so wherever it is shown
+    # A family's headline figures (busbw, msg/s, fragmentation ...) are tracked over commits by the
+    # asv suite beside every case's p50 and p99; the rest are read in tables and reports.
+    headline: bool = False
+
+    def __post_init__(self) -> None:
+        if self.better not in BETTER:
+            raise ValueError(f"figure {self.name}: better must be one of {BETTER}, got {self.better!r}")
+        if self.source not in SOURCES:
+            raise ValueError(f"figure {self.name}: source must be one of {SOURCES}, got {self.source!r}")
+        if not self.definition:
+            raise ValueError(f"figure {self.name}: a figure needs its definition")
+
+
+def is_sample_statistic(name: str) -> bool:
+    return bool(_SAMPLE.match(name) or _OVER_MEAN.match(name))
+
+
+def sample_parts(name: str) -> Optional[tuple[str, str]]:
+    """``p99_us`` -> ("p99", "us"); None for anything but a sample statistic with a time unit."""
+    match = _SAMPLE.match(name)
+    return (match.group(1), match.group(3)) if match else None
+
+
+def is_mean_only(record: Any) -> bool:
+    """Imported records (nccl-tests) carry one averaged sample, never percentiles."""
+    extra = getattr(record, "extra", None)
+    imported = extra.get("imported") if isinstance(extra, Mapping) else None
+    return bool(imported) and imported.get("samples") == "mean_only"
+
+
+def sample_value(samples_ns, name: str) -> float:
+    """A sample statistic of raw samples in nanoseconds, in the unit its name says."""
+    samples = np.asarray(samples_ns, dtype=np.float64)
+    require_samples(name, samples.size)
+    over = _OVER_MEAN.match(name)
+    if over:
+        return float(np.percentile(samples, _quantile(over.group(1)), method=PERCENTILE_METHOD) / samples.mean())
+    match = _SAMPLE.match(name)
+    if match is None:
+        raise FigureUnavailable(f"{name!r} is not a sample statistic (pNN_ns, min_us, mean_ms, p999_over_mean ...)")
+    stat, q, unit = match.groups()
+    if stat == "min":
+        ns = samples.min()
+    elif stat == "max":
+        ns = samples.max()
+    elif stat == "mean":
+        ns = samples.mean()
+    else:
+        ns = np.percentile(samples, _quantile(q), method=PERCENTILE_METHOD)
+    return float(ns) / TIME_SCALE[unit]
+
+
+def value(record: Any, name: str) -> float:
+    """The figure ``name`` of one record."""
+    if is_sample_statistic(name):
+        if not record.samples_ns:
+            raise FigureUnavailable(f"{record.case_id} has no samples")
+        if is_mean_only(record) and not name.startswith("mean_"):
+            raise FigureUnavailable(f"{record.case_id} is imported with its mean only; no {name}")
+        return sample_value(record.samples_ns, name)
+    if name in record.metrics:
+        if record.samples_ns:  # a record without samples has nothing to count its percentiles by
+            require_samples(name, len(record.samples_ns))
+        return float(record.metrics[name])
+    known = ", ".join(sorted(record.metrics)) or "(none)"
+    raise FigureUnavailable(f"{record.case_id}: no figure {name!r}; its metrics: {known}")
+
+
+def declared(family_name: str, name: str) -> Optional[Figure]:
+    from harness.core import registry
+
+    if family_name not in registry.FAMILIES:
+        return None
+    return registry.get(family_name).figure(name)
+
+
+def better(family_name: str, name: str) -> str:
+    """Which way is better for ``name`` of a record of ``family_name``: sample statistics are times
+    (lower); a metric is as its family declares it. Never guessed from the name's suffix."""
+    if is_sample_statistic(name):
+        return "lower"
+    figure = declared(family_name, name)
+    if figure is None:
+        raise FigureUnavailable(f"{name!r} is not a figure that family {family_name!r} declares; give the direction "
+                                "(--direction lower|higher, or direction: in a table)")
+    if figure.better == "neither":
+        raise FigureUnavailable(f"{family_name}.{name} ({figure.definition}) is context, not better or worse; "
+                                "gate on another figure")
+    return figure.better

@@ -1,0 +1,226 @@
+"""Versioned result records: one per case, immutable, validated on write and on read.
+
+A record keeps the raw per-iteration samples in nanoseconds; its summary is derived from them and
+checked against them when read back, so a hand-edited percentile is caught.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+from dataclasses import dataclass, field, replace
+from importlib import resources
+from typing import Any, Mapping, Optional
+
+import jsonschema
+import numpy as np
+
+from harness.core.family import CheckResult
+from harness.core.stats import Summary
+
+SCHEMA_ID = "critpath.record/1"
+STATUSES = ("ok", "failed", "timeout")
+# How ranks' samples became one per iteration: nccl-tests' rule for collectives, or one rank's own.
+MAX_OVER_RANKS, SINGLE_RANK = "max_over_ranks", "single_rank"
+
+
+def utc_now_iso(timespec: str = "milliseconds") -> str:
+    """Now, in UTC, as ISO 8601: every timestamp critpath writes."""
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec=timespec)
+
+
+def reduction_for(world: int) -> str:
+    return MAX_OVER_RANKS if world > 1 else SINGLE_RANK
+
+
+class RecordError(ValueError):
+    """A record that does not validate; ``where`` names the file and line when known."""
+
+    def __init__(self, message: str, where: str = "") -> None:
+        super().__init__(f"{where}: {message}" if where else message)
+        self.where = where
+
+
+def _schema() -> dict:
+    text = resources.files("harness").joinpath("schemas/record-1.json").read_text()
+    return json.loads(text)
+
+
+def _without_sample_items(schema: dict) -> dict:
+    """The schema with ``samples_ns.items`` left to ``_check_samples``: jsonschema checks an array
+    one element at a time in Python, about 15 us each, which made reading or writing a record of
+    36,000 samples take a fifth of a second (the gate reads hundreds). The rule is the schema's."""
+    fast = json.loads(json.dumps(schema))
+    fast["properties"]["samples_ns"] = {k: v for k, v in fast["properties"]["samples_ns"].items() if k != "items"}
+    return fast
+
+
+_SAMPLE_ITEMS = _schema()["properties"]["samples_ns"]["items"]
+_VALIDATOR = jsonschema.Draft202012Validator(_without_sample_items(_schema()))
+
+
+def _check_samples(samples: Any, where: str) -> None:
+    """``samples_ns.items`` of the schema (integers >= its minimum), checked in bulk."""
+    if not isinstance(samples, list):
+        return  # the schema's type check reports it
+    for i, x in enumerate(samples):
+        if type(x) is not int:  # bool and float are not JSON integers here
+            raise RecordError(f"field samples_ns.{i}: {x!r} is not of type 'integer'", where)
+    low = _SAMPLE_ITEMS["minimum"]
+    if samples and min(samples) < low:
+        i = next(i for i, x in enumerate(samples) if x < low)
+        raise RecordError(f"field samples_ns.{i}: {samples[i]} is less than the minimum of {low}", where)
+
+
+@dataclass(frozen=True)
+class ErrorInfo:
+    kind: str  # exception type, "timeout" or "exit"
+    message: str
+    rank: Optional[int] = None
+    traceback: str = ""
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "message": self.message, "rank": self.rank, "traceback": self.traceback}
+
+
+@dataclass(frozen=True)
+class Record:
+    run_id: str
+    case_id: str
+    family: str
+    family_version: int
+    params: Mapping[str, Any]
+    status: str
+    backend: str
+    world: int
+    started_at: str  # ISO 8601, UTC
+    wall_s: float  # set-up to check, on rank 0
+    samples_ns: tuple[int, ...] = ()
+    plan: Optional[Mapping[str, int]] = None
+    timer: str = ""
+    metrics: Mapping[str, float] = field(default_factory=dict)
+    check: Optional[CheckResult] = None
+    error: Optional[ErrorInfo] = None
+    # Per-iteration latency is the max over ranks for collective families (nccl-tests' rule).
+    reduction: str = MAX_OVER_RANKS
+    extra: Mapping[str, Any] = field(default_factory=dict)  # family-specific, JSON-able context
+    # Figure -> why it could not be recomputed when the record was read (harness.core.verify); derived
+    # on read, never written.
+    unverifiable: Mapping[str, str] = field(default_factory=dict, compare=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok" and (self.check is None or self.check.passed)
+
+    @property
+    def label(self) -> str:
+        """The record's outcome in one word, the same in every table: ok, failed, timeout, or wrong
+        (it ran, and its check found wrong results)."""
+        if self.ok:
+            return "ok"
+        return self.status if self.status != "ok" else "wrong"
+
+    @property
+    def summary(self) -> Optional[Summary]:
+        return Summary.of(self.samples_ns) if self.samples_ns else None
+
+    def to_dict(self) -> dict:
+        summary = self.summary
+        return {
+            "schema": SCHEMA_ID,
+            "run_id": self.run_id,
+            "case_id": self.case_id,
+            "family": self.family,
+            "family_version": self.family_version,
+            "params": dict(self.params),
+            "status": self.status,
+            "backend": self.backend,
+            "world": self.world,
+            "started_at": self.started_at,
+            "wall_s": self.wall_s,
+            "plan": dict(self.plan) if self.plan else None,
+            "timer": self.timer,
+            "reduction": self.reduction,
+            "samples_ns": [int(x) for x in self.samples_ns],
+            "summary": summary.to_dict() if summary else None,
+            "metrics": {k: float(v) for k, v in self.metrics.items()},
+            "check": self.check.to_dict() if self.check else None,
+            "error": self.error.to_dict() if self.error else None,
+            "extra": dict(self.extra),
+        }
+
+    def to_json(self) -> str:
+        data = self.to_dict()
+        validate(data)
+        # allow_nan=False: NaN is not JSON; a metric that came out NaN is a bug to surface.
+        return json.dumps(data, separators=(",", ":"), allow_nan=False)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "") -> "Record":
+        validate(data, where)
+        samples = tuple(int(x) for x in data["samples_ns"])
+        stored = data.get("summary")
+        if samples and stored:
+            derived = Summary.of(samples).to_dict()
+            for key, value in derived.items():
+                if not math.isclose(float(stored[key]), value, rel_tol=1e-9, abs_tol=1e-6):
+                    raise RecordError(
+                        f"summary.{key} is {stored[key]} but the samples give {value}", where
+                    )
+        check = data.get("check")
+        error = data.get("error")
+        return cls(
+            run_id=data["run_id"],
+            case_id=data["case_id"],
+            family=data["family"],
+            family_version=data["family_version"],
+            params=data["params"],
+            status=data["status"],
+            backend=data["backend"],
+            world=data["world"],
+            started_at=data["started_at"],
+            wall_s=data["wall_s"],
+            samples_ns=samples,
+            plan=data.get("plan"),
+            timer=data.get("timer", ""),
+            metrics=data.get("metrics", {}),
+            check=CheckResult(check["wrong"], check["checked"], check.get("detail", "")) if check else None,
+            error=ErrorInfo(error["kind"], error["message"], error.get("rank"), error.get("traceback", ""))
+            if error
+            else None,
+            reduction=data.get("reduction", MAX_OVER_RANKS),
+            extra=data.get("extra", {}),
+        )
+
+    def with_run_id(self, run_id: str) -> "Record":
+        return replace(self, run_id=run_id)
+
+    @classmethod
+    def failure(cls, case: Any, run_id: str, error: ErrorInfo, backend: str, started_at: str,
+                wall_s: float = 0.0) -> "Record":
+        """The record of a case that failed or timed out: the one constructor for every place
+        that turns a failure into a record (a rank, the supervisor, a gate worker)."""
+        from harness.core import registry
+
+        return cls(
+            run_id=run_id, case_id=case.id, family=case.family, family_version=registry.get(case.family).version,
+            params=dict(case.params), status="timeout" if error.kind == "timeout" else "failed", backend=backend,
+            world=case.world, started_at=started_at, wall_s=wall_s, error=error, reduction=reduction_for(case.world),
+        )
+
+
+def validate(data: Mapping[str, Any], where: str = "") -> None:
+    """Validate against the JSON schema; the error names the offending field path."""
+    error = jsonschema.exceptions.best_match(_VALIDATOR.iter_errors(data))
+    if error is not None:
+        path = ".".join(str(p) for p in error.absolute_path) or "(record)"
+        raise RecordError(f"field {path}: {error.message}", where)
+    _check_samples(data["samples_ns"], where)
+    if data["status"] == "ok" and not data["samples_ns"]:
+        raise RecordError("field samples_ns: an ok record must carry its samples", where)
+    if data["status"] != "ok" and not data.get("error"):
+        raise RecordError(f"field error: a {data['status']} record must say why", where)
+
+
+def samples_array(record: Record) -> np.ndarray:
+    return np.asarray(record.samples_ns, dtype=np.int64)

@@ -1,0 +1,195 @@
+"""Run directories: ``fingerprint.json``, ``run.json`` and ``results.jsonl``.
+
+Records are appended one whole line per ``write`` on an ``O_APPEND`` descriptor, then fsynced, so a
+run killed with SIGKILL leaves a file that loads, short only of the case in flight. JSON documents
+are replaced atomically (temp file, fsync, rename). A write that fails (full disk) is rolled back
+to the last whole line and raised, so what was written before stays valid.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import secrets
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from harness.core.records import Record, RecordError
+from harness.core.verify import verify
+
+RESULTS = "results.jsonl"
+# The largest line a record can be: 20,000 samples (the full profile's cap) take about 0.3 MB.
+MAX_RECORD_BYTES = 64 << 20
+FINGERPRINT = "fingerprint.json"
+RUN_META = "run.json"
+
+
+class ResultsFileError(ValueError):
+    """A results file that cannot be read; the message names the file and line."""
+
+
+def new_run_id(now: _dt.datetime | None = None) -> str:
+    now = now or _dt.datetime.now(_dt.timezone.utc)
+    host = socket.gethostname().split(".")[0] or "host"
+    return f"{now:%Y%m%d-%H%M%S}-{host}-{secrets.token_hex(2)}"
+
+
+def write_json_atomic(path: Path, data: dict) -> None:
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w") as f:
+            json.dump(data, f, indent=2, sort_keys=True)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        # A full disk: leave no half-written temporary behind (it would make the directory look
+        # taken), keep whatever was there before, and name the file.
+        tmp.unlink(missing_ok=True)
+        raise OSError(exc.errno, f"could not write {path}: {exc.strerror or exc}") from exc
+
+
+def append_record(path: Path, record: Record) -> None:
+    line = (record.to_json() + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        before = os.fstat(fd).st_size
+        try:
+            written = os.write(fd, line)
+            if written != len(line):
+                raise OSError(f"short write ({written} of {len(line)} bytes)")
+            os.fsync(fd)
+        except OSError as exc:
+            # Leave no half line behind: the file must stay loadable.
+            os.ftruncate(fd, before)
+            message = f"could not append the record for {record.case_id} to {path}: {exc.strerror or exc}"
+            raise (OSError(exc.errno, message) if exc.errno else OSError(message)) from exc
+    finally:
+        os.close(fd)
+
+
+@dataclass(frozen=True)
+class Skipped:
+    line: int
+    reason: str
+
+
+def iter_records(path: Path, skip_invalid: bool = False, skipped: list | None = None) -> Iterator[Record]:
+    """Yield records from ``path``. Any invalid line raises ``ResultsFileError`` naming file and
+    line, unless ``skip_invalid``: then it is appended to ``skipped`` and reading goes on."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ResultsFileError(f"{path}: no such results file") from None
+    lines = raw.split(b"\n")
+    truncated_tail = bool(lines) and lines[-1] != b""
+    if not truncated_tail:
+        lines = lines[:-1]
+    for number, blob in enumerate(lines, start=1):
+        where = f"{path}:{number}"
+        if not blob.strip():
+            continue
+        try:
+            if truncated_tail and number == len(lines):
+                raise RecordError("truncated record (no newline at the end of the file)", where)
+            if len(blob) > MAX_RECORD_BYTES:
+                raise RecordError(f"a line of {len(blob)} bytes; a record is at most {MAX_RECORD_BYTES} bytes", where)
+            try:
+                data = json.loads(blob)
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                raise RecordError(f"not valid JSON ({exc})", where) from None
+            except RecursionError:
+                raise RecordError("nested too deep to be a record", where) from None
+            if not isinstance(data, dict):
+                raise RecordError("a record must be a JSON object", where)
+            yield verify(Record.from_dict(data, where), where)
+        except RecordError as exc:
+            if not skip_invalid:
+                raise ResultsFileError(str(exc)) from None
+            if skipped is not None:
+                skipped.append(Skipped(number, str(exc)))
+
+
+def read_json(path: Path) -> dict:
+    """A run's JSON document (run.json, fingerprint.json): {} when absent, an error naming the file
+    when it is not a UTF-8 JSON object."""
+    path = Path(path)
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ResultsFileError(f"{path}: not UTF-8 (offset {exc.start})") from None
+    except json.JSONDecodeError as exc:
+        raise ResultsFileError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+    except RecursionError:
+        raise ResultsFileError(f"{path}: nested too deep to be a critpath file") from None
+    if not isinstance(data, dict):
+        raise ResultsFileError(f"{path}:1: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def incompleteness(meta: dict, records: list) -> str:
+    """Why a run is not whole ("incomplete: 37 of 87 cases, run.json says running"), from its
+    run.json and its records; "" when it finished with every case recorded. A directory without a
+    run.json (records copied or imported by hand) cannot say, and is taken as it is."""
+    state, total = meta.get("state"), meta.get("cases_total")
+    if not meta or state == "imported":
+        return ""
+    if state == "finished" and (total is None or len(records) >= total):
+        return ""
+    of = f" of {total}" if isinstance(total, int) else ""
+    return f"incomplete: {len(records)}{of} cases, run.json says {state or 'nothing'}"
+
+
+def run_incompleteness(run_dir: Path, records: list) -> str:
+    """``incompleteness`` of the run in ``run_dir`` (a results file alone has no run.json)."""
+    return incompleteness(read_json(Path(run_dir) / RUN_META), records) if Path(run_dir).is_dir() else ""
+
+
+def load_records(run_dir: Path, skip_invalid: bool = False, skipped: list | None = None) -> list[Record]:
+    run_dir = Path(run_dir)
+    path = run_dir / RESULTS if run_dir.is_dir() else run_dir
+    if run_dir.is_dir() and not path.exists() and (run_dir / RUN_META).exists():
+        return []  # a run killed before its first record: empty, and run.json says how far it got
+    return list(iter_records(path, skip_invalid, skipped))
+
+
+RUN_FILES = (RESULTS, RUN_META, FINGERPRINT)
+
+
+def run_files(path: Path) -> list[Path]:
+    """The files that make ``path`` a run directory (a failed start's temporaries do not)."""
+    return [Path(path) / name for name in RUN_FILES if (Path(path) / name).exists()]
+
+
+class RunDir:
+    """The directory of one run; the single writer of its files."""
+
+    def __init__(self, path: Path, run_id: str) -> None:
+        self.path = Path(path)
+        self.run_id = run_id
+        self.path.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def results(self) -> Path:
+        return self.path / RESULTS
+
+    def append(self, record: Record) -> None:
+        append_record(self.results, record)
+
+    def write_fingerprint(self, data: dict) -> None:
+        write_json_atomic(self.path / FINGERPRINT, data)
+
+    def write_meta(self, data: dict) -> None:
+        write_json_atomic(self.path / RUN_META, data)
+
+    def done_case_ids(self) -> set[str]:
+        if not self.results.exists():
+            return set()
+        return {r.case_id for r in iter_records(self.results, skip_invalid=True)}

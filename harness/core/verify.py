@@ -1,0 +1,94 @@
+"""Records that cannot be edited into lies: what a record says is checked against what it holds.
+
+``Record.from_dict`` checks the summary against the samples. This goes further, when a run's
+results are read: the family must be one critpath knows, the params must be what the case ID says
+(and what the family's declaration admits), every figure must be finite, and a passing record's
+derived figures are recomputed from its samples, params and stored per-rank reports through the
+family's own ``metrics`` and must match. A contradiction is a ``RecordError`` naming the file, line
+and field. What cannot be recomputed (an imported nccl-tests record, a record of another family
+version, a family without stored reports) is not trusted silently: it is listed in
+``Record.unverifiable``, figure by figure, with the reason.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Mapping
+
+from harness.core import registry
+from harness.core.case import Case, CaseIdError
+from harness.core.records import Record, RecordError
+from harness.core.stats import Summary
+
+# Recomputing runs the same code on the same numbers; only float formatting in JSON can differ.
+REL_TOL = 1e-9
+
+
+def _imported(record: Record) -> bool:
+    return isinstance(record.extra, Mapping) and bool(record.extra.get("imported"))
+
+
+def _check_finite(record: Record, where: str) -> None:
+    for name, value in record.metrics.items():
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+            raise RecordError(f"field metrics.{name}: {value!r} is not a finite number", where)
+
+
+def _check_identity(record: Record, where: str) -> Case:
+    """The case the record's ID names, once its family, params and world agree with it."""
+    family = record.case_id.partition("/")[0]
+    if family != record.family:
+        raise RecordError(f"field family: {record.family!r} but the case ID {record.case_id!r} is of {family!r}", where)
+    if record.family not in registry.FAMILIES:
+        raise RecordError(f"field family: {record.family!r} is not a critpath family; known: "
+                          f"{', '.join(registry.FAMILIES)}", where)
+    try:
+        case = registry.parse(record.case_id)
+    except CaseIdError as exc:
+        raise RecordError(f"field case_id: {exc}", where) from None
+    for key in sorted(set(case.params) | set(record.params)):
+        stored, said = record.params.get(key, "(absent)"), case.params.get(key, "(absent)")
+        if stored != said or type(stored) is not type(said):  # 8 and 8.0 are different cases
+            raise RecordError(f"field params.{key}: {stored!r} but the case ID says {said!r}", where)
+    if "world" in case.params and case.params["world"] != record.world:
+        raise RecordError(f"field world: {record.world} but the case ID says world={case.params['world']}", where)
+    return case
+
+
+def verify(record: Record, where: str = "") -> Record:
+    """``record`` with ``unverifiable`` filled in, or a RecordError naming what contradicts it."""
+    _check_finite(record, where)
+    if _imported(record):
+        source = record.extra["imported"].get("source", "an import")
+        return replace(record, unverifiable={name: f"imported from {source}: the figure is the source's own"
+                                             for name in record.metrics})
+    case = _check_identity(record, where)
+    if not record.ok:
+        if record.metrics:
+            raise RecordError(f"field metrics: a {record.status} record (check "
+                              f"{'passed' if record.check is None or record.check.passed else 'failed'}) carries "
+                              f"figures ({', '.join(sorted(record.metrics))})", where)
+        return record
+    family = registry.get(record.family)
+    if record.family_version != family.version:
+        why = f"recorded by {record.family} version {record.family_version}; this critpath has version {family.version}"
+        return replace(record, unverifiable={name: why for name in record.metrics})
+    reports = record.extra.get("rank_reports") if isinstance(record.extra, Mapping) else None
+    if family.report is not None and not isinstance(reports, list):
+        why = "the record has no per-rank reports to recompute it from"
+        return replace(record, unverifiable={name: why for name in record.metrics})
+    try:
+        derived = dict(family.metrics(case, Summary.of(record.samples_ns), reports or []))
+    except Exception as exc:  # a family's metrics() on stored data it cannot read: say so, keep the record
+        why = f"{record.family}.metrics() could not recompute it: {type(exc).__name__}: {exc}"
+        return replace(record, unverifiable={name: why for name in record.metrics})
+    for name in sorted(set(derived) | set(record.metrics)):
+        if name not in record.metrics:
+            raise RecordError(f"field metrics.{name}: missing; the samples and reports give {derived[name]!r}", where)
+        if name not in derived:
+            raise RecordError(f"field metrics.{name}: {record.metrics[name]!r} is not a figure "
+                              f"{record.family} version {family.version} derives", where)
+        stored, again = float(record.metrics[name]), float(derived[name])
+        if not math.isclose(stored, again, rel_tol=REL_TOL, abs_tol=1e-12):
+            raise RecordError(f"field metrics.{name}: {stored!r} but the samples and reports give {again!r}", where)
+    return record

@@ -1,0 +1,754 @@
+"""``critpath gate-power``: the gate's false-alarm rate and power, measured the way users run it.
+
+Each *cell* is one kind of gate (one case alone, or a group of cases under Holm) on one kind of
+change: none (A/A: the candidate is an empty commit on top of the base), or a known slowdown of
+one case committed to a throwaway branch of a private clone (``harness.gatepower.inject``). Every
+trial is a real ``critpath gate`` process on those two commits, with the default exit rules:
+what a CI job would run. Trials go round the cells in turn, so the machine's drift over the
+session is shared by every cell.
+
+A trial *fails the build* when the gate exits 1. On an A/A cell that is a false alarm; on a
+slowdown cell it is a detection when the slowed case itself was found (regressed, or a likely
+regression at the budget). Rates come with Clopper-Pearson 95 % intervals.
+
+``--tools asv,pytest-benchmark`` also runs those tools on the same commits for the one-rank
+single-case cells (``harness.gatepower.tools``), in the same session.
+
+Everything measured is appended to ``power.json`` in ``--out`` after each trial; ``--resume``
+carries on from there, ``--report`` prints the tables from it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import signal
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from harness.gatepower import inject
+from harness.run.lifetime import interrupt_signal, raise_on_sigterm
+from harness.gate.outputs import EXIT_COULD_NOT_RUN, EXIT_REGRESSION, fails_build
+from harness.gate.schedule import Plan
+from harness.gate.sides import RoundCase, WorkerSide
+from harness.gate.trees import Tree, TreeError, repo_root, resolve
+
+SCHEMA = "critpath.gate-power/2"
+AA = "A/A"
+TOOLS = ("asv", "pytest-benchmark")
+RESAMPLE_SHIFTS = (0.05, 0.10)  # sizes of the targets in docs/gate.md, replayed as modelled slowdowns
+GATE_STOP_S = 30.0  # how long an interrupted gate gets to remove its worktrees and workers
+CALIBRATION_ROUNDS = 3
+CALIBRATION_PAIRS = 32  # pairs per sizing step: at 10-20 % noise per pair, 16 left +-3-5 % on the effect
+CALIBRATION_STEPS = 4
+CALIBRATION_TOLERANCE = 0.25  # of the fraction asked for: +10 % means +7.5 to +12.5 % measured
+
+
+def _csv(text: str) -> tuple[str, ...]:
+    return tuple(p.strip() for p in text.split(",") if p.strip())
+
+
+# A case ID is "family/key=value,key=value": its own commas separate parameters, so a list of IDs
+# splits only at a comma that starts another "family/".
+_NEXT_ID = re.compile(r",(?=[A-Za-z_][A-Za-z0-9_]*/)")
+
+
+def _case_ids(text: str) -> tuple[str, ...]:
+    ids = tuple(p.strip() for p in _NEXT_ID.split(text) if p.strip())
+    if len(ids) < 2:
+        raise argparse.ArgumentTypeError(f"a group needs two or more case IDs (family/params,family/params,...), "
+                                         f"got {text!r}")
+    return ids
+
+
+def _slowdowns(text: str) -> tuple[tuple[str, float], ...]:
+    out = []
+    for part in _csv(text):
+        kind, _, fraction = part.partition(":")
+        if kind not in inject.KINDS or not fraction:
+            raise argparse.ArgumentTypeError(f"slowdown {part!r}: expected KIND:FRACTION with KIND one of "
+                                             f"{', '.join(inject.KINDS)}, e.g. uniform:0.10")
+        try:
+            out.append((kind, float(fraction)))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"slowdown {part!r}: the fraction {fraction!r} is not a number") from None
+    return tuple(out)
+
+
+def register(sub) -> None:
+    p = sub.add_parser("gate-power", help="measure the gate's false-alarm rate and power on real trees with injected slowdowns",
+                       description="Run real critpath gate processes on an A/A commit and on committed slowdowns "
+                                   "(uniform and partial) of real cases, and report how often each fails the build, "
+                                   "with Clopper-Pearson intervals. See docs/gate.md.")
+    p.add_argument("--case", dest="case_ids", action="append", default=[], metavar="ID",
+                   help="a case gated alone (repeatable); each is also slowed on its own branch")
+    p.add_argument("--group", dest="groups", action="append", default=[], type=_case_ids, metavar="ID,ID,...",
+                   help="a multi-case gate (Holm across its cases); its first case is the one slowed")
+    p.add_argument("--slowdowns", type=_slowdowns, default=(("uniform", 0.10), ("partial", 0.10)),
+                   help="KIND:FRACTION,... (default uniform:0.10,partial:0.10)")
+    p.add_argument("--trials", type=int, default=20, help="real gates per cell (default 20)")
+    p.add_argument("--budget", type=float, default=Plan.budget_s, help=f"--budget of each gate (default {Plan.budget_s:g})")
+    p.add_argument("--min-effect", type=float, default=0.05, help="--min-effect of each gate (default 0.05)")
+    p.add_argument("--statistic", default=None, help="--statistic of each gate (default: the gate's)")
+    p.add_argument("--rounds", type=int, default=None, help="--rounds of each gate (default: the gate's)")
+    p.add_argument("--rounds-sweep", type=lambda t: tuple(int(x) for x in _csv(t)), default=(), metavar="K,K,...",
+                   help="instead: A/A gates of each --case at each --rounds, run to the budget, for the trade-off "
+                        "between rounds per process pair and fresh processes")
+    p.add_argument("--tools", type=_csv, default=(), help=f"also run these on the same commits: {','.join(TOOLS)}")
+    p.add_argument("--tool-trials", type=int, default=10, help="trials per tool and change (default 10)")
+    p.add_argument("--out", type=Path, default=Path("reports/gate-power"), help="directory for power.json and every gate")
+    p.add_argument("--resume", action="store_true",
+                   help="carry on with the measurement already in --out: every cell, or only the cells of the "
+                        "--case and --group given")
+    p.add_argument("--report", type=Path, metavar="POWER_JSON", help="print the tables of a stored measurement")
+    p.add_argument("--resample", type=int, default=0, metavar="GATES",
+                   help="with --report: also replay GATES gates per cell from the pairs its real gates measured "
+                        "(labelled resampled) and store them in POWER_JSON")
+    p.set_defaults(func=cmd_power)
+
+
+# -- the measurement -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Cell:
+    name: str
+    case_ids: tuple[str, ...]
+    condition: str  # "A/A" or a slowdown's label
+    candidate: str  # the commit the gate's candidate is
+    target: Optional[str] = None  # the case slowed; None for A/A
+    rounds: Optional[int] = None  # the gate's --rounds, when the cell sets its own (a rounds sweep)
+
+
+def _calibrate(tree: Tree, case_id: str, out: Path) -> float:
+    """The case's mean iteration time on the base tree: a few worker rounds, their median."""
+    side = WorkerSide(tree, "base", 0, out, {"timeout_s": 60.0, "warmup": None, "target_s": Plan.window_s})
+    side.start()
+    try:
+        side.await_ready(120)
+        values = []
+        for r in range(CALIBRATION_ROUNDS):
+            result = side.run_round(r, [RoundCase(case_id)], 120)
+            record = result.records.get(case_id)
+            if record is None or not record.ok:
+                raise TreeError(f"calibrating {case_id}: {result.error or (record and record.error)}")
+            values.append(float(np.mean(record.samples_ns)))
+    finally:
+        side.stop()
+    return float(np.median(values))
+
+
+@dataclass(frozen=True)
+class _Open:
+    """The decision of a schedule that only measures: never decided."""
+
+    outcome: Optional[str] = None
+
+
+def _never(tau, pairs, final):
+    return {case_id: _Open() for case_id in pairs}
+
+
+def realized_ratio(repo: Path, base_sha: str, cand_sha: str, case_id: str, out: Path,
+                   pairs: int = CALIBRATION_PAIRS) -> float:
+    """What a slowdown does to the case's mean, measured as the gate measures it: pairs of fresh
+    processes on the two commits, interleaved; the Hodges-Lehmann estimate of their ratio."""
+    from harness.gate.schedule import Schedule
+    from harness.gate.sequential import hodges_lehmann
+    from harness.gate.trees import BASE, CANDIDATE, checkout
+
+    with checkout(repo, base_sha, BASE) as base, checkout(repo, cand_sha, CANDIDATE) as cand:
+        plan = Plan(budget_s=math.inf, max_pairs=pairs, look_every_s=math.inf)
+        result = Schedule([case_id], {BASE: base, CANDIDATE: cand}, "worker", plan, out, "mean_ns", _never).run()
+    track = result.tracks[case_id]
+    if track.problem or len(track.pairs) < 2:
+        raise TreeError(f"measuring the slowdown of {case_id}: {track.problem or 'no pairs'}")
+    return math.exp(hodges_lehmann(track.pairs))
+
+
+def _calibrated_slowdown(clone: Path, base_sha: str, branch: str, wanted: inject.Slowdown, out: Path) -> dict:
+    """Commit the slowdown, measure what it does to the case's mean, and resize it until that is
+    within ``CALIBRATION_TOLERANCE`` of the fraction asked for (at most ``CALIBRATION_STEPS``
+    measurements): "+10 %" must mean +10 % measured, and a busy-wait does not cost its length.
+    A wait of 10 % of a round trip slowed it by 22 % here (the peer sleeps meanwhile and wakes
+    later); in a two-rank allreduce the spinning main thread also holds off the transport's own
+    thread, and small waits cost several times their length. The sizes tried come from the
+    measured (wait, effect) points (``_next_scale``); the branch keeps the closest."""
+    tried: list[tuple[float, float]] = []  # (scale, measured effect)
+    slowdown, sha = wanted, ""
+    for step in range(CALIBRATION_STEPS):
+        if tried:
+            slowdown = replace(wanted, scale=_next_scale(tried, wanted.fraction))
+        sha = inject.commit_slowdowns(clone, base_sha, branch, [slowdown])
+        effect = realized_ratio(clone, base_sha, sha, wanted.case_id, out / f"step-{step}") - 1.0
+        tried.append((slowdown.scale, effect))
+        print(f"  {wanted.label} on {wanted.case_id}: a wait of {slowdown.wait_ns / 1e3:.1f} us every "
+              f"{slowdown.every} step(s) gives {effect * 100:+.1f} %", file=sys.stderr, flush=True)
+        if abs(effect - wanted.fraction) <= CALIBRATION_TOLERANCE * wanted.fraction:
+            break
+    scale, effect = _closest(tried, wanted.fraction)
+    if scale != slowdown.scale:  # the last try was not the closest: commit the one that was
+        slowdown = replace(wanted, scale=scale)
+        sha = inject.commit_slowdowns(clone, base_sha, branch, [slowdown])
+    return {"sha": sha, **inject.describe({branch: slowdown})[0],
+            "calibration": [{"scale": sc, "effect": ef} for sc, ef in tried], "calibrated_effect": effect}
+
+
+def _next_scale(tried: list[tuple[float, float]], target: float) -> float:
+    """The next size to try. Effects measured on a few dozen pairs scatter by a few percent, so a secant
+    through the last two points can leap far; instead interpolate between the closest points
+    either side of the target once there are some, else scale the closest point proportionally."""
+    below = [(s, e) for s, e in tried if e < target]
+    above = [(s, e) for s, e in tried if e >= target]
+    if below and above:
+        (s0, e0), (s1, e1) = max(below, key=lambda p: p[1]), min(above, key=lambda p: p[1])
+        if e1 > e0:
+            return s0 + (target - e0) * (s1 - s0) / (e1 - e0)
+    s1, e1 = _closest(tried, target)
+    return s1 * target / e1 if e1 > 0 else s1 * 2.0
+
+
+def _closest(tried: list[tuple[float, float]], target: float) -> tuple[float, float]:
+    return min(tried, key=lambda p: abs(p[1] - target))
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
+                          timeout=120).stdout.strip()
+
+
+def _prepare(args, out: Path) -> dict:
+    """Clone, calibrate, commit the A/A and slowdown branches; the plan of the measurement."""
+    repo = repo_root(Path.cwd())
+    base_sha = resolve(repo, "HEAD")
+    clone = out / "clone"
+    if clone.exists():
+        shutil.rmtree(clone)
+    inject.clone(repo, clone)
+    _git(clone, "checkout", "--quiet", "--force", "-B", "gate-power/aa", base_sha)
+    _git(clone, "commit", "--quiet", "--allow-empty", "-m", "gate-power: A/A (no change)")
+    aa_sha = _git(clone, "rev-parse", "HEAD")
+    _git(clone, "worktree", "add", "--quiet", "--detach", str(out / "base-tree"), base_sha)
+    base_tree = Tree("base", base_sha, out / "base-tree", base_sha)
+    targets = [] if args.rounds_sweep else list(dict.fromkeys(list(args.case_ids) + [g[0] for g in args.groups]))
+    calibration, branches = {}, {}
+    for case_id in targets:
+        mean_ns = _calibrate(base_tree, case_id, out / "calibration" / f"case-{targets.index(case_id)}")
+        calibration[case_id] = mean_ns
+        print(f"calibrated {case_id}: mean {mean_ns / 1e3:.1f} us per iteration", file=sys.stderr)
+        for kind, fraction in args.slowdowns:
+            slowdown = inject.Slowdown(case_id, kind, fraction, mean_ns)
+            name = inject.branch_name(slowdown, len(branches))
+            branches[name] = _calibrated_slowdown(clone, base_sha, name, slowdown,
+                                                  out / "calibration" / name.replace("/", "-"))
+    cells = []
+    if args.rounds_sweep:
+        cells = [Cell(f"{case_id}: {AA}, {k} rounds", (case_id,), AA, aa_sha, rounds=k)
+                 for k in args.rounds_sweep for case_id in args.case_ids]
+    gates = [] if args.rounds_sweep else [(c,) for c in args.case_ids] + [tuple(g) for g in args.groups]
+    for case_ids in gates:
+        label = case_ids[0] if len(case_ids) == 1 else f"{len(case_ids)} cases, {case_ids[0]} first"
+        cells.append(Cell(f"{label}: {AA}", case_ids, AA, aa_sha))
+        for b in branches.values():
+            if b["case_id"] == case_ids[0]:
+                condition = inject.Slowdown(b["case_id"], b["kind"], b["fraction"], b["mean_ns"], b["scale"]).label
+                cells.append(Cell(f"{label}: {condition}", case_ids, condition, b["sha"], b["case_id"]))
+    return {
+        "schema": SCHEMA, "repo": str(repo), "base": base_sha, "aa": aa_sha, "clone": str(clone),
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "settings": {"trials": args.trials, "budget_s": args.budget, "min_effect": args.min_effect,
+                     "statistic": args.statistic, "rounds": args.rounds, "tools": list(args.tools),
+                     "tool_trials": args.tool_trials},
+        "calibration_mean_ns": calibration, "branches": branches, "cells": [asdict(c) for c in cells],
+        "trials": [], "tool_trials": [],
+    }
+
+
+def _save(out: Path, doc: dict, name: str = "power.json") -> None:
+    """Written whole, then renamed: an interrupted write leaves the previous file as it was."""
+    tmp = out / f".{name}.tmp"
+    tmp.write_text(json.dumps(doc, indent=1) + "\n")
+    os.replace(tmp, out / name)
+
+
+def _load(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError) as exc:  # ValueError: bad JSON or not UTF-8
+        raise ValueError(f"{path}: not a readable gate-power measurement ({exc})") from None
+
+
+def _gate_trial(doc: dict, cell: Cell, trial: int, out: Path) -> dict:
+    settings = doc["settings"]
+    trial_dir = out / "gates" / f"cell-{[c['name'] for c in doc['cells']].index(cell.name):02d}" / f"trial-{trial:02d}"
+    if trial_dir.exists():
+        shutil.rmtree(trial_dir)  # an interrupted trial is measured again, whole
+    args = [sys.executable, "-m", "harness", "gate", "--repo", doc["clone"], "--base", doc["base"],
+            "--candidate", cell.candidate, "--budget", str(settings["budget_s"]),
+            "--min-effect", str(settings["min_effect"]), "--out", str(trial_dir)]
+    for case_id in cell.case_ids:
+        args += ["--case", case_id]
+    if settings["statistic"]:
+        args += ["--statistic", settings["statistic"]]
+    rounds = cell.rounds or settings["rounds"]
+    if rounds:
+        args += ["--rounds", str(rounds)]
+    if cell.rounds:
+        # A sweep measures noise and pace per pair: run to the budget, never stop as unchanged.
+        args[args.index("--min-effect") + 1] = "0"
+    # The gate itself runs from the base commit's tree, not from this checkout: every trial of a
+    # measurement is then the same gate, whatever this checkout becomes meanwhile.
+    base_tree = Tree("base", doc["base"], out / "base-tree", doc["base"])
+    start = time.perf_counter()
+    with open(out / "gates" / "gates.log", "ab") as log:
+        gate = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                cwd=base_tree.path, env=base_tree.env())
+        try:
+            code = gate.wait()
+        except BaseException:
+            # Interrupted: the gate removes its worktrees and workers on SIGTERM; then it is gone.
+            gate.send_signal(signal.SIGTERM)
+            try:
+                gate.wait(GATE_STOP_S)
+            except subprocess.TimeoutExpired:
+                gate.kill()
+                gate.wait()
+            raise
+    wall_s = time.perf_counter() - start
+    record = {"cell": cell.name, "trial": trial, "exit_code": code, "wall_s": round(wall_s, 2), "cases": {}}
+    gate_json = trial_dir / "gate.json"
+    if gate_json.exists():
+        data = json.loads(gate_json.read_text())
+        record["stopped"] = data.get("extra", {}).get("stopped")
+        record["generations"] = data.get("extra", {}).get("generations")
+        for case in data["cases"]:
+            comparison = case.get("comparison") or {}
+            detail = case.get("detail") or {}
+            record["cases"][case["case_id"]] = {
+                "outcome": case["outcome"], "likely_regression": case.get("likely_regression", False),
+                "ratio": comparison.get("ratio"), "low": comparison.get("ci_low"), "high": comparison.get("ci_high"),
+                "n_pairs": detail.get("n_pairs"), "mde": detail.get("mde"), "decided_at_s": detail.get("decided_at_s"),
+                "noise_per_pair": detail.get("noise_per_pair"), "seconds_per_pair": detail.get("seconds_per_pair"),
+                "reason": case["reason"],
+            }
+    return record
+
+
+def _tool_trees(doc: dict, out: Path) -> dict:
+    """Worktrees of every candidate commit, for the tools (the gate makes its own)."""
+    trees = {}
+    for sha in {doc["aa"], *(b["sha"] for b in doc["branches"].values())}:
+        path = out / "tool-trees" / sha[:12]
+        if not path.exists():
+            _git(Path(doc["clone"]), "worktree", "add", "--quiet", "--detach", str(path), sha)
+        trees[sha] = path
+    return trees
+
+
+def _tool_trial(doc: dict, cell: Cell, tool: str, trial: int, out: Path, trees: dict) -> dict:
+    from harness.gatepower import tools
+
+    pair = {"base": (doc["base"], out / "base-tree"), "candidate": (cell.candidate, trees[cell.candidate])}
+    scratch = out / "tools" / tool / f"{cell.candidate[:12]}-trial-{trial:02d}"
+    if scratch.exists():
+        shutil.rmtree(scratch)
+    record = {"cell": cell.name, "tool": tool, "trial": trial, "verdicts": []}
+    start = time.perf_counter()
+    try:
+        if tool == "asv":
+            verdicts = [tools.asv_trial(scratch, Path(doc["clone"]), cell.case_ids[0], pair)]
+        else:
+            verdicts = tools.pytest_benchmark_trial(scratch, cell.case_ids[0], pair)
+        record["verdicts"] = [v.to_dict() for v in verdicts]
+    except (tools.ToolError, subprocess.TimeoutExpired, OSError) as exc:
+        record["error"] = str(exc)
+    record["wall_s"] = round(time.perf_counter() - start, 2)
+    return record
+
+
+def _one_rank(case_id: str) -> bool:
+    from harness.core import registry
+
+    return registry.parse(case_id).world == 1
+
+
+def _chosen(cells: list[Cell], args, out: Path) -> list[Cell]:
+    """On --resume, the stored cells of the gates named by --case and --group; all of them when none is
+    named. A name that matches no stored cell is refused: carrying on nothing would look like done."""
+    wanted = [(cid,) for cid in args.case_ids] + [tuple(g) for g in args.groups]
+    if not wanted:
+        return cells
+    stored = {c.case_ids for c in cells}
+    missing = [w for w in wanted if w not in stored]
+    if missing:
+        raise ValueError(f"{out / 'power.json'} has no cells for {','.join(missing[0])}; it measures: "
+                         + "; ".join(sorted({','.join(c.case_ids) for c in cells})))
+    return [c for c in cells if c.case_ids in wanted]
+
+
+def measure(args) -> dict:
+    out = args.out
+    if args.resume:
+        doc = _load(out / "power.json")
+    else:
+        if out.exists() and any(out.iterdir()):
+            raise ValueError(f"{out} is not empty; choose another --out or --resume")
+        out.mkdir(parents=True, exist_ok=True)
+        doc = _prepare(args, out)
+        _save(out, doc)
+    cells = [Cell(**{**c, "case_ids": tuple(c["case_ids"])}) for c in doc["cells"]]
+    if args.resume:
+        cells = _chosen(cells, args, out)
+    (out / "gates").mkdir(exist_ok=True)
+    settings = doc["settings"]
+    done = {(t["cell"], t["trial"]) for t in doc["trials"]}
+    tool_done = {(t["cell"], t["tool"], t["trial"]) for t in doc["tool_trials"]}
+    tool_cells = [c for c in cells if len(c.case_ids) == 1 and _one_rank(c.case_ids[0])]
+    trees = _tool_trees(doc, out) if settings["tools"] and tool_cells else {}
+    total = settings["trials"] * len(cells)
+    measured = sum(1 for t in doc["trials"] if t["cell"] in {c.name for c in cells})
+    for trial in range(settings["trials"]):
+        for cell in cells:
+            if (cell.name, trial) in done:
+                continue
+            record = _gate_trial(doc, cell, trial, out)
+            doc["trials"].append(record)
+            _save(out, doc)
+            measured += 1
+            target = record["cases"].get(cell.target or cell.case_ids[0], {})
+            seen = "" if target.get("ratio") is None else f"{(target['ratio'] - 1) * 100:+.1f} %"
+            print(f"[{measured}/{total}] {cell.name} trial {trial + 1}: exit {record['exit_code']}, "
+                  f"{record['wall_s']:.0f} s, {target.get('outcome')} {seen}", file=sys.stderr, flush=True)
+        if trial < settings["tool_trials"]:
+            for cell in tool_cells:
+                for tool in settings["tools"]:
+                    if (cell.name, tool, trial) in tool_done:
+                        continue
+                    doc["tool_trials"].append(_tool_trial(doc, cell, tool, trial, out, trees))
+                    _save(out, doc)
+    # Finished only when every stored cell has its trials, not just the cells this resume chose.
+    if all((c["name"], t) in {(r["cell"], r["trial"]) for r in doc["trials"]}
+           for c in doc["cells"] for t in range(settings["trials"])):
+        doc["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    _save(out, doc)
+    return doc
+
+
+# -- the analysis ------------------------------------------------------------------------------------
+
+
+def clopper_pearson(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    from scipy.stats import binomtest
+
+    if n == 0:
+        return (math.nan, math.nan)
+    ci = binomtest(k, n).proportion_ci(confidence_level=confidence, method="exact")
+    return float(ci.low), float(ci.high)
+
+
+def _fails(case: dict) -> bool:
+    """Whether a stored case failed the build under the default exit rules."""
+    return fails_build(case.get("outcome"), bool(case.get("likely_regression")))
+
+
+def analyse(doc: dict) -> list[dict]:
+    rows = []
+    for c in doc["cells"]:
+        cell = Cell(**{**c, "case_ids": tuple(c["case_ids"])})
+        trials = [t for t in doc["trials"] if t["cell"] == cell.name]
+        n = len(trials)
+        fails = sum(1 for t in trials if t["exit_code"] == EXIT_REGRESSION)
+        could_not = sum(1 for t in trials if t["exit_code"] == EXIT_COULD_NOT_RUN)
+        watched = cell.target or cell.case_ids[0]
+        if cell.target:
+            hits = sum(1 for t in trials if t["exit_code"] == EXIT_REGRESSION and _fails(t["cases"].get(watched, {})))
+        else:
+            hits = fails
+        others = [cid for cid in cell.case_ids if cid != cell.target]
+        other_alarms = sum(1 for t in trials if any(_fails(t["cases"].get(cid, {})) for cid in others)) \
+            if cell.target and others else None
+        walls = [t["wall_s"] for t in trials]
+        ratios = [t["cases"].get(watched, {}).get("ratio") for t in trials]
+        ratios = [r for r in ratios if r is not None]
+        pairs = [t["cases"].get(watched, {}).get("n_pairs") for t in trials]
+        pairs = [p for p in pairs if p is not None]
+        mdes = [t["cases"].get(watched, {}).get("mde") for t in trials]
+        mdes = [m for m in mdes if m is not None]
+        outcomes = {}
+        for t in trials:
+            o = t["cases"].get(watched, {}).get("outcome", f"exit {t['exit_code']}")
+            if t["cases"].get(watched, {}).get("likely_regression"):
+                o += " (likely)"
+            outcomes[o] = outcomes.get(o, 0) + 1
+        low, high = clopper_pearson(hits, n)
+        rows.append({
+            "cell": cell.name, "gate_cases": len(cell.case_ids), "condition": cell.condition, "trials": n,
+            "fails_build": fails, "counted": hits, "rate": hits / n if n else math.nan, "ci95": [low, high],
+            "could_not_run": could_not, "other_case_alarms": other_alarms,
+            "wall_median_s": float(np.median(walls)) if walls else math.nan,
+            "wall_max_s": max(walls) if walls else math.nan,
+            "effect_median": float(np.median(ratios)) - 1 if ratios else math.nan,
+            "pairs_median": float(np.median(pairs)) if pairs else math.nan,
+            "mde_median": float(np.median(mdes)) if mdes else math.nan,
+            "outcomes": outcomes,
+        })
+    return rows
+
+
+def between_gates(doc: dict) -> list[dict]:
+    """Per cell: do the gates' estimates of the watched case spread more than their own standard
+    errors allow? Cochran's Q on the log estimates, and the DerSimonian-Laird between-gate standard
+    deviation. A per-gate offset is what no number of pairs inside one gate averages away: where
+    it is real, a gate's interval is too narrow and its false alarms exceed alpha."""
+    from scipy import stats
+
+    from harness.gate.sequential import estimate_se
+
+    rows = []
+    for c in doc["cells"]:
+        watched = c.get("target") or c["case_ids"][0]
+        est, se = [], []
+        for t in doc["trials"]:
+            case = t["cases"].get(watched, {}) if t["cell"] == c["name"] else {}
+            if case.get("ratio") and case.get("noise_per_pair") and case.get("n_pairs"):
+                est.append(math.log(case["ratio"]))
+                se.append(estimate_se(case["noise_per_pair"], case["n_pairs"]))
+        if len(est) < 2:
+            continue
+        x, w = np.array(est), 1.0 / np.square(se)
+        centre = float(np.sum(w * x) / np.sum(w))
+        q = float(np.sum(w * np.square(x - centre)))
+        df = len(x) - 1
+        tau2 = max(0.0, (q - df) / (np.sum(w) - np.sum(np.square(w)) / np.sum(w)))
+        rows.append({"cell": c["name"], "gates": len(x), "q": q, "p": float(stats.chi2.sf(q, df)),
+                     "between_sd": math.sqrt(tau2), "within_se_median": float(np.median(se)),
+                     "spread": [float(np.min(x)), float(np.max(x))]})
+    return rows
+
+
+def analyse_tools(doc: dict) -> list[dict]:
+    rows = {}
+    for t in doc.get("tool_trials", []):
+        for v in t.get("verdicts", []) or [{"tool": t["tool"], "rule": "(error)", "fails": None, "ratio": None}]:
+            key = (t["cell"], v["tool"], v["rule"])
+            row = rows.setdefault(key, {"cell": t["cell"], "tool": v["tool"], "rule": v["rule"], "trials": 0,
+                                        "fails": 0, "errors": 0, "ratios": []})
+            row["trials"] += 1
+            if v["fails"] is None:
+                row["errors"] += 1
+            elif v["fails"]:
+                row["fails"] += 1
+            if v.get("ratio") is not None:
+                row["ratios"].append(v["ratio"])
+    out = []
+    for row in rows.values():
+        n = row["trials"] - row["errors"]
+        low, high = clopper_pearson(row["fails"], n)
+        out.append({**{k: v for k, v in row.items() if k != "ratios"}, "rate": row["fails"] / n if n else math.nan,
+                    "ci95": [low, high], "ratio_median": float(np.median(row["ratios"])) if row["ratios"] else None})
+    return out
+
+
+def rounds_tradeoff(doc: dict, budget_s: float) -> list[dict]:
+    """Per case and rounds per pair: the noise of a pair and the seconds it costs, measured, and
+    what they give in ``budget_s``: the standard error of the estimate and the smallest slowdown
+    found 95 % of the time at the cells' minimum effect."""
+    from harness.gate.sequential import estimate_se, min_detectable_effect
+
+    rows = []
+    for c in doc["cells"]:
+        if not c.get("rounds"):
+            continue
+        case_id = c["case_ids"][0]
+        trials = [t for t in doc["trials"] if t["cell"] == c["name"]]
+        pairs = [t["cases"].get(case_id, {}) for t in trials]
+        noise = [p["noise_per_pair"] for p in pairs if p.get("noise_per_pair")]
+        pace = [p["seconds_per_pair"] for p in pairs if p.get("seconds_per_pair")]
+        count = sum(p.get("n_pairs") or 0 for p in pairs)
+        if not noise or not pace:
+            continue
+        sd, per_pair = float(np.sqrt(np.mean(np.square(noise)))), float(np.median(pace))
+        n_budget = max(1, int(budget_s // per_pair))
+        rows.append({"case_id": case_id, "rounds": c["rounds"], "trials": len(trials), "pairs": count,
+                     "noise_per_pair": sd, "seconds_per_pair": per_pair, "pairs_in_budget": n_budget,
+                     "se_at_budget": estimate_se(sd, n_budget),
+                     "mde_at_budget": min_detectable_effect(sd, n_budget, 0.01, doc["settings"]["min_effect"])})
+    return rows
+
+
+def resample(doc: dict, out: Path, gates: int) -> dict:
+    """Rates of ``gates`` replayed gates per cell, from the pairs that the cell's real gates (in
+    ``out/gates``) measured; stored in the document as ``resampled``."""
+    from harness.gatepower.resample import MeasuredGate, resampled_rate
+
+    rows = []
+    for index, c in enumerate(doc["cells"]):
+        if c.get("rounds"):
+            continue
+        trials = [t for t in doc["trials"] if t["cell"] == c["name"] and t["exit_code"] != EXIT_COULD_NOT_RUN]
+        paths = [out / "gates" / f"cell-{index:02d}" / f"trial-{t['trial']:02d}" / "gate.json" for t in trials]
+        measured = [MeasuredGate.load(p) for p in paths if p.exists()]
+        found = resampled_rate(measured, c["case_ids"], c.get("target"), doc["settings"]["budget_s"],
+                               doc["settings"]["min_effect"], gates=gates)
+        rows.append({"cell": c["name"], "shift": 0.0, **_with_interval(found)})
+        if c["condition"] != AA:
+            continue
+        # The A/A pairs moved by exactly the sizes asked for: a model of a uniform slowdown of
+        # that size, free of the sizing's own error, on this runner's measured noise.
+        for shift in sorted({b["fraction"] for b in doc["branches"].values()} | set(RESAMPLE_SHIFTS)):
+            found = resampled_rate(measured, c["case_ids"], c["case_ids"][0], doc["settings"]["budget_s"],
+                                   doc["settings"]["min_effect"], gates=gates, shift=shift)
+            rows.append({"cell": c["name"], "shift": shift, **_with_interval(found)})
+    doc["resampled"] = {"gates_per_cell": gates, "method": "harness/gatepower/resample.py", "rows": rows}
+    return doc
+
+
+def _with_interval(found: dict) -> dict:
+    if found.get("gates"):
+        found["ci95"] = list(clopper_pearson(found["fails"], found["gates"]))
+    return found
+
+
+def _resampled_table(doc: dict, legend: dict) -> list[str]:
+    found = doc.get("resampled")
+    if not found:
+        return []
+    lines = ["", f"**Resampled, not real gates**: {found['gates_per_cell']} gates per cell replayed by the gate's own "
+             "loop and decision on pairs drawn with replacement from that cell's real gates above "
+             "(`critpath gate-power --report POWER_JSON --resample N`). The interval is Monte Carlo only; the "
+             "real gates' intervals carry the uncertainty of the pool itself. A row \"A/A pairs +N %\" is a "
+             "*model*: the A/A gates' pairs of the first case moved by exactly +N %, as a uniform slowdown of that "
+             "size would move them.", "",
+             "| gate | change | measured gates | distinct process pairs (per case) | fails the build | "
+             "rate [95 % CI] | wall median / max |", "|---|---|---|---|---|---|---|"]
+    for r in found["rows"]:
+        cell = next(c for c in doc["cells"] if c["name"] == r["cell"])
+        gate = " + ".join(legend[cid] for cid in cell["case_ids"])
+        condition = f"A/A pairs {r['shift'] * 100:+g} % (model)" if r.get("shift") else cell["condition"]
+        if not r.get("gates"):
+            lines.append(f"| {gate} | {condition} | 0 | - | - | {r.get('why', 'n/a')} | - |")
+            continue
+        pairs = ", ".join(str(n) for n in r["distinct_pairs"].values())
+        lines.append(f"| {gate} | {condition} | {r['measured_gates']} | {pairs} | {r['fails']} / {r['gates']} | "
+                     f"{_pct(r['rate'], 1)} [{_pct(r['ci95'][0], 1)}, {_pct(r['ci95'][1], 1)}] | "
+                     f"{r['wall_median_s']:.0f} / {r['wall_max_s']:.0f} s |")
+    return lines
+
+
+def _pct(x: float, digits: int = 0) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x * 100:.{digits}f} %"
+
+
+def table(doc: dict) -> str:
+    s = doc["settings"]
+    case_ids = list(dict.fromkeys(cid for c in doc["cells"] for cid in c["case_ids"]))
+    legend = {cid: f"C{i + 1}" for i, cid in enumerate(case_ids)}
+    lines = [f"gate: budget {s['budget_s']:g} s, minimum effect {s['min_effect'] * 100:g} %, statistic "
+             f"{s['statistic'] or 'default'}, rounds {s['rounds'] or 'default'}; base {doc['base'][:12]}", ""]
+    lines += [f"- C{i + 1}: `{cid}`" for i, cid in enumerate(case_ids)]
+    lines += ["",
+             "| gate | change | trials | fails the build (counted) | rate [95 % CI] | could not run | wall median / max | "
+             "pairs (median) | change seen (median) | detectable here (median) | outcomes of the watched case |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in analyse(doc):
+        counted = "false alarms" if r["condition"] == AA else "detected"
+        extra = f"; other cases failed it in {r['other_case_alarms']}" if r["other_case_alarms"] else ""
+        outcomes = ", ".join(f"{k} {v}" for k, v in sorted(r["outcomes"].items()))
+        seen = "n/a" if math.isnan(r["effect_median"]) else f"{r['effect_median'] * 100:+.1f} %"
+        mde = "n/a" if math.isnan(r["mde_median"]) else f">= {r['mde_median'] * 100:.1f} %"
+        cell = next(c for c in doc["cells"] if c["name"] == r["cell"])
+        gate = " + ".join(legend[cid] for cid in cell["case_ids"]) + (f", {cell['rounds']} rounds" if cell.get("rounds") else "")
+        lines.append(
+            f"| {gate} | {r['condition']} | {r['trials']} | {r['fails_build']} ({counted}: "
+            f"{r['counted']}{extra}) | {_pct(r['rate'], 1)} [{_pct(r['ci95'][0], 1)}, {_pct(r['ci95'][1], 1)}] | "
+            f"{r['could_not_run']} | {r['wall_median_s']:.0f} / {r['wall_max_s']:.0f} s | {r['pairs_median']:.0f} | "
+            f"{seen} | {mde} | {outcomes} |")
+    budget = Plan.budget_s  # the gate's default
+    sweep = rounds_tradeoff(doc, budget)
+    if sweep:
+        lines += ["", f"rounds per process pair (A/A gates run to their budget; projected to the default {budget:g} s "
+                  f"budget, minimum effect {s['min_effect'] * 100:g} %):", "",
+                  f"| case | rounds | trials | pairs | noise per pair | s per pair | pairs in {budget:g} s | "
+                  f"SE of the estimate | detectable in {budget:g} s |", "|---|---|---|---|---|---|---|---|---|"]
+        for r in sorted(sweep, key=lambda r: (r["case_id"], r["rounds"])):
+            lines.append(f"| {legend[r['case_id']]} | {r['rounds']} | {r['trials']} | {r['pairs']} | "
+                         f"{_pct(r['noise_per_pair'], 1)} | {r['seconds_per_pair']:.1f} | {r['pairs_in_budget']} | "
+                         f"{_pct(r['se_at_budget'], 2)} | >= {_pct(r['mde_at_budget'], 1)} |")
+    spread = between_gates(doc)
+    if spread:
+        lines += ["", "between-gate spread of the watched case's estimates (Cochran's Q against each gate's own standard "
+                  "error; a small p: the gates differ by more than their pairs explain):", "",
+                  "| gate | change | gates | estimates, lowest / highest | SE within a gate (median) | Q | p | "
+                  "between-gate SD |", "|---|---|---|---|---|---|---|---|"]
+        for r in spread:
+            cell = next(c for c in doc["cells"] if c["name"] == r["cell"])
+            low, high = (math.expm1(v) * 100 for v in r["spread"])
+            lines.append(f"| {' + '.join(legend[cid] for cid in cell['case_ids'])} | {cell['condition']} | {r['gates']} | "
+                         f"{low:+.1f} % / {high:+.1f} % | {_pct(r['within_se_median'], 1)} | {r['q']:.1f} | "
+                         f"{r['p']:.3f} | {_pct(r['between_sd'], 1)} |")
+    lines += _resampled_table(doc, legend)
+    tool_rows = analyse_tools(doc)
+    if tool_rows:
+        lines += ["", "| gate | change | tool, rule | trials | fails | rate [95 % CI] | ratio seen (median) |",
+                  "|---|---|---|---|---|---|---|"]
+        for r in tool_rows:
+            cell = next(c for c in doc["cells"] if c["name"] == r["cell"])
+            case, condition = legend[cell["case_ids"][0]], cell["condition"]
+            ratio = "n/a" if r["ratio_median"] is None else f"{r['ratio_median']:.3f}"
+            errors = f" ({r['errors']} errors)" if r["errors"] else ""
+            lines.append(f"| {case} | {condition} | {r['tool']} `{r['rule']}` | {r['trials']}{errors} | {r['fails']} | "
+                         f"{_pct(r['rate'], 1)} [{_pct(r['ci95'][0], 1)}, {_pct(r['ci95'][1], 1)}] | {ratio} |")
+    return "\n".join(lines)
+
+
+def cmd_power(args) -> int:
+    if args.report:
+        try:
+            doc = _load(args.report)
+            if args.resample > 0:
+                if not (args.report.parent / "gates").is_dir():
+                    raise ValueError(f"{args.report.parent / 'gates'}: no real gates to resample (--resample needs the "
+                                     "measurement directory, not a copy of power.json)")
+                # Into the file that was read, whatever its name: the replay belongs to that measurement.
+                _save(args.report.parent, resample(doc, args.report.parent, args.resample), args.report.name)
+        except ValueError as exc:
+            print(f"critpath gate-power: error: {exc}", file=sys.stderr)
+            return 2
+        print(table(doc))
+        return 0
+    unknown = [t for t in args.tools if t not in TOOLS]
+    if unknown:
+        print(f"critpath gate-power: error: unknown tool {unknown[0]!r}; expected {', '.join(TOOLS)}", file=sys.stderr)
+        return 2
+    if not args.case_ids and not args.groups and not args.resume:
+        print("critpath gate-power: error: give --case ID (repeatable) and/or --group ID,ID,...", file=sys.stderr)
+        return 2
+    if args.trials < 1:
+        print("critpath gate-power: error: --trials must be >= 1", file=sys.stderr)
+        return 2
+    previous = signal.signal(signal.SIGTERM, raise_on_sigterm)
+    try:
+        doc = measure(args)
+    except (ValueError, TreeError, inject.InjectError, OSError, subprocess.CalledProcessError) as exc:
+        print(f"critpath gate-power: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt as exc:
+        signum = interrupt_signal(exc)
+        print(f"critpath gate-power: interrupted by {signal.Signals(signum).name}; the trials measured so far are in "
+              f"{args.out / 'power.json'} (--resume carries on)", file=sys.stderr)
+        return 128 + signum
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    text = table(doc)
+    (args.out / "power.md").write_text(text + "\n")
+    print(text)
+    return 0

@@ -1,0 +1,421 @@
+"""``critpath history A..B``: asv history over a range of commits, each commit's own code measured.
+
+asv cannot do this itself with this project's ``existing`` environment (it refuses a range, and
+``asv find`` and ``asv continuous`` need environments it builds, torch included, per commit).
+So, per commit, oldest first, as the gate does for its two sides:
+
+1. ``git worktree add`` the commit; its tree goes first on the path (nothing is reinstalled);
+2. that tree's own ``critpath run`` of the tracked families at world 2, into ``OUT/runs/<sha>``
+   (progress and its ETA on the terminal);
+3. ``asv run --set-commit-hash <sha>`` of this checkout's ``benchmarks/bench_families.py`` with the
+   commit's tree on asv's path and CRITPATH_ASV_RUN pointing at that run directory, so asv files
+   the run's figures under the commit in the asv results directory (``asv publish``, ``asv
+   compare`` and ``critpath report --asv-results`` read them).
+
+One run of the families per commit, not one process per parameter. A commit asv already holds
+every selected case of is skipped (``--rerun`` to measure it again). Interrupted, it keeps what
+finished: commits already filed stay filed, a run that finished but was not yet filed is filed
+on the next invocation without measuring again, and a run cut short is kept beside as
+``<sha>.interrupted-N`` for ``critpath show``.
+
+``--find FIGURE --case ID`` bisects instead, as ``asv find`` does: it measures the range's two
+ends, then halves towards the larger step of FIGURE until two adjacent commits remain, into a
+results directory of its own (a one-case measurement must not overwrite a commit's full history).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Sequence
+
+from harness.cli import _csv
+from harness.gate.trees import TreeError, checkout, probe, repo_root
+from harness.run.lifetime import die_with_parent, interrupt_signal, raise_on_sigterm
+from harness.core.options import seconds
+from harness.core.store import RESULTS, ResultsFileError, load_records, run_incompleteness
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+RUN_ENV = "CRITPATH_ASV_RUN"  # read by benchmarks/bench_families.py
+WORLD = 2
+STOP_GRACE_S = 30.0
+
+
+class HistoryRunError(RuntimeError):
+    """A range, repository or asv set-up that cannot be recorded; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class Commit:
+    sha: str
+    subject: str
+
+
+@dataclass
+class Filed:
+    commit: Commit
+    state: str  # filed, skipped, failed
+    wall_s: float = 0.0
+    detail: str = ""
+
+
+def register(sub) -> None:
+    p = sub.add_parser("history", help="record asv history over a range of commits (each commit's own code)")
+    p.add_argument("range", metavar="A..B", help="git range (commits after A up to B, as git log A..B) or one ref")
+    p.add_argument("--repo", type=Path, default=Path.cwd(), help="git checkout whose commits to record (default: .)")
+    p.add_argument("--families", type=_csv, help="comma-separated families (default: every default family)")
+    p.add_argument("--case", dest="case_ids", action="append", default=[], metavar="ID",
+                   help="record exactly this case (repeatable); overrides --families")
+    p.add_argument("--results", type=Path, help="asv results directory (default: the repo's asv.conf.json "
+                   "results_dir; with --find, OUT/find-results)")
+    p.add_argument("--out", type=Path, help="run directories and logs (default: REPO/.asv/history)")
+    p.add_argument("--machine", help="asv machine name (default: asv's, this host's)")
+    p.add_argument("--timeout", type=seconds, default=120.0, metavar="SECONDS", help="per-case limit (default 120)")
+    p.add_argument("--rerun", action="store_true", help="measure commits asv already holds again")
+    p.add_argument("--find", metavar="FIGURE", help="bisect for the largest step of FIGURE (p50_us, p99_us or a "
+                   "headline figure) of the one --case, as asv find does")
+    p.set_defaults(func=cmd_history)
+
+
+# -- git ------------------------------------------------------------------------------------------
+
+
+def _git(repo: Path, *args: str) -> str:
+    result = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=120)
+    if result.returncode != 0:
+        raise HistoryRunError(f"git {' '.join(args)}: {result.stderr.strip()}")
+    return result.stdout
+
+
+def commits_in(repo: Path, spec: str, include_start: bool = False) -> list[Commit]:
+    """The commits of ``spec``, oldest first: ``A..B`` as ``git log A..B`` (plus A with
+    ``include_start``), or one ref alone."""
+    if ".." in spec:
+        start, _, end = spec.partition("..")
+        if not start or not end or end.startswith("."):
+            raise HistoryRunError(f"range {spec!r}: give A..B with both ends (A..B, not A... or ..B)")
+        lines = _git(repo, "rev-list", "--reverse", "--format=%H %s", "--no-commit-header", spec).splitlines()
+        if include_start:
+            lines = _git(repo, "log", "-1", "--format=%H %s", start).splitlines() + lines
+    else:
+        lines = _git(repo, "log", "-1", "--format=%H %s", spec).splitlines()
+    commits = [Commit(*line.split(" ", 1)) if " " in line else Commit(line, "") for line in lines if line.strip()]
+    if not commits:
+        raise HistoryRunError(f"range {spec!r} holds no commits in {repo}")
+    return commits
+
+
+# -- asv ------------------------------------------------------------------------------------------
+
+
+def asv_config(repo: Path, results: Optional[Path], out: Path) -> tuple[Path, Path]:
+    """A config for asv with absolute paths: the repo's own, with results where asked. Returns
+    (config path, results directory)."""
+    from asv import util
+
+    source = repo / "asv.conf.json"
+    try:
+        config = util.load_json(str(source), js_comments=True)  # asv's own reader: its config has comments
+    except (OSError, util.UserError, ValueError) as exc:
+        raise HistoryRunError(f"{source}: cannot read asv's config: {exc}") from None
+    results = (results or repo / config.get("results_dir", ".asv/results")).resolve()
+    config.update({"repo": str(repo), "benchmark_dir": str(repo / config.get("benchmark_dir", "benchmarks")),
+                   "results_dir": str(results), "html_dir": str(repo / config.get("html_dir", ".asv/html")),
+                   "env_dir": str(out / "env")})
+    path = out / "asv.conf.json"
+    path.write_text(json.dumps(config, indent=1) + "\n")
+    return path, results
+
+
+def _asv(args: Sequence[str], log, env: Optional[dict] = None, cwd: Optional[Path] = None) -> int:
+    proc = subprocess.Popen([sys.executable, "-m", "asv", *args], stdout=log, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})}, cwd=cwd,
+                            start_new_session=True, preexec_fn=_orphan_guard)
+    return _wait(proc)
+
+
+def machine_name(config: Path, given: Optional[str], log) -> str:
+    """asv needs a machine recorded before it files results; ``asv machine --yes`` records this host."""
+    args = ["machine", "--yes", "--config", str(config)] + (["--machine", given] if given else [])
+    if _asv(args, log) != 0:
+        raise HistoryRunError(f"asv machine --yes failed; see {log.name}")
+    if given:
+        return given
+    from asv.machine import Machine
+
+    return Machine.get_unique_machine_name()
+
+
+def _held(results: Path, machine: str, sha: str):
+    """What asv holds for ``sha`` on ``machine``: (benchmark, version, case ID, value) of the
+    family classes."""
+    from asv.results import iter_results_for_machine_and_hash
+
+    from harness.history.view import case_values
+
+    if not (results / machine).is_dir():
+        return
+    for result in iter_results_for_machine_and_hash(str(results), machine, sha):
+        for held in case_values(result):
+            if held[0].startswith("bench_families."):
+                yield held
+
+
+def recorded_cases(results: Path, machine: str, sha: str) -> set[str]:
+    """Case IDs asv already holds for ``sha`` on ``machine``, in any family's class."""
+    return {case_id for _, _, case_id, _ in _held(results, machine, sha)}
+
+
+# -- processes -------------------------------------------------------------------------------------
+
+
+def _orphan_guard() -> None:
+    # A child in its own session misses the terminal's Ctrl-C (``_wait`` passes it on); if this
+    # process is killed outright, SIGTERM lets the child stop the way it does on an interrupt.
+    die_with_parent(signal.SIGTERM)
+
+
+def _wait(proc: subprocess.Popen) -> int:
+    """Wait for a child in its own session; on an interrupt, pass SIGTERM to its whole group (a
+    critpath run then writes an interrupted run.json), give it time, then re-raise."""
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        except ProcessLookupError:
+            pass
+        raise
+
+
+def bench_regex(families: Sequence[str]) -> str:
+    """asv --bench for the classes of ``families`` only (not the start-up or model suites, nor a
+    family this run did not measure, whose earlier figures must stay). The suite names a class by
+    its family's words in title case (``moe_a2a`` -> ``MoeA2a``), so case-insensitively it is the
+    name without underscores."""
+    names = "|".join(sorted(re.escape(f.replace("_", "")) for f in families))
+    return rf"(?i)^bench_families\.({names})\."
+
+
+def _run_args(args, run_dir: Path) -> list[str]:
+    argv = [sys.executable, "-m", "harness", "run", "--world", str(WORLD), "--backend", "gloo",
+            "--timeout", str(args.timeout), "--out", str(run_dir)]
+    if args.case_ids:
+        for case_id in args.case_ids:
+            argv += ["--case", case_id]
+    elif args.families:
+        argv += ["--families", ",".join(args.families)]
+    return argv
+
+
+def _finished(run_dir: Path) -> Optional[list]:
+    """The records of a run that finished every case, or None (missing, interrupted, unreadable)."""
+    if not (run_dir / RESULTS).exists():
+        return None
+    try:
+        records = load_records(run_dir)
+    except ResultsFileError:
+        return None
+    return None if run_incompleteness(run_dir, records) else records
+
+
+def _set_aside(run_dir: Path) -> Path:
+    n = 1
+    while (aside := run_dir.with_name(f"{run_dir.name}.interrupted-{n}")).exists():
+        n += 1
+    run_dir.rename(aside)
+    return aside
+
+
+def record_commit(args, commit: Commit, repo: Path, config: Path, results: Path, machine: str, out: Path,
+                  say) -> Filed:
+    """Measure one commit and file it with asv; a commit that cannot be measured is a Filed that
+    says why, and the range goes on."""
+    start = time.monotonic()
+    run_dir = out / "runs" / commit.sha
+    log_path = out / "logs" / f"{commit.sha}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with checkout(repo, commit.sha, "history") as tree:
+            probe(tree, [])
+            records = _finished(run_dir)
+            if records is not None and not args.rerun:
+                say(f"  {run_dir} finished before; filing it without measuring again")
+            else:
+                if run_dir.exists():
+                    say(f"  kept the earlier run as {_set_aside(run_dir)}")
+                run_dir.parent.mkdir(parents=True, exist_ok=True)
+                proc = subprocess.Popen(_run_args(args, run_dir), cwd=tree.path, env=tree.env(),
+                                        stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_orphan_guard)
+                code = _wait(proc)
+                records = _finished(run_dir)
+                if code not in (0, 1) or records is None:
+                    return Filed(commit, "failed", time.monotonic() - start,
+                                 f"critpath run exited {code}" + ("" if records else "; no finished run"))
+            with log_path.open("a") as log:
+                code = _asv(["run", "--config", str(config), "--environment", f"existing:{sys.executable}",
+                             "--set-commit-hash", commit.sha, "--bench", bench_regex({r.family for r in records}),
+                             "--machine", machine,
+                             "--show-stderr"], log, env={"ASV_PYTHONPATH": str(tree.path), RUN_ENV: str(run_dir)},
+                            cwd=tree.path)
+    except TreeError as exc:
+        return Filed(commit, "failed", time.monotonic() - start, str(exc))
+    wanted = {r.case_id for r in records}
+    missing = wanted - recorded_cases(results, machine, commit.sha)
+    if missing:
+        return Filed(commit, "failed", time.monotonic() - start,
+                     f"asv run exited {code} and filed {len(wanted) - len(missing)} of {len(wanted)} cases; "
+                     f"see {log_path}")
+    failed = [r for r in records if not r.ok]
+    detail = f"{len(records)} cases filed" + (f", {len(failed)} failed (asv shows them as failed, with the reason): "
+                                              + "; ".join(f"{r.case_id}: {r.label}" for r in failed[:3])
+                                              if failed else "")
+    return Filed(commit, "filed", time.monotonic() - start, detail)
+
+
+def _already(args, results: Path, machine: str, commit: Commit, out: Path) -> bool:
+    if args.rerun:
+        return False
+    held = recorded_cases(results, machine, commit.sha)
+    if not held:
+        return False
+    if args.case_ids:
+        return set(args.case_ids) <= held
+    # Without --case, the finished run this command made for the commit says what was asked for.
+    records = _finished(out / "runs" / commit.sha)
+    return records is not None and {r.case_id for r in records} <= held and _same_families(args, records)
+
+
+def _same_families(args, records) -> bool:
+    if not args.families:
+        return True
+    return set(args.families) <= {r.family for r in records}
+
+
+def _eta(done_s: list[float], left: int) -> str:
+    if not done_s:
+        return "ETA after the first commit"
+    per = sorted(done_s)[len(done_s) // 2]
+    return f"about {per * left / 60:.0f} min left ({per / 60:.1f} min a commit)"
+
+
+def cmd_history(args) -> int:
+    signal.signal(signal.SIGTERM, raise_on_sigterm)
+    try:
+        repo = repo_root(args.repo.resolve())
+        if args.find and len(args.case_ids) != 1:
+            raise HistoryRunError("--find bisects one case: give exactly one --case")
+        commits = commits_in(repo, args.range, include_start=bool(args.find))
+        out = (args.out or repo / ".asv" / "history").resolve()
+        out.mkdir(parents=True, exist_ok=True)
+        results = args.results or (out / "find-results" if args.find else None)
+        config, results = asv_config(repo, results, out)
+        with (out / "asv-machine.log").open("a") as log:
+            machine = machine_name(config, args.machine, log)
+    except (HistoryRunError, TreeError) as exc:
+        print(f"critpath history: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+    def say(text: str) -> None:
+        print(text, flush=True)
+
+    try:
+        if args.find:
+            return _find(args, commits, repo, config, results, machine, out, say)
+        return _record_range(args, commits, repo, config, results, machine, out, say)
+    except KeyboardInterrupt as exc:
+        signum = interrupt_signal(exc)
+        say(f"critpath history: interrupted by {signal.Signals(signum).name}; commits filed so far stay in "
+            f"{results}, runs in {out / 'runs'}; the same command carries on")
+        return 128 + signum
+
+
+def _record_range(args, commits, repo, config, results, machine, out, say) -> int:
+    say(f"critpath history: {len(commits)} commits of {repo} into {results} (machine {machine})")
+    walls: list[float] = []
+    filed: list[Filed] = []
+    for i, commit in enumerate(commits, 1):
+        head = f"[{i}/{len(commits)}] {commit.sha[:10]} {commit.subject[:60]}"
+        if _already(args, results, machine, commit, out):
+            filed.append(Filed(commit, "skipped", 0.0, "asv holds it already (--rerun to measure again)"))
+            say(f"{head}: skipped, asv holds it already")
+            continue
+        say(f"{head}: measuring; {_eta(walls, len(commits) - i + 1)}")
+        result = record_commit(args, commit, repo, config, results, machine, out, say)
+        filed.append(result)
+        if result.state == "filed":
+            walls.append(result.wall_s)
+        say(f"{head}: {result.state} in {result.wall_s / 60:.1f} min; {result.detail}")
+    counts = {s: sum(f.state == s for f in filed) for s in ("filed", "skipped", "failed")}
+    say(f"critpath history: {counts['filed']} filed, {counts['skipped']} skipped, {counts['failed']} could not be "
+        f"recorded. View: critpath report --asv-results {results} --out DIR")
+    return EXIT_OK if counts["failed"] == 0 else EXIT_FAILED
+
+
+# -- bisect -----------------------------------------------------------------------------------------
+
+
+def _value(results: Path, machine: str, sha: str, case_id: str, figure: str) -> Optional[float]:
+    return next((value for key, _, case, value in _held(results, machine, sha)
+                 if key.endswith(f".track_{figure}") and case == case_id and value is not None), None)
+
+
+def largest_step(n: int, measure) -> tuple[int, int]:
+    """Indices (i, i + 1) of the adjacent pair of ``n`` commits with the largest step, found as
+    ``asv find`` does: measure both ends, then keep the half whose ends differ more (as a ratio),
+    so about log2(n) + 2 commits are measured. ``measure(i)`` gives commit i's figure (> 0)."""
+    def step(a: int, b: int) -> float:
+        x, y = measure(a), measure(b)
+        if x <= 0 or y <= 0:
+            raise ValueError(f"a figure of {x} or {y} has no ratio; bisect on a positive figure")
+        return abs(math.log(y / x))
+
+    lo, hi = 0, n - 1
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if step(lo, mid) >= step(mid, hi) else (mid, hi)
+    return lo, hi
+
+
+def _find(args, commits, repo, config, results, machine, out, say) -> int:
+    case_id, figure = args.case_ids[0], args.find
+    values: dict[int, float] = {}
+
+    def measure(i: int) -> float:
+        if i not in values:
+            commit = commits[i]
+            if not _already(args, results, machine, commit, out):
+                say(f"find: measuring {commit.sha[:10]} {commit.subject[:60]}")
+                filed = record_commit(args, commit, repo, config, results, machine, out, say)
+                if filed.state == "failed":
+                    raise HistoryRunError(f"{commit.sha[:10]}: {filed.detail}")
+            value = _value(results, machine, commit.sha, case_id, figure)
+            if value is None:
+                raise HistoryRunError(f"{commit.sha[:10]}: no {figure} for {case_id} (the case failed, or does not "
+                                   f"define it); see {out / 'logs'}")
+            values[i] = value
+            say(f"find: {commit.sha[:10]} {figure} = {value:.4g}")
+        return values[i]
+
+    try:
+        lo, hi = largest_step(len(commits), measure)
+    except (HistoryRunError, ValueError) as exc:
+        print(f"critpath history --find: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    a, b = commits[lo], commits[hi]
+    say(f"find: largest step of {figure} for {case_id}: {a.sha[:10]} -> {b.sha[:10]} ({b.subject[:70]}): "
+        f"{values[lo]:.4g} -> {values[hi]:.4g} (x{values[hi] / values[lo]:.3g}), from one run per commit "
+        f"({len(values)} commits measured); confirm with critpath gate --base {a.sha[:10]} --candidate {b.sha[:10]} "
+        f"--case '{case_id}'")
+    return EXIT_OK

@@ -1,0 +1,249 @@
+"""History from asv results across commits: each tracked figure over commits, with the article's
+figure drawn as a reference line where a claim applies, so a regression and the distance to the
+published figure are seen together.
+
+Results are read with asv's own loader (``asv.results.iter_results``) from ``.asv/results``.
+A tracked figure is an asv ``track_<statistic>`` benchmark parameterised by case ID (the suite in
+``benchmarks/``). A claim applies when it is a bound on the same statistic of the same family and
+its parameters are a subset of the case's.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Optional, Sequence
+
+from harness.claims.baselines import Claim
+from harness.report.document import Block, Heading, Image, Para, Table
+
+_STAT = re.compile(r"^(min|p50|p90|p99|p999|max|mean)_(ns|us|ms|s)$")
+_SCALE = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
+MAX_LINES_PER_PLOT = 8
+
+
+class HistoryError(ValueError):
+    """An asv results directory that cannot be read."""
+
+
+@dataclass(frozen=True)
+class Point:
+    commit: str
+    date_ms: int
+    value: float
+
+
+@dataclass(frozen=True)
+class Reference:
+    claim_id: str
+    value: float  # in the tracked figure's unit
+    text: str
+
+
+@dataclass
+class Series:
+    machine: str
+    benchmark: str  # e.g. bench_families.Allreduce.track_p50_us
+    case_id: str
+    points: list[Point]
+    reference: Optional[Reference] = None
+    version: str = ""  # the benchmark's asv version (the family's definition): a new one restarts history
+    unit: str = ""  # as asv's benchmarks.json gives it ("GB/s", "fraction (simulated)")
+
+    @property
+    def statistic(self) -> str:
+        return _figure_name(self.benchmark)
+
+
+def _case_params(case_id: str) -> tuple[str, dict]:
+    family, _, body = case_id.partition("/")
+    params: dict = {}
+    for item in filter(None, body.split(",")):
+        key, _, text = item.partition("=")
+        for cast in (int, float):
+            try:
+                params[key] = cast(text)
+                break
+            except ValueError:
+                continue
+        else:
+            params[key] = text
+    return family, params
+
+
+def reference_for(series: Series, claims: Sequence[Claim]) -> Optional[Reference]:
+    family, params = _case_params(series.case_id)
+    tracked = _STAT.match(series.statistic)
+    for claim in claims:
+        m = claim.measure
+        if m.status == "not_measurable" or m.compare != "bound" or m.family != family or not m.statistic:
+            continue
+        if any(params.get(k) != v for k, v in m.select.items() if not isinstance(v, list)):
+            continue
+        target = claim.value if claim.value is not None else claim.after
+        wanted = _STAT.match(m.statistic)
+        if tracked and wanted and tracked.group(1) == wanted.group(1):
+            value = target * _SCALE[wanted.group(2)] / _SCALE[tracked.group(2)]
+        elif m.statistic == series.statistic:
+            value = target
+        else:
+            continue
+        return Reference(claim.id, value, f"{claim.id} ({claim.article_file}): {claim.article_figure}")
+    return None
+
+
+def _units(results_dir: Path) -> dict[str, str]:
+    """benchmark name -> unit, from the benchmarks.json asv writes beside its results."""
+    try:
+        data = json.loads((results_dir / "benchmarks.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return {name: b.get("unit", "") for name, b in data.items() if isinstance(b, dict)}
+
+
+def case_values(result) -> Iterator[tuple[str, str, str, Optional[float]]]:
+    """(benchmark, version, case ID, value) of each tracked figure in one asv Results, for every
+    case asv holds, value None where the case failed or does not define the figure. Tracked
+    figures are ``track_*`` benchmarks parameterised by case ID alone; asv keeps each parameter
+    as its repr, quotes included."""
+    for key in result.get_all_result_keys():
+        if not key.rsplit(".", 1)[-1].startswith("track_"):
+            continue
+        params = result.get_result_params(key)
+        if not params or len(params) != 1:
+            continue
+        version = str(result.benchmark_version.get(key) or "")
+        for case_id, value in zip(params[0], result.get_result_value(key, params)):
+            missing = value is None or (isinstance(value, float) and math.isnan(value))
+            yield key, version, case_id.strip("'\""), None if missing else float(value)
+
+
+def load_history(results_dir: Path) -> list[Series]:
+    """One series per machine, tracked figure, case and definition version: a case's points under
+    another version of its family are another series, never joined to the first (asv's rule)."""
+    from asv.results import iter_results
+
+    results_dir = Path(results_dir)
+    if not results_dir.is_dir():
+        raise HistoryError(f"{results_dir}: no asv results directory (run `critpath history A..B` or `asv run` "
+                           "first; see docs/history.md)")
+    by_key: dict[tuple, list[Point]] = defaultdict(list)
+    for result in iter_results(str(results_dir)):
+        machine = result.params.get("machine", "?")
+        for key, version, case_id, value in case_values(result):
+            if value is not None:  # a failed case is missing, never zero
+                by_key[(machine, key, case_id, version)].append(Point(result.commit_hash, int(result.date), value))
+    units = _units(results_dir)
+    series = [Series(m, k, c, sorted(pts, key=lambda p: (p.date_ms, p.commit)), version=v, unit=units.get(k, ""))
+              for (m, k, c, v), pts in by_key.items()]
+    if not series:
+        raise HistoryError(f"{results_dir}: no asv track_* results found")
+    return sorted(series, key=lambda s: (s.machine, s.benchmark, s.case_id, s.points[0].date_ms))
+
+
+def _date(ms: int) -> str:
+    return _dt.datetime.fromtimestamp(ms / 1000, _dt.timezone.utc).strftime("%Y-%m-%d")
+
+
+def _plot(machine: str, benchmark: str, group: list[Series]) -> Image:
+    from harness.report.plots import legend, png_bytes, subplots
+
+    fig, ax = subplots((7, 4))
+    commits = sorted({(p.date_ms, p.commit) for s in group for p in s.points})
+    x_of = {c: i for i, (_, c) in enumerate(commits)}
+    cases = sorted({s.case_id for s in group}, key=lambda c: _priority([s for s in group if s.case_id == c]))
+    shown = set(cases[:MAX_LINES_PER_PLOT])
+    colour: dict[str, str] = {}
+    for s in group:
+        if s.case_id not in shown:
+            continue
+        first = s.case_id not in colour
+        line, = ax.plot([x_of[p.commit] for p in s.points], [p.value for p in s.points], marker="o", markersize=3,
+                        color=colour.get(s.case_id), label=s.case_id.split("/", 1)[1] if first else None)
+        colour.setdefault(s.case_id, line.get_color())
+    # One line per article figure, however many cases it applies to.
+    for claim_id, value in sorted({(s.reference.claim_id, s.reference.value) for s in group
+                                   if s.reference is not None and s.case_id in shown}):
+        ax.axhline(value, color="black", linestyle="--", linewidth=1, label=f"article {claim_id}: {value:.4g}")
+    # A new definition version restarts the family's history: mark where, never join across it.
+    for version, x in sorted(resets(group).items(), key=lambda kv: kv[1]):
+        ax.axvline(x_of[x] - 0.5, color="grey", linestyle=":", linewidth=1)
+        ax.annotate(f"history reset: {version}", (x_of[x] - 0.5, 1.0), xycoords=("data", "axes fraction"),
+                    fontsize=7, rotation=90, va="top", ha="right", color="grey")
+    values = [p.value for s in group if s.case_id in shown for p in s.points]
+    if values and min(values) > 0 and max(values) / min(values) > 50:
+        ax.set_yscale("log")  # sizes from 8 B to MBs: a linear axis flattens all but the largest
+    ax.set_title(f"{benchmark.split('.', 1)[-1]}: " + (f"{len(shown)} of {len(cases)} cases, those with an article "
+                 "figure first, then those that moved most" if len(cases) > len(shown) else f"{len(cases)} cases"),
+                 fontsize=9)
+    ax.set_xticks(range(len(commits)), [c[:8] for _, c in commits], rotation=45, fontsize=7)
+    ax.set_xlabel("commit (by date)")
+    unit = group[0].unit
+    ax.set_ylabel(_figure_name(benchmark) + (f" ({unit})" if unit else ""))
+    ax.grid(True, alpha=0.3)
+    legend(ax)
+    name = "history_" + re.sub(r"[^A-Za-z0-9]+", "_", f"{machine}_{benchmark}").strip("_")
+    hidden = len(cases) - len(shown)
+    caption = f"{hidden} more cases in the table" if hidden else ""
+    return Image(name, f"{benchmark} over commits ({machine})", png_bytes(fig), caption)
+
+
+def _priority(case_series: list[Series]) -> tuple:
+    """Which cases a crowded plot shows: those an article figure applies to, then those whose
+    figure moved most from their first commit to their last (as a ratio)."""
+    points = sorted((p for s in case_series for p in s.points), key=lambda p: p.date_ms)
+    first, last = points[0].value, points[-1].value
+    moved = abs(math.log(last / first)) if first > 0 and last > 0 else 0.0
+    return (all(s.reference is None for s in case_series), -moved, _natural(case_series[0].case_id))
+
+
+def _figure_name(benchmark: str) -> str:
+    return benchmark.rsplit(".", 1)[-1].removeprefix("track_")
+
+
+def resets(group: list[Series]) -> dict[str, str]:
+    """version -> the commit its history starts at, for every version after the oldest."""
+    starts: dict[str, tuple[int, str]] = {}
+    for s in group:
+        first = (s.points[0].date_ms, s.points[0].commit)
+        starts[s.version] = min(starts.get(s.version, first), first)
+    ordered = sorted(starts.items(), key=lambda kv: kv[1])
+    return {version: start[1] for version, start in ordered[1:]}
+
+
+def _natural(text: str) -> tuple:
+    """Case IDs in numeric order of their sizes (size_bytes=128 before 1024)."""
+    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text))
+
+
+def history_blocks(results_dir: Path, claims: Sequence[Claim]) -> list[Block]:
+    series = sorted(load_history(results_dir), key=lambda s: (s.machine, s.benchmark, _natural(s.case_id)))
+    for s in series:
+        s.reference = reference_for(s, claims)
+    groups: dict[tuple, list[Series]] = defaultdict(list)
+    for s in series:
+        groups[(s.machine, s.benchmark)].append(s)
+    commits = {p.commit for s in series for p in s.points}
+    blocks: list[Block] = [Heading(2, "History (asv results)"), Para(
+        f"{len(groups)} tracked figures ({len(series)} case series) over {len(commits)} commits, from {results_dir}. "
+        "One plot per figure, each case over commits; a dashed line is the article's figure where a claim applies. "
+        "The table after the plots lists every series with its latest value and its ratio to the article.")]
+    blocks += [_plot(machine, benchmark, group) for (machine, benchmark), group in groups.items()]
+    rows = []
+    for s in series:
+        last = s.points[-1]
+        prev = s.points[-2] if len(s.points) > 1 else None
+        change = f"x{last.value / prev.value:.3g}" if prev and prev.value else "-"
+        ref = s.reference
+        rows.append([s.machine, s.benchmark.rsplit(".", 2)[-2] + "." + s.statistic, s.case_id, s.version or "-",
+                     str(len(s.points)), f"{last.commit[:8]} ({_date(last.date_ms)})",
+                     f"{last.value:.4g}" + (f" {s.unit}" if s.unit else ""), change,
+                     ref.text if ref else "-", f"{last.value / ref.value:.3g}" if ref and ref.value else "-"])
+    blocks.append(Heading(3, "Every series"))
+    blocks.append(Table(["machine", "figure", "case", "definition", "commits", "latest", "value", "vs previous",
+                         "article", "latest / article"], rows))
+    return blocks

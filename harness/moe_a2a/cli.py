@@ -1,0 +1,235 @@
+"""``critpath moe-sim`` (MODELLED scale-out of the MoE step) and ``critpath moe-report`` (measured
+effective throughput of a run's moe_a2a cases relative to their uniform twin)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict, replace
+from math import nan
+from pathlib import Path
+
+from rich.table import Table
+
+# The articles' figures these commands put beside their own (claims.md, article 001).
+CLAIM_SKEW_REL = 0.47  # A1.moe_skew: 17x hot expert -> effective throughput 47 %
+CLAIM_ADAPTIVE_REL = 0.89  # A1.moe_adaptive: adaptive routing, 100 ms window -> 89 %
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return values
+
+
+def _floats(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+    if not values or min(values) <= 0:
+        raise argparse.ArgumentTypeError(f"expected positive numbers, got {text!r}")
+    return values
+
+
+def register(sub) -> None:
+    p = sub.add_parser("moe-sim", help="MODELLED MoE all-to-all step at 8..256 ranks (event-level)")
+    p.add_argument("--worlds", type=_ints, default=(8, 16, 32, 64, 128, 256), help="ranks to model (default 8..256)")
+    p.add_argument("--tokens", type=int, default=4096, help="tokens per rank (default 4096, DeepEP)")
+    p.add_argument("--hidden", type=int, default=7168)
+    p.add_argument("--bytes-per-elem", type=int, choices=(1, 2, 4), default=1, help="dispatch payload (default 1: FP8)")
+    p.add_argument("--experts", type=int, default=256)
+    p.add_argument("--top-k", type=int, default=8)
+    p.add_argument("--hot-factor", type=float, default=17.0, help="hot expert load / each other's (default 17)")
+    p.add_argument("--spare-slots", type=int, default=1, help="replica slots per rank")
+    p.add_argument("--capacity-factor", type=float, default=1.25)
+    p.add_argument("--drift-ms", type=float, default=1000.0, help="the hot expert moves once per this period")
+    p.add_argument("--window-ms", type=_floats, default=(100.0,), help="adaptive reuse windows (default 100)")
+    p.add_argument("--expert-us-per-pair", type=float, help="expert time per (token, expert) pair")
+    p.add_argument("--planner-us", type=float, help="placement recompute time; 0 or negative: time it here")
+    p.add_argument("--from-run", type=Path, metavar="RUN_DIR",
+                   help="fit a one-tier model to a measured moe_a2a run and compare at its world instead")
+    p.add_argument("--json", type=Path, metavar="PATH", help="also write the modelled scenarios as JSON")
+    p.set_defaults(func=cmd_sim)
+
+    r = sub.add_parser("moe-report", help="measured moe_a2a throughput relative to the uniform case of the same run")
+    r.add_argument("run_dir", type=Path)
+    r.add_argument("--json", type=Path, metavar="PATH")
+    r.set_defaults(func=cmd_report)
+
+
+def _fmt_pct(x: float) -> str:
+    return "-" if x != x else f"{100 * x:.0f} %"
+
+
+def cmd_sim(args) -> int:
+    from harness.moe_a2a import sim
+    from harness.tables.terminal import wide_console
+
+    console = wide_console()
+    model = sim.CostModel()
+    if args.expert_us_per_pair is not None:
+        model = replace(model, expert_us_per_pair=args.expert_us_per_pair)
+    if args.planner_us is not None:
+        model = replace(model, planner_us=args.planner_us if args.planner_us > 0 else None)
+    if args.from_run is not None:
+        return _sim_from_run(args, model, console)
+    cfg = sim.SimConfig(tokens=args.tokens, hidden=args.hidden, bytes_per_elem=args.bytes_per_elem,
+                        experts=args.experts, top_k=args.top_k, hot_factor=args.hot_factor,
+                        spare_slots=args.spare_slots, capacity_factor=args.capacity_factor,
+                        drift_ms=args.drift_ms, windows_ms=args.window_ms)
+    results = {}
+    for world in args.worlds:
+        try:
+            results[world] = sim.simulate(world, cfg, model)
+        except ValueError as exc:
+            print(f"critpath moe-sim: error: world {world}: {exc}", file=sys.stderr)
+            return 2
+    names = [s.name for s in next(iter(results.values()))]
+    table = Table(title=f"MODELLED (source: {sim.SOURCE}, cost model {model.fitted_from}) — throughput relative "
+                        f"to the uniform step; {cfg.tokens} tokens x top-{cfg.top_k} of {cfg.experts} experts, "
+                        f"hot x{cfg.hot_factor:g}", title_justify="left")
+    table.add_column("ranks", justify="right")
+    table.add_column("uniform step (ms)", justify="right")
+    for name in names[1:]:
+        table.add_column(name, justify="right")
+    table.add_column("hot rank max/mean", justify="right")
+    for world, scenarios in results.items():
+        by = {s.name: s for s in scenarios}
+        table.add_row(str(world), f"{by['uniform'].step_us / 1e3:.2f}",
+                      *[_fmt_pct(by[n].rel_throughput) for n in names[1:]], f"{by['hot'].rank_max_over_mean:.2f}")
+    console.print(table)
+    _print_claims(console, results)
+    console.print(f"cost model ({model.fitted_from}): intra {model.intra}, inter {model.inter}, "
+                  f"{model.ranks_per_node} ranks/node, {model.msg_overhead_us} us/message, "
+                  f"{model.expert_us_per_pair} us/pair, planner {model.planner_us} us, expert {model.expert_bytes} B",
+                  markup=False, highlight=False)
+    if args.json:
+        payload = {"source": sim.SOURCE, "config": asdict(cfg), "cost_model": asdict(model),
+                   "results": {str(w): [asdict(s) for s in sc] for w, sc in results.items()}}
+        args.json.write_text(json.dumps(payload, indent=2))
+    return 0
+
+
+def _print_claims(console, results) -> None:
+    """Where the modelled curve crosses the articles' figures (shape, not a match of hardware)."""
+    lines = []
+    for world, scenarios in results.items():
+        by = {s.name: s for s in scenarios}
+        adaptive = [s for s in scenarios if s.name.startswith("adaptive-") and s.name != "adaptive-step"]
+        lines.append(
+            f"  {world:>4} ranks: A1.moe_skew hot {_fmt_pct(by['hot'].rel_throughput)} (article 47 %); "
+            f"A1.moe_replica naive {_fmt_pct(by['replicate-naive'].rel_throughput)} vs unmitigated "
+            f"{_fmt_pct(by['hot'].rel_throughput)} and aware {_fmt_pct(by['replicate-aware'].rel_throughput)}; "
+            f"A1.moe_adaptive " + ", ".join(f"{s.name} {_fmt_pct(s.rel_throughput)}" for s in adaptive)
+            + f" vs per-step {_fmt_pct(by['adaptive-step'].rel_throughput)} (article 47 % -> 89 %)"
+        )
+    console.print("claims beside the MODELLED figures:\n" + "\n".join(lines), markup=False, highlight=False)
+
+
+def _sim_from_run(args, model, console) -> int:
+    from harness.moe_a2a import sim
+    from harness.core.store import load_records
+
+    records = load_records(args.from_run)
+    try:
+        fitted, basis = sim.fit_from_run(records, model)
+    except ValueError as exc:
+        print(f"critpath moe-sim: error: {args.from_run}: {exc}", file=sys.stderr)
+        return 2
+    measured = _relative(records)
+    uniform = next(r for r in records if r.family == "moe_a2a" and r.params["workload"] == "uniform"
+                   and r.params["mitigation"] == "none")
+    p = uniform.params
+    hot = [r for r in records if r.family == "moe_a2a" and r.params["workload"] == "hot"]
+    cfg = sim.SimConfig(tokens=p["tokens"], hidden=p["hidden"], bytes_per_elem=p["bytes_per_elem"],
+                        experts=p["experts_per_rank"] * p["world"], top_k=p["top_k"],
+                        hot_factor=hot[0].params["skew"] if hot else 17.0, spare_slots=1,
+                        drift_ms=args.drift_ms, windows_ms=args.window_ms)
+    scenarios = {s.name: s for s in sim.simulate(p["world"], cfg, fitted)}
+    table = Table(title=f"MODELLED vs measured at {p['world']} ranks — one-tier model fitted from "
+                        f"{args.from_run} ({basis['case_id'].split('/')[0]} uniform case)", title_justify="left")
+    for col in ("case", "measured vs uniform case (mean, p50)", "measured vs paired twin (mean, p50)",
+                "modelled rel. throughput",
+                "measured rank max/mean", "modelled rank max/mean"):
+        table.add_column(col, justify="right")
+    pairs = {("hot", "none"): "hot", ("hot", "replicate/naive"): "replicate-naive",
+             ("hot", "replicate/aware"): "replicate-aware"}
+    for row in measured:
+        name = pairs.get((row["workload"], row["mitigation"]))
+        if name is None or row.get("drift_steps"):
+            continue
+        m = scenarios[name]
+        table.add_row(row["label"], f"{_fmt_pct(row['rel_throughput'])}, {_fmt_pct(row['rel_throughput_p50'])}",
+                      f"{_fmt_pct(row['paired_rel_throughput'])}, {_fmt_pct(row['paired_rel_throughput_p50'])}",
+                      _fmt_pct(m.rel_throughput),
+                      f"{row['rank_max_over_mean']:.2f}", f"{m.rank_max_over_mean:.2f}")
+    console.print(table)
+    console.print(f"fitted: all-to-all {basis['a2a_us']:.0f} us as bandwidth {fitted.intra.bandwidth_gbps:.3f} GB/s, "
+                  f"{fitted.expert_us_per_pair:.2f} us/pair, {fitted.step_overhead_us:.0f} us/step overhead (phase p50s {basis['phase_p50_us']})",
+                  markup=False, highlight=False)
+    return 0
+
+
+def _relative(records) -> list[dict]:
+    """Each passing moe_a2a record with its tokens/s over the uniform, unmitigated case of the same
+    shape in the same run (a ratio of two measurements, both from this run)."""
+    from harness.moe_a2a.config import mitigation_label, workload_label
+
+    shape_keys = ("backend", "bytes_per_elem", "compute", "experts_per_rank", "hidden", "ns_per_token", "tokens",
+                  "top_k", "world")
+    moe = [r for r in records if r.family == "moe_a2a" and r.ok]
+    uniform = {tuple(r.params[k] for k in shape_keys): r for r in moe
+               if r.params["workload"] == "uniform" and r.params["mitigation"] == "none"}
+    rows = []
+    for r in moe:
+        base = uniform.get(tuple(r.params[k] for k in shape_keys))
+        rows.append({
+            "case_id": r.case_id, "label": f"{workload_label(r)} {mitigation_label(r)}", "workload": r.params["workload"],
+            "mitigation": mitigation_label(r).split("+")[0], "drift_steps": r.params.get("drift_steps", 0),
+            "tokens_per_s": r.metrics["tokens_per_s"],
+            "rel_throughput": r.metrics["tokens_per_s"] / base.metrics["tokens_per_s"] if base else float("nan"),
+            "rel_throughput_p50": (r.metrics.get("tokens_per_s_p50", nan) / base.metrics.get("tokens_per_s_p50", nan)
+                                   if base else float("nan")),
+            "paired_rel_throughput": r.metrics.get("paired_rel_throughput", nan),
+            "paired_rel_throughput_p50": r.metrics.get("paired_rel_throughput_p50", nan),
+            "rank_max_over_mean": r.metrics["rank_max_over_mean"],
+            "rank_balancedness": r.metrics["rank_balancedness"],
+            "dropped_fraction": r.metrics["dropped_fraction"],
+        })
+    return rows
+
+
+def cmd_report(args) -> int:
+    from harness.core.store import load_records
+    from harness.tables.terminal import wide_console
+
+    rows = _relative(load_records(args.run_dir))
+    if not rows:
+        print(f"critpath moe-report: error: {args.run_dir} holds no passing moe_a2a records", file=sys.stderr)
+        return 2
+    table = Table(title=f"moe_a2a measured in {args.run_dir}: throughput relative to uniform — over the uniform "
+                        "case of the same shape in this run (two records), and over the case's own uniform twin "
+                        "(paired=1, steps interleaved A B A B)", title_justify="left")
+    for col in ("case", "tokens/s (mean step)", "vs uniform case (mean)", "vs uniform case (p50)",
+                "vs paired twin (mean)", "vs paired twin (p50)", "rank balancedness (mean/max)", "dropped", "article"):
+        table.add_column(col, justify="right")
+    for row in rows:
+        claim = ""
+        if row["workload"] == "hot" and row["mitigation"] == "none":
+            claim = "A1.moe_skew 47 %"
+        elif row["mitigation"].startswith("adaptive"):
+            claim = "A1.moe_adaptive 89 %"
+        elif row["mitigation"] == "replicate/naive":
+            claim = "A1.moe_replica: worse"
+        table.add_row(row["label"], f"{row['tokens_per_s']:.0f}", _fmt_pct(row["rel_throughput"]),
+                      _fmt_pct(row["rel_throughput_p50"]), _fmt_pct(row["paired_rel_throughput"]),
+                      _fmt_pct(row["paired_rel_throughput_p50"]), f"{row['rank_balancedness']:.2f}", f"{row['dropped_fraction']:.1%}", claim)
+    wide_console().print(table)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2))
+    return 0

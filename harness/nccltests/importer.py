@@ -1,0 +1,187 @@
+"""Import nccl-tests output (the text table, or the ``-J`` JSON file) as critpath records.
+
+A cluster's existing nccl-tests runs then feed the same reports, acceptance and gate.
+
+What the import can and cannot say:
+- nccl-tests prints, per size, the mean time over its timed iterations (``-n``) and algbw/busbw
+  from that mean; no per-iteration times. Such a record holds ONE sample, the mean, and is
+  flagged ``extra.imported.samples = "mean_only"`` with ``iters``: reports show "1 mean of N",
+  ``critpath show`` "mean only", and the claims check and acceptance refuse its percentiles.
+- With per-iteration timing (JSON ``*_per_iter.times_us``, max over ranks per iteration), the
+  record carries those real samples and is flagged ``"per_iteration"``.
+- critpath's allreduce is in place, so an all_reduce_perf sum row becomes an ``allreduce`` record
+  from the in-place columns (``algo=native, backend=nccl``). Both sides' figures and #wrong are
+  kept in ``extra.imported.in_place`` / ``out_of_place``; the record's check counts both sides.
+  Other collectives (and other reductions) become family ``nccltests_<name>``.
+- Which collective wrote the output is read from the output itself (harness.nccltests.evidence),
+  and only then from the file name; ``--collective`` is checked against the output. Ambiguous or
+  contradicting evidence is refused (exit 2) with the evidence listed.
+- The trailer (``Out of bounds values``, ``Avg bus bandwidth``) is kept and checked against the
+  rows (harness.nccltests.trailer); a disagreement is reported and the command exits 1.
+"""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Optional
+
+from harness.core.family import CheckResult
+from harness.nccltests.evidence import FOUND, Ambiguous, COLLECTIVES, detect, ranks_text
+from harness.nccltests.parse import DTYPES, NcclTestsFormatError, Parsed, nccl_version_text, parse
+from harness.nccltests.trailer import trailer_checks
+from harness.core.records import Record
+
+__all__ = ["NcclTestsFormatError", "import_file", "nccl_version_text", "parse_file", "to_records"]
+
+
+def parse_file(path: Path, collective: Optional[str] = None) -> Parsed:
+    """The output at ``path``, its collective detected (or ``collective`` checked against it)."""
+    path = Path(path)
+    try:
+        text = path.read_text(errors="replace")
+    except OSError as exc:
+        raise NcclTestsFormatError(f"{path}: cannot read: {exc}") from None
+    parsed = parse(text, str(path))
+    try:
+        parsed.detection = detect(parsed.observed(), str(path), collective)
+    except Ambiguous as exc:
+        raise NcclTestsFormatError(str(exc)) from None
+    parsed.collective = parsed.detection.collective
+    return parsed
+
+
+def _check(row) -> Optional[CheckResult]:
+    """nccl-tests' #wrong of both sides; None when neither side was checked (N/A, or the old
+    ``error`` column, a deviation rather than a count)."""
+    sides = [(name, s) for name, s in (("out-of-place", row.out_of_place), ("in-place", row.in_place)) if s]
+    counted = [s["wrong"] for _, s in sides if s.get("wrong") is not None]
+    if not counted:
+        return None
+    detail = ", ".join(f"{name} #wrong {'N/A' if s.get('wrong') is None else s['wrong']}" for name, s in sides)
+    return CheckResult(sum(counted), row.count * len(counted), f"nccl-tests: {detail}")
+
+
+def _family(parsed: Parsed, row) -> tuple[str, dict]:
+    dtype = DTYPES[row.dtype]
+    if parsed.collective == "all_reduce" and row.redop == "sum":
+        return "allreduce", {"algo": "native", "backend": "nccl", "dtype": dtype, "size_bytes": row.size_bytes,
+                             "world": parsed.ranks}
+    return f"nccltests_{parsed.collective}", {"dtype": dtype, "size_bytes": row.size_bytes, "world": parsed.ranks,
+                                              "redop": row.redop or "none", "root": -1 if row.root is None else row.root}
+
+
+def to_records(parsed: Parsed, run_id: str, source_name: str) -> list[Record]:
+    trailer = trailer_checks(parsed)
+    detection = parsed.detection
+    records = []
+    for row in parsed.rows:
+        # critpath's allreduce is in place; other collectives: in place too when present.
+        side = row.in_place or row.out_of_place
+        placement = "in_place" if row.in_place else "out_of_place"
+        iters = row.iters or parsed.iters
+        if side.get("times_us"):
+            samples = tuple(max(1, round(t * 1e3)) for t in side["times_us"])
+            kind = "per_iteration"
+        else:
+            samples = (max(1, round(side["time_us"] * 1e3)),)
+            kind = "mean_only"
+        family, params = _family(parsed, row)
+        case_id = family + "/" + ",".join(f"{k}={v}" for k, v in sorted(params.items()))
+        records.append(Record(
+            run_id=run_id, case_id=case_id, family=family, family_version=1, params=params, status="ok",
+            backend="nccl", world=parsed.ranks, started_at=parsed.started_at, wall_s=0.0, samples_ns=samples,
+            plan={"warmup": parsed.warmup, "iters": iters}, timer="nccl-tests (CUDA events)",
+            metrics={"time_us": side["time_us"], "algbw_gbps": side["algbw_gbps"], "busbw_gbps": side["busbw_gbps"]},
+            check=_check(row), reduction="nccl-tests" + (": per iteration, max over ranks" if kind == "per_iteration"
+                                                         else ": mean over iterations"),
+            extra={"imported": {
+                "source": "nccl-tests", "format": parsed.fmt, "file": source_name,
+                "where": row.where.split(": ", 1)[-1] if parsed.fmt == "json" else f"line {row.line}",
+                "samples": kind, "iters": iters, "agg_iters": parsed.agg_iters, "placement": placement,
+                "collective": parsed.collective, "redop": row.redop, "root": row.root,
+                "count": row.count, "type": row.dtype,
+                # both sides as printed; the record's own side without the samples it already holds
+                **{name: ({k: v for k, v in s.items() if k != "times_us"} if name == placement and s else s)
+                   for name, s in (("in_place", row.in_place), ("out_of_place", row.out_of_place))},
+                "ranks": parsed.ranks, "ranks_from": parsed.ranks_from,
+                "collective_from": detection.source, "evidence": [e.line() for e in detection.evidence],
+                "trailer": trailer, "nccl_tests_version": parsed.tests_version,
+            }},
+        ))
+    return records
+
+
+def fingerprint_of(parsed: Parsed, source: str) -> dict:
+    hosts = sorted({d["host"] for d in parsed.devices if d.get("host")})
+    per_node = {h: sum(1 for d in parsed.devices if d.get("host") == h) for h in hosts}
+    listed = ({} if parsed.fmt == "text" or len(parsed.devices) == parsed.ranks else
+              {"listed": "one device per process (nccl-tests JSON lists the first GPU of each)"})
+    return {
+        "schema": "critpath.fingerprint/1", "imported_from": f"nccl-tests {parsed.fmt} output {source}",
+        "host": ",".join(hosts) or None, "backend": "nccl", "world": parsed.ranks, "launch": "imported",
+        "nccl_version": parsed.nccl_version,
+        "layout": {"nodes": len(hosts), "ranks_per_node": max(per_node.values())}
+        if hosts and not listed else {},
+        "gpus": {"present": bool(parsed.devices), **listed, "devices": [
+            {"index": d["index"], "name": d["name"], "host": d["host"], "pci": d["pci"]} for d in parsed.devices],
+            **({} if parsed.devices else {"reason": "the nccl-tests output lists no devices"})},
+    }
+
+
+def import_file(path: Path, out: Path, collective: Optional[str] = None, run_id: Optional[str] = None) -> list[Record]:
+    from harness.core.store import RunDir
+
+    path = Path(path)
+    parsed = parse_file(path, collective)
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()[:8]
+    run_id = run_id or f"nccl-tests-{path.stem}-{digest}"
+    out = Path(out)
+    if out.exists() and any(out.iterdir()):
+        raise NcclTestsFormatError(f"{out} already holds a run; choose another --out")
+    records = to_records(parsed, run_id, path.name)
+    imported = records[0].extra["imported"]
+    run_dir = RunDir(out, run_id)
+    run_dir.write_fingerprint(fingerprint_of(parsed, path.name))
+    run_dir.write_meta({"schema": "critpath.run/1", "run_id": run_id, "state": "imported", "source": str(path),
+                        "format": parsed.fmt, "collective": parsed.collective,
+                        "collective_from": imported["collective_from"], "evidence": imported["evidence"],
+                        "ranks": parsed.ranks, "trailer": imported["trailer"], "started_at": parsed.started_at,
+                        "cases_total": len(records), "cases_ok": sum(r.ok for r in records),
+                        "cases_failed": sum(not r.ok for r in records)})
+    for record in records:
+        run_dir.append(record)
+    return records
+
+
+def register(sub) -> None:
+    p = sub.add_parser("import-nccl-tests", help="import nccl-tests output (text table or -J JSON) as a run directory")
+    p.add_argument("file", type=Path)
+    p.add_argument("--out", type=Path, required=True, help="run directory to write")
+    p.add_argument("--collective", choices=COLLECTIVES,
+                   help="which test wrote the output, when the output itself cannot tell (checked against it)")
+    p.add_argument("--run-id", help="default: nccl-tests-<file stem>-<content hash>")
+    p.set_defaults(func=cmd_import)
+
+
+def cmd_import(args) -> int:
+    import sys
+
+    try:
+        records = import_file(args.file, args.out, args.collective, args.run_id)
+    except NcclTestsFormatError as exc:
+        print(f"critpath import-nccl-tests: error: {exc}", file=sys.stderr)
+        return 2
+    imported = records[0].extra["imported"]
+    kind = imported["samples"].replace("_", " ")
+    print(f"imported {len(records)} records ({records[0].family}, {kind}, {ranks_text(imported['ranks'])}) -> {args.out}")
+    print(f"collective {imported['collective']}, {FOUND[imported['collective_from']]}:")
+    for line in imported["evidence"]:
+        print(f"  - {line}")
+    for line in imported["trailer"]["lines"]:
+        print(line)
+    wrong = [r for r in records if not r.ok]
+    if wrong:
+        print(f"{len(wrong)} size(s) reported wrong results (#wrong > 0)", file=sys.stderr)
+    for problem in imported["trailer"]["problems"]:
+        print(f"critpath import-nccl-tests: {args.file}: {problem}", file=sys.stderr)
+    return 1 if wrong or imported["trailer"]["problems"] else 0

@@ -1,0 +1,87 @@
+"""The lines nccl-tests prints after its table, kept and checked against the rows.
+
+nccl-tests (src/common.cu, ``BenchTime`` and the end of ``run``; the same since 2.0) adds every
+busbw it prints, out-of-place and in-place, to one sum and divides by their number: ``Avg bus
+bandwidth`` is the mean of the busbw column over both sides of every row. Its ``Out of bounds
+values`` counts data checks that found wrong elements (per size, side, thread and process), so it
+is 0 exactly when every counted ``#wrong`` is 0. A file whose trailer disagrees with its rows has
+lost or changed rows, or was edited; that is reported, never passed over.
+"""
+from __future__ import annotations
+
+from harness.nccltests.parse import JSON_PRINTED_HALF_ULP, Parsed
+
+
+def _busbw_figures(parsed: Parsed) -> list[tuple[float, float]]:
+    """(busbw, half its last printed digit) of every side of every row."""
+    figures = []
+    for row in parsed.rows:
+        for name in ("out_of_place", "in_place"):
+            side = getattr(row, name)
+            if side is not None:
+                half = row.half_ulps.get(name, (JSON_PRINTED_HALF_ULP, JSON_PRINTED_HALF_ULP))[1]
+                figures.append((side["busbw_gbps"], half))
+    return figures
+
+
+def _average(parsed: Parsed, out: dict) -> None:
+    t = parsed.trailer
+    figures = _busbw_figures(parsed)
+    mean = sum(b for b, _ in figures) / len(figures)
+    # The printed busbw figures are rounded, each by at most half its last digit, and so is the average.
+    tolerance = sum(h for _, h in figures) / len(figures) + t.avg_busbw_half_ulp + 1e-9
+    out.update(rows_mean_busbw_gbps=round(mean, 6), rows_busbw_figures=len(figures), tolerance_gbps=tolerance)
+    if t.avg_busbw_gbps is None:
+        out["lines"].append("no 'Avg bus bandwidth' line: the output may be cut short")
+        return
+    agrees = abs(mean - t.avg_busbw_gbps) <= tolerance
+    out["avg_busbw_agrees"] = agrees
+    said = (f"{t.avg_where}: Avg bus bandwidth {t.avg_busbw_gbps:g} GB/s; the mean busbw of the rows "
+            f"({len(figures)} figures, both sides) is {mean:.6g}")
+    if agrees:
+        out["lines"].append(f"{said}: agrees (within the printed digits, +-{tolerance:.2g})")
+    else:
+        out["problems"].append(f"{said}, more than the printed digits allow (+-{tolerance:.2g}): "
+                               "rows are missing, changed, or the file was edited")
+
+
+def _out_of_bounds(parsed: Parsed, out: dict) -> None:
+    t = parsed.trailer
+    sides = [s for r in parsed.rows for s in (r.out_of_place, r.in_place) if s is not None]
+    counted = [s["wrong"] for s in sides if s.get("wrong") is not None]
+    wrong_sides = sum(1 for w in counted if w > 0)
+    out["sides_with_wrong"] = wrong_sides
+    if t.out_of_bounds is None:
+        out["lines"].append("no 'Out of bounds values' line: the output may be cut short")
+        return
+    said = f"{t.oob_where}: Out of bounds values {t.out_of_bounds}"
+    if not counted:
+        out["oob_agrees"] = None
+        if t.out_of_bounds:
+            out["problems"].append(f"{said}: the run's data check failed, and its rows "
+                                   "(#wrong N/A or the old 'error' column) do not say for which sizes")
+        else:
+            out["lines"].append(f"{said}; no row counts #wrong, so nothing to compare")
+        return
+    agrees = (t.out_of_bounds == 0) == (wrong_sides == 0)
+    out["oob_agrees"] = agrees
+    rows_say = f"#wrong > 0 on {wrong_sides} of {len(counted)} counted sides"
+    if agrees:
+        out["lines"].append(f"{said}; {rows_say}: agrees")
+    elif len(counted) < len(sides) and wrong_sides == 0:
+        out["oob_agrees"] = None  # the failing check may be on a side printed N/A
+        out["problems"].append(f"{said}, yet {rows_say}: the failing check is on a side printed N/A")
+    else:
+        out["problems"].append(f"{said}, yet {rows_say}: the file disagrees with itself")
+
+
+def trailer_checks(parsed: Parsed) -> dict:
+    """The trailer's values, what the rows say of them, and lines to show: ``lines`` (agreements
+    and notes) and ``problems`` (disagreements, which fail the import)."""
+    t = parsed.trailer
+    out: dict = {"avg_busbw_gbps": t.avg_busbw_gbps, "avg_busbw_where": t.avg_where or None,
+                 "avg_busbw_agrees": None, "out_of_bounds": t.out_of_bounds, "out_of_bounds_where": t.oob_where or None,
+                 "lines": [], "problems": []}
+    _out_of_bounds(parsed, out)
+    _average(parsed, out)
+    return out

@@ -1,0 +1,250 @@
+"""``critpath worker``: one process that measures the same cases round after round, on request.
+
+The regression gate needs many repeats of a few cases. A fresh ``critpath run`` per repeat
+spends seconds starting Python, importing torch and spawning ranks for a fraction of a second of
+measurement. A worker starts once, then serves rounds over a pipe: each round runs its cases
+(set-up, warm-up, timed loop, check, teardown, exactly as ``critpath run`` does) and appends the
+records to its own run directory. The gate starts a fresh worker per side every few rounds, so
+between-process variance is still sampled (see docs/gate.md for the measured trade-off).
+
+- One-rank cases run in this process: nothing to spawn. A family that imports torch gets a
+  one-rank process group, as a spawned rank would.
+- Multi-rank cases run on a pool of spawned ranks that stays up between rounds
+  (``harness.run.launcher.Supervisor``); a failed case ends that pool and the next round gets a fresh one.
+- Only the imports a case needs are made: a torch-free family never loads torch.
+
+Protocol (JSON lines; version ``PROTOCOL``). Stdout carries only protocol lines: anything else
+the process prints goes to stderr, which the gate keeps as the worker's log.
+
+    worker -> {"event": "ready", "protocol": 1, "harness_file": ..., "pid": ...}
+    gate   -> {"cmd": "prepare", "cases": [{"id": ...}]}      (optional: import, start rank pools)
+    worker -> {"event": "prepared"}
+    gate   -> {"cmd": "round", "round": 0, "cases": [{"id": ..., "iters": 3000 | null}],
+               "warmup": 20 | null, "target_s": 0.3}
+    worker -> {"event": "round", "round": 0, "run_dir": ..., "records": [{"case_id", "status", "iters"}]}
+    gate   -> {"cmd": "stop"}
+    worker -> {"event": "bye"}
+
+A message the worker cannot act on gets {"event": "error", "message": ...} and exit code 2.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Optional, Sequence, TextIO
+
+from harness.core.options import seconds
+
+PROTOCOL = 1
+MAX_ITERS = 1_000_000  # per case and round, when the gate sets the window
+ROUND_DIR = "round-{:03d}"
+
+
+def register(sub) -> None:
+    p = sub.add_parser("worker", help="serve rounds of cases over stdin/stdout (used by critpath gate)",
+                       description="Measure cases round after round on request, over a JSON-lines pipe. "
+                                   "critpath gate starts these; see harness/run/rounds.py for the protocol.")
+    p.add_argument("--out", type=Path, required=True, help="directory for this worker's round directories")
+    p.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
+    p.add_argument("--timeout", type=seconds, default=60.0, metavar="SECONDS", help="per-case limit of a multi-rank case")
+    p.set_defaults(func=cmd_worker)
+
+
+class ProtocolError(ValueError):
+    """A message from the gate that the worker cannot act on."""
+
+
+class RoundServer:
+    """Runs rounds; owns the rank pools (one per world size) and the single-rank group."""
+
+    def __init__(self, out: Path, backend: str, timeout_s: float) -> None:
+        from harness.core.store import new_run_id
+
+        self.out = Path(out)
+        self.backend = backend
+        self.timeout_s = timeout_s
+        self.run_id = new_run_id()
+        self._pools: dict[int, Any] = {}
+        self._solo_group = False
+
+    def close(self) -> None:
+        for pool in self._pools.values():
+            pool.close()
+        self._pools.clear()
+        if self._solo_group:
+            import torch.distributed as dist
+
+            dist.destroy_process_group()
+            self._solo_group = False
+
+    def write_fingerprint(self) -> None:
+        from harness.run import fingerprint
+        from harness.core.store import RunDir
+
+        RunDir(self.out, self.run_id).write_fingerprint(fingerprint.collect(self.backend, 1, "worker"))
+
+    def run_round(self, number: int, cases: Sequence[tuple[Any, Optional[int]]], warmup: Optional[int],
+                  target_s: Optional[float]) -> tuple[Path, list[dict]]:
+        from harness.run.runner import PROFILE_POLICY
+        from harness.core.store import RunDir
+        from harness.run.timing import PlanPolicy
+
+        run_dir = RunDir(self.out / ROUND_DIR.format(number), self.run_id)
+        quick = PROFILE_POLICY["quick"]
+        summary = []
+        for case, iters in cases:
+            # A window the gate asks for is not capped by the quick profile's iteration limit.
+            policy = PlanPolicy(
+                warmup=quick.warmup if warmup is None else warmup, iters=iters,
+                target_s=quick.target_s if target_s is None else target_s,
+                min_iters=quick.min_iters, max_iters=quick.max_iters if target_s is None else MAX_ITERS,
+                # the gate's window is its budget: tails get no more time than it gave
+                tail_budget_s=quick.tail_budget_s if target_s is None else target_s,
+            )
+            record = self._one_rank(case, policy) if case.world == 1 else self._on_pool(case, policy)
+            run_dir.append(record)
+            summary.append({"case_id": record.case_id, "status": record.status,
+                            "iters": (record.plan or {}).get("iters")})
+        return run_dir.path, summary
+
+    def prepare(self, cases: Sequence[Any]) -> None:
+        """Import the cases' families and start their rank pools, before anything is timed: the
+        gate asks both sides to prepare at once, so their start-up overlaps."""
+        from harness.core import registry
+
+        for case in cases:
+            registry.get(case.family)
+            if case.world > 1:
+                self._pool(case.world).start(wait=True)
+
+    def _pool(self, world: int):
+        from harness.run.launcher import Supervisor
+        from harness.run.runner import PROFILE_POLICY
+
+        if world not in self._pools:
+            self._pools[world] = Supervisor(world=world, backend=self.backend, policy=PROFILE_POLICY["quick"],
+                                            run_id=self.run_id, case_timeout_s=self.timeout_s,
+                                            threads_per_rank=max(1, (os.cpu_count() or 1) // world))
+        return self._pools[world]
+
+    def _on_pool(self, case, policy):
+        got = []
+        pool = self._pool(case.world)
+        pool.on_record = got.append
+        pool.run([case], policy)
+        return got[0]
+
+    def _one_rank(self, case, policy):
+        """The case in this process, as a spawned single rank would run it; a failure is a record."""
+        from harness.core import registry
+        from harness.run.driver import Collectives, run_case
+        from harness.core.family import RankContext
+        from harness.core.records import ErrorInfo, Record, utc_now_iso
+
+        family = registry.get(case.family)
+        device, group = None, None
+        if "torch" in sys.modules:  # the family uses torch: give it what a spawned rank has
+            device, group = self._torch_context()
+        started_at = utc_now_iso()
+        start = time.perf_counter()
+        try:
+            record = run_case(family, case, RankContext(0, 1, 0, self.backend, device, group),
+                              Collectives(None, 1), policy, self.run_id)
+            record.to_json()  # validate here: a family's invalid figures fail its case, not the worker
+            return record
+        except Exception as exc:  # noqa: BLE001 - every failure must become a record
+            return Record.failure(case, self.run_id, ErrorInfo(type(exc).__name__, str(exc), 0, traceback.format_exc()),
+                                  self.backend, started_at, time.perf_counter() - start)
+
+    def _torch_context(self):
+        import torch.distributed as dist
+
+        from harness.run.worker import device_for
+
+        if not self._solo_group:
+            dist.init_process_group(self.backend, store=dist.HashStore(), rank=0, world_size=1)
+            self._solo_group = True
+        return device_for(self.backend, 0), dist.group.WORLD
+
+
+def _send(channel: TextIO, message: dict) -> None:
+    channel.write(json.dumps(message) + "\n")
+    channel.flush()
+
+
+def _parse_round(message: dict) -> tuple[int, list, Optional[int], Optional[float]]:
+    from harness.core import registry
+
+    try:
+        number = int(message["round"])
+        entries = message["cases"]
+        if not isinstance(entries, list) or not entries:
+            raise ProtocolError("field cases: expected a non-empty list")
+        cases = []
+        for i, entry in enumerate(entries):
+            iters = entry.get("iters")
+            if iters is not None and (not isinstance(iters, int) or iters < 1):
+                raise ProtocolError(f"field cases[{i}].iters: expected a positive integer or null, got {iters!r}")
+            cases.append((registry.parse(entry["id"]), iters))
+        warmup = message.get("warmup")
+        target_s = message.get("target_s")
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ProtocolError(f"round message lacks or mistypes a field: {exc!r}") from None
+    except ValueError as exc:
+        raise ProtocolError(str(exc)) from None
+    return number, cases, warmup, target_s
+
+
+def serve(out: Path, backend: str, timeout_s: float, commands: TextIO, replies: TextIO) -> int:
+    import harness
+
+    server = RoundServer(out, backend, timeout_s)
+    try:
+        server.write_fingerprint()
+        _send(replies, {"event": "ready", "protocol": PROTOCOL, "harness_file": harness.__file__, "pid": os.getpid()})
+        for line in commands:
+            if not line.strip():
+                continue
+            try:
+                message = json.loads(line)
+                if not isinstance(message, dict):
+                    raise ProtocolError("a message must be a JSON object")
+                cmd = message.get("cmd")
+                if cmd == "stop":
+                    break
+                if cmd not in ("round", "prepare"):
+                    raise ProtocolError(f"unknown cmd {cmd!r}; expected prepare, round or stop")
+                number, cases, warmup, target_s = _parse_round({"round": 0, **message})
+            except (json.JSONDecodeError, ProtocolError) as exc:
+                _send(replies, {"event": "error", "message": str(exc)})
+                return 2
+            if cmd == "prepare":
+                server.prepare([case for case, _ in cases])
+                _send(replies, {"event": "prepared"})
+                continue
+            run_dir, summary = server.run_round(number, cases, warmup, target_s)
+            _send(replies, {"event": "round", "round": number, "run_dir": str(run_dir), "records": summary})
+    finally:
+        server.close()
+    _send(replies, {"event": "bye"})
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from harness.run.lifetime import die_with_parent
+
+    # A gate killed outright must not leave its workers measuring (or their ranks and servers).
+    die_with_parent(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    # Protocol lines get stdout to themselves: a family or library that prints would otherwise
+    # corrupt them, so fd 1 becomes stderr for everything else in this process.
+    replies = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
+    sys.stdout.flush()
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    return serve(args.out, args.backend, args.timeout, sys.stdin, replies)

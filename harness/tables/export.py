@@ -1,0 +1,75 @@
+"""``critpath export RUN_DIR... --format csv|json|parquet --out FILE``: stored runs as one table.
+
+The table is ``harness.frame`` (or, with ``--samples``, ``harness.samples_frame``). Every record is
+written: one that fails verification stops the export with its file and line; an incomplete run's
+rows carry ``incomplete`` and its reason, and a run with no records is named on stderr. JSON is
+pandas' table orient (a schema with each column's type, then the rows), plus the figures'
+declarations under ``figures``; parquet keeps them in the frame's attrs.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+FORMATS = ("csv", "json", "parquet")
+PARQUET_HINT = "parquet needs pyarrow: pip install pyarrow (or export --format csv or json)"
+
+
+class ExportUnavailable(RuntimeError):
+    """A format whose library is not installed; the message says how to get it."""
+
+
+def require(fmt: str) -> None:
+    """Refuse a format whose library is missing before any run is read."""
+    import importlib.util
+
+    if fmt == "parquet" and importlib.util.find_spec("pyarrow") is None:  # pandas' parquet engine
+        raise ExportUnavailable(PARQUET_HINT)
+
+
+def write(df, fmt: str, out: Path) -> None:
+    out = Path(out)
+    if fmt == "csv":
+        df.to_csv(out, index=False)
+    elif fmt == "json":
+        doc = json.loads(df.to_json(orient="table", index=False))
+        doc["figures"] = df.attrs.get("figures", {})
+        doc["runs"] = df.attrs.get("runs", [])
+        out.write_text(json.dumps(doc, indent=1) + "\n")
+    elif fmt == "parquet":
+        require(fmt)
+        df.to_parquet(out, index=False)
+    else:
+        raise ValueError(f"unknown format {fmt!r}; one of {', '.join(FORMATS)}")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("export", help="stored runs as one table: csv, json or parquet")
+    p.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
+    p.add_argument("--format", dest="fmt", choices=FORMATS, required=True)
+    p.add_argument("--out", type=Path, required=True, help="file to write")
+    p.add_argument("--samples", action="store_true",
+                   help="the raw samples, one row per iteration (run_id, case_id, iteration, sample_ns)")
+    p.set_defaults(func=cmd_export)
+
+
+def cmd_export(args) -> int:
+    from harness.tables.frame import load_runs, records_of, samples_of
+
+    try:
+        require(args.fmt)
+    except ExportUnavailable as exc:
+        print(f"critpath export: error: {exc}", file=sys.stderr)
+        return 2
+    runs = load_runs(args.run_dirs)  # an invalid record raises here, naming file and line
+    df = samples_of(runs) if args.samples else records_of(runs)
+    write(df, args.fmt, args.out)
+    what = "samples" if args.samples else "records"
+    print(f"wrote {len(df)} {what} of {len(runs)} run(s) to {args.out} ({args.fmt})")
+    for run in runs:
+        if not run.records:  # no row can carry it: say so here
+            print(f"{run.path}: no records{'; ' + run.incomplete if run.incomplete else ''}", file=sys.stderr)
+        elif run.incomplete:
+            print(f"{run.path}: {run.incomplete} (its rows are marked incomplete)", file=sys.stderr)
+    return 0
