@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+import harness
+
 from harness.run import nodefacts
 
 # Variables that change what a collective or the allocator does.
@@ -23,7 +25,8 @@ ENV_PATTERNS = re.compile(
     r"MASTER_ADDR$|MASTER_PORT$|WORLD_SIZE$|LOCAL_WORLD_SIZE$|SLURM_JOB_|SLURM_NNODES$|SLURM_NTASKS$|"
     r"GROUP_WORLD_SIZE$|TORCHELASTIC_RUN_ID$|CRITPATH_)"
 )
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+# The checkout holding the harness package (its baselines/, its git commit), wherever a module sits in it.
+PROJECT_ROOT = Path(harness.__file__).resolve().parent.parent
 
 
 def cpu_model() -> str:
