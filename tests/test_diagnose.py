@@ -292,7 +292,7 @@ def test_diagnosis_names_the_torchrun_agent_slowed_by_the_fault_hook_and_nothing
     from test_torchrun import _agents
 
     from harness.families import p2p_tiers
-    from harness.core.registry import INJECT_ENV
+    from harness.gatepower.inject import INJECT_ENV
     from harness.core.store import load_records
 
     # One pair at a time: four ranks on two shared cores would otherwise compete for the CPUs.

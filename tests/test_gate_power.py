@@ -77,7 +77,7 @@ def test_an_injected_slowdown_waits_on_its_case_only_and_partial_hits_one_step_i
     namespace = {}
     exec(compile(source, "injected", "exec"), namespace)
     calls = []
-    family = namespace["apply"](_family(calls))
+    family = namespace["wrap"](_family(calls))
     slowed = family.setup(None, family.case(transport="a"))
     other = family.setup(None, family.case(transport="b"))
     timings = []

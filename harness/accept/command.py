@@ -29,7 +29,8 @@ from harness.claims.check import matches
 from harness.core.case import CaseIdError
 from harness.core.comparable import mismatch
 from harness.core.family import SOURCE_MARKS
-from harness.core.figures import FigureUnavailable, declared, is_sample_statistic, sample_parts
+from harness.core.declarations import declared
+from harness.core.figures import FigureUnavailable, is_sample_statistic, sample_parts
 from harness.core.figures import value as figure_value
 from harness.run.nodefacts import FACT_NAMES
 from harness.accept.pins import fact_outcome, pin_outcomes

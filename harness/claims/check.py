@@ -23,7 +23,7 @@ from typing import Iterable, Optional, Sequence
 from harness.claims.baselines import Claim, Selector, Tolerance
 from harness.core.comparable import mismatch
 from harness.core.figures import FigureUnavailable, TooFewSamples, is_sample_statistic, sample_parts
-from harness.core.figures import declared as declared_figure
+from harness.core.declarations import declared as declared_figure
 from harness.core.figures import value as figure_value
 from harness.core.records import Record
 

@@ -3,7 +3,8 @@
 A family declares each figure its ``metrics()`` returns as a ``Figure``: name (unit suffix
 included), unit, which way is better, whether it was measured, modelled or simulated, and its
 definition. The driver refuses a figure a family did not declare, and everything that reads a
-figure by name (the gate, claims, acceptance, tables) goes through ``value`` and ``better`` here:
+figure by name (the gate, claims, acceptance, tables) goes through ``value`` here and
+``harness.core.declarations.better``:
 
 - a **sample statistic**, computed from the record's raw samples: ``min``, ``max``, ``mean`` or a
   percentile ``pNN`` / ``pNN.N``, with its unit: ``p50_ns``, ``p99_us``, ``max_ms``, ``mean_s``;
@@ -169,26 +170,3 @@ def value(record: Any, name: str) -> float:
         return float(record.metrics[name])
     known = ", ".join(sorted(record.metrics)) or "(none)"
     raise FigureUnavailable(f"{record.case_id}: no figure {name!r}; its metrics: {known}")
-
-
-def declared(family_name: str, name: str) -> Optional[Figure]:
-    from harness.core import registry
-
-    if family_name not in registry.FAMILIES:
-        return None
-    return registry.get(family_name).figure(name)
-
-
-def better(family_name: str, name: str) -> str:
-    """Which way is better for ``name`` of a record of ``family_name``: sample statistics are times
-    (lower); a metric is as its family declares it. Never guessed from the name's suffix."""
-    if is_sample_statistic(name):
-        return "lower"
-    figure = declared(family_name, name)
-    if figure is None:
-        raise FigureUnavailable(f"{name!r} is not a figure that family {family_name!r} declares; give the direction "
-                                "(--direction lower|higher, or direction: in a table)")
-    if figure.better == "neither":
-        raise FigureUnavailable(f"{family_name}.{name} ({figure.definition}) is context, not better or worse; "
-                                "gate on another figure")
-    return figure.better

@@ -6,10 +6,11 @@ costs about a second of start-up per process on a small machine.
 """
 from __future__ import annotations
 
+import functools
 import importlib
-import os
+import pkgutil
 from collections.abc import Mapping
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from harness.core.case import Case, CaseIdError, parse_case_id
 from harness.core.family import Family, GridOptions
@@ -32,9 +33,25 @@ FAMILY_MODULES: dict[str, str] = {
 }
 
 
-# Slowdowns injected on purpose into this process's families (harness.gatepower.inject.from_environment):
-# how one torchrun agent, one node, is made the slow one. JSON {"CASE_ID": [wait_ns, every]}.
-INJECT_ENV = "CRITPATH_INJECT_SLOWDOWN"
+# Wrappers of a family as it is loaded, for a change that every process running the family must
+# see (the driver, a gate worker, the asv suite): each module of this package that defines
+# ``wrap(family) -> Family`` is applied, in name order. The tree ships one (the slowdowns named in
+# the environment); critpath gate-power commits another on its throwaway branches. The registry
+# knows neither: it only applies what the package holds.
+WRAPS_PACKAGE = "harness.wraps"
+
+
+@functools.cache
+def wrappers() -> tuple[Callable[[Family], Family], ...]:
+    """The ``wrap`` of every module in ``WRAPS_PACKAGE``, in name order (found once per process)."""
+    package = importlib.import_module(WRAPS_PACKAGE)
+    found = []
+    for name in sorted(m.name for m in pkgutil.iter_modules(package.__path__)):
+        module = importlib.import_module(f"{WRAPS_PACKAGE}.{name}")
+        if not callable(getattr(module, "wrap", None)):
+            raise RuntimeError(f"{module.__name__} defines no wrap(family); every module of {WRAPS_PACKAGE} must")
+        found.append(module.wrap)
+    return tuple(found)
 
 
 class _Families(Mapping):
@@ -50,10 +67,8 @@ class _Families(Mapping):
             family = importlib.import_module(module).FAMILY
             if family.name != name:
                 raise RuntimeError(f"{module} defines family {family.name!r}, registered as {name!r}")
-            if os.environ.get(INJECT_ENV):
-                from harness.gatepower.inject import from_environment
-
-                family = from_environment(family)
+            for wrap in wrappers():
+                family = wrap(family)
             self._loaded[name] = family
         return self._loaded[name]
 

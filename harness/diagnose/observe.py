@@ -16,6 +16,7 @@ from typing import Optional, Sequence
 
 from harness.core import registry
 from harness.collectives import pairs
+from harness.core.declarations import better
 from harness.core.figures import FigureUnavailable, is_mean_only, sample_value, supports
 from harness.core.records import Record
 from harness.report.run import RunData, load_run
@@ -175,8 +176,6 @@ def _refuse_duplicates(fleet: Fleet) -> None:
 
 def figure_better(family: str, name: str) -> Optional[str]:
     """lower / higher for a figure a rule may compare, None for context (a count, a setting)."""
-    from harness.core.figures import better
-
     try:
         return better(family, name)
     except FigureUnavailable:

@@ -5,7 +5,7 @@ claims and acceptance: a sample statistic with its unit (``p50_ns``, the default
 ``min_ns``, ``mean_ms``, any ``pNN_ns`` / ``pNN.N_ns``, computed from the raw samples with the
 interpolation of ``harness.core.stats.Summary``), or a figure the family declares (``busbw_gbps``).
 Declared figures are per-process; they have no per-iteration samples. Which way is better comes
-from the declaration (``harness.core.figures.better``), never from a name's suffix.
+from the declaration (``harness.core.declarations.better``), never from a name's suffix.
 """
 from __future__ import annotations
 
@@ -15,13 +15,14 @@ from typing import Sequence
 import numpy as np
 
 from harness.core import figures
+from harness.core.declarations import better
 from harness.core.figures import FigureUnavailable, is_sample_statistic
 from harness.core.records import Record
 
 
 def default_direction(case_id: str, statistic: str) -> str:
     """Which way is better for ``statistic`` of ``case_id``, from its family's declaration."""
-    return figures.better(case_id.partition("/")[0], statistic)
+    return better(case_id.partition("/")[0], statistic)
 
 
 def validate_statistic(name: str) -> str:

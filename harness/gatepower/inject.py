@@ -1,8 +1,9 @@
 """Known slowdowns, committed for real: the gate's power is measured on trees a user could have.
 
 ``critpath gate-power`` clones the repository into a temporary directory and, on a throwaway
-branch per slowdown, commits a small module that wraps one case's ``step`` with a busy-wait,
-plus the one line in the registry that applies it to the family when it is loaded. Every way of
+branch per slowdown, commits a small module that wraps one case's ``step`` with a busy-wait into
+``harness/wraps/``, whose modules the registry applies to every family it loads
+(``harness.core.registry.WRAPS_PACKAGE``): the commit adds a file and edits none. Every way of
 running the case then pays for it (the driver, a worker, another tool's benchmark calling the
 family), and the gate compares the base commit with that branch exactly as it compares a pull
 request with main: two worktrees, fresh processes.
@@ -18,7 +19,7 @@ The wait is a busy loop on ``perf_counter_ns`` (it burns the core like real extr
 its length does not depend on what else the machine is doing).
 
 The same module can be loaded from the environment instead of a commit (``from_environment``,
-``CRITPATH_INJECT_SLOWDOWN``): only the processes that have the variable are slowed, so one
+``CRITPATH_INJECT_SLOWDOWN``, applied by ``harness/wraps/environment.py``): only the processes that have the variable are slowed, so one
 torchrun agent, one node, can be made the slow one (the diagnosis test does exactly that).
 """
 from __future__ import annotations
@@ -31,20 +32,20 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from harness.core.registry import INJECT_ENV
+from harness.core.registry import WRAPS_PACKAGE
 
+# Slowdowns injected on purpose into this process's families: how one torchrun agent, one node, is
+# made the slow one. JSON {"CASE_ID": [wait_ns, every]}.
+INJECT_ENV = "CRITPATH_INJECT_SLOWDOWN"
 KINDS = ("uniform", "partial")
 PARTIAL_EVERY = 10
-MODULE_PATH = "harness/_injected_slowdown.py"
-HOOKED_PATH = "harness/core/registry.py"
-# The line of the registry after which a loaded family is replaced by its slowed version.
-ANCHOR = "            family = importlib.import_module(module).FAMILY\n"
-HOOK = "            family = importlib.import_module('harness._injected_slowdown').apply(family)\n"
+WRAPS_DIR = WRAPS_PACKAGE.replace(".", "/")
+MODULE_PATH = f"{WRAPS_DIR}/injected_slowdown.py"
 GIT_TIMEOUT_S = 120
 
 
 class InjectError(RuntimeError):
-    """The slowdown cannot be committed (no anchor in the driver, git failed)."""
+    """The slowdown cannot be committed (a base without the wraps package, git failed)."""
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,7 @@ SLOWDOWNS = {{
 }}
 
 
-def apply(family):
+def wrap(family):
     """The family with the steps of the cases above slowed (other cases pay a dict lookup)."""
     specs = {{case_id: spec for case_id, spec in SLOWDOWNS.items() if case_id.split("/", 1)[0] == family.name}}
     if not specs:
@@ -144,16 +145,18 @@ def slowdowns_from_text(text: str) -> dict[str, tuple[int, int]]:
 
 def from_environment(family, env: Mapping[str, str] = os.environ):
     """``family`` with the slowdowns of ``CRITPATH_INJECT_SLOWDOWN`` on its cases, through the very
-    module ``commit_slowdowns`` commits. A slowed case's per-rank report says so
-    (``injected_slowdown``), and each process says so on stderr: an injected figure is never
-    mistaken for a measured one."""
+    module ``commit_slowdowns`` commits (``family`` itself where the variable is unset). A slowed
+    case's per-rank report says so (``injected_slowdown``), and each process says so on stderr: an
+    injected figure is never mistaken for a measured one."""
+    if not env.get(INJECT_ENV):
+        return family
     table = {case_id: spec for case_id, spec in slowdowns_from_text(env[INJECT_ENV]).items()
              if case_id.split("/", 1)[0] == family.name}
     if not table:
         return family
     namespace: dict = {}
     exec(compile(_module_text(table), INJECT_ENV, "exec"), namespace)  # noqa: S102 - our own template, validated table
-    slowed = namespace["apply"](family)
+    slowed = namespace["wrap"](family)
     print(f"critpath: {INJECT_ENV} slows {len(table)} {family.name} case(s) in this process on purpose",
           file=sys.stderr)
     if family.report is None:
@@ -200,14 +203,11 @@ def clone(repo: Path, dest: Path) -> Path:
 def commit_slowdowns(repo: Path, base_sha: str, branch: str, slowdowns: Sequence[Slowdown]) -> str:
     """Commit ``slowdowns`` on ``branch`` (from ``base_sha``) in ``repo``; returns the commit."""
     _git(repo, "checkout", "--quiet", "--force", "-B", branch, base_sha)
-    hooked = Path(repo) / HOOKED_PATH
-    text = hooked.read_text()
-    if text.count(ANCHOR) != 1:
-        raise InjectError(f"{HOOKED_PATH} at {base_sha[:12]}: expected the line {ANCHOR.strip()!r} exactly once, "
-                          "to hook the slowdown where families are loaded")
-    hooked.write_text(text.replace(ANCHOR, ANCHOR + HOOK))
+    if not (Path(repo) / WRAPS_DIR / "__init__.py").is_file():
+        raise InjectError(f"{base_sha[:12]} has no {WRAPS_DIR}/, the package whose modules the registry applies "
+                          "to every family it loads; measure a base that has it")
     (Path(repo) / MODULE_PATH).write_text(module_source(slowdowns))
-    _git(repo, "add", HOOKED_PATH, MODULE_PATH)
+    _git(repo, "add", MODULE_PATH)
     labels = ", ".join(f"{s.label} on {s.case_id}" for s in slowdowns)
     _git(repo, "commit", "--quiet", "-m", f"gate-power: injected slowdown ({labels})")
     return _git(repo, "rev-parse", "HEAD")

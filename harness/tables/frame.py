@@ -19,7 +19,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Union
 
-from harness.core.figures import declared, is_mean_only
+from harness.core.declarations import declared
+from harness.core.figures import is_mean_only
 
 PathLike = Union[str, Path]
 STATS_US = ("min", "p50", "p90", "p99", "p999", "max", "mean")

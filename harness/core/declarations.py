@@ -1,0 +1,36 @@
+"""What the registered families declare, looked up by a family's name: the figure a record's
+metric names, and which way is better for any figure.
+
+Above the registry on purpose: ``figures`` defines the grammar and knows no family, the registry
+knows the families, and this module joins the two for readers that hold only a family's name
+(the gate, claims, acceptance, tables, diagnosis).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from harness.core import registry
+from harness.core.figures import Figure, FigureUnavailable, is_sample_statistic
+
+
+def declared(family_name: str, name: str) -> Optional[Figure]:
+    """The figure ``name`` as family ``family_name`` declares it; None for a family critpath does
+    not know (an imported nccl-tests collective other than all_reduce) or a name it does not declare."""
+    if family_name not in registry.FAMILIES:
+        return None
+    return registry.get(family_name).figure(name)
+
+
+def better(family_name: str, name: str) -> str:
+    """Which way is better for ``name`` of a record of ``family_name``: sample statistics are times
+    (lower); a metric is as its family declares it. Never guessed from the name's suffix."""
+    if is_sample_statistic(name):
+        return "lower"
+    figure = declared(family_name, name)
+    if figure is None:
+        raise FigureUnavailable(f"{name!r} is not a figure that family {family_name!r} declares; give the direction "
+                                "(--direction lower|higher, or direction: in a table)")
+    if figure.better == "neither":
+        raise FigureUnavailable(f"{family_name}.{name} ({figure.definition}) is context, not better or worse; "
+                                "gate on another figure")
+    return figure.better
