@@ -24,17 +24,30 @@ from pathlib import Path
 
 from asv_runner.benchmarks.mark import SkipNotImplemented
 
-from harness.core import registry
-from harness.core.family import SOURCE_MARKS, GridOptions
-try:
-    from harness.core.figures import N_TOO_SMALL, supports
-except ImportError:  # a tree from before the percentile rule (8a57e7c): its figures as it recorded them
-    N_TOO_SMALL = "n too small"
+import harness
 
-    def supports(name: str, n: int) -> bool:
-        return True
-from harness.run.runner import RunOptions, run
-from harness.core.store import load_records
+# The tree asv measures may be older than this suite (`critpath history A..B` over commits from
+# before 0.2, whose modules stood side by side in harness/). Which layout it has is read off the
+# tree itself, never tried and caught: an editable install serves a module a tree lacks from the
+# checkout, so `import harness.core` would succeed in an old tree and measure the wrong code.
+if (Path(harness.__file__).parent / "core" / "registry.py").is_file():
+    from harness.core import registry
+    from harness.core.family import SOURCE_MARKS, GridOptions
+    from harness.core.figures import N_TOO_SMALL, supports
+    from harness.core.store import load_records
+    from harness.run.runner import RunOptions, run
+else:  # 0.1: harness/registry.py, harness/runner.py ...
+    from harness import registry
+    from harness.family import SOURCE_MARKS, GridOptions
+    from harness.runner import RunOptions, run
+    from harness.store import load_records
+    try:
+        from harness.figures import N_TOO_SMALL, supports
+    except ImportError:  # a tree from before the percentile rule (8a57e7c): its figures as it recorded them
+        N_TOO_SMALL = "n too small"
+
+        def supports(name: str, n: int) -> bool:
+            return True
 
 RUN_ENV = "CRITPATH_ASV_RUN"  # a finished critpath run directory to read instead of running
 WORLD = 2
