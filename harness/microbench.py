@@ -255,16 +255,14 @@ def _gate_look() -> Prepared:
     as ``critpath compare`` makes it again from a gate's stored pairs)."""
     from harness.gate.config import GateConfig
     from harness.gate.paired import SPENDING
-    from harness.gate.sequential import CaseSpec, SequentialGate, _boundaries_cached
+    from harness.gate.sequential import CaseSpec, SequentialGate, forget_boundaries
 
     policy = GateConfig().policy
     specs = [CaseSpec(c) for c in GATE_CASES]
     pairs = _gate_data()
 
     def call(_):
-        # A running gate looks at a new calendar fraction each time, so its boundaries are never
-        # in the cache: time the look with them computed.
-        _boundaries_cached.cache_clear()
+        forget_boundaries()  # a running gate's boundaries are never in the cache
         gate = SequentialGate(specs, alpha=policy.alpha, confidence=policy.confidence, spending=SPENDING)
         return gate.look(1.0, pairs, final=True)
 
