@@ -11,7 +11,7 @@ import pytest
 
 from harness.cli import main
 from harness.report.plots import family_plots
-from harness.report.run import load_run
+from harness.core.store import load_run
 
 RUN = Path(__file__).parent / "fixtures" / "run_mixed"
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")

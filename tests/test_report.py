@@ -16,7 +16,7 @@ from harness.report.build import build
 from harness.report.cli import make_report
 from harness.report.document import to_markdown
 from harness.collectives.crossover import crossover_bytes
-from harness.report.run import load_run
+from harness.core.store import load_run
 
 FIXTURES = Path(__file__).parent / "fixtures"
 RUN = FIXTURES / "run_mixed"

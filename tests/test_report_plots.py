@@ -14,7 +14,7 @@ from harness.collectives import crossover
 from harness.report.build import _crossover_text
 from harness.report.document import Table
 from harness.report.plots import percentile_spectrum, plot_allreduce_busbw, plot_rpc_percentiles, rpc_panels
-from harness.report.run import RunData, load_run
+from harness.core.store import LoadedRun, load_run
 
 PUBLIC = Path(__file__).parent / "fixtures" / "nccl_tests" / "public"
 
@@ -25,8 +25,8 @@ def _record(family: str, params: dict, samples, **extra) -> Record:
                   samples_ns=tuple(int(s) for s in samples), extra=extra)
 
 
-def _run(records) -> RunData:
-    return RunData(Path("."), "synthetic", tuple(records))
+def _run(records) -> LoadedRun:
+    return LoadedRun(Path("."), "synthetic", tuple(records))
 
 
 def test_a_percentile_line_stops_at_the_percentile_its_samples_support():
@@ -126,7 +126,7 @@ def test_the_table_says_no_significant_crossover_and_no_band_for_means():
              _allreduce("ring", 65536, [40_000], **imported), _allreduce("tree", 65536, [90_000], **imported)]
     cells = {}
     for name, records in (("same", same), ("means", means)):
-        table = next(b for b in _crossover_text([RunData(Path("."), name, tuple(records))]) if isinstance(b, Table))
+        table = next(b for b in _crossover_text([LoadedRun(Path("."), name, tuple(records))]) if isinstance(b, Table))
         cells[name] = table.rows[0][-1]
     assert cells["same"].startswith("no significant crossover")
     assert cells["means"].startswith("means only (imported): ~") and "no interval" in cells["means"]

@@ -34,7 +34,6 @@ from harness.core.figures import value as figure_value
 from harness.run.nodefacts import FACT_NAMES
 from harness.accept.pins import fact_outcome, pin_outcomes
 from harness.core.records import Record
-from harness.core.store import incompleteness
 from harness.accept.verdicts import EXIT_UNVERIFIED, FAIL, PASS, UNVERIFIED, Outcome, exit_code, line, word
 
 # Where a record came from: critpath measured it, or it was imported (extra.imported.source).
@@ -407,7 +406,7 @@ def _run_cases(profile: Mapping[str, Any], out: Optional[Path]) -> tuple[Path, i
 
 def cmd_accept(args) -> int:
     from harness.report.cli import make_report, write_report
-    from harness.report.run import load_run
+    from harness.core.store import load_run
 
     import os
 
@@ -424,7 +423,7 @@ def cmd_accept(args) -> int:
     except ProfileError as exc:
         print(f"critpath accept: error: {exc}", file=sys.stderr)
         return EXIT_UNVERIFIED
-    result = accept(profile, run.records, run.fingerprint, incompleteness(run.meta, list(run.records)))
+    result = accept(profile, run.records, run.fingerprint, run.incomplete)
     print(f"acceptance {profile['name']}: {result.verdict} ({run_dir})")
     if result.incomplete:
         print(f"  {word(EXIT_UNVERIFIED):16}  the run: {result.incomplete}")

@@ -14,14 +14,13 @@ from harness.core import registry
 from harness.claims.baselines import Claim, articles
 from harness.core.family import Family
 from harness.claims.check import NOT_MEASURABLE, ClaimResult, check_claims, counts_text
-from harness.tables.frame import frame_of
+from harness.tables.frame import records_of
 from harness.core.records import Record
 from harness.tables.family import MEAN_ONLY, TextTable, comparison_table, family_table, imported_tables, split_imports
-from harness.core.store import incompleteness
+from harness.core.store import LoadedRun
 from harness.collectives import crossover
 from harness.report import plots as plotlib
 from harness.report.document import Block, Heading, Image, Para, Table
-from harness.report.run import RunData
 
 
 human_bytes = plotlib.human_bytes
@@ -104,7 +103,7 @@ RUN_ROWS = (
 )
 
 
-def _machine(runs: Sequence[RunData]) -> list[Block]:
+def _machine(runs: Sequence[LoadedRun]) -> list[Block]:
     rows = []
     getters = [(name, get, "fingerprint") for name, get in MACHINE_ROWS] + [(name, get, "meta") for name, get in RUN_ROWS]
     for name, get, source in getters:
@@ -117,7 +116,7 @@ def _machine(runs: Sequence[RunData]) -> list[Block]:
     return [Heading(2, "Machine and run"), Table(["", *(r.label for r in runs)], rows)]
 
 
-def _cases(runs: Sequence[RunData]) -> list[Block]:
+def _cases(runs: Sequence[LoadedRun]) -> list[Block]:
     rows = []
     failures = []
     for run in runs:
@@ -142,7 +141,7 @@ def _table(table: TextTable) -> Table:
     return Table(list(table.headers), [list(row) for row in table.rows])
 
 
-def _family_tables(runs: Sequence[RunData], parts: Sequence, family: Optional[Family]) -> list[Block]:
+def _family_tables(runs: Sequence[LoadedRun], parts: Sequence, family: Optional[Family]) -> list[Block]:
     """One run: its table (imports as nccl-tests printed them). Several: side by side, from the
     frame rows of this family in each run (``parts``)."""
     if len(runs) > 1:
@@ -175,8 +174,8 @@ def known_families(families: Mapping[str, Family]) -> list[str]:
     return names + [n for n in plotlib.PLOTS if n not in names]
 
 
-def _families(runs: Sequence[RunData], families: Mapping[str, Family]) -> list[Block]:
-    frames = [frame_of(run.records, run.path, run.meta, run.fingerprint) for run in runs]
+def _families(runs: Sequence[LoadedRun], families: Mapping[str, Family]) -> list[Block]:
+    frames = [records_of([run]) for run in runs]
     blocks: list[Block] = []
     present: list[str] = []
     for run in runs:
@@ -230,7 +229,7 @@ def _bytes_or_dash(x) -> str:
     return "-" if x is None else human_bytes(x)
 
 
-def _crossover_text(runs: Sequence[RunData]) -> list[Block]:
+def _crossover_text(runs: Sequence[LoadedRun]) -> list[Block]:
     rows = []
     for run in runs:
         found = crossover.ring_tree_crossovers(run.of("allreduce"))
@@ -246,7 +245,7 @@ def _crossover_text(runs: Sequence[RunData]) -> list[Block]:
             Table(["run", "backend", "dtype", "world", "crossover"], rows)]
 
 
-def _claims(runs: Sequence[RunData], claims: Sequence[Claim], report: Report) -> list[Block]:
+def _claims(runs: Sequence[LoadedRun], claims: Sequence[Claim], report: Report) -> list[Block]:
     per_run = [check_claims(claims, run.records, run.label) for run in runs]
     report.claim_results = per_run
     blocks: list[Block] = [Heading(2, "Claims check")]
@@ -327,7 +326,7 @@ def _sections(claims: Sequence[Claim]) -> list[list[str]]:
     return [[short, english, original, ", ".join(ids)] for (short, english, original), ids in cited.items()]
 
 
-def build(runs: Sequence[RunData], claims: Sequence[Claim], extra: Sequence[Block] = (),
+def build(runs: Sequence[LoadedRun], claims: Sequence[Claim], extra: Sequence[Block] = (),
           families: Optional[Mapping[str, Family]] = None) -> Report:
     """``families`` (default: the registry) gives descriptions, table columns and the families
     a run may lack; a fixed mapping keeps a golden report independent of what else is registered."""
@@ -338,7 +337,7 @@ def build(runs: Sequence[RunData], claims: Sequence[Claim], extra: Sequence[Bloc
         "critpath comparison: " + " vs ".join(r.label for r in runs))
     report = Report(title)
     report.blocks.append(Heading(1, title))
-    incomplete = [f"{r.label}: {why}" for r in runs if (why := incompleteness(r.meta, list(r.records)))]
+    incomplete = [f"{r.label}: {r.incomplete}" for r in runs if r.incomplete]
     report.blocks.append(Para(
         "Built from the stored records only (" + ", ".join(f"{r.label}: {len(r.records)} records" for r in runs)
         + "). Latencies are per operation; for collectives an iteration's time is the slowest rank's."

@@ -20,7 +20,7 @@ import numpy as np
 from harness.core.figures import is_mean_only, samples_needed, supports
 from harness.core.records import Record
 from harness.collectives import crossover
-from harness.report.run import RunData
+from harness.core.store import LoadedRun
 from harness.core.stats import PERCENTILE_METHOD
 
 if TYPE_CHECKING:
@@ -54,7 +54,7 @@ class PlotSpec:
     family: str
     name: str
     title: str
-    draw: Callable[[Sequence[RunData]], Optional[Drawn]]
+    draw: Callable[[Sequence[LoadedRun]], Optional[Drawn]]
 
 
 PLOTS: dict[str, list[PlotSpec]] = defaultdict(list)
@@ -109,7 +109,7 @@ def legend(ax) -> None:
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
 
 
-def _label(run: RunData, text: str, runs: Sequence[RunData]) -> str:
+def _label(run: LoadedRun, text: str, runs: Sequence[LoadedRun]) -> str:
     return f"{run.label}: {text}" if len(runs) > 1 else text
 
 
@@ -185,7 +185,7 @@ def crossover_caption(found: Sequence[crossover.Crossover]) -> str:
     return "Ring/tree crossover: " + "; ".join(parts) + "."
 
 
-def _allreduce(runs: Sequence[RunData], ylabel: str, value: Callable[[Record], float], what: str,
+def _allreduce(runs: Sequence[LoadedRun], ylabel: str, value: Callable[[Record], float], what: str,
                mark: bool) -> Optional[Drawn]:
     if not any(_ok(run.of("allreduce")) for run in runs):
         return None
