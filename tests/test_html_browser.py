@@ -109,7 +109,7 @@ def test_the_embedded_cjk_font_loads_in_the_browser(tmp_path):
     """The original titles' font decodes in Chromium (a WOFF it refuses would leave them as boxes)."""
     from harness.claims.baselines import load_dir
     from harness.report.build import _sources
-    from harness.report.document import to_html
+    from harness.document.blocks import to_html
 
     page = tmp_path / "sources.html"
     page.write_text(to_html(_sources(load_dir()), "sources").replace("</body>", FONT_PROBE + "</body>"))

@@ -12,7 +12,7 @@ from harness.cli import main
 from harness.core.records import Record
 from harness.collectives import crossover
 from harness.report.build import _crossover_text
-from harness.report.document import Table
+from harness.document.blocks import Table
 from harness.report.plots import percentile_spectrum, plot_allreduce_busbw, plot_rpc_percentiles, rpc_panels
 from harness.core.store import LoadedRun, load_run
 

@@ -34,7 +34,8 @@ from harness.core.figures import value as figure_value
 from harness.run.nodefacts import FACT_NAMES
 from harness.accept.pins import fact_outcome, pin_outcomes
 from harness.core.records import Record
-from harness.accept.verdicts import EXIT_UNVERIFIED, FAIL, PASS, UNVERIFIED, Outcome, exit_code, line, word
+from harness.accept.verdicts import EXIT_UNVERIFIED, FAIL, PASS, UNVERIFIED, Outcome, exit_code, line, show_value, word
+from harness.document.blocks import Heading, Para, Table
 
 # Where a record came from: critpath measured it, or it was imported (extra.imported.source).
 RECORD_SOURCES = ("critpath", "nccl-tests")
@@ -363,9 +364,6 @@ def accept(profile: Mapping[str, Any], records: Sequence[Record], fp: Mapping[st
 
 
 def acceptance_blocks(result: Acceptance) -> list:
-    from harness.report.document import Heading, Para, Table
-    from harness.accept.verdicts import show_value
-
     rows = [[o.kind, o.name, o.verdict, o.statistic, show_value(o.measured, o.unit), o.threshold,
              "-" if o.margin_pct is None else f"{o.margin_pct:+.1f} %", o.detail, o.source] for o in result.outcomes]
     counts = result.counts()

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
 from harness.claims.baselines import Claim
-from harness.report.document import Block, Heading, Image, Para, Table
+from harness.document.blocks import Block, Heading, Image, Para, Table
 
 _STAT = re.compile(r"^(min|p50|p90|p99|p999|max|mean)_(ns|us|ms|s)$")
 _SCALE = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}

@@ -20,7 +20,7 @@ from harness.tables.family import MEAN_ONLY, TextTable, comparison_table, family
 from harness.core.store import LoadedRun
 from harness.collectives import crossover
 from harness.report import plots as plotlib
-from harness.report.document import Block, Heading, Image, Para, Table
+from harness.document.blocks import Block, Heading, Image, Para, Table
 
 
 human_bytes = plotlib.human_bytes
