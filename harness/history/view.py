@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
 from harness.claims.baselines import Claim
+from harness.core.plotting import legend, png_bytes, subplots
 from harness.document.blocks import Block, Heading, Image, Para, Table
 
 _STAT = re.compile(r"^(min|p50|p90|p99|p999|max|mean)_(ns|us|ms|s)$")
@@ -150,8 +151,6 @@ def _date(ms: int) -> str:
 
 
 def _plot(machine: str, benchmark: str, group: list[Series]) -> Image:
-    from harness.report.plots import legend, png_bytes, subplots
-
     fig, ax = subplots((7, 4))
     commits = sorted({(p.date_ms, p.commit) for s in group for p in s.points})
     x_of = {c: i for i, (_, c) in enumerate(commits)}

@@ -12,18 +12,14 @@ from typing import Mapping, Optional, Sequence
 
 from harness.core import registry
 from harness.claims.baselines import Claim, articles
-from harness.core.family import Family
+from harness.core.family import Concluded, Family
 from harness.claims.check import NOT_MEASURABLE, ClaimResult, check_claims, counts_text
 from harness.tables.frame import records_of
 from harness.core.records import Record
 from harness.tables.family import MEAN_ONLY, TextTable, comparison_table, family_table, imported_tables, split_imports
+from harness.core.plotting import png_bytes
 from harness.core.store import LoadedRun
-from harness.collectives import crossover
-from harness.report import plots as plotlib
 from harness.document.blocks import Block, Heading, Image, Para, Table
-
-
-human_bytes = plotlib.human_bytes
 
 
 @dataclass
@@ -169,9 +165,38 @@ def _definitions(family: Optional[Family], records: Sequence[Record]) -> Optiona
     return Table(["figure", "unit", "better", "source", "definition"], rows) if rows else None
 
 
+def _declaration(name: str, families: Mapping[str, Family]) -> Optional[Family]:
+    """The family whose plots and findings a report shows for records of ``name``: from ``families``,
+    else the registry's (a fixed mapping narrows a golden report's tables, not its plots)."""
+    return families.get(name) or registry.FAMILIES.get(name)
+
+
 def known_families(families: Mapping[str, Family]) -> list[str]:
-    names = [n for n in families if n != "selftest"]
-    return names + [n for n in plotlib.PLOTS if n not in names]
+    """The families a report names when a run lacks them: those of ``families`` a reader would miss,
+    then every registered family that declares plots."""
+    names = [n for n, f in families.items() if f.listed_when_absent]
+    return names + [n for n, f in registry.FAMILIES.items() if f.plots and n not in names]
+
+
+def _concluded(concluded: Concluded) -> list[Block]:
+    table = [Table(list(concluded.headers), [list(row) for row in concluded.rows])] if concluded.headers else []
+    return [Para(concluded.text), *table]
+
+
+def _plot_blocks(family: Family, runs: Sequence[LoadedRun]) -> list[Block]:
+    blocks: list[Block] = []
+    for plot in family.plots:
+        try:
+            drawn = plot.draw(runs)
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            # Records of another shape (an older family version) must not take the report down.
+            blocks.append(Para(f"{plot.title}: could not be drawn from these records ({type(exc).__name__}: {exc})."))
+            continue
+        if drawn is None:
+            blocks.append(Para(f"{plot.title}: nothing to plot (the records lack the fields it needs; see docs/reports.md)."))
+        else:
+            blocks.append(Image(plot.name, plot.title, png_bytes(drawn.figure), drawn.caption))
+    return blocks
 
 
 def _families(runs: Sequence[LoadedRun], families: Mapping[str, Family]) -> list[Block]:
@@ -189,60 +214,16 @@ def _families(runs: Sequence[LoadedRun], families: Mapping[str, Family]) -> list
         definitions = _definitions(family, [r for run in runs for r in run.of(fam)])
         if definitions is not None:
             blocks.append(definitions)
-        if fam == "allreduce":
-            blocks += _crossover_text(runs)
-        for spec in plotlib.family_plots(fam):
-            try:
-                drawn = spec.draw(runs)
-            except (KeyError, TypeError, ValueError, IndexError) as exc:
-                # Records of another shape (an older family version) must not take the report down.
-                blocks.append(Para(f"{spec.title}: could not be drawn from these records ({type(exc).__name__}: {exc})."))
-                continue
-            if drawn is None:
-                blocks.append(Para(f"{spec.title}: nothing to plot (the records lack the fields it needs; see docs/reports.md)."))
-            else:
-                blocks.append(Image(spec.name, spec.title, plotlib.png_bytes(drawn.figure), drawn.caption))
+        declared = _declaration(fam, families)
+        if declared is not None:
+            for finding in declared.findings:
+                blocks += _concluded(finding.conclude(runs))
+            blocks += _plot_blocks(declared, runs)
     absent = [f for f in known_families(families) if f not in present]
     if absent:
         blocks += [Heading(2, "Families not in this run"),
                    Para("; ".join(f"no records of family {f} in this run" for f in absent) + ".")]
     return blocks
-
-
-def _crossover_cell(c: crossover.Crossover) -> str:
-    if c.significant:
-        return "; ".join(
-            f"between {human_bytes(ch.below_bytes)} and {human_bytes(ch.above_bytes)} ({ch.faster_below} faster "
-            f"below): interpolated ~{_bytes_or_dash(ch.point_bytes)}, {crossover.LEVEL:.0%} interval "
-            f"{_bytes_or_dash(ch.low_bytes)} - {_bytes_or_dash(ch.high_bytes)}" for ch in c.changes)
-    if c.resampled:
-        measured = ", ".join(f"~{human_bytes(x)}" for x in c.point_bytes)
-        counts = ", ".join(f"{name} at {n}" for name in ("ring", "tree", "neither")
-                           if (n := c.leads.count(name)))
-        return ("no significant crossover (" + (f"the measured p50s cross at {measured}; " if measured else "")
-                + f"which is significantly faster, of {len(c.sizes)} sizes: {counts})")
-    found = ", ".join(f"~{human_bytes(x)}" for x in c.point_bytes) or "none in the measured sizes"
-    return f"means only (imported): {found}; no interval, there are no samples to resample"
-
-
-def _bytes_or_dash(x) -> str:
-    return "-" if x is None else human_bytes(x)
-
-
-def _crossover_text(runs: Sequence[LoadedRun]) -> list[Block]:
-    rows = []
-    for run in runs:
-        found = crossover.ring_tree_crossovers(run.of("allreduce"))
-        for c in found:
-            dtype, world, backend = c.key
-            rows.append([run.label, backend, dtype, str(world), _crossover_cell(c)])
-        if not found:
-            rows.append([run.label, "-", "-", "-", "ring and tree not both measured at two sizes or more"])
-    if all(row[1] == "-" for row in rows):
-        return [Para("Ring/tree crossover: not measured (no run has both ring and tree at two sizes or more).")]
-    return [Para("Ring/tree crossover: the size at which the faster of ring and tree (p50 latency, log-log "
-                 "interpolation between measured sizes) changes. " + crossover.RULE),
-            Table(["run", "backend", "dtype", "world", "crossover"], rows)]
 
 
 def _claims(runs: Sequence[LoadedRun], claims: Sequence[Claim], report: Report) -> list[Block]:
