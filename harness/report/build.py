@@ -190,10 +190,12 @@ def _plot_blocks(family: Family, runs: Sequence[LoadedRun]) -> list[Block]:
             drawn = plot.draw(runs)
         except (KeyError, TypeError, ValueError, IndexError) as exc:
             # Records of another shape (an older family version) must not take the report down.
-            blocks.append(Para(f"{plot.title}: could not be drawn from these records ({type(exc).__name__}: {exc})."))
+            blocks.append(Para(f"{plot.title}: could not be drawn from these records "
+                               f"({type(exc).__name__}: {exc})."))
             continue
         if drawn is None:
-            blocks.append(Para(f"{plot.title}: nothing to plot (the records lack the fields it needs; see docs/reports.md)."))
+            blocks.append(Para(f"{plot.title}: nothing to plot (the records lack the fields it needs; "
+                               "see docs/reports.md)."))
         else:
             blocks.append(Image(plot.name, plot.title, png_bytes(drawn.figure), drawn.caption))
     return blocks
@@ -310,7 +312,9 @@ def _sections(claims: Sequence[Claim]) -> list[list[str]]:
 def build(runs: Sequence[LoadedRun], claims: Sequence[Claim], extra: Sequence[Block] = (),
           families: Optional[Mapping[str, Family]] = None) -> Report:
     """``families`` (default: the registry) gives descriptions, table columns and the families
-    a run may lack; a fixed mapping keeps a golden report independent of what else is registered."""
+    a run may lack; a fixed mapping keeps a golden report independent of what else is registered.
+    Each family present is shown with the findings and plots it declares (``Family.findings``,
+    ``Family.plots``): the report knows no family by name."""
     families = registry.FAMILIES if families is None else families
     if not runs:
         raise ValueError("a report needs at least one run")
