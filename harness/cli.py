@@ -141,7 +141,7 @@ def cmd_show(args) -> int:
     for i, run_dir in enumerate(args.run_dirs):
         skipped: list = []
         records = load_records(run_dir, skip_invalid=args.skip_invalid, skipped=skipped)
-        # run.json and fingerprint.json beside a results file given alone: none, read as {}
+        # a results file given alone has no run.json or fingerprint.json beside it: both read as {}
         run = run_of(run_dir, records, read_json(run_dir / RUN_META), read_json(run_dir / FINGERPRINT),
                      args.label[i] if args.label else None)
         frames.append(records_of([run]))
