@@ -131,8 +131,8 @@ def cmd_run(args) -> int:
 
 
 def cmd_show(args) -> int:
-    from harness.core.store import FINGERPRINT, RUN_META, ResultsFileError, load_records, read_json, run_incompleteness
-    from harness.tables.frame import frame_of
+    from harness.core.store import FINGERPRINT, RUN_META, ResultsFileError, load_records, read_json, run_of
+    from harness.tables.frame import records_of
     from harness.tables.terminal import print_comparison, print_tables
 
     if args.label and len(args.label) != len(args.run_dirs):
@@ -141,15 +141,17 @@ def cmd_show(args) -> int:
     for i, run_dir in enumerate(args.run_dirs):
         skipped: list = []
         records = load_records(run_dir, skip_invalid=args.skip_invalid, skipped=skipped)
-        meta = read_json(run_dir / RUN_META)
-        frames.append(frame_of(records, run_dir, meta, read_json(run_dir / FINGERPRINT)))
+        # a results file given alone has no run.json or fingerprint.json beside it: both read as {}
+        run = run_of(run_dir, records, read_json(run_dir / RUN_META), read_json(run_dir / FINGERPRINT),
+                     args.label[i] if args.label else None)
+        frames.append(records_of([run]))
         runs.append(records)
-        labels.append(args.label[i] if args.label else meta.get("run_id") or (records[0].run_id if records else run_dir.name))
+        labels.append(run.label)
         if len(args.run_dirs) == 1:
             print_tables(records, frame=frames[0])
         for item in skipped:
             print(f"skipped {run_dir}: line {item.line}: {item.reason}", file=sys.stderr)
-        incomplete = run_incompleteness(run_dir, records)
+        incomplete = run.incomplete
         if incomplete:  # a killed or empty run is not shown as a whole one
             print(f"{run_dir}: {incomplete}", file=sys.stderr)
         whole = whole and all(r.ok for r in records) and not skipped and not incomplete

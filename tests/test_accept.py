@@ -16,7 +16,7 @@ from harness.accept.command import ProfileError, accept, evaluate_check, load_pr
 from harness.cli import main
 from harness.nccltests.importer import import_file
 from harness.accept.pins import fact_outcome, pin_outcomes
-from harness.report.run import load_run
+from harness.core.store import load_run
 from harness.accept.verdicts import EXIT_FAIL, EXIT_PASS, EXIT_UNVERIFIED, FAIL, PASS, UNVERIFIED, line
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -3,11 +3,14 @@ outside a Param's declared choices or range, a missing required key or a world t
 the case refused when the ID is parsed, before anything runs."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from harness.core import registry
 from harness.core.case import CaseIdError
 from harness.core.family import BACKENDS, GridOptions
+from harness.core.store import LoadedRun
 
 
 def _grid_cases(family):
@@ -152,6 +155,26 @@ def test_every_family_names_a_headline_figure_for_its_history(family):
     headline = [f for f in family.figures if f.headline]
     assert headline, f"{family.name}: mark the figure(s) it is for with Figure(..., headline=True)"
     assert all(f.better != "neither" for f in headline), f"{family.name}: a headline figure must have a direction"
+
+
+def test_every_declared_plot_and_finding_is_named_once_titled_and_callable():
+    # A plot's name is its file under a report's plots/: two families sharing one would overwrite it.
+    plots = [plot for family in FAMILIES for plot in family.plots]
+    names = [plot.name for plot in plots]
+    assert len(names) == len(set(names)), f"a plot name is declared twice: {sorted(names)}"
+    for plot in plots:
+        assert plot.name.isidentifier() and plot.title and callable(plot.draw), plot
+    for family in FAMILIES:
+        findings = [finding.name for finding in family.findings]
+        assert len(findings) == len(set(findings)), f"{family.name} declares a finding twice"
+        assert all(callable(finding.conclude) for finding in family.findings), family.name
+    assert plots and any(family.findings for family in FAMILIES)  # the report has something to iterate
+
+
+@pytest.mark.parametrize("family", [f for f in FAMILIES if f.plots], ids=lambda f: f.name)
+def test_a_family_plot_of_no_records_draws_nothing(family):
+    empty = LoadedRun(Path("."), "empty", ())
+    assert [plot.draw([empty]) for plot in family.plots] == [None] * len(family.plots)
 
 
 def test_the_driver_fails_a_case_whose_metrics_are_not_declared_or_not_finite():

@@ -14,7 +14,7 @@ from harness.core.figures import N_TOO_SMALL
 from harness.tables.family import DEFINITION_RATIO, FLAGGED, MISSING, ROUNDED_RATIO, ZERO_RATIO, Compared, comparison_table
 from harness.nccltests.importer import import_file
 from harness.report.cli import make_report
-from harness.report.document import to_markdown
+from harness.document.blocks import to_markdown
 
 FIXTURES = Path(__file__).parent / "fixtures"
 MIXED = FIXTURES / "run_mixed"

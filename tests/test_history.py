@@ -30,6 +30,20 @@ def test_reference_line_converts_the_claims_unit():
     assert reference_for(uds, claims) is None
 
 
+def test_a_reference_reads_any_percentile_in_the_figure_grammar():
+    # p95 is a sample statistic like p50 (harness.core.figures): a p95 claim in ms draws on a p95 series in us.
+    from dataclasses import replace
+
+    from harness.history.view import Series
+
+    claim = next(c for c in load_dir() if c.id == "A0.fixed_cost")
+    p95 = replace(claim, measure=replace(claim.measure, statistic="p95_ms"))
+    case = "rpc/codec=raw,mode=pingpong,payload_bytes=256,transport=tcp_nodelay"
+    ref = reference_for(Series("m", "bench_families.Rpc.track_p95_us", case, []), [p95])
+    assert ref.claim_id == "A0.fixed_cost" and ref.value == pytest.approx(200.0)
+    assert reference_for(Series("m", "bench_families.Rpc.track_p50_us", case, []), [p95]) is None
+
+
 def test_history_blocks_table_and_plots():
     blocks = history_blocks(ASV, load_dir())
     images = [b for b in blocks if hasattr(b, "png")]

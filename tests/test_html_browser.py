@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.report.plots import family_plots
-from harness.report.run import load_run
+from harness.core import registry
+from harness.core.store import load_run
 
 RUN = Path(__file__).parent / "fixtures" / "run_mixed"
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
@@ -68,7 +68,7 @@ def test_report_renders_with_plots_and_no_console_errors(tmp_path):
     dom, probe = render(out / "report.html", tmp_path)
     assert "<h1>critpath report: fixture-mixed</h1>" in dom
     # Every plot of every family in the run is on the page, by name, and each decoded.
-    expected = {spec.name for family in load_run(RUN).families() for spec in family_plots(family)}
+    expected = {spec.name for family in load_run(RUN).families() for spec in registry.get(family).plots}
     shown = set(re.findall(r'<figure data-plot="([^"]+)"', dom))
     assert shown == expected and len(expected) >= 7
     assert probe == f"images={len(expected)} broken=0"
@@ -90,7 +90,7 @@ def test_a_comparison_renders_with_every_plot(tmp_path):
     assert main(["report", str(RUN), str(RUN), "--label", "a", "--label", "b", "--out", str(out)]) == 0
     dom, probe = render(out / "report.html", tmp_path)
     assert "<h1>critpath comparison: a vs b</h1>" in dom
-    expected = {spec.name for family in load_run(RUN).families() for spec in family_plots(family)}
+    expected = {spec.name for family in load_run(RUN).families() for spec in registry.get(family).plots}
     assert set(re.findall(r'<figure data-plot="([^"]+)"', dom)) == expected
     assert probe == f"images={len(expected)} broken=0"
 
@@ -109,7 +109,7 @@ def test_the_embedded_cjk_font_loads_in_the_browser(tmp_path):
     """The original titles' font decodes in Chromium (a WOFF it refuses would leave them as boxes)."""
     from harness.claims.baselines import load_dir
     from harness.report.build import _sources
-    from harness.report.document import to_html
+    from harness.document.blocks import to_html
 
     page = tmp_path / "sources.html"
     page.write_text(to_html(_sources(load_dir()), "sources").replace("</body>", FONT_PROBE + "</body>"))

@@ -14,9 +14,9 @@ from harness.cli import main
 from harness.families import allreduce
 from harness.report.build import build
 from harness.report.cli import make_report
-from harness.report.document import to_markdown
+from harness.document.blocks import to_markdown
 from harness.collectives.crossover import crossover_bytes
-from harness.report.run import load_run
+from harness.core.store import load_run
 
 FIXTURES = Path(__file__).parent / "fixtures"
 RUN = FIXTURES / "run_mixed"
@@ -132,8 +132,8 @@ def test_cli_comparison_with_labels(tmp_path, capsys):
 
 
 def test_the_html_draws_every_cjk_character_it_shows(report):
-    from harness.report import fonts
-    from harness.report.document import to_html
+    from harness.document import fonts
+    from harness.document.blocks import to_html
 
     page = to_html(report.blocks, report.title)
     assert any(fonts.needs_cjk_font(c) for c in page)  # the Sources section shows the original titles
@@ -167,7 +167,7 @@ def test_the_run_times_are_shown_in_utc_as_stored():
 def test_a_case_id_in_a_cell_may_wrap_at_its_commas():
     # Unbroken, a case ID in the notes set the column's width and pushed the claims table's
     # source column off the page.
-    from harness.report.document import Table, to_html
+    from harness.document.blocks import Table, to_html
 
     case = "pipeline/act_bytes=65536,backend=gloo,compute=spin"
     page = to_html([Table(["notes"], [[f"1 flagged record: {case}"], ["a, b"]])], "t")
@@ -177,7 +177,7 @@ def test_a_case_id_in_a_cell_may_wrap_at_its_commas():
 
 def test_every_claim_is_in_exactly_one_claims_table(report):
     """Checked claims and not-measurable ones are split, never dropped or doubled."""
-    from harness.report.document import Heading, Table
+    from harness.document.blocks import Heading, Table
 
     blocks = report.blocks
     tables = {}

@@ -7,15 +7,16 @@ import re
 from importlib import resources
 
 from harness.claims.baselines import DEFAULT_DIR, load_dir
-from harness.report import fonts
+from harness.document import fonts
 from harness.report.build import _sources
-from harness.report.document import Para, to_html
+from harness.report.fonts import baselines_characters
+from harness.document.blocks import Para, to_html
 
 REBUILD = "python -m harness.report.fonts NotoSansCJK-Regular.ttc"
 
 
 def test_every_non_ascii_character_of_the_baselines_is_in_the_subset():
-    wanted = fonts.baselines_characters(DEFAULT_DIR)
+    wanted = baselines_characters(DEFAULT_DIR)
     assert any(fonts.needs_cjk_font(c) for c in wanted)  # the titles are Chinese: a subset is needed at all
     missing = wanted - fonts.subset_characters()
     assert not missing, f"the CJK subset lacks {''.join(sorted(missing))!r}: rebuild it ({REBUILD})"

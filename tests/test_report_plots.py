@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 from harness.cli import main
+from harness.core import registry
 from harness.core.records import Record
 from harness.collectives import crossover
-from harness.report.build import _crossover_text
-from harness.report.document import Table
-from harness.report.plots import percentile_spectrum, plot_allreduce_busbw, plot_rpc_percentiles, rpc_panels
-from harness.report.run import RunData, load_run
+from harness.collectives.plots import plot_allreduce_busbw
+from harness.rpc.plots import percentile_spectrum, plot_rpc_percentiles, rpc_panels
+from harness.core.store import LoadedRun, load_run
 
 PUBLIC = Path(__file__).parent / "fixtures" / "nccl_tests" / "public"
 
@@ -25,8 +25,8 @@ def _record(family: str, params: dict, samples, **extra) -> Record:
                   samples_ns=tuple(int(s) for s in samples), extra=extra)
 
 
-def _run(records) -> RunData:
-    return RunData(Path("."), "synthetic", tuple(records))
+def _run(records) -> LoadedRun:
+    return LoadedRun(Path("."), "synthetic", tuple(records))
 
 
 def test_a_percentile_line_stops_at_the_percentile_its_samples_support():
@@ -126,7 +126,7 @@ def test_the_table_says_no_significant_crossover_and_no_band_for_means():
              _allreduce("ring", 65536, [40_000], **imported), _allreduce("tree", 65536, [90_000], **imported)]
     cells = {}
     for name, records in (("same", same), ("means", means)):
-        table = next(b for b in _crossover_text([RunData(Path("."), name, tuple(records))]) if isinstance(b, Table))
+        table = crossover.ring_tree_finding([LoadedRun(Path("."), name, tuple(records))])
         cells[name] = table.rows[0][-1]
     assert cells["same"].startswith("no significant crossover")
     assert cells["means"].startswith("means only (imported): ~") and "no interval" in cells["means"]
@@ -148,14 +148,12 @@ def test_rounded_zeros_are_left_out_and_counted(tmp_path):
 
 @pytest.mark.parametrize("family_plot", ["moe_rank_load", "moe_step_by_mitigation"])
 def test_moe_plots_draw_whole_ranks_and_the_tables_mean(family_plot):
-    from harness.report.plots import family_plots
-
     loads = [{"recv_rows_mean": v} for v in (1000.0, 300.0, 350.0, 350.0)]
     steps = np.random.default_rng(5).normal(20_000_000, 1_000_000, 50)
     base = {"workload": "hot", "skew": 17.0, "mitigation": "none", "seed": 0}
     records = [_record("moe_a2a", base, steps, rank_reports=loads),
                _record("moe_a2a", {**base, "workload": "uniform", "skew": 0.0}, steps * 0.7, rank_reports=loads)]
-    spec = next(s for s in family_plots("moe_a2a") if s.name == family_plot)
+    spec = next(s for s in registry.get("moe_a2a").plots if s.name == family_plot)
     ax = spec.draw([_run(records)]).figure.axes[0]
     if family_plot == "moe_rank_load":
         assert [t.get_text() for t in ax.get_xticklabels()] == ["0", "1", "2", "3"]
@@ -167,7 +165,7 @@ def test_moe_plots_draw_whole_ranks_and_the_tables_mean(family_plot):
 def test_the_moe_interval_widens_for_correlated_steps():
     """Steps that drift together (AR(1), rho 0.8) get a wider interval than the independent-steps
     formula gives; independent steps get about the same."""
-    from harness.report.plots import _mean_interval_us
+    from harness.moe_a2a.plots import _mean_interval_us
 
     rng = np.random.default_rng(4)
     noise = rng.normal(0, 1000, 400)

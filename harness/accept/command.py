@@ -35,8 +35,8 @@ from harness.core.figures import value as figure_value
 from harness.run.nodefacts import FACT_NAMES
 from harness.accept.pins import fact_outcome, pin_outcomes
 from harness.core.records import Record
-from harness.core.store import incompleteness
-from harness.accept.verdicts import EXIT_UNVERIFIED, FAIL, PASS, UNVERIFIED, Outcome, exit_code, line, word
+from harness.accept.verdicts import EXIT_UNVERIFIED, FAIL, PASS, UNVERIFIED, Outcome, exit_code, line, show_value, word
+from harness.document.blocks import Heading, Para, Table
 
 # Where a record came from: critpath measured it, or it was imported (extra.imported.source).
 RECORD_SOURCES = ("critpath", "nccl-tests")
@@ -365,9 +365,6 @@ def accept(profile: Mapping[str, Any], records: Sequence[Record], fp: Mapping[st
 
 
 def acceptance_blocks(result: Acceptance) -> list:
-    from harness.report.document import Heading, Para, Table
-    from harness.accept.verdicts import show_value
-
     rows = [[o.kind, o.name, o.verdict, o.statistic, show_value(o.measured, o.unit), o.threshold,
              "-" if o.margin_pct is None else f"{o.margin_pct:+.1f} %", o.detail, o.source] for o in result.outcomes]
     counts = result.counts()
@@ -408,7 +405,7 @@ def _run_cases(profile: Mapping[str, Any], out: Optional[Path]) -> tuple[Path, i
 
 def cmd_accept(args) -> int:
     from harness.report.cli import make_report, write_report
-    from harness.report.run import load_run
+    from harness.core.store import load_run
 
     import os
 
@@ -425,7 +422,7 @@ def cmd_accept(args) -> int:
     except ProfileError as exc:
         print(f"critpath accept: error: {exc}", file=sys.stderr)
         return EXIT_UNVERIFIED
-    result = accept(profile, run.records, run.fingerprint, incompleteness(run.meta, list(run.records)))
+    result = accept(profile, run.records, run.fingerprint, run.incomplete)
     print(f"acceptance {profile['name']}: {result.verdict} ({run_dir})")
     if result.incomplete:
         print(f"  {word(EXIT_UNVERIFIED):16}  the run: {result.incomplete}")

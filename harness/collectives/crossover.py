@@ -4,17 +4,20 @@ with a bootstrap interval, so noise between neighbouring sizes is not read as a 
 The bootstrap resamples each record's own iterations (with replacement, ``RESAMPLES`` times, a
 fixed seed so a report is the same every time it is built), takes each resample's p50 per size and
 finds that resample's crossover the way the point estimate is found (``crossover_bytes``). The rule
-for calling it significant is ``RULE``, stated once here and quoted by the report and the docs.
+for calling it significant is ``RULE``, stated once here and quoted by the report and the docs;
+``ring_tree_finding`` is what the allreduce family concludes from it in a report.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from harness.core.family import Concluded
 from harness.core.figures import is_mean_only
+from harness.core.plotting import human_bytes
 from harness.core.records import Record
 
 RESAMPLES = 1000
@@ -141,3 +144,41 @@ def ring_tree_crossovers(records: Sequence[Record]) -> list[Crossover]:
             continue
         out.append(bootstrap(key, sizes, [r.samples_ns for r, _ in pairs], [t.samples_ns for _, t in pairs]))
     return out
+
+
+def _cell(c: Crossover) -> str:
+    if c.significant:
+        return "; ".join(
+            f"between {human_bytes(ch.below_bytes)} and {human_bytes(ch.above_bytes)} ({ch.faster_below} faster "
+            f"below): interpolated ~{_bytes_or_dash(ch.point_bytes)}, {LEVEL:.0%} interval "
+            f"{_bytes_or_dash(ch.low_bytes)} - {_bytes_or_dash(ch.high_bytes)}" for ch in c.changes)
+    if c.resampled:
+        measured = ", ".join(f"~{human_bytes(x)}" for x in c.point_bytes)
+        counts = ", ".join(f"{name} at {n}" for name in ("ring", "tree", "neither")
+                           if (n := c.leads.count(name)))
+        return ("no significant crossover (" + (f"the measured p50s cross at {measured}; " if measured else "")
+                + f"which is significantly faster, of {len(c.sizes)} sizes: {counts})")
+    found = ", ".join(f"~{human_bytes(x)}" for x in c.point_bytes) or "none in the measured sizes"
+    return f"means only (imported): {found}; no interval, there are no samples to resample"
+
+
+def _bytes_or_dash(x) -> str:
+    return "-" if x is None else human_bytes(x)
+
+
+def ring_tree_finding(runs: Sequence[Any]) -> Concluded:
+    """Each run's ring/tree crossovers (``ring_tree_crossovers`` of its allreduce records), one table
+    row per (dtype, world, backend), under the rule they follow."""
+    rows = []
+    for run in runs:
+        found = ring_tree_crossovers(run.of("allreduce"))
+        for c in found:
+            dtype, world, backend = c.key
+            rows.append([run.label, backend, dtype, str(world), _cell(c)])
+        if not found:
+            rows.append([run.label, "-", "-", "-", "ring and tree not both measured at two sizes or more"])
+    if all(row[1] == "-" for row in rows):
+        return Concluded("Ring/tree crossover: not measured (no run has both ring and tree at two sizes or more).")
+    return Concluded("Ring/tree crossover: the size at which the faster of ring and tree (p50 latency, log-log "
+                     "interpolation between measured sizes) changes. " + RULE,
+                     ["run", "backend", "dtype", "world", "crossover"], rows)

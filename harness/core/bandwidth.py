@@ -39,6 +39,12 @@ def bandwidth_figures(collective: str, ranks: str = "the case's world") -> tuple
     )
 
 
+def nccl_tests_better(name: str) -> str:
+    """Which way is better for a figure nccl-tests prints (``time_us``, ``algbw_gbps``, ``busbw_gbps``),
+    as ``bandwidth_figures`` declares it: the direction is the same for every collective."""
+    return next(f.better for f in bandwidth_figures("allreduce") if f.name == name)
+
+
 def busbw_p50_figure(collective: str) -> Figure:
     return Figure("busbw_p50_gbps", "GB/s", "higher",
                   f"busbw from the median time instead of the mean (x {BUS_FACTORS[collective][0]})")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Optional
 
 from harness.core import registry
-from harness.core.figures import Figure, FigureUnavailable, is_sample_statistic
+from harness.core.figures import SAMPLE_BETTER, Figure, FigureUnavailable, is_sample_statistic
 
 
 def declared(family_name: str, name: str) -> Optional[Figure]:
@@ -25,7 +25,7 @@ def better(family_name: str, name: str) -> str:
     """Which way is better for ``name`` of a record of ``family_name``: sample statistics are times
     (lower); a metric is as its family declares it. Never guessed from the name's suffix."""
     if is_sample_statistic(name):
-        return "lower"
+        return SAMPLE_BETTER
     figure = declared(family_name, name)
     if figure is None:
         raise FigureUnavailable(f"{name!r} is not a figure that family {family_name!r} declares; give the direction "

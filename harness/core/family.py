@@ -23,17 +23,24 @@ Optional hooks:
 
 The driver (``harness.run.driver``) owns warm-up, the loop plan, timing, the cross-rank reduction,
 timeouts and the check; families never time themselves unless they use ``iterate``.
+
+What a report shows of a family's records besides its table is declared here too: its ``plots``
+(``Plot``) and its ``findings`` (``Finding``, a conclusion across records as text and a table),
+drawn and concluded by code in the family's domain package.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
 
 from harness.core.case import Case, CaseIdError, Param, ParamValue, check_declared
 from harness.core.figures import N_TOO_SMALL, Figure, FigureUnavailable, TooFewSamples, is_sample_statistic, percentile_named, require_samples, sample_parts
 from harness.core.figures import value as figure_value
 from harness.core.stats import Summary
+
+if TYPE_CHECKING:
+    from harness.core.plotting import Drawn
 
 PROFILES = ("quick", "full")
 BACKENDS = ("gloo", "nccl")
@@ -169,6 +176,38 @@ def figure_column(column: Column, figure: Figure) -> Column:
 
 
 @dataclass(frozen=True)
+class Plot:
+    """A plot a report draws from a family's records: ``draw(runs)`` takes one run or several (a
+    comparison overlays them; each has ``label`` and ``of(family)``, ``harness.core.store.LoadedRun``)
+    and returns the figure and its caption, or None when the records hold nothing it can draw.
+    ``name`` is the file stem under the report's plots/, unique across families."""
+
+    name: str
+    title: str
+    draw: Callable[[Sequence[Any]], Optional["Drawn"]]
+
+
+@dataclass(frozen=True)
+class Concluded:
+    """What a finding concludes, as plain text: a paragraph, then a table (none where ``headers``
+    is empty)."""
+
+    text: str
+    headers: Sequence[str] = ()
+    rows: Sequence[Sequence[str]] = ()
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A conclusion a report draws across a family's records (allreduce: the ring/tree crossover),
+    shown after the family's table and before its plots. ``conclude(runs)`` takes runs as a Plot's
+    ``draw`` does."""
+
+    name: str
+    conclude: Callable[[Sequence[Any]], Concluded]
+
+
+@dataclass(frozen=True)
 class Family:
     name: str
     version: int  # bump when a case's definition changes meaning; recorded with every result
@@ -186,6 +225,9 @@ class Family:
     columns: Sequence[Column] = field(default_factory=tuple)
     # In `critpath run` without --families. Self-tests and fault injection are opt-in.
     default: bool = True
+    # Named among a report's "Families not in this run" when a run lacks it; False for the harness
+    # testing itself, which no reader of a report misses.
+    listed_when_absent: bool = True
     # Every figure metrics() may return, declared once (harness.core.figures): unit, direction, source.
     figures: Sequence[Figure] = field(default_factory=tuple)
     # Rules that join parameters (a mode that needs a key, a world too small for the case), checked
@@ -194,6 +236,9 @@ class Family:
     # Why a record's figures are distorted (oversubscribed cores, stretched compute), "" when they
     # are clean: the claims check withholds a flagged record instead of drawing a verdict from it.
     flags: Optional[Callable[[Any], str]] = None
+    # What a report draws and concludes from the family's records, besides its table.
+    plots: Sequence[Plot] = field(default_factory=tuple)
+    findings: Sequence[Finding] = field(default_factory=tuple)
 
     def table_columns(self) -> list[Column]:
         """The terminal table's columns, figure columns resolved against the declarations."""

@@ -30,6 +30,7 @@ from harness.core.stats import PERCENTILE_METHOD
 BETTER = ("lower", "higher", "neither")  # neither: context (a count, a setting), never gated
 SOURCES = ("measured", "modelled", "simulated")
 TIME_SCALE = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
+SAMPLE_BETTER = "lower"  # a sample statistic is a time, or a tail ratio of times
 
 # pNN, pNN.N, and Summary's own p999 (99.9) / p9999 (99.99)
 _Q = r"(\d{1,2}(?:\.\d+)?|99\d{1,2})"

@@ -12,9 +12,9 @@ import json
 import os
 import secrets
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Optional, Sequence
 
 from harness.core.records import Record, RecordError
 from harness.core.verify import verify
@@ -134,7 +134,7 @@ def read_json(path: Path) -> dict:
     return data
 
 
-def incompleteness(meta: dict, records: list) -> str:
+def incompleteness(meta: dict, records: Sequence) -> str:
     """Why a run is not whole ("incomplete: 37 of 87 cases, run.json says running"), from its
     run.json and its records; "" when it finished with every case recorded. A directory without a
     run.json (records copied or imported by hand) cannot say, and is taken as it is."""
@@ -158,6 +158,57 @@ def load_records(run_dir: Path, skip_invalid: bool = False, skipped: list | None
     if run_dir.is_dir() and not path.exists() and (run_dir / RUN_META).exists():
         return []  # a run killed before its first record: empty, and run.json says how far it got
     return list(iter_records(path, skip_invalid, skipped))
+
+
+@dataclass(frozen=True)
+class LoadedRun:
+    """One run read whole: its records (verified), run.json and fingerprint.json, and the label a
+    report or comparison shows it by (its run ID unless told). The report, the records frame,
+    acceptance and diagnosis all read a run as this."""
+
+    path: Path
+    label: str
+    records: tuple[Record, ...]
+    fingerprint: dict = field(default_factory=dict)
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def run_id(self) -> str:
+        return run_id_of(self.path, self.records, self.meta)
+
+    @property
+    def incomplete(self) -> str:
+        """Why the run is not whole (``incompleteness``), "" when it is."""
+        return incompleteness(self.meta, self.records)
+
+    def families(self) -> list[str]:
+        """The families of its records, in the order they first appear."""
+        return list(dict.fromkeys(r.family for r in self.records))
+
+    def of(self, family: str) -> list[Record]:
+        return [r for r in self.records if r.family == family]
+
+
+def run_id_of(path: Path, records: Sequence[Record], meta: dict) -> str:
+    """A run's ID: as run.json gives it, else its first record's, else its directory's name."""
+    return meta.get("run_id") or (records[0].run_id if records else Path(path).name)
+
+
+def run_of(path: Path, records: Sequence[Record], meta: Optional[dict] = None, fingerprint: Optional[dict] = None,
+           label: Optional[str] = None) -> LoadedRun:
+    """A run whose records its caller has read already (a run just measured, one shown with
+    --skip-invalid), without reading the directory again."""
+    meta = meta or {}
+    return LoadedRun(Path(path), label or run_id_of(path, records, meta), tuple(records), fingerprint or {}, meta)
+
+
+def load_run(path: Path, label: Optional[str] = None) -> LoadedRun:
+    """The run directory ``path`` read whole; ResultsFileError when it is none, or for an invalid
+    record (naming file and line: none is skipped)."""
+    path = Path(path)
+    if not path.is_dir():
+        raise ResultsFileError(f"{path}: not a run directory")
+    return run_of(path, load_records(path), read_json(path / RUN_META), read_json(path / FINGERPRINT), label)
 
 
 RUN_FILES = (RESULTS, RUN_META, FINGERPRINT)

@@ -19,8 +19,7 @@ from harness.collectives import pairs
 from harness.core.declarations import better
 from harness.core.figures import FigureUnavailable, is_mean_only, sample_value, supports
 from harness.core.records import Record
-from harness.report.run import RunData, load_run
-from harness.core.store import ResultsFileError, incompleteness
+from harness.core.store import LoadedRun, ResultsFileError, load_run
 
 # The sample statistics every record offers a rule beside its declared figures; a percentile only
 # where the samples support it (harness.core.figures.supports: p99 from 100, p999 from 1,000).
@@ -60,7 +59,7 @@ class Fleet:
     failures: list = field(default_factory=list)  # Failure
 
 
-def run_nodes(run: RunData) -> tuple[list[str], dict[str, str]]:
+def run_nodes(run: LoadedRun) -> tuple[list[str], dict[str, str]]:
     """The node keys of a run, in layout order, and each one's host."""
     fp = run.fingerprint
     layout = fp.get("layout") or {}
@@ -99,7 +98,7 @@ def record_figures(record: Record) -> dict[str, float]:
     return out
 
 
-def _failure_of(record: Record, run: RunData, keys: list[str]) -> Failure:
+def _failure_of(record: Record, run: LoadedRun, keys: list[str]) -> Failure:
     subject = tuple(keys)
     layout = run.fingerprint.get("layout") or {}
     rank = record.error.rank if record.error else None
@@ -117,11 +116,11 @@ def _failure_of(record: Record, run: RunData, keys: list[str]) -> Failure:
     return Failure(subject, record.case_id, why, str(run.path))
 
 
-def add_run(fleet: Fleet, run: RunData) -> None:
+def add_run(fleet: Fleet, run: LoadedRun) -> None:
     keys, hosts = run_nodes(run)
     fleet.nodes.update(hosts)
     records = list(run.records)
-    cut_short = incompleteness(run.meta, records)
+    cut_short = run.incomplete
     if cut_short:
         fleet.failures.append(Failure(tuple(keys), "(run)", cut_short, str(run.path)))
     for record in records:

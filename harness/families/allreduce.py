@@ -18,7 +18,9 @@ from typing import Any, Callable
 
 from harness.core.bandwidth import BANDWIDTH_COLUMNS, algbw_gbps, bandwidth_figures, busbw_gbps, busbw_p50_figure
 from harness.core.case import Case, Param
-from harness.core.family import BACKEND, CheckResult, Column, Family, GridOptions, RankContext, world_param
+from harness.collectives import crossover, plots
+from harness.core.family import (BACKEND, CheckResult, Column, Family, Finding, GridOptions, Plot, RankContext,
+                                 world_param)
 from harness.core.sizes import format_size, parse_sizes
 from harness.core.stats import Summary
 
@@ -219,4 +221,9 @@ FAMILY = Family(
         Column("algo", lambda r: r.params["algo"]),
         *BANDWIDTH_COLUMNS,
     ),
+    plots=(
+        Plot("allreduce_latency", "AllReduce latency vs message size", plots.plot_allreduce_latency),
+        Plot("allreduce_busbw", "AllReduce bus bandwidth vs message size", plots.plot_allreduce_busbw),
+    ),
+    findings=(Finding("ring_tree_crossover", crossover.ring_tree_finding),),
 )

@@ -28,8 +28,9 @@ import numpy as np
 
 from harness.core.case import Case, Param
 from harness.core.figures import Figure
-from harness.core.family import CheckResult, Column, Family, GridOptions, RankContext
+from harness.core.family import CheckResult, Column, Family, GridOptions, Plot, RankContext
 from harness.kv_alloc import metrics as kvmetrics
+from harness.kv_alloc import plots
 from harness.kv_alloc.factory import ALLOCATORS, make_allocator
 from harness.kv_alloc.simulator import SimConfig, SimResult, simulate
 from harness.kv_alloc.traces import AZURE_TRACES, Trace, load_azure, synthetic
@@ -259,6 +260,8 @@ FAMILY = Family(
         Column("decode OOMs", figure="decode_ooms", fmt="{:.0f}"),
         Column("replay per op", figure="replay_ns_per_op_p50", fmt="{:.0f}"),
     ),
+    plots=(Plot("kv_fragmentation", "KV-cache fragmentation over the trace per allocator (simulated replay)",
+                plots.plot_kv_frag),),
     # Part of a plain `critpath run`: the quick profile is a few small replays (modelled figures,
     # labelled as such in every record).
     default=True,

@@ -29,7 +29,9 @@ import numpy as np
 
 from harness.core.case import Case, Param
 from harness.core.figures import Figure
-from harness.core.family import BACKEND, WRONG_COLUMN, CheckResult, Column, Family, GridOptions, RankContext, world_param
+from harness.core.family import (BACKEND, WRONG_COLUMN, CheckResult, Column, Family, GridOptions, Plot, RankContext,
+                                 world_param)
+from harness.moe_a2a import plots
 from harness.moe_a2a.imbalance import MEASURES, Imbalance
 from harness.moe_a2a.routing import OVERFLOWS
 from harness.moe_a2a.config import MITIGATIONS, PAIR_BLOCK, PAYLOAD_BYTES, PHASES, ROUTINGS, SENTINEL, Mitigation, check_measurable, mitigation_label, workload_label
@@ -382,5 +384,9 @@ FAMILY = Family(
         Column("vs uniform (paired)", figure="paired_rel_throughput", fmt="{:.0%}"),
         Column("dropped", figure="dropped_fraction", fmt="{:.1%}"),
         WRONG_COLUMN,
+    ),
+    plots=(
+        Plot("moe_rank_load", "MoE rows received per rank (most imbalanced case vs uniform)", plots.plot_moe_load),
+        Plot("moe_step_by_mitigation", "MoE mean step time per workload and mitigation", plots.plot_moe_steps),
     ),
 )

@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING
 
 from harness.core.case import Case, Param
 from harness.core.figures import Figure
-from harness.core.family import BACKEND, CheckResult, Column, Family, GridOptions, RankContext, world_param
-from harness.pipeline import link, model
+from harness.core.family import BACKEND, CheckResult, Column, Family, GridOptions, Plot, RankContext, world_param
+from harness.pipeline import link, model, plots
 from harness.pipeline.scenarios import SCENARIOS, STRETCH_WARN
 from harness.pipeline.schedule import SCHEDULES, TRAINING_SCHEDULES
 from harness.core.sizes import format_size
@@ -325,4 +325,6 @@ FAMILY = Family(
         Column("stretch", figure="compute_stretch", fmt="{:.2f}"),
         Column("warning", _warn),
     ),
+    plots=(Plot("pipeline_bubble", "Pipeline bubble per schedule: measured idle share and the fill/drain model",
+                plots.plot_pipeline_bubble),),
 )

@@ -32,8 +32,8 @@ import numpy as np
 
 from harness.core.case import Case, Param
 from harness.core.figures import Figure
-from harness.core.family import WRONG_COLUMN, CheckResult, Column, Family, GridOptions, RankContext
-from harness.rpc import openloop, sockperf_ref
+from harness.core.family import WRONG_COLUMN, CheckResult, Column, Family, GridOptions, Plot, RankContext
+from harness.rpc import openloop, plots, sockperf_ref
 from harness.rpc.codecs import CODECS, DEFAULT_CODECS, PRESETS, Codec, codec, every_byte_value, pattern_bytes, preset
 from harness.rpc.faults import FaultSpec
 from harness.rpc.framing import MAX_FRAME_BYTES, pack_batch, unpack_batch
@@ -427,4 +427,6 @@ FAMILY = Family(
         Column("x sockperf", figure="vs_sockperf_p50_ratio", fmt="{:.1f}"),
         WRONG_COLUMN,
     ),
+    plots=(Plot("rpc_percentiles", "RPC round-trip latency by percentile per transport (ping-pong, no faults)",
+                plots.plot_rpc_percentiles),),
 )

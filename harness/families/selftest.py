@@ -117,4 +117,5 @@ FAMILY = Family(
         Column("p99", figure="p99_ns", fmt="{:.0f}"),
     ),
     default=False,
+    listed_when_absent=False,
 )

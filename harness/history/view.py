@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
 from harness.claims.baselines import Claim
-from harness.report.document import Block, Heading, Image, Para, Table
+from harness.core.figures import TIME_SCALE, sample_parts
+from harness.core.plotting import legend, png_bytes, subplots
+from harness.document.blocks import Block, Heading, Image, Para, Table
 
-_STAT = re.compile(r"^(min|p50|p90|p99|p999|max|mean)_(ns|us|ms|s)$")
-_SCALE = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 MAX_LINES_PER_PLOT = 8
 
 
@@ -77,7 +77,7 @@ def _case_params(case_id: str) -> tuple[str, dict]:
 
 def reference_for(series: Series, claims: Sequence[Claim]) -> Optional[Reference]:
     family, params = _case_params(series.case_id)
-    tracked = _STAT.match(series.statistic)
+    tracked = sample_parts(series.statistic)  # ("p99", "us"): the statistic and its time unit
     for claim in claims:
         m = claim.measure
         if m.status == "not_measurable" or m.compare != "bound" or m.family != family or not m.statistic:
@@ -85,9 +85,9 @@ def reference_for(series: Series, claims: Sequence[Claim]) -> Optional[Reference
         if any(params.get(k) != v for k, v in m.select.items() if not isinstance(v, list)):
             continue
         target = claim.value if claim.value is not None else claim.after
-        wanted = _STAT.match(m.statistic)
-        if tracked and wanted and tracked.group(1) == wanted.group(1):
-            value = target * _SCALE[wanted.group(2)] / _SCALE[tracked.group(2)]
+        wanted = sample_parts(m.statistic)
+        if tracked and wanted and tracked[0] == wanted[0]:
+            value = target * TIME_SCALE[wanted[1]] / TIME_SCALE[tracked[1]]
         elif m.statistic == series.statistic:
             value = target
         else:
@@ -150,8 +150,6 @@ def _date(ms: int) -> str:
 
 
 def _plot(machine: str, benchmark: str, group: list[Series]) -> Image:
-    from harness.report.plots import legend, png_bytes, subplots
-
     fig, ax = subplots((7, 4))
     commits = sorted({(p.date_ms, p.commit) for s in group for p in s.points})
     x_of = {c: i for i, (_, c) in enumerate(commits)}

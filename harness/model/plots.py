@@ -6,18 +6,11 @@ from pathlib import Path
 
 import numpy as np
 
-
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+from harness.core.plotting import pyplot
 
 
 def write_all(out: Path, profile, scales, sizes, algos, times_s, crossover, nccl, fits) -> list[Path]:
-    plt = _plt()
+    plt = pyplot()
     written = []
     # Time vs size at up to four scales spread over the sweep.
     picks = sorted({int(round(x)) for x in np.linspace(0, len(scales) - 1, min(4, len(scales)))})

@@ -12,19 +12,14 @@ from typing import Mapping, Optional, Sequence
 
 from harness.core import registry
 from harness.claims.baselines import Claim, articles
-from harness.core.family import Family
+from harness.core.family import Concluded, Family
 from harness.claims.check import NOT_MEASURABLE, ClaimResult, check_claims, counts_text
-from harness.tables.frame import frame_of
+from harness.tables.frame import records_of
 from harness.core.records import Record
 from harness.tables.family import MEAN_ONLY, TextTable, comparison_table, family_table, imported_tables, split_imports
-from harness.core.store import incompleteness
-from harness.collectives import crossover
-from harness.report import plots as plotlib
-from harness.report.document import Block, Heading, Image, Para, Table
-from harness.report.run import RunData
-
-
-human_bytes = plotlib.human_bytes
+from harness.core.plotting import png_bytes
+from harness.core.store import LoadedRun
+from harness.document.blocks import Block, Heading, Image, Para, Table
 
 
 @dataclass
@@ -104,7 +99,7 @@ RUN_ROWS = (
 )
 
 
-def _machine(runs: Sequence[RunData]) -> list[Block]:
+def _machine(runs: Sequence[LoadedRun]) -> list[Block]:
     rows = []
     getters = [(name, get, "fingerprint") for name, get in MACHINE_ROWS] + [(name, get, "meta") for name, get in RUN_ROWS]
     for name, get, source in getters:
@@ -117,7 +112,7 @@ def _machine(runs: Sequence[RunData]) -> list[Block]:
     return [Heading(2, "Machine and run"), Table(["", *(r.label for r in runs)], rows)]
 
 
-def _cases(runs: Sequence[RunData]) -> list[Block]:
+def _cases(runs: Sequence[LoadedRun]) -> list[Block]:
     rows = []
     failures = []
     for run in runs:
@@ -142,7 +137,7 @@ def _table(table: TextTable) -> Table:
     return Table(list(table.headers), [list(row) for row in table.rows])
 
 
-def _family_tables(runs: Sequence[RunData], parts: Sequence, family: Optional[Family]) -> list[Block]:
+def _family_tables(runs: Sequence[LoadedRun], parts: Sequence, family: Optional[Family]) -> list[Block]:
     """One run: its table (imports as nccl-tests printed them). Several: side by side, from the
     frame rows of this family in each run (``parts``)."""
     if len(runs) > 1:
@@ -170,13 +165,44 @@ def _definitions(family: Optional[Family], records: Sequence[Record]) -> Optiona
     return Table(["figure", "unit", "better", "source", "definition"], rows) if rows else None
 
 
+def _declaration(name: str, families: Mapping[str, Family]) -> Optional[Family]:
+    """The family whose plots and findings a report shows for records of ``name``: from ``families``,
+    else the registry's (a fixed mapping narrows a golden report's tables, not its plots)."""
+    return families.get(name) or registry.FAMILIES.get(name)
+
+
 def known_families(families: Mapping[str, Family]) -> list[str]:
-    names = [n for n in families if n != "selftest"]
-    return names + [n for n in plotlib.PLOTS if n not in names]
+    """The families a report names when a run lacks them: those of ``families`` a reader would miss,
+    then every registered family that declares plots."""
+    names = [n for n, f in families.items() if f.listed_when_absent]
+    return names + [n for n, f in registry.FAMILIES.items() if f.plots and n not in names]
 
 
-def _families(runs: Sequence[RunData], families: Mapping[str, Family]) -> list[Block]:
-    frames = [frame_of(run.records, run.path, run.meta, run.fingerprint) for run in runs]
+def _concluded(concluded: Concluded) -> list[Block]:
+    table = [Table(list(concluded.headers), [list(row) for row in concluded.rows])] if concluded.headers else []
+    return [Para(concluded.text), *table]
+
+
+def _plot_blocks(family: Family, runs: Sequence[LoadedRun]) -> list[Block]:
+    blocks: list[Block] = []
+    for plot in family.plots:
+        try:
+            drawn = plot.draw(runs)
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            # Records of another shape (an older family version) must not take the report down.
+            blocks.append(Para(f"{plot.title}: could not be drawn from these records "
+                               f"({type(exc).__name__}: {exc})."))
+            continue
+        if drawn is None:
+            blocks.append(Para(f"{plot.title}: nothing to plot (the records lack the fields it needs; "
+                               "see docs/reports.md)."))
+        else:
+            blocks.append(Image(plot.name, plot.title, png_bytes(drawn.figure), drawn.caption))
+    return blocks
+
+
+def _families(runs: Sequence[LoadedRun], families: Mapping[str, Family]) -> list[Block]:
+    frames = [records_of([run]) for run in runs]
     blocks: list[Block] = []
     present: list[str] = []
     for run in runs:
@@ -190,19 +216,11 @@ def _families(runs: Sequence[RunData], families: Mapping[str, Family]) -> list[B
         definitions = _definitions(family, [r for run in runs for r in run.of(fam)])
         if definitions is not None:
             blocks.append(definitions)
-        if fam == "allreduce":
-            blocks += _crossover_text(runs)
-        for spec in plotlib.family_plots(fam):
-            try:
-                drawn = spec.draw(runs)
-            except (KeyError, TypeError, ValueError, IndexError) as exc:
-                # Records of another shape (an older family version) must not take the report down.
-                blocks.append(Para(f"{spec.title}: could not be drawn from these records ({type(exc).__name__}: {exc})."))
-                continue
-            if drawn is None:
-                blocks.append(Para(f"{spec.title}: nothing to plot (the records lack the fields it needs; see docs/reports.md)."))
-            else:
-                blocks.append(Image(spec.name, spec.title, plotlib.png_bytes(drawn.figure), drawn.caption))
+        declared = _declaration(fam, families)
+        if declared is not None:
+            for finding in declared.findings:
+                blocks += _concluded(finding.conclude(runs))
+            blocks += _plot_blocks(declared, runs)
     absent = [f for f in known_families(families) if f not in present]
     if absent:
         blocks += [Heading(2, "Families not in this run"),
@@ -210,43 +228,7 @@ def _families(runs: Sequence[RunData], families: Mapping[str, Family]) -> list[B
     return blocks
 
 
-def _crossover_cell(c: crossover.Crossover) -> str:
-    if c.significant:
-        return "; ".join(
-            f"between {human_bytes(ch.below_bytes)} and {human_bytes(ch.above_bytes)} ({ch.faster_below} faster "
-            f"below): interpolated ~{_bytes_or_dash(ch.point_bytes)}, {crossover.LEVEL:.0%} interval "
-            f"{_bytes_or_dash(ch.low_bytes)} - {_bytes_or_dash(ch.high_bytes)}" for ch in c.changes)
-    if c.resampled:
-        measured = ", ".join(f"~{human_bytes(x)}" for x in c.point_bytes)
-        counts = ", ".join(f"{name} at {n}" for name in ("ring", "tree", "neither")
-                           if (n := c.leads.count(name)))
-        return ("no significant crossover (" + (f"the measured p50s cross at {measured}; " if measured else "")
-                + f"which is significantly faster, of {len(c.sizes)} sizes: {counts})")
-    found = ", ".join(f"~{human_bytes(x)}" for x in c.point_bytes) or "none in the measured sizes"
-    return f"means only (imported): {found}; no interval, there are no samples to resample"
-
-
-def _bytes_or_dash(x) -> str:
-    return "-" if x is None else human_bytes(x)
-
-
-def _crossover_text(runs: Sequence[RunData]) -> list[Block]:
-    rows = []
-    for run in runs:
-        found = crossover.ring_tree_crossovers(run.of("allreduce"))
-        for c in found:
-            dtype, world, backend = c.key
-            rows.append([run.label, backend, dtype, str(world), _crossover_cell(c)])
-        if not found:
-            rows.append([run.label, "-", "-", "-", "ring and tree not both measured at two sizes or more"])
-    if all(row[1] == "-" for row in rows):
-        return [Para("Ring/tree crossover: not measured (no run has both ring and tree at two sizes or more).")]
-    return [Para("Ring/tree crossover: the size at which the faster of ring and tree (p50 latency, log-log "
-                 "interpolation between measured sizes) changes. " + crossover.RULE),
-            Table(["run", "backend", "dtype", "world", "crossover"], rows)]
-
-
-def _claims(runs: Sequence[RunData], claims: Sequence[Claim], report: Report) -> list[Block]:
+def _claims(runs: Sequence[LoadedRun], claims: Sequence[Claim], report: Report) -> list[Block]:
     per_run = [check_claims(claims, run.records, run.label) for run in runs]
     report.claim_results = per_run
     blocks: list[Block] = [Heading(2, "Claims check")]
@@ -327,10 +309,12 @@ def _sections(claims: Sequence[Claim]) -> list[list[str]]:
     return [[short, english, original, ", ".join(ids)] for (short, english, original), ids in cited.items()]
 
 
-def build(runs: Sequence[RunData], claims: Sequence[Claim], extra: Sequence[Block] = (),
+def build(runs: Sequence[LoadedRun], claims: Sequence[Claim], extra: Sequence[Block] = (),
           families: Optional[Mapping[str, Family]] = None) -> Report:
     """``families`` (default: the registry) gives descriptions, table columns and the families
-    a run may lack; a fixed mapping keeps a golden report independent of what else is registered."""
+    a run may lack; a fixed mapping keeps a golden report independent of what else is registered.
+    Each family present is shown with the findings and plots it declares (``Family.findings``,
+    ``Family.plots``): the report knows no family by name."""
     families = registry.FAMILIES if families is None else families
     if not runs:
         raise ValueError("a report needs at least one run")
@@ -338,7 +322,7 @@ def build(runs: Sequence[RunData], claims: Sequence[Claim], extra: Sequence[Bloc
         "critpath comparison: " + " vs ".join(r.label for r in runs))
     report = Report(title)
     report.blocks.append(Heading(1, title))
-    incomplete = [f"{r.label}: {why}" for r in runs if (why := incompleteness(r.meta, list(r.records)))]
+    incomplete = [f"{r.label}: {r.incomplete}" for r in runs if r.incomplete]
     report.blocks.append(Para(
         "Built from the stored records only (" + ", ".join(f"{r.label}: {len(r.records)} records" for r in runs)
         + "). Latencies are per operation; for collectives an iteration's time is the slowest rank's."

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Sequence
 
 from harness.claims import baselines
+from harness.core.store import load_run
 from harness.report.build import Report, build
-from harness.report.document import Block, Heading, Image, to_html, to_markdown
-from harness.report.run import load_run
+from harness.document.blocks import Block, Heading, Image, to_html, to_markdown
 
 EXIT_OK, EXIT_USAGE = 0, 2
 

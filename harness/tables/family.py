@@ -21,7 +21,8 @@ from harness.core.comparable import CHECKED_FIELDS
 from harness.tables.frame import NCCL_PREFIX, PARAM_PREFIX, SUMMARY_COLUMNS
 from harness.tables.frame import NCCL_SIDES as FRAME_SIDES
 from harness.core.family import SOURCE_MARKS, Column, Family
-from harness.core.figures import N_TOO_SMALL, TIME_SCALE, is_sample_statistic, sample_parts, supports
+from harness.core.bandwidth import nccl_tests_better
+from harness.core.figures import N_TOO_SMALL, SAMPLE_BETTER, TIME_SCALE, is_sample_statistic, sample_parts, supports
 from harness.nccltests.evidence import ranks_text
 from harness.core.sizes import format_size
 
@@ -265,9 +266,10 @@ def _headline(family: Optional[Family], name: str) -> Compared:
 def _nccl_compared() -> list[Compared]:
     out = []
     for side, place in NCCL_SIDES:
-        out += [Compared(f"time (us) {place}", f"{NCCL_PREFIX}{side}.time_us", "lower",
+        out += [Compared(f"time (us) {place}", f"{NCCL_PREFIX}{side}.time_us", nccl_tests_better("time_us"),
                          text=lambda r, s=side: nccl_time_text(r, s)),
-                Compared(f"busbw (GB/s) {place}", f"{NCCL_PREFIX}{side}.busbw_gbps", "higher", "{:.2f}")]
+                Compared(f"busbw (GB/s) {place}", f"{NCCL_PREFIX}{side}.busbw_gbps", nccl_tests_better("busbw_gbps"),
+                         "{:.2f}")]
     return out
 
 
@@ -279,9 +281,9 @@ def compared_figures(frames: Sequence[Any], family: Optional[Family]) -> list[Co
     if rows and all(not _missing(r.get(IMPORT_FILE)) for r in rows):
         return _nccl_compared()
     mean_only = [bool(r["mean_only"]) for r in rows]
-    center = [] if all(mean_only) else [Compared("p50 (us)", "p50_us", "lower", "{:.2f}")]
+    center = [] if all(mean_only) else [Compared("p50 (us)", "p50_us", SAMPLE_BETTER, "{:.2f}")]
     if any(mean_only):
-        center.append(Compared("mean (us)", "mean_us", "lower", "{:.2f}"))
+        center.append(Compared("mean (us)", "mean_us", SAMPLE_BETTER, "{:.2f}"))
     present = {f for df in frames for f in _figures(df) if f in df and df[f].notna().any()}
     heads = [f.name for f in (family.figures if family else ()) if f.headline and f.name in present]
     return center + [_headline(family, name) for name in heads]

@@ -21,6 +21,7 @@ from typing import Any, Iterable, Mapping, Optional, Union
 
 from harness.core.declarations import declared
 from harness.core.figures import is_mean_only
+from harness.core.store import LoadedRun, load_run, run_of
 
 PathLike = Union[str, Path]
 STATS_US = ("min", "p50", "p90", "p99", "p999", "max", "mean")
@@ -45,38 +46,12 @@ NCCL_COLUMNS = {
 }
 
 
-class LoadedRun:
-    """One run directory read whole: its records (verified; an invalid line raises naming file and
-    line), run.json, fingerprint.json and why it is incomplete ("" when whole)."""
-
-    def __init__(self, path: PathLike) -> None:
-        from harness.core.store import FINGERPRINT, RUN_META, ResultsFileError, load_records, read_json
-
-        self.path = Path(path)
-        if not self.path.is_dir():
-            raise ResultsFileError(f"{self.path}: not a run directory")
-        self._set(load_records(self.path), read_json(self.path / RUN_META), read_json(self.path / FINGERPRINT))
-
-    @classmethod
-    def of(cls, path: PathLike, records, meta: dict, fingerprint: dict) -> "LoadedRun":
-        """A run its caller has read already (the report's RunData), without reading it again."""
-        run = cls.__new__(cls)
-        run.path = Path(path)
-        run._set(list(records), meta, fingerprint)
-        return run
-
-    def _set(self, records: list, meta: dict, fingerprint: dict) -> None:
-        from harness.core.store import incompleteness
-
-        self.records, self.meta, self.fingerprint = records, meta, fingerprint
-        self.run_id = self.meta.get("run_id") or (self.records[0].run_id if self.records else self.path.name)
-        self.incomplete = incompleteness(self.meta, self.records)
-
-    def run_columns(self) -> dict:
-        git = self.fingerprint.get("git") or {}
-        return {"run_id": self.run_id, "run_dir": str(self.path), "commit": git.get("commit"),
-                "commit_dirty": git.get("dirty"), "host": self.fingerprint.get("host"),
-                "incomplete": bool(self.incomplete), "incomplete_reason": self.incomplete or None}
+def _run_columns(run: LoadedRun) -> dict:
+    git = run.fingerprint.get("git") or {}
+    incomplete = run.incomplete
+    return {"run_id": run.run_id, "run_dir": str(run.path), "commit": git.get("commit"),
+            "commit_dirty": git.get("dirty"), "host": run.fingerprint.get("host"),
+            "incomplete": bool(incomplete), "incomplete_reason": incomplete or None}
 
 
 def _paths(run_dirs: Iterable[Any]) -> list[Path]:
@@ -93,7 +68,7 @@ def _paths(run_dirs: Iterable[Any]) -> list[Path]:
 
 
 def load_runs(*run_dirs: Any) -> list[LoadedRun]:
-    return [LoadedRun(p) for p in _paths(run_dirs)]
+    return [load_run(p) for p in _paths(run_dirs)]
 
 
 def figure_declarations(runs: list[LoadedRun]) -> dict[str, dict]:
@@ -162,7 +137,7 @@ def _flags(record) -> Optional[str]:
 
 def _record_row(run: LoadedRun, record) -> dict:
     error = f"{record.error.kind}: {record.error.message}" if record.error else None
-    row = {**run.run_columns(), "case_id": record.case_id, "family": record.family,
+    row = {**_run_columns(run), "case_id": record.case_id, "family": record.family,
            "family_version": record.family_version, "backend": record.backend, "world": record.world,
            "timer": record.timer or None, "reduction": record.reduction or None,  # "" for a case that never timed
            "status": record.status, "label": record.label, "ok": record.ok, "error": error,
@@ -207,8 +182,8 @@ def frame(*run_dirs: Any, samples: bool = False):
 
 def frame_of(records, run_dir: PathLike = ".", meta: dict | None = None, fingerprint: dict | None = None):
     """The records frame of one run's records already loaded (a run just measured, shown with
-    --skip-invalid, or the report's RunData), without reading the run directory again."""
-    return records_of([LoadedRun.of(run_dir, records, meta or {}, fingerprint or {})])
+    --skip-invalid, or a run the report has loaded), without reading the run directory again."""
+    return records_of([run_of(run_dir, records, meta, fingerprint)])
 
 
 def records_of(runs: list[LoadedRun]):

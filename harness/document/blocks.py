@@ -1,5 +1,5 @@
-"""A report as a list of blocks, rendered to markdown and to self-contained HTML from the same
-content, so the two never disagree."""
+"""A document (a report, a history, an acceptance) as a list of blocks, rendered to markdown and to
+self-contained HTML from the same content, so the two never disagree."""
 from __future__ import annotations
 
 import base64
@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Sequence, Union
 
-from harness.report import fonts
+from harness.document import fonts
 
 
 @dataclass(frozen=True)
