@@ -62,6 +62,10 @@ MOVED: dict[str, tuple[str, ...]] = {
     "harness.history": ("harness.history.campaign",),
     "harness.report.history": ("harness.history.view",),
     "harness.report.crossover": ("harness.collectives.crossover",),
+    "harness.report.run": ("harness.core.store",),
+    "harness.report.document": ("harness.document.blocks",),
+    "harness.report.plots": ("harness.core.plotting", "harness.collectives.plots", "harness.rpc.plots",
+                             "harness.pipeline.plots", "harness.moe_a2a.plots", "harness.kv_alloc.plots"),
     "harness.model.claims": ("harness.model.scale_claims",),
 }
 # Old package -> new package: every module under it moved with it.
