@@ -171,7 +171,7 @@ def ring_tree_finding(runs: Sequence[Any]) -> Concluded:
     row per (dtype, world, backend), under the rule they follow."""
     rows = []
     for run in runs:
-        found = ring_tree_crossovers(run.of("allreduce"))
+        found = ring_tree_crossovers(run.records)
         for c in found:
             dtype, world, backend = c.key
             rows.append([run.label, backend, dtype, str(world), _cell(c)])

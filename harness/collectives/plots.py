@@ -58,14 +58,14 @@ def crossover_caption(found: Sequence[crossover.Crossover]) -> str:
 
 def _allreduce(runs: Sequence[LoadedRun], ylabel: str, value: Callable[[Record], float], what: str,
                mark: bool) -> Optional[Drawn]:
-    if not any(passed(run.of("allreduce")) for run in runs):
+    if not any(passed(run.records) for run in runs):
         return None
     fig, ax = subplots((7, 4.2))
     captions = []
     colour = palette()
     for i, run in enumerate(runs):
         omitted = 0
-        for key, recs in crossover.allreduce_series(run.of("allreduce")).items():
+        for key, recs in crossover.allreduce_series(run.records).items():
             points, left_out = positive([(r.params["size_bytes"], value(r)) for r in recs])
             omitted += left_out
             if points:
@@ -77,7 +77,7 @@ def _allreduce(runs: Sequence[LoadedRun], ylabel: str, value: Callable[[Record],
                                            "(nccl-tests prints 0.00 where the figure rounds to zero) not plotted: a "
                                            "log axis has no place for them.", runs))
         if mark:
-            found = crossover.ring_tree_crossovers(run.of("allreduce"))
+            found = crossover.ring_tree_crossovers(run.records)
             _crossover_marks(ax, found, LINESTYLES[i % 4], run_label(run, "", runs))
             if (text := crossover_caption(found)):
                 captions.append(run_label(run, text, runs))

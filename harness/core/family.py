@@ -178,8 +178,9 @@ def figure_column(column: Column, figure: Figure) -> Column:
 @dataclass(frozen=True)
 class Plot:
     """A plot a report draws from a family's records: ``draw(runs)`` takes one run or several (a
-    comparison overlays them; each has ``label`` and ``of(family)``, ``harness.core.store.LoadedRun``)
-    and returns the figure and its caption, or None when the records hold nothing it can draw.
+    comparison overlays them), each a ``harness.core.store.LoadedRun`` holding only this family's
+    records and its ``label``, and returns the figure and its caption, or None when the records
+    hold nothing it can draw.
     ``name`` is the file stem under the report's plots/, unique across families."""
 
     name: str

@@ -12,7 +12,7 @@ import json
 import os
 import secrets
 import socket
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
@@ -187,6 +187,11 @@ class LoadedRun:
 
     def of(self, family: str) -> list[Record]:
         return [r for r in self.records if r.family == family]
+
+    def only(self, family: str) -> "LoadedRun":
+        """This run holding only the records of ``family``: what a family's plots and findings are
+        given, so the code that draws them never names its family."""
+        return replace(self, records=tuple(self.of(family)))
 
 
 def run_id_of(path: Path, records: Sequence[Record], meta: dict) -> str:

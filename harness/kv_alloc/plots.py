@@ -30,7 +30,7 @@ KV_PANELS = 3  # a taller figure stops being readable in a report
 def plot_kv_frag(runs: Sequence[LoadedRun]) -> Optional[Drawn]:
     groups: dict[tuple, list[tuple]] = defaultdict(list)
     for i, run in enumerate(runs):
-        for r in passed(run.of("kv_alloc")):
+        for r in passed(run.records):
             series = kv_fragmentation_series(r)
             if series is None:
                 continue

@@ -21,7 +21,7 @@ def moe_rank_load(record: Record) -> list[float]:
 
 
 def plot_moe_load(runs: Sequence[LoadedRun]) -> Optional[Drawn]:
-    cases = [(run, r) for run in runs for r in passed(run.of("moe_a2a")) if moe_rank_load(r)]
+    cases = [(run, r) for run in runs for r in passed(run.records) if moe_rank_load(r)]
     if not cases:
         return None
     fig, ax = subplots((7, 3.8))
@@ -67,7 +67,7 @@ def _mean_interval_us(record: Record) -> tuple[float, float]:
 
 
 def plot_moe_steps(runs: Sequence[LoadedRun]) -> Optional[Drawn]:
-    rows = [(run, r) for run in runs for r in passed(run.of("moe_a2a")) if r.summary is not None]
+    rows = [(run, r) for run in runs for r in passed(run.records) if r.summary is not None]
     if not rows:
         return None
     # Grouped by workload (uniform first, then by skew), the runs of one case side by side.

@@ -11,7 +11,7 @@ from harness.core.store import LoadedRun
 
 
 def plot_pipeline_bubble(runs: Sequence[LoadedRun]) -> Optional[Drawn]:
-    rows = [(i, run, r) for i, run in enumerate(runs) for r in passed(run.of("pipeline"))
+    rows = [(i, run, r) for i, run in enumerate(runs) for r in passed(run.records)
             if "bubble_idle_share" in r.metrics]
     if not rows:
         return None

@@ -218,9 +218,10 @@ def _families(runs: Sequence[LoadedRun], families: Mapping[str, Family]) -> list
             blocks.append(definitions)
         declared = _declaration(fam, families)
         if declared is not None:
+            own = [run.only(fam) for run in runs]
             for finding in declared.findings:
-                blocks += _concluded(finding.conclude(runs))
-            blocks += _plot_blocks(declared, runs)
+                blocks += _concluded(finding.conclude(own))
+            blocks += _plot_blocks(declared, own)
     absent = [f for f in known_families(families) if f not in present]
     if absent:
         blocks += [Heading(2, "Families not in this run"),

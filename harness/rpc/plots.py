@@ -82,7 +82,7 @@ def _one_over_tail(q: np.ndarray | float) -> np.ndarray | float:
 
 def plot_rpc_percentiles(runs: Sequence[LoadedRun]) -> Optional[Drawn]:
     # Only records with raw samples: a percentile of one averaged sample would be a lie.
-    chosen = [(i, run, r) for i, run in enumerate(runs) for r in rpc_spectrum_records(run.of("rpc"))]
+    chosen = [(i, run, r) for i, run in enumerate(runs) for r in rpc_spectrum_records(run.records)]
     if not chosen:
         return None
     transports = list(dict.fromkeys(str(r.params.get("transport", "?")) for _, _, r in chosen))
