@@ -24,7 +24,7 @@ from harness.gate.recheck import is_gate_side
 from harness.gate.repeats import ProcessRun, Repeats, run_repeats
 from harness.gate.trees import BASE, CANDIDATE, WORKTREE, TreeError, checkout, list_cases, probe, repo_root
 from harness.run.lifetime import interrupt_signal, raise_on_sigterm
-from harness.core.options import seconds
+from harness.core.options import comma_separated, positive, seconds
 from harness.core import figures
 from harness.core.figures import FigureUnavailable
 from harness.gate.values import default_direction, failure_text, iteration_values, validate_statistic
@@ -35,24 +35,11 @@ from harness.core.store import RESULTS, ResultsFileError, load_records, run_inco
 DEFAULT_REPEATS = 10  # --against: processes of the candidate
 
 
-def _csv(text: str) -> tuple[str, ...]:
-    return tuple(part.strip() for part in text.split(",") if part.strip())
-
-
 def _repeats(text: str) -> int:
     value = int(text)
     if value < 2:
         raise argparse.ArgumentTypeError(f"need at least 2 repeats per side to test anything, got {value}")
     return value
-
-
-def _positive(kind):
-    def parse(text: str):
-        value = kind(text)
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-        return value
-    return parse
 
 
 def _statistic(text: str) -> str:
@@ -86,19 +73,19 @@ def register(sub) -> None:
                    help="git ref of the candidate, or 'worktree' (default): this checkout with its edits")
     p.add_argument("--against", type=Path, metavar="FILE", help="compare the candidate with a baseline table (YAML) instead of a base ref")
     p.add_argument("--case", dest="case_ids", action="append", default=[], metavar="ID", help="case ID (repeatable)")
-    p.add_argument("--families", type=_csv, help="comma-separated families (their quick grid, or --full)")
+    p.add_argument("--families", type=comma_separated, help="comma-separated families (their quick grid, or --full)")
     p.add_argument("--full", action="store_true", help="with --families: the full grid")
-    p.add_argument("--budget", type=_positive(float), default=Plan.budget_s, metavar="SECONDS",
+    p.add_argument("--budget", type=positive(float), default=Plan.budget_s, metavar="SECONDS",
                    help=f"wall time for measuring (default {Plan.budget_s:g}); the gate stops earlier once every case is decided")
     p.add_argument("--allow-inconclusive", action="store_true",
                    help="pass a case still undecided at the budget even when its estimate reaches the minimum effect")
-    p.add_argument("--rounds", type=_positive(int), default=Plan.rounds, metavar="N",
+    p.add_argument("--rounds", type=positive(int), default=Plan.rounds, metavar="N",
                    help=f"rounds per fresh process pair (default {Plan.rounds}; see docs/gate.md)")
-    p.add_argument("--window", type=_positive(float), default=Plan.window_s, metavar="SECONDS",
+    p.add_argument("--window", type=positive(float), default=Plan.window_s, metavar="SECONDS",
                    help=f"timed seconds per case per round, calibrated once (default {Plan.window_s:g})")
-    p.add_argument("--max-pairs", type=_positive(int), metavar="N", help="stop after this many process pairs")
+    p.add_argument("--max-pairs", type=positive(int), metavar="N", help="stop after this many process pairs")
     p.add_argument("--repeats", type=_repeats, default=DEFAULT_REPEATS, help=f"with --against: candidate processes (default {DEFAULT_REPEATS})")
-    p.add_argument("--iters", type=_positive(int), help="timed iterations per case per round (default: from --window)")
+    p.add_argument("--iters", type=positive(int), help="timed iterations per case per round (default: from --window)")
     p.add_argument("--timeout", type=seconds, default=60.0, metavar="SECONDS", help="per-case limit in one round")
     p.add_argument("--repo", type=Path, default=Path.cwd(), help="the git checkout (default: the current directory)")
     _common(p)

@@ -35,6 +35,7 @@ from typing import Optional
 
 import numpy as np
 
+from harness.core.options import comma_separated
 from harness.gatepower import inject
 from harness.run.lifetime import interrupt_signal, raise_on_sigterm
 from harness.gate.outputs import EXIT_COULD_NOT_RUN, EXIT_REGRESSION, fails_build
@@ -53,10 +54,6 @@ CALIBRATION_STEPS = 4
 CALIBRATION_TOLERANCE = 0.25  # of the fraction asked for: +10 % means +7.5 to +12.5 % measured
 
 
-def _csv(text: str) -> tuple[str, ...]:
-    return tuple(p.strip() for p in text.split(",") if p.strip())
-
-
 # A case ID is "family/key=value,key=value": its own commas separate parameters, so a list of IDs
 # splits only at a comma that starts another "family/".
 _NEXT_ID = re.compile(r",(?=[A-Za-z_][A-Za-z0-9_]*/)")
@@ -72,7 +69,7 @@ def _case_ids(text: str) -> tuple[str, ...]:
 
 def _slowdowns(text: str) -> tuple[tuple[str, float], ...]:
     out = []
-    for part in _csv(text):
+    for part in comma_separated(text):
         kind, _, fraction = part.partition(":")
         if kind not in inject.KINDS or not fraction:
             raise argparse.ArgumentTypeError(f"slowdown {part!r}: expected KIND:FRACTION with KIND one of "
@@ -100,10 +97,10 @@ def register(sub) -> None:
     p.add_argument("--min-effect", type=float, default=0.05, help="--min-effect of each gate (default 0.05)")
     p.add_argument("--statistic", default=None, help="--statistic of each gate (default: the gate's)")
     p.add_argument("--rounds", type=int, default=None, help="--rounds of each gate (default: the gate's)")
-    p.add_argument("--rounds-sweep", type=lambda t: tuple(int(x) for x in _csv(t)), default=(), metavar="K,K,...",
+    p.add_argument("--rounds-sweep", type=lambda t: tuple(int(x) for x in comma_separated(t)), default=(), metavar="K,K,...",
                    help="instead: A/A gates of each --case at each --rounds, run to the budget, for the trade-off "
                         "between rounds per process pair and fresh processes")
-    p.add_argument("--tools", type=_csv, default=(), help=f"also run these on the same commits: {','.join(TOOLS)}")
+    p.add_argument("--tools", type=comma_separated, default=(), help=f"also run these on the same commits: {','.join(TOOLS)}")
     p.add_argument("--tool-trials", type=int, default=10, help="trials per tool and change (default 10)")
     p.add_argument("--out", type=Path, default=Path("reports/gate-power"), help="directory for power.json and every gate")
     p.add_argument("--resume", action="store_true",

@@ -36,10 +36,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-from harness.cli import _csv
 from harness.gate.trees import TreeError, checkout, probe, repo_root
 from harness.run.lifetime import die_with_parent, interrupt_signal, raise_on_sigterm
-from harness.core.options import seconds
+from harness.core.options import comma_separated, seconds
 from harness.core.store import RESULTS, ResultsFileError, load_records, run_incompleteness
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -70,7 +69,7 @@ def register(sub) -> None:
     p = sub.add_parser("history", help="record asv history over a range of commits (each commit's own code)")
     p.add_argument("range", metavar="A..B", help="git range (commits after A up to B, as git log A..B) or one ref")
     p.add_argument("--repo", type=Path, default=Path.cwd(), help="git checkout whose commits to record (default: .)")
-    p.add_argument("--families", type=_csv, help="comma-separated families (default: every default family)")
+    p.add_argument("--families", type=comma_separated, help="comma-separated families (default: every default family)")
     p.add_argument("--case", dest="case_ids", action="append", default=[], metavar="ID",
                    help="record exactly this case (repeatable); overrides --families")
     p.add_argument("--results", type=Path, help="asv results directory (default: the repo's asv.conf.json "

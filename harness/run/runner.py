@@ -22,6 +22,7 @@ from harness.run import fingerprint
 from harness.core import registry
 from harness.core.case import Case
 from harness.core.family import BACKENDS, GridOptions
+from harness.core.options import UsageError
 from harness.run.progress import LiveProgress
 from harness.core.records import ErrorInfo, Record, utc_now_iso
 from harness.core.store import RunDir, new_run_id, run_files
@@ -34,10 +35,6 @@ PROFILE_POLICY = {
     "quick": PlanPolicy(warmup=5, target_s=0.2, min_iters=50, max_iters=2000, tail_budget_s=2.0),
     "full": PlanPolicy(warmup=10, target_s=1.0, min_iters=200, max_iters=20000, tail_budget_s=10.0),
 }
-
-
-class UsageError(ValueError):
-    """Bad options or environment: exit code 2 with the message."""
 
 
 @dataclass(frozen=True)
