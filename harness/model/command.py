@@ -167,7 +167,7 @@ def cmd_model(args) -> int:
 
     out = args.out or Path("reports") / f"model-{_dt.datetime.now(_dt.timezone.utc):%Y%m%d-%H%M%S}"
     out.mkdir(parents=True, exist_ok=True)
-    _write_outputs(out, profile, scales, sizes, algos, times_s, crossover, nccl, fits, args, extrapolated)
+    _write_outputs(out, profile, scales, sizes, algos, times_s, crossover, nccl, fits, extrapolated)
     _print_summary(console, profile, scales, sizes, algos, times_s, crossover, nccl, fits)
     for e in extrapolated:
         console.print(f"extrapolation in p: {e.algo} fitted on worlds {','.join(map(str, e.train_worlds))} predicts "
@@ -302,7 +302,7 @@ def _print_claims(console, profile: HardwareProfile) -> None:
                 markup=False, highlight=False)
 
 
-def _write_outputs(out: Path, profile, scales, sizes, algos, times_s, crossover, nccl, fits, args,
+def _write_outputs(out: Path, profile, scales, sizes, algos, times_s, crossover, nccl, fits,
                    extrapolated=()) -> None:
     from dataclasses import asdict
 
