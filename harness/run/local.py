@@ -16,6 +16,7 @@ from harness.run.reporter import Reporter, announce, finish
 
 
 def local_plan(opts: RunOptions) -> RunPlan:
+    """The plan on --world ranks (default 2) over --backend (default: NCCL where the ranks have GPUs)."""
     # torch (a second or more): only a run that starts ranks loads it, not whoever imports the runner
     from harness.run.worker import pick_backend
 
