@@ -12,37 +12,10 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from harness.core.options import seconds
+from harness.core.options import UsageError, at_least, comma_separated, seconds, size_sweep
 
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-
-
-def _csv(text: str) -> tuple[str, ...]:
-    return tuple(part.strip() for part in text.split(",") if part.strip())
-
-
-def _sizes(text: str) -> tuple[int, ...]:
-    from harness.core.sizes import parse_sizes
-
-    try:
-        return parse_sizes(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def _nonneg_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
 
 
 def signal_name(signum: int) -> str:
@@ -60,16 +33,16 @@ def build_parser(modules: Optional[Sequence[str]] = None) -> argparse.ArgumentPa
     sub = parser.add_subparsers(dest="command", required=True)
 
     p_list = sub.add_parser("list", help="families and their case IDs")
-    p_list.add_argument("--families", type=_csv, help="comma-separated family names")
+    p_list.add_argument("--families", type=comma_separated, help="comma-separated family names")
     _grid_args(p_list)
 
     p_run = sub.add_parser("run", help="run cases and write a run directory")
-    p_run.add_argument("--families", type=_csv, help="comma-separated family names (default: every default family)")
+    p_run.add_argument("--families", type=comma_separated, help="comma-separated family names (default: every default family)")
     p_run.add_argument("--case", dest="case_ids", action="append", default=[], metavar="ID",
                        help="run exactly this case ID (repeatable); overrides --families")
     _grid_args(p_run)
-    p_run.add_argument("--iters", type=_positive_int, help="timed iterations per case (default: calibrated by rank 0)")
-    p_run.add_argument("--warmup", type=_nonneg_int, help="warm-up iterations per case")
+    p_run.add_argument("--iters", type=at_least(1), help="timed iterations per case (default: calibrated by rank 0)")
+    p_run.add_argument("--warmup", type=at_least(0), help="warm-up iterations per case")
     p_run.add_argument("--timeout", type=seconds, default=60.0, metavar="SECONDS",
                        help="per-case limit from set-up to check (default 60)")
     p_run.add_argument("--out", type=Path, help="run directory (default reports/<run-id>)")
@@ -92,9 +65,9 @@ def _grid_args(p: argparse.ArgumentParser) -> None:
     profile.add_argument("--quick", dest="profile", action="store_const", const="quick", help="quick profile (default)")
     profile.add_argument("--full", dest="profile", action="store_const", const="full", help="full profile")
     p.set_defaults(profile="quick")
-    p.add_argument("--world", type=_positive_int, help="ranks to spawn locally (default 2; under torchrun: WORLD_SIZE)")
+    p.add_argument("--world", type=at_least(1), help="ranks to spawn locally (default 2; under torchrun: WORLD_SIZE)")
     p.add_argument("--backend", choices=("gloo", "nccl"), help="default: nccl when every rank has a GPU, else gloo")
-    p.add_argument("--sizes", type=_sizes, metavar="SPEC", help="size sweep like nccl-tests: 8:64M:x2, 1K:8K:+1K or 8,1K,1M")
+    p.add_argument("--sizes", type=size_sweep, metavar="SPEC", help="size sweep like nccl-tests: 8:64M:x2, 1K:8K:+1K or 8,1K,1M")
 
 
 def cmd_list(args) -> int:
@@ -197,7 +170,6 @@ def _modules_for(argv: Sequence[str]) -> tuple[str, ...]:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     from harness.core.records import RecordError
-    from harness.run.runner import UsageError
     from harness.core.store import ResultsFileError
 
     argv = list(sys.argv[1:] if argv is None else argv)

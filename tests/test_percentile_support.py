@@ -11,7 +11,7 @@ from harness.accept.command import evaluate_check
 from harness.diagnose.observe import record_figures
 from harness.core.figures import N_TOO_SMALL, TooFewSamples, samples_needed
 from harness.core.records import Record
-from harness.run.runner import PROFILE_POLICY
+from harness.run.plan import PROFILE_POLICY
 from harness.run.timing import PlanPolicy
 from harness.accept.verdicts import UNVERIFIED
 

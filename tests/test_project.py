@@ -67,7 +67,7 @@ def test_a_command_imports_only_its_own_module():
 def test_commands_that_measure_nothing_import_no_torch_scipy_or_matplotlib():
     # Start-up of these is a benchmark (docs/start-up in README: "Start-up"); this keeps the
     # imports that dominated it (torch ~1.5 s, scipy.stats ~1.2 s, pyplot ~0.7 s here) out of them.
-    code = ("import sys, contextlib, io; from harness import cli, registry\n"
+    code = ("import sys, contextlib, io; from harness import cli; from harness.core import registry\n"
             "with contextlib.redirect_stdout(io.StringIO()):\n"
             "    try: cli.main(['--help'])\n"
             "    except SystemExit: pass\n"

@@ -1,11 +1,18 @@
-"""Command-line value types shared by every command: each refuses what would break a run later."""
+"""Command-line value types shared by every command: each refuses what would break a run later;
+and the one error a command raises for bad options or environment."""
 from __future__ import annotations
 
 import argparse
 import math
 
+from harness.core.sizes import parse_sizes
+
 # A bound no case needs; beyond it a timer's arithmetic overflows (threading.Timer, time.monotonic).
 MAX_SECONDS = 7 * 24 * 3600.0
+
+
+class UsageError(ValueError):
+    """Bad options or environment: exit code 2 with the message."""
 
 
 def seconds(text: str) -> float:
@@ -18,3 +25,38 @@ def seconds(text: str) -> float:
     if not math.isfinite(value) or not 0 < value <= MAX_SECONDS:
         raise argparse.ArgumentTypeError(f"must be a finite number of seconds in (0, {MAX_SECONDS:g}], got {text}")
     return value
+
+
+def comma_separated(text: str) -> tuple[str, ...]:
+    """``a, b,,c`` -> ("a", "b", "c"): names (families, tools) or numbers still to be parsed."""
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def at_least(low: int):
+    """An integer of ``low`` or more (--world >= 1, --warmup >= 0)."""
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
+        return value
+    parse.__name__ = "int"  # argparse names the type in "invalid int value: 'x'"
+    return parse
+
+
+def positive(kind):
+    """A number of ``kind`` (int or float) above 0: a budget, a window, a count of rounds."""
+    def parse(text: str):
+        value = kind(text)
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+        return value
+    parse.__name__ = kind.__name__  # argparse names the type in "invalid float value: 'x'"
+    return parse
+
+
+def size_sweep(text: str) -> tuple[int, ...]:
+    """A size sweep as nccl-tests writes it (``8:64M:x2``, ``1K:8K:+1K``, ``8,1K,1M``), in bytes."""
+    try:
+        return parse_sizes(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

@@ -5,7 +5,6 @@ Exit codes: 0 pass, 1 regression, 2 could not run (see ``harness.gate.outputs``)
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import signal
 import sys
 import time
@@ -14,7 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 from harness.gate.config import ConfigError, GateConfig, load_baselines, load_config
-from harness.gate.outputs import EXIT_COULD_NOT_RUN, GateResult, write_outputs
+from harness.gate.outputs import EXIT_COULD_NOT_RUN, GateResult
 from harness.gate.paired import DESIGN, SPENDING, paired_verdicts
 from harness.gate.progress import GateProgress
 from harness.gate.schedule import Plan, Schedule, side_kind
@@ -22,12 +21,13 @@ from harness.gate.sequential import CaseSpec, SequentialGate
 from harness.gate.stats import CaseInput, Outcome, Unit, verdicts
 from harness.gate.recheck import is_gate_side
 from harness.gate.repeats import ProcessRun, Repeats, run_repeats
+from harness.gate.request import CompareRequest, GateOutputs, GateRequest
 from harness.gate.trees import BASE, CANDIDATE, WORKTREE, TreeError, checkout, list_cases, probe, repo_root
 from harness.run.lifetime import interrupt_signal, raise_on_sigterm
-from harness.core.options import seconds
+from harness.core.options import comma_separated, positive, seconds
 from harness.core import figures
 from harness.core.figures import FigureUnavailable
-from harness.gate.values import default_direction, failure_text, iteration_values, validate_statistic
+from harness.gate.values import failure_text, iteration_values, validate_statistic
 from harness.core.records import Record
 from harness.core.comparable import mismatch
 from harness.core.store import RESULTS, ResultsFileError, load_records, run_incompleteness
@@ -35,24 +35,11 @@ from harness.core.store import RESULTS, ResultsFileError, load_records, run_inco
 DEFAULT_REPEATS = 10  # --against: processes of the candidate
 
 
-def _csv(text: str) -> tuple[str, ...]:
-    return tuple(part.strip() for part in text.split(",") if part.strip())
-
-
 def _repeats(text: str) -> int:
     value = int(text)
     if value < 2:
         raise argparse.ArgumentTypeError(f"need at least 2 repeats per side to test anything, got {value}")
     return value
-
-
-def _positive(kind):
-    def parse(text: str):
-        value = kind(text)
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-        return value
-    return parse
 
 
 def _statistic(text: str) -> str:
@@ -86,19 +73,19 @@ def register(sub) -> None:
                    help="git ref of the candidate, or 'worktree' (default): this checkout with its edits")
     p.add_argument("--against", type=Path, metavar="FILE", help="compare the candidate with a baseline table (YAML) instead of a base ref")
     p.add_argument("--case", dest="case_ids", action="append", default=[], metavar="ID", help="case ID (repeatable)")
-    p.add_argument("--families", type=_csv, help="comma-separated families (their quick grid, or --full)")
+    p.add_argument("--families", type=comma_separated, help="comma-separated families (their quick grid, or --full)")
     p.add_argument("--full", action="store_true", help="with --families: the full grid")
-    p.add_argument("--budget", type=_positive(float), default=Plan.budget_s, metavar="SECONDS",
+    p.add_argument("--budget", type=positive(float), default=Plan.budget_s, metavar="SECONDS",
                    help=f"wall time for measuring (default {Plan.budget_s:g}); the gate stops earlier once every case is decided")
     p.add_argument("--allow-inconclusive", action="store_true",
                    help="pass a case still undecided at the budget even when its estimate reaches the minimum effect")
-    p.add_argument("--rounds", type=_positive(int), default=Plan.rounds, metavar="N",
+    p.add_argument("--rounds", type=positive(int), default=Plan.rounds, metavar="N",
                    help=f"rounds per fresh process pair (default {Plan.rounds}; see docs/gate.md)")
-    p.add_argument("--window", type=_positive(float), default=Plan.window_s, metavar="SECONDS",
+    p.add_argument("--window", type=positive(float), default=Plan.window_s, metavar="SECONDS",
                    help=f"timed seconds per case per round, calibrated once (default {Plan.window_s:g})")
-    p.add_argument("--max-pairs", type=_positive(int), metavar="N", help="stop after this many process pairs")
+    p.add_argument("--max-pairs", type=positive(int), metavar="N", help="stop after this many process pairs")
     p.add_argument("--repeats", type=_repeats, default=DEFAULT_REPEATS, help=f"with --against: candidate processes (default {DEFAULT_REPEATS})")
-    p.add_argument("--iters", type=_positive(int), help="timed iterations per case per round (default: from --window)")
+    p.add_argument("--iters", type=positive(int), help="timed iterations per case per round (default: from --window)")
     p.add_argument("--timeout", type=seconds, default=60.0, metavar="SECONDS", help="per-case limit in one round")
     p.add_argument("--repo", type=Path, default=Path.cwd(), help="the git checkout (default: the current directory)")
     _common(p)
@@ -109,56 +96,6 @@ def register(sub) -> None:
     c.add_argument("run_b", type=Path, help="candidate: same")
     _common(c)
     c.set_defaults(func=cmd_compare)
-
-
-def _gate_config(args) -> GateConfig:
-    from dataclasses import replace
-
-    config = load_config(args.config)
-    policy = config.policy
-    if args.alpha is not None:
-        policy = replace(policy, alpha=args.alpha)
-    if args.min_effect is not None:
-        policy = replace(policy, min_effect=args.min_effect)
-    return replace(config, policy=policy, statistic=args.statistic or config.statistic)
-
-
-def _default_out(kind: str) -> Path:
-    return Path("reports") / f"{kind}-{_dt.datetime.now(_dt.timezone.utc):%Y%m%d-%H%M%S}"
-
-
-def _finish(result: GateResult, args, out: Path) -> int:
-    paths = write_outputs(result, out, args.markdown)
-    print(result.headline)
-    for case_id, v in result.verdicts.items():
-        if v.outcome != Outcome.UNCHANGED:
-            print(f"  {v.outcome:<13} {case_id}: {v.reason}")
-    for w in result.warnings:
-        print(f"warning: {w}", file=sys.stderr)
-    print(f"gate results: {paths['json']}, {paths['junit']}, {paths['markdown']}")
-    return result.exit_code
-
-
-def _new_result(args, mode: str, statistic: str, policy=None, **kw) -> GateResult:
-    from harness.gate.stats import Policy
-
-    return GateResult(mode, statistic, Unit.PROCESS, policy or Policy(), fail_on_inconclusive=args.fail_on_inconclusive,
-                      allow_inconclusive=getattr(args, "allow_inconclusive", False), **kw)
-
-
-def _error_result(args, mode: str, message: str, statistic: str = GateConfig.statistic) -> int:
-    result = _new_result(args, mode, statistic, error=message)
-    out = args.out or _default_out(mode)
-    code = _finish(result, args, out)
-    print(f"critpath {args.command}: error: {message}", file=sys.stderr)
-    return code
-
-
-def _direction(args, statistic: str) -> Callable[[str], str]:
-    """case ID -> which way is better: --direction when given, else the case's family declares it."""
-    if args.direction:
-        return lambda case_id: args.direction
-    return lambda case_id: default_direction(case_id, statistic)
 
 
 def _directions(direction: Callable[[str], str], case_ids, problems: dict) -> dict[str, str]:
@@ -173,23 +110,26 @@ def _directions(direction: Callable[[str], str], case_ids, problems: dict) -> di
 
 
 def cmd_gate(args) -> int:
-    mode = "against" if args.against else "ab"
+    outputs = GateOutputs("gate", args.out, args.markdown, args.fail_on_inconclusive, args.allow_inconclusive)
     try:
-        config = _gate_config(args)
-        direction = None if args.against else _direction(args, config.statistic)
+        config = load_config(args.config).overridden(args.alpha, args.min_effect, args.statistic, args.direction)
         for case_id in [] if args.against else args.case_ids:
-            direction(case_id)  # a statistic with no direction for a named case: refused before any worktree
+            config.direction(case_id)  # a statistic with no direction for a named case: refused before any worktree
     except (ConfigError, ValueError) as exc:
-        return _error_result(args, mode, str(exc))
-    if args.against and args.base:
-        return _error_result(args, mode, "give --base REF or --against FILE, not both")
-    if not args.against and not args.base:
-        return _error_result(args, mode, "--base REF (or --against FILE) is required")
-    if not args.case_ids and not args.families and not args.against:
-        return _error_result(args, mode, "select cases with --case ID or --families F")
-    if args.against and (args.case_ids or args.families):
-        return _error_result(args, mode, "with --against, the cases are the table's entries; drop --case/--families")
-    out = args.out or _default_out("gate")
+        return outputs.error("against" if args.against else "ab", str(exc))
+    plan = Plan(budget_s=args.budget, rounds=args.rounds, window_s=args.window, iters=args.iters,
+                case_timeout_s=args.timeout, max_pairs=args.max_pairs)
+    return gate(GateRequest(args.base, args.candidate, args.against, args.repo, tuple(args.case_ids), args.families,
+                            "full" if args.full else "quick", plan, args.repeats, config, outputs))
+
+
+def gate(request: GateRequest) -> int:
+    """Run the gate ``request`` asks for and write its result; the exit code."""
+    mode, config, outputs = request.mode, request.config, request.outputs
+    refusal = request.refusal()
+    if refusal:
+        return outputs.error(mode, refusal)
+    out = outputs.out_dir("gate")
     if out.exists() and any(out.iterdir()):
         # Not written into: the directory holds something else.
         print(f"critpath gate: error: {out} is not empty; choose another --out", file=sys.stderr)
@@ -198,42 +138,42 @@ def cmd_gate(args) -> int:
     previous = signal.signal(signal.SIGTERM, raise_on_sigterm)
     interrupted = None
     try:
-        if args.against:
-            result = _run_against(args, config, out, mode)
+        if request.against:
+            result = _run_against(request, out)
         else:
-            result = _run_ab(args, config, out, direction)
+            result = _run_ab(request, out)
     except (TreeError, ConfigError) as exc:
-        result = _new_result(args, mode, config.statistic, config.policy, error=str(exc))
+        result = outputs.result(mode, config.statistic, config.policy, error=str(exc))
     except KeyboardInterrupt as exc:
         interrupted = interrupt_signal(exc)
-        result = _new_result(args, mode, config.statistic, config.policy,
-                             error=f"interrupted by {interrupted.name}; worktrees and processes were removed")
+        result = outputs.result(mode, config.statistic, config.policy,
+                                error=f"interrupted by {interrupted.name}; worktrees and processes were removed")
     finally:
         signal.signal(signal.SIGTERM, previous)
     result.wall_s = time.perf_counter() - start
-    code = _finish(result, args, out)
+    code = outputs.finish(result, out)
     return 128 + int(interrupted) if interrupted is not None else code
 
 
-def _select_cases(args, sides: dict) -> tuple[list[str], list[str]]:
+def _select_cases(request: GateRequest, sides: dict) -> tuple[list[str], list[str]]:
     """(every case ID, the ones named explicitly): --case first, then each side's --families grid."""
-    explicit = list(dict.fromkeys(args.case_ids))
+    explicit = list(dict.fromkeys(request.case_ids))
     from_families: list[str] = []
-    if args.families:
-        profile = "full" if args.full else "quick"
+    if request.families:
         for tree in sides.values():
-            from_families += list_cases(tree, args.families, profile)
+            from_families += list_cases(tree, request.families, request.profile)
     return list(dict.fromkeys(explicit + from_families)), explicit
 
 
-def _run_ab(args, config: GateConfig, out: Path, direction: Callable[[str], str]) -> GateResult:
+def _run_ab(request: GateRequest, out: Path) -> GateResult:
     started_at = time.monotonic()  # the budget counts the worktrees and probes too
-    repo = repo_root(args.repo)
+    config, plan = request.config, request.plan
+    repo = repo_root(request.repo)
     with ExitStack() as stack:
-        cand = stack.enter_context(checkout(repo, args.candidate, CANDIDATE))
-        base = stack.enter_context(checkout(repo, args.base, BASE))
+        cand = stack.enter_context(checkout(repo, request.candidate, CANDIDATE))
+        base = stack.enter_context(checkout(repo, request.base, BASE))
         sides = {BASE: base, CANDIDATE: cand}
-        case_ids, explicit = _select_cases(args, sides)
+        case_ids, explicit = _select_cases(request, sides)
         problems: dict[str, tuple[str, str]] = {}  # case -> (outcome, reason)
         protocols = {}
         for label, tree in sides.items():
@@ -242,16 +182,14 @@ def _run_ab(args, config: GateConfig, out: Path, direction: Callable[[str], str]
             for case_id, why in found.unknown.items():
                 outcome = Outcome.COULD_NOT_RUN if case_id in explicit else Outcome.INCONCLUSIVE
                 problems.setdefault(case_id, (outcome, f"unknown in {label} ({tree.ref}): {why}"))
-        directions = _directions(direction, [c for c in case_ids if c not in problems], problems)
+        directions = _directions(config.direction, [c for c in case_ids if c not in problems], problems)
         runnable = [c for c in case_ids if c not in problems]
-        plan = Plan(budget_s=args.budget, rounds=args.rounds, window_s=args.window, iters=args.iters,
-                    case_timeout_s=args.timeout, max_pairs=args.max_pairs)
         kind = side_kind(protocols)
         specs = [CaseSpec(c, config.min_effect(c), directions[c]) for c in runnable]
         gate = SequentialGate(specs, alpha=config.policy.alpha, confidence=config.policy.confidence,
                               spending=SPENDING) if specs else None
         progress = GateProgress(plan, gate, specs, sys.stderr)
-        print(f"critpath gate: {len(runnable)} cases, base {args.base} vs candidate {args.candidate}, "
+        print(f"critpath gate: {len(runnable)} cases, base {request.base} vs candidate {request.candidate}, "
               f"budget {plan.budget_s:g} s, {plan.rounds} rounds per process pair"
               f"{'' if kind == 'worker' else ' (a fresh critpath run per round: a tree predates critpath worker)'}"
               f" -> {out}", file=sys.stderr)
@@ -266,15 +204,15 @@ def _run_ab(args, config: GateConfig, out: Path, direction: Callable[[str], str]
     verdicts_ = verdicts(inputs_problems, config.policy)
     if schedule_result is not None:
         verdicts_.update(paired_verdicts(schedule_result, gate, specs, plan, config))
-    result = _new_result(args, "ab", config.statistic, config.policy,
-                         verdicts={c: verdicts_[c] for c in case_ids}, base=base.to_dict(), candidate=cand.to_dict())
+    result = request.outputs.result("ab", config.statistic, config.policy, verdicts={c: verdicts_[c] for c in case_ids},
+                                    base=base.to_dict(), candidate=cand.to_dict())
     result.extra = {"plan": plan.to_dict(), "design": DESIGN, "side_kind": kind}
     if schedule_result is not None:
         result.repeats = schedule_result.generations
         result.extra.update(schedule_result.summary())
         if schedule_result.stopped == "budget" and any(v.outcome == Outcome.INCONCLUSIVE for v in verdicts_.values()):
             result.warnings.append(f"the {plan.budget_s:g} s budget ended before every case was decided")
-    if not args.allow_inconclusive and any(s.min_effect == 0 for s in specs):
+    if not request.outputs.allow_inconclusive and any(s.min_effect == 0 for s in specs):
         result.warnings.append("a minimum effect of 0: a case still undecided at the budget fails whenever its "
                                "estimate is worse at all; give a positive --min-effect or --allow-inconclusive")
     if cand.dirty:
@@ -282,27 +220,28 @@ def _run_ab(args, config: GateConfig, out: Path, direction: Callable[[str], str]
     return result
 
 
-def _run_against(args, config: GateConfig, out: Path, mode: str) -> GateResult:
+def _run_against(request: GateRequest, out: Path) -> GateResult:
     """--against: only the candidate runs, a fixed number of fresh processes, each case tested
     against its table value (a table measured elsewhere is not an A/B)."""
-    repo = repo_root(args.repo)
-    baselines = load_baselines(args.against)
+    config, plan, repeats = request.config, request.plan, request.repeats
+    repo = repo_root(request.repo)
+    baselines = load_baselines(request.against)
     case_ids = list(dict.fromkeys(b.case_id for b in baselines))
-    run_args = ["--timeout", str(args.timeout)] + (["--iters", str(args.iters)] if args.iters else [])
+    run_args = ["--timeout", str(plan.case_timeout_s)] + (["--iters", str(plan.iters)] if plan.iters else [])
     with ExitStack() as stack:
-        cand = stack.enter_context(checkout(repo, args.candidate, CANDIDATE))
+        cand = stack.enter_context(checkout(repo, request.candidate, CANDIDATE))
         problems = {c: f"unknown in candidate ({cand.ref}): {why}" for c, why in probe(cand, case_ids).unknown.items()}
         runnable = [c for c in case_ids if c not in problems]
-        print(f"critpath gate: {len(runnable)} cases, {args.repeats} candidate processes against {args.against} -> {out}",
+        print(f"critpath gate: {len(runnable)} cases, {repeats} candidate processes against {request.against} -> {out}",
               file=sys.stderr)
 
         def progress(run: ProcessRun) -> None:
             state = "ok" if run.records and run.exit_code == 0 else f"exit {run.exit_code}"
-            print(f"  {run.side:<9} repeat {run.repeat + 1}/{args.repeats}: {state}, {run.wall_s:.1f} s"
+            print(f"  {run.side:<9} repeat {run.repeat + 1}/{repeats}: {state}, {run.wall_s:.1f} s"
                   + (f" ({run.error})" if run.error else ""), file=sys.stderr)
 
-        runs = run_repeats(runnable, cand, args.repeats, out, run_args, args.timeout, progress) if runnable \
-            else Repeats()
+        runs = (run_repeats(runnable, cand, repeats, out, run_args, plan.case_timeout_s, progress) if runnable
+                else Repeats())
     inputs = []
     for b in baselines:
         if b.case_id in problems:
@@ -312,8 +251,9 @@ def _run_against(args, config: GateConfig, out: Path, mode: str) -> GateResult:
         cand_problem = f"candidate: {cand_problem}" if cand_problem else ""
         min_effect = b.min_effect if b.min_effect is not None else config.min_effect(b.case_id)
         inputs.append(CaseInput(b.case_id, (), cand_values, min_effect, b.direction, cand_problem, reference=b.value))
-    result = _new_result(args, mode, config.statistic, config.policy, verdicts=verdicts(inputs, config.policy),
-                         base={"ref": str(args.against)}, candidate=cand.to_dict(), repeats=args.repeats)
+    result = request.outputs.result(request.mode, config.statistic, config.policy,
+                                    verdicts=verdicts(inputs, config.policy), base={"ref": str(request.against)},
+                                    candidate=cand.to_dict(), repeats=repeats)
     stats = {b.statistic for b in baselines}
     result.statistic = stats.pop() if len(stats) == 1 else "per baseline entry"
     result.warnings.append("a baseline table was measured elsewhere: this is not an A/B in one job, so "
@@ -346,19 +286,25 @@ def _load_side(path: Path) -> list[list[Record]]:
 
 
 def cmd_compare(args) -> int:
+    outputs = GateOutputs("compare", args.out, args.markdown, args.fail_on_inconclusive)
     try:
-        config = _gate_config(args)
-        direction = _direction(args, config.statistic)
+        config = load_config(args.config).overridden(args.alpha, args.min_effect, args.statistic, args.direction)
     except (ConfigError, ValueError) as exc:
-        return _error_result(args, "compare", str(exc))
-    out = args.out or _default_out("compare")
+        return outputs.error("compare", str(exc))
+    return compare(CompareRequest(args.run_a, args.run_b, config, outputs))
+
+
+def compare(request: CompareRequest) -> int:
+    """The gate's statistics on the two stored sides ``request`` names; the exit code."""
+    config, outputs = request.config, request.outputs
+    out = outputs.out_dir("compare")
     start = time.perf_counter()
-    if is_gate_side(args.run_a) and is_gate_side(args.run_b):
-        return _recheck_gate(args, config, direction, out, start)
+    if is_gate_side(request.run_a) and is_gate_side(request.run_b):
+        return _recheck_gate(request, out, start)
     try:
-        sides = [_load_side(args.run_a), _load_side(args.run_b)]
+        sides = [_load_side(request.run_a), _load_side(request.run_b)]
     except ResultsFileError as exc:
-        return _error_result(args, "compare", str(exc), config.statistic)
+        return outputs.error("compare", str(exc), config.statistic)
     unit = Unit.PROCESS if min(len(s) for s in sides) >= 2 else Unit.ITERATION
     warnings = ["these runs were not measured interleaved in one job: differences between jobs, machines or "
                 "times count as change. This is not an A/B; use critpath gate for a verdict you can trust."]
@@ -371,7 +317,7 @@ def cmd_compare(args) -> int:
     for case_id in case_ids:
         values, problems = [], []
         try:
-            case_direction = direction(case_id)
+            case_direction = config.direction(case_id)
         except FigureUnavailable as exc:
             inputs.append(CaseInput(case_id, problem=str(exc), min_effect=config.min_effect(case_id)))
             continue
@@ -401,38 +347,38 @@ def cmd_compare(args) -> int:
                 values.append([])
         inputs.append(CaseInput(case_id, values[0], values[1], config.min_effect(case_id), case_direction,
                                 problem="; ".join(problems)))
-    result = GateResult("compare", config.statistic, unit, config.policy, verdicts(inputs, config.policy),
-                        base={"ref": str(args.run_a), "runs": len(sides[0])},
-                        candidate={"ref": str(args.run_b), "runs": len(sides[1])},
-                        repeats=min(len(s) for s in sides), warnings=warnings,
-                        fail_on_inconclusive=args.fail_on_inconclusive)
+    result = outputs.result("compare", config.statistic, config.policy, unit, verdicts=verdicts(inputs, config.policy),
+                            base={"ref": str(request.run_a), "runs": len(sides[0])},
+                            candidate={"ref": str(request.run_b), "runs": len(sides[1])},
+                            repeats=min(len(s) for s in sides), warnings=warnings)
     if unit == Unit.ITERATION and config.statistic != "p50_ns":
         result.warnings.append(f"with per-iteration samples the effect is the ratio of the samples' medians, "
                                f"not of {config.statistic}")
     result.wall_s = time.perf_counter() - start
-    return _finish(result, args, out)
+    return outputs.finish(result, out)
 
 
-def _recheck_gate(args, config: GateConfig, direction: Callable[[str], str], out: Path, start: float) -> int:
+def _recheck_gate(request: CompareRequest, out: Path, start: float) -> int:
     from harness.gate.paired import recheck_verdicts
     from harness.gate.recheck import describe, read_pairs
     from harness.gate.sequential import CaseSpec
 
+    config, outputs = request.config, request.outputs
     try:
-        tracks, rounds = read_pairs(args.run_a, args.run_b, config.statistic)
+        tracks, rounds = read_pairs(request.run_a, request.run_b, config.statistic)
     except ResultsFileError as exc:
-        return _error_result(args, "compare", str(exc), config.statistic)
+        return outputs.error("compare", str(exc), config.statistic)
     problems: dict = {}
-    directions = _directions(direction, tracks, problems)
+    directions = _directions(config.direction, tracks, problems)
     for case_id, (_, why) in problems.items():
         tracks[case_id].problem = why
     # A case without a direction carries its problem; its spec's direction is never read.
     specs = [CaseSpec(c, config.min_effect(c), directions.get(c, "lower")) for c in tracks]
-    result = _new_result(args, "compare", config.statistic, config.policy,
-                         verdicts=recheck_verdicts(tracks, specs, config, rounds) if specs else {},
-                         base={"ref": str(args.run_a)}, candidate={"ref": str(args.run_b)},
-                         repeats=max((len(t.pairs) for t in tracks.values()), default=0))
+    result = outputs.result("compare", config.statistic, config.policy,
+                            verdicts=recheck_verdicts(tracks, specs, config, rounds) if specs else {},
+                            base={"ref": str(request.run_a)}, candidate={"ref": str(request.run_b)},
+                            repeats=max((len(t.pairs) for t in tracks.values()), default=0))
     result.unit = "pair"
     result.warnings.append(describe(tracks))
     result.wall_s = time.perf_counter() - start
-    return _finish(result, args, out)
+    return outputs.finish(result, out)

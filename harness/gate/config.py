@@ -45,12 +45,29 @@ class GateConfig:
     statistic: str = "mean_ns"
     family_min_effect: Mapping[str, float] = field(default_factory=dict)
     case_min_effect: Mapping[str, float] = field(default_factory=dict)
+    direction_override: Optional[str] = None  # --direction: every case's; None: as its family declares
 
     def min_effect(self, case_id: str) -> float:
         if case_id in self.case_min_effect:
             return self.case_min_effect[case_id]
         family = case_id.partition("/")[0]
         return self.family_min_effect.get(family, self.policy.min_effect)
+
+    def direction(self, case_id: str) -> str:
+        """Which way is better for the statistic of ``case_id``; FigureUnavailable where its family
+        declares none and no direction was given."""
+        return self.direction_override or default_direction(case_id, self.statistic)
+
+    def overridden(self, alpha: Optional[float] = None, min_effect: Optional[float] = None,
+                   statistic: Optional[str] = None, direction: Optional[str] = None) -> "GateConfig":
+        """This config under what the command line sets (None: as the file, or the default, has it)."""
+        policy = self.policy
+        if alpha is not None:
+            policy = replace(policy, alpha=alpha)
+        if min_effect is not None:
+            policy = replace(policy, min_effect=min_effect)
+        return replace(self, policy=policy, statistic=statistic or self.statistic,
+                       direction_override=direction or self.direction_override)
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from typing import Optional
 
 import numpy as np
 
+from harness.core.options import comma_separated
 from harness.gatepower import inject
 from harness.run.lifetime import interrupt_signal, raise_on_sigterm
 from harness.gate.outputs import EXIT_COULD_NOT_RUN, EXIT_REGRESSION, fails_build
@@ -53,10 +54,6 @@ CALIBRATION_STEPS = 4
 CALIBRATION_TOLERANCE = 0.25  # of the fraction asked for: +10 % means +7.5 to +12.5 % measured
 
 
-def _csv(text: str) -> tuple[str, ...]:
-    return tuple(p.strip() for p in text.split(",") if p.strip())
-
-
 # A case ID is "family/key=value,key=value": its own commas separate parameters, so a list of IDs
 # splits only at a comma that starts another "family/".
 _NEXT_ID = re.compile(r",(?=[A-Za-z_][A-Za-z0-9_]*/)")
@@ -72,7 +69,7 @@ def _case_ids(text: str) -> tuple[str, ...]:
 
 def _slowdowns(text: str) -> tuple[tuple[str, float], ...]:
     out = []
-    for part in _csv(text):
+    for part in comma_separated(text):
         kind, _, fraction = part.partition(":")
         if kind not in inject.KINDS or not fraction:
             raise argparse.ArgumentTypeError(f"slowdown {part!r}: expected KIND:FRACTION with KIND one of "
@@ -100,10 +97,10 @@ def register(sub) -> None:
     p.add_argument("--min-effect", type=float, default=0.05, help="--min-effect of each gate (default 0.05)")
     p.add_argument("--statistic", default=None, help="--statistic of each gate (default: the gate's)")
     p.add_argument("--rounds", type=int, default=None, help="--rounds of each gate (default: the gate's)")
-    p.add_argument("--rounds-sweep", type=lambda t: tuple(int(x) for x in _csv(t)), default=(), metavar="K,K,...",
+    p.add_argument("--rounds-sweep", type=lambda t: tuple(int(x) for x in comma_separated(t)), default=(), metavar="K,K,...",
                    help="instead: A/A gates of each --case at each --rounds, run to the budget, for the trade-off "
                         "between rounds per process pair and fresh processes")
-    p.add_argument("--tools", type=_csv, default=(), help=f"also run these on the same commits: {','.join(TOOLS)}")
+    p.add_argument("--tools", type=comma_separated, default=(), help=f"also run these on the same commits: {','.join(TOOLS)}")
     p.add_argument("--tool-trials", type=int, default=10, help="trials per tool and change (default 10)")
     p.add_argument("--out", type=Path, default=Path("reports/gate-power"), help="directory for power.json and every gate")
     p.add_argument("--resume", action="store_true",
@@ -117,6 +114,25 @@ def register(sub) -> None:
 
 
 # -- the measurement -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PowerRequest:
+    """What ``critpath gate-power`` was asked to measure, read once from its command line."""
+
+    case_ids: tuple[str, ...]  # each gated alone, and slowed on its own branch
+    groups: tuple[tuple[str, ...], ...]  # multi-case gates; the first case is the one slowed
+    slowdowns: tuple[tuple[str, float], ...]  # (kind, fraction)
+    trials: int  # real gates per cell
+    budget_s: float  # each gate's --budget
+    min_effect: float  # each gate's --min-effect
+    statistic: Optional[str]  # each gate's --statistic; None: the gate's default
+    rounds: Optional[int]  # each gate's --rounds; None: the gate's default
+    rounds_sweep: tuple[int, ...]  # instead: A/A gates of each case at each of these --rounds
+    tools: tuple[str, ...]  # other tools run on the same commits
+    tool_trials: int
+    out: Path
+    resume: bool  # carry on with the measurement already in out
 
 
 @dataclass(frozen=True)
@@ -226,7 +242,7 @@ def _git(repo: Path, *args: str) -> str:
                           timeout=120).stdout.strip()
 
 
-def _prepare(args, out: Path) -> dict:
+def _prepare(request: PowerRequest, out: Path) -> dict:
     """Clone, calibrate, commit the A/A and slowdown branches; the plan of the measurement."""
     repo = repo_root(Path.cwd())
     base_sha = resolve(repo, "HEAD")
@@ -239,22 +255,22 @@ def _prepare(args, out: Path) -> dict:
     aa_sha = _git(clone, "rev-parse", "HEAD")
     _git(clone, "worktree", "add", "--quiet", "--detach", str(out / "base-tree"), base_sha)
     base_tree = Tree("base", base_sha, out / "base-tree", base_sha)
-    targets = [] if args.rounds_sweep else list(dict.fromkeys(list(args.case_ids) + [g[0] for g in args.groups]))
+    targets = [] if request.rounds_sweep else list(dict.fromkeys(list(request.case_ids) + [g[0] for g in request.groups]))
     calibration, branches = {}, {}
     for case_id in targets:
         mean_ns = _calibrate(base_tree, case_id, out / "calibration" / f"case-{targets.index(case_id)}")
         calibration[case_id] = mean_ns
         print(f"calibrated {case_id}: mean {mean_ns / 1e3:.1f} us per iteration", file=sys.stderr)
-        for kind, fraction in args.slowdowns:
+        for kind, fraction in request.slowdowns:
             slowdown = inject.Slowdown(case_id, kind, fraction, mean_ns)
             name = inject.branch_name(slowdown, len(branches))
             branches[name] = _calibrated_slowdown(clone, base_sha, name, slowdown,
                                                   out / "calibration" / name.replace("/", "-"))
     cells = []
-    if args.rounds_sweep:
+    if request.rounds_sweep:
         cells = [Cell(f"{case_id}: {AA}, {k} rounds", (case_id,), AA, aa_sha, rounds=k)
-                 for k in args.rounds_sweep for case_id in args.case_ids]
-    gates = [] if args.rounds_sweep else [(c,) for c in args.case_ids] + [tuple(g) for g in args.groups]
+                 for k in request.rounds_sweep for case_id in request.case_ids]
+    gates = [] if request.rounds_sweep else [(c,) for c in request.case_ids] + [tuple(g) for g in request.groups]
     for case_ids in gates:
         label = case_ids[0] if len(case_ids) == 1 else f"{len(case_ids)} cases, {case_ids[0]} first"
         cells.append(Cell(f"{label}: {AA}", case_ids, AA, aa_sha))
@@ -265,9 +281,9 @@ def _prepare(args, out: Path) -> dict:
     return {
         "schema": SCHEMA, "repo": str(repo), "base": base_sha, "aa": aa_sha, "clone": str(clone),
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "settings": {"trials": args.trials, "budget_s": args.budget, "min_effect": args.min_effect,
-                     "statistic": args.statistic, "rounds": args.rounds, "tools": list(args.tools),
-                     "tool_trials": args.tool_trials},
+        "settings": {"trials": request.trials, "budget_s": request.budget_s, "min_effect": request.min_effect,
+                     "statistic": request.statistic, "rounds": request.rounds, "tools": list(request.tools),
+                     "tool_trials": request.tool_trials},
         "calibration_mean_ns": calibration, "branches": branches, "cells": [asdict(c) for c in cells],
         "trials": [], "tool_trials": [],
     }
@@ -381,10 +397,10 @@ def _one_rank(case_id: str) -> bool:
     return registry.parse(case_id).world == 1
 
 
-def _chosen(cells: list[Cell], args, out: Path) -> list[Cell]:
+def _chosen(cells: list[Cell], request: PowerRequest, out: Path) -> list[Cell]:
     """On --resume, the stored cells of the gates named by --case and --group; all of them when none is
     named. A name that matches no stored cell is refused: carrying on nothing would look like done."""
-    wanted = [(cid,) for cid in args.case_ids] + [tuple(g) for g in args.groups]
+    wanted = [(cid,) for cid in request.case_ids] + [tuple(g) for g in request.groups]
     if not wanted:
         return cells
     stored = {c.case_ids for c in cells}
@@ -395,19 +411,19 @@ def _chosen(cells: list[Cell], args, out: Path) -> list[Cell]:
     return [c for c in cells if c.case_ids in wanted]
 
 
-def measure(args) -> dict:
-    out = args.out
-    if args.resume:
+def measure(request: PowerRequest) -> dict:
+    out = request.out
+    if request.resume:
         doc = _load(out / "power.json")
     else:
         if out.exists() and any(out.iterdir()):
             raise ValueError(f"{out} is not empty; choose another --out or --resume")
         out.mkdir(parents=True, exist_ok=True)
-        doc = _prepare(args, out)
+        doc = _prepare(request, out)
         _save(out, doc)
     cells = [Cell(**{**c, "case_ids": tuple(c["case_ids"])}) for c in doc["cells"]]
-    if args.resume:
-        cells = _chosen(cells, args, out)
+    if request.resume:
+        cells = _chosen(cells, request, out)
     (out / "gates").mkdir(exist_ok=True)
     settings = doc["settings"]
     done = {(t["cell"], t["trial"]) for t in doc["trials"]}
@@ -735,20 +751,23 @@ def cmd_power(args) -> int:
     if args.trials < 1:
         print("critpath gate-power: error: --trials must be >= 1", file=sys.stderr)
         return 2
+    request = PowerRequest(tuple(args.case_ids), tuple(args.groups), tuple(args.slowdowns), args.trials, args.budget,
+                           args.min_effect, args.statistic, args.rounds, tuple(args.rounds_sweep), tuple(args.tools),
+                           args.tool_trials, args.out, args.resume)
     previous = signal.signal(signal.SIGTERM, raise_on_sigterm)
     try:
-        doc = measure(args)
+        doc = measure(request)
     except (ValueError, TreeError, inject.InjectError, OSError, subprocess.CalledProcessError) as exc:
         print(f"critpath gate-power: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:
         signum = interrupt_signal(exc)
         print(f"critpath gate-power: interrupted by {signal.Signals(signum).name}; the trials measured so far are in "
-              f"{args.out / 'power.json'} (--resume carries on)", file=sys.stderr)
+              f"{request.out / 'power.json'} (--resume carries on)", file=sys.stderr)
         return 128 + signum
     finally:
         signal.signal(signal.SIGTERM, previous)
     text = table(doc)
-    (args.out / "power.md").write_text(text + "\n")
+    (request.out / "power.md").write_text(text + "\n")
     print(text)
     return 0

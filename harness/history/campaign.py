@@ -36,10 +36,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-from harness.cli import _csv
 from harness.gate.trees import TreeError, checkout, probe, repo_root
 from harness.run.lifetime import die_with_parent, interrupt_signal, raise_on_sigterm
-from harness.core.options import seconds
+from harness.core.options import comma_separated, seconds
 from harness.core.store import RESULTS, ResultsFileError, load_records, run_incompleteness
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -58,6 +57,23 @@ class Commit:
     subject: str
 
 
+@dataclass(frozen=True)
+class HistoryRequest:
+    """What ``critpath history`` was asked, with the places it resolved once: every step below the
+    handler reads this, never the parsed arguments."""
+
+    case_ids: tuple[str, ...]  # --case: exactly these; overrides families
+    families: Optional[tuple[str, ...]]  # None: every default family
+    timeout_s: float  # per case
+    rerun: bool  # measure commits asv already holds again
+    find: Optional[str]  # the figure to bisect on, or None to record the range
+    repo: Path
+    config: Path  # asv's config, with absolute paths
+    results: Path  # asv's results directory
+    machine: str  # asv's machine name
+    out: Path  # run directories and logs
+
+
 @dataclass
 class Filed:
     commit: Commit
@@ -70,7 +86,7 @@ def register(sub) -> None:
     p = sub.add_parser("history", help="record asv history over a range of commits (each commit's own code)")
     p.add_argument("range", metavar="A..B", help="git range (commits after A up to B, as git log A..B) or one ref")
     p.add_argument("--repo", type=Path, default=Path.cwd(), help="git checkout whose commits to record (default: .)")
-    p.add_argument("--families", type=_csv, help="comma-separated families (default: every default family)")
+    p.add_argument("--families", type=comma_separated, help="comma-separated families (default: every default family)")
     p.add_argument("--case", dest="case_ids", action="append", default=[], metavar="ID",
                    help="record exactly this case (repeatable); overrides --families")
     p.add_argument("--results", type=Path, help="asv results directory (default: the repo's asv.conf.json "
@@ -208,14 +224,14 @@ def bench_regex(families: Sequence[str]) -> str:
     return rf"(?i)^bench_families\.({names})\."
 
 
-def _run_args(args, run_dir: Path) -> list[str]:
+def _run_args(request: HistoryRequest, run_dir: Path) -> list[str]:
     argv = [sys.executable, "-m", "harness", "run", "--world", str(WORLD), "--backend", "gloo",
-            "--timeout", str(args.timeout), "--out", str(run_dir)]
-    if args.case_ids:
-        for case_id in args.case_ids:
+            "--timeout", str(request.timeout_s), "--out", str(run_dir)]
+    if request.case_ids:
+        for case_id in request.case_ids:
             argv += ["--case", case_id]
-    elif args.families:
-        argv += ["--families", ",".join(args.families)]
+    elif request.families:
+        argv += ["--families", ",".join(request.families)]
     return argv
 
 
@@ -238,10 +254,10 @@ def _set_aside(run_dir: Path) -> Path:
     return aside
 
 
-def record_commit(args, commit: Commit, repo: Path, config: Path, results: Path, machine: str, out: Path,
-                  say) -> Filed:
+def record_commit(request: HistoryRequest, commit: Commit, say) -> Filed:
     """Measure one commit and file it with asv; a commit that cannot be measured is a Filed that
     says why, and the range goes on."""
+    repo, config, results, machine, out = request.repo, request.config, request.results, request.machine, request.out
     start = time.monotonic()
     run_dir = out / "runs" / commit.sha
     log_path = out / "logs" / f"{commit.sha}.log"
@@ -250,13 +266,13 @@ def record_commit(args, commit: Commit, repo: Path, config: Path, results: Path,
         with checkout(repo, commit.sha, "history") as tree:
             probe(tree, [])
             records = _finished(run_dir)
-            if records is not None and not args.rerun:
+            if records is not None and not request.rerun:
                 say(f"  {run_dir} finished before; filing it without measuring again")
             else:
                 if run_dir.exists():
                     say(f"  kept the earlier run as {_set_aside(run_dir)}")
                 run_dir.parent.mkdir(parents=True, exist_ok=True)
-                proc = subprocess.Popen(_run_args(args, run_dir), cwd=tree.path, env=tree.env(),
+                proc = subprocess.Popen(_run_args(request, run_dir), cwd=tree.path, env=tree.env(),
                                         stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_orphan_guard)
                 code = _wait(proc)
                 records = _finished(run_dir)
@@ -284,23 +300,23 @@ def record_commit(args, commit: Commit, repo: Path, config: Path, results: Path,
     return Filed(commit, "filed", time.monotonic() - start, detail)
 
 
-def _already(args, results: Path, machine: str, commit: Commit, out: Path) -> bool:
-    if args.rerun:
+def _already(request: HistoryRequest, commit: Commit) -> bool:
+    if request.rerun:
         return False
-    held = recorded_cases(results, machine, commit.sha)
+    held = recorded_cases(request.results, request.machine, commit.sha)
     if not held:
         return False
-    if args.case_ids:
-        return set(args.case_ids) <= held
+    if request.case_ids:
+        return set(request.case_ids) <= held
     # Without --case, the finished run this command made for the commit says what was asked for.
-    records = _finished(out / "runs" / commit.sha)
-    return records is not None and {r.case_id for r in records} <= held and _same_families(args, records)
+    records = _finished(request.out / "runs" / commit.sha)
+    return records is not None and {r.case_id for r in records} <= held and _same_families(request, records)
 
 
-def _same_families(args, records) -> bool:
-    if not args.families:
+def _same_families(request: HistoryRequest, records) -> bool:
+    if not request.families:
         return True
-    return set(args.families) <= {r.family for r in records}
+    return set(request.families) <= {r.family for r in records}
 
 
 def _eta(done_s: list[float], left: int) -> str:
@@ -327,13 +343,16 @@ def cmd_history(args) -> int:
         print(f"critpath history: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
 
+    request = HistoryRequest(tuple(args.case_ids), args.families, args.timeout, args.rerun, args.find, repo, config,
+                             results, machine, out)
+
     def say(text: str) -> None:
         print(text, flush=True)
 
     try:
-        if args.find:
-            return _find(args, commits, repo, config, results, machine, out, say)
-        return _record_range(args, commits, repo, config, results, machine, out, say)
+        if request.find:
+            return _find(request, commits, say)
+        return _record_range(request, commits, say)
     except KeyboardInterrupt as exc:
         signum = interrupt_signal(exc)
         say(f"critpath history: interrupted by {signal.Signals(signum).name}; commits filed so far stay in "
@@ -341,25 +360,26 @@ def cmd_history(args) -> int:
         return 128 + signum
 
 
-def _record_range(args, commits, repo, config, results, machine, out, say) -> int:
-    say(f"critpath history: {len(commits)} commits of {repo} into {results} (machine {machine})")
+def _record_range(request: HistoryRequest, commits, say) -> int:
+    say(f"critpath history: {len(commits)} commits of {request.repo} into {request.results} "
+        f"(machine {request.machine})")
     walls: list[float] = []
     filed: list[Filed] = []
     for i, commit in enumerate(commits, 1):
         head = f"[{i}/{len(commits)}] {commit.sha[:10]} {commit.subject[:60]}"
-        if _already(args, results, machine, commit, out):
+        if _already(request, commit):
             filed.append(Filed(commit, "skipped", 0.0, "asv holds it already (--rerun to measure again)"))
             say(f"{head}: skipped, asv holds it already")
             continue
         say(f"{head}: measuring; {_eta(walls, len(commits) - i + 1)}")
-        result = record_commit(args, commit, repo, config, results, machine, out, say)
+        result = record_commit(request, commit, say)
         filed.append(result)
         if result.state == "filed":
             walls.append(result.wall_s)
         say(f"{head}: {result.state} in {result.wall_s / 60:.1f} min; {result.detail}")
     counts = {s: sum(f.state == s for f in filed) for s in ("filed", "skipped", "failed")}
     say(f"critpath history: {counts['filed']} filed, {counts['skipped']} skipped, {counts['failed']} could not be "
-        f"recorded. View: critpath report --asv-results {results} --out DIR")
+        f"recorded. View: critpath report --asv-results {request.results} --out DIR")
     return EXIT_OK if counts["failed"] == 0 else EXIT_FAILED
 
 
@@ -388,22 +408,22 @@ def largest_step(n: int, measure) -> tuple[int, int]:
     return lo, hi
 
 
-def _find(args, commits, repo, config, results, machine, out, say) -> int:
-    case_id, figure = args.case_ids[0], args.find
+def _find(request: HistoryRequest, commits, say) -> int:
+    case_id, figure = request.case_ids[0], request.find
     values: dict[int, float] = {}
 
     def measure(i: int) -> float:
         if i not in values:
             commit = commits[i]
-            if not _already(args, results, machine, commit, out):
+            if not _already(request, commit):
                 say(f"find: measuring {commit.sha[:10]} {commit.subject[:60]}")
-                filed = record_commit(args, commit, repo, config, results, machine, out, say)
+                filed = record_commit(request, commit, say)
                 if filed.state == "failed":
                     raise HistoryRunError(f"{commit.sha[:10]}: {filed.detail}")
-            value = _value(results, machine, commit.sha, case_id, figure)
+            value = _value(request.results, request.machine, commit.sha, case_id, figure)
             if value is None:
                 raise HistoryRunError(f"{commit.sha[:10]}: no {figure} for {case_id} (the case failed, or does not "
-                                   f"define it); see {out / 'logs'}")
+                                   f"define it); see {request.out / 'logs'}")
             values[i] = value
             say(f"find: {commit.sha[:10]} {figure} = {value:.4g}")
         return values[i]

@@ -21,6 +21,7 @@ from rich.table import Table
 from harness.model import alphabeta as ab
 from harness.model import scale_claims as claims, nccl_tuning
 from harness.model.profile import HardwareProfile, LinkTier, ProfileError, load_profile
+from harness.core.options import size_sweep
 from harness.core.sizes import format_size, parse_sizes
 
 if TYPE_CHECKING:  # scipy loads only when a fit is asked for, not on every critpath command
@@ -68,18 +69,11 @@ def _ranks_arg(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _sizes_arg(text: str) -> tuple[int, ...]:
-    try:
-        return parse_sizes(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
 def register(sub) -> None:
     p = sub.add_parser("model", help="modelled allreduce time at scale (alpha-beta and NCCL's tuning model)")
     p.add_argument("--ranks", type=_ranks_arg, default=parse_ranks(DEFAULT_RANKS), metavar="LIST",
                    help=f"scales, e.g. {DEFAULT_RANKS} ('...' continues the progression)")
-    p.add_argument("--sizes", type=_sizes_arg, default=parse_sizes(DEFAULT_SIZES), metavar="SPEC",
+    p.add_argument("--sizes", type=size_sweep, default=parse_sizes(DEFAULT_SIZES), metavar="SPEC",
                    help=f"allreduce sizes in bytes (default {DEFAULT_SIZES})")
     p.add_argument("--profile", default=None,
                    help=f"hardware profile YAML or shipped name (default {DEFAULT_PROFILE}; with --calibrate alone: "
@@ -173,7 +167,7 @@ def cmd_model(args) -> int:
 
     out = args.out or Path("reports") / f"model-{_dt.datetime.now(_dt.timezone.utc):%Y%m%d-%H%M%S}"
     out.mkdir(parents=True, exist_ok=True)
-    _write_outputs(out, profile, scales, sizes, algos, times_s, crossover, nccl, fits, args, extrapolated)
+    _write_outputs(out, profile, scales, sizes, algos, times_s, crossover, nccl, fits, extrapolated)
     _print_summary(console, profile, scales, sizes, algos, times_s, crossover, nccl, fits)
     for e in extrapolated:
         console.print(f"extrapolation in p: {e.algo} fitted on worlds {','.join(map(str, e.train_worlds))} predicts "
@@ -308,7 +302,7 @@ def _print_claims(console, profile: HardwareProfile) -> None:
                 markup=False, highlight=False)
 
 
-def _write_outputs(out: Path, profile, scales, sizes, algos, times_s, crossover, nccl, fits, args,
+def _write_outputs(out: Path, profile, scales, sizes, algos, times_s, crossover, nccl, fits,
                    extrapolated=()) -> None:
     from dataclasses import asdict
 

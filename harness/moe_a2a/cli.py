@@ -77,7 +77,7 @@ def cmd_sim(args) -> int:
     if args.planner_us is not None:
         model = replace(model, planner_us=args.planner_us if args.planner_us > 0 else None)
     if args.from_run is not None:
-        return _sim_from_run(args, model, console)
+        return _sim_from_run(args.from_run, args.drift_ms, args.window_ms, model, console)
     cfg = sim.SimConfig(tokens=args.tokens, hidden=args.hidden, bytes_per_elem=args.bytes_per_elem,
                         experts=args.experts, top_k=args.top_k, hot_factor=args.hot_factor,
                         spare_slots=args.spare_slots, capacity_factor=args.capacity_factor,
@@ -131,15 +131,16 @@ def _print_claims(console, results) -> None:
     console.print("claims beside the MODELLED figures:\n" + "\n".join(lines), markup=False, highlight=False)
 
 
-def _sim_from_run(args, model, console) -> int:
+def _sim_from_run(run_dir: Path, drift_ms: float, windows_ms: tuple[float, ...], model, console) -> int:
+    """The model fitted to ``run_dir``'s uniform case, beside what that run measured."""
     from harness.moe_a2a import sim
     from harness.core.store import load_records
 
-    records = load_records(args.from_run)
+    records = load_records(run_dir)
     try:
         fitted, basis = sim.fit_from_run(records, model)
     except ValueError as exc:
-        print(f"critpath moe-sim: error: {args.from_run}: {exc}", file=sys.stderr)
+        print(f"critpath moe-sim: error: {run_dir}: {exc}", file=sys.stderr)
         return 2
     measured = _relative(records)
     uniform = next(r for r in records if r.family == "moe_a2a" and r.params["workload"] == "uniform"
@@ -149,10 +150,10 @@ def _sim_from_run(args, model, console) -> int:
     cfg = sim.SimConfig(tokens=p["tokens"], hidden=p["hidden"], bytes_per_elem=p["bytes_per_elem"],
                         experts=p["experts_per_rank"] * p["world"], top_k=p["top_k"],
                         hot_factor=hot[0].params["skew"] if hot else 17.0, spare_slots=1,
-                        drift_ms=args.drift_ms, windows_ms=args.window_ms)
+                        drift_ms=drift_ms, windows_ms=windows_ms)
     scenarios = {s.name: s for s in sim.simulate(p["world"], cfg, fitted)}
     table = Table(title=f"MODELLED vs measured at {p['world']} ranks — one-tier model fitted from "
-                        f"{args.from_run} ({basis['case_id'].split('/')[0]} uniform case)", title_justify="left")
+                        f"{run_dir} ({basis['case_id'].split('/')[0]} uniform case)", title_justify="left")
     for col in ("case", "measured vs uniform case (mean, p50)", "measured vs paired twin (mean, p50)",
                 "modelled rel. throughput",
                 "measured rank max/mean", "modelled rank max/mean"):

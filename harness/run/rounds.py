@@ -91,7 +91,7 @@ class RoundServer:
 
     def run_round(self, number: int, cases: Sequence[tuple[Any, Optional[int]]], warmup: Optional[int],
                   target_s: Optional[float]) -> tuple[Path, list[dict]]:
-        from harness.run.runner import PROFILE_POLICY
+        from harness.run.plan import PROFILE_POLICY
         from harness.core.store import RunDir
         from harness.run.timing import PlanPolicy
 
@@ -125,7 +125,7 @@ class RoundServer:
 
     def _pool(self, world: int):
         from harness.run.launcher import Supervisor
-        from harness.run.runner import PROFILE_POLICY
+        from harness.run.plan import PROFILE_POLICY
 
         if world not in self._pools:
             self._pools[world] = Supervisor(world=world, backend=self.backend, policy=PROFILE_POLICY["quick"],

@@ -1,0 +1,99 @@
+"""What ``critpath gate`` and ``critpath compare`` were asked, read once from the command line: the
+sides, the cases, how long to measure, the config, and where and under which exit rules the
+result goes. Everything below the command handlers reads these, never the parsed arguments."""
+from __future__ import annotations
+
+import datetime as _dt
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from harness.gate.config import GateConfig
+from harness.gate.outputs import GateResult, write_outputs
+from harness.gate.schedule import Plan
+from harness.gate.stats import Outcome, Policy, Unit
+
+
+def _default_out(kind: str) -> Path:
+    return Path("reports") / f"{kind}-{_dt.datetime.now(_dt.timezone.utc):%Y%m%d-%H%M%S}"
+
+
+@dataclass(frozen=True)
+class GateOutputs:
+    """Where a result is written, and the exit rules it is judged by."""
+
+    command: str  # gate or compare: names the command in an error line
+    out: Optional[Path]  # None: reports/<kind>-<time>
+    markdown: Optional[Path]  # also appended here (a CI step summary)
+    fail_on_inconclusive: bool = False
+    allow_inconclusive: bool = False
+
+    def out_dir(self, kind: str) -> Path:
+        return self.out or _default_out(kind)
+
+    def result(self, mode: str, statistic: str, policy: Optional[Policy] = None, unit: str = Unit.PROCESS,
+               **kw) -> GateResult:
+        return GateResult(mode, statistic, unit, policy or Policy(), fail_on_inconclusive=self.fail_on_inconclusive,
+                          allow_inconclusive=self.allow_inconclusive, **kw)
+
+    def finish(self, result: GateResult, out: Path) -> int:
+        """Write the result, print its headline and every case that changed; its exit code."""
+        paths = write_outputs(result, out, self.markdown)
+        print(result.headline)
+        for case_id, v in result.verdicts.items():
+            if v.outcome != Outcome.UNCHANGED:
+                print(f"  {v.outcome:<13} {case_id}: {v.reason}")
+        for w in result.warnings:
+            print(f"warning: {w}", file=sys.stderr)
+        print(f"gate results: {paths['json']}, {paths['junit']}, {paths['markdown']}")
+        return result.exit_code
+
+    def error(self, mode: str, message: str, statistic: str = GateConfig.statistic) -> int:
+        """A gate that could not run still leaves its outputs, saying why."""
+        code = self.finish(self.result(mode, statistic, error=message), self.out_dir(mode))
+        print(f"critpath {self.command}: error: {message}", file=sys.stderr)
+        return code
+
+
+@dataclass(frozen=True)
+class GateRequest:
+    """``critpath gate``: base against candidate in this job, or the candidate against a table."""
+
+    base: Optional[str]  # a git ref
+    candidate: str  # a git ref, or the working tree
+    against: Optional[Path]  # a baseline table instead of a base
+    repo: Path
+    case_ids: tuple[str, ...]  # named with --case, in order
+    families: Optional[tuple[str, ...]]
+    profile: str  # the families' grid: quick or full
+    plan: Plan  # the budget, rounds, window, iterations and per-case limit
+    repeats: int  # with --against: candidate processes
+    config: GateConfig
+    outputs: GateOutputs
+
+    @property
+    def mode(self) -> str:
+        return "against" if self.against else "ab"
+
+    def refusal(self) -> str:
+        """Why these options cannot make a gate, or "" when they can."""
+        if self.against and self.base:
+            return "give --base REF or --against FILE, not both"
+        if not self.against and not self.base:
+            return "--base REF (or --against FILE) is required"
+        if not self.case_ids and not self.families and not self.against:
+            return "select cases with --case ID or --families F"
+        if self.against and (self.case_ids or self.families):
+            return "with --against, the cases are the table's entries; drop --case/--families"
+        return ""
+
+
+@dataclass(frozen=True)
+class CompareRequest:
+    """``critpath compare``: the gate's statistics on two stored sides."""
+
+    run_a: Path  # base: a run directory, a directory of them, or a gate's side
+    run_b: Path  # candidate: the same
+    config: GateConfig
+    outputs: GateOutputs

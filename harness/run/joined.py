@@ -1,0 +1,130 @@
+"""The joined way of running: under torchrun (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set) or
+Slurm (SLURM_PROCID, SLURM_NTASKS > 1, plus MASTER_ADDR/MASTER_PORT), every process is one rank;
+rank 0 writes the run directory, and a watchdog on each rank bounds every case, since no parent
+supervises them."""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from dataclasses import replace
+from typing import Optional
+
+from rich.console import Console
+
+from harness.core import registry
+from harness.core.options import UsageError
+from harness.core.records import ErrorInfo, Record, utc_now_iso
+from harness.run import fingerprint
+from harness.run.plan import RunJournal, RunOptions, RunPlan, plan_run
+from harness.run.reporter import Reporter, announce, finish
+
+
+def joined_rank(env=os.environ):
+    """The rank this process is in a torchrun/Slurm job, or None for a local launch."""
+    # torch (a second or more): only a run that has ranks loads it, not whoever imports the runner
+    from harness.run.worker import Rank, pick_backend
+
+    if "RANK" in env and "WORLD_SIZE" in env:
+        rank, world, local = int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", 0))
+    elif "SLURM_PROCID" in env and int(env.get("SLURM_NTASKS", "1")) > 1:
+        rank, world, local = int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"]), int(env.get("SLURM_LOCALID", 0))
+        missing = [k for k in ("MASTER_ADDR", "MASTER_PORT") if k not in env]
+        if missing:
+            raise UsageError(f"under Slurm, set {' and '.join(missing)} (see README: Slurm) so ranks can meet")
+        os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(local))
+    else:
+        return None
+    return Rank(rank, world, local, pick_backend(None, local))
+
+
+def joined_plan(opts: RunOptions, me) -> RunPlan:
+    """The same plan on every rank, made before the ranks meet: a bad selection fails each of them
+    alike instead of leaving the others waiting for it."""
+    if opts.world not in (None, me.world):
+        raise UsageError(f"--world {opts.world} but the job has WORLD_SIZE={me.world}")
+    return plan_run(opts, me.world, opts.backend or me.backend)
+
+
+class _FileSink:
+    """Rank 0 keeps each record in the journal; other ranks report failures on stderr."""
+
+    def __init__(self, me, journal: Optional[RunJournal], reporter: Optional[Reporter], plan: RunPlan) -> None:
+        self.me, self.journal, self.reporter = me, journal, reporter
+        self.backend, self.timeout_s = plan.backend, plan.timeout_s
+        self.started_at = ""
+        self.watchdog: Optional[threading.Timer] = None
+
+    def started(self, case_id: str, rank: int) -> None:
+        self.started_at = utc_now_iso()
+        if self.reporter:
+            self.reporter.started(case_id)
+        # No supervising parent here: a watchdog thread bounds the case. A collective stuck on a
+        # dead peer raises on its own (the group timeout); this catches a rank stuck anywhere else.
+        self._disarm()
+        self.watchdog = threading.Timer(self.timeout_s, self._expired, args=(case_id,))
+        self.watchdog.daemon = True
+        self.watchdog.start()
+
+    def _disarm(self) -> None:
+        if self.watchdog is not None:
+            self.watchdog.cancel()
+            self.watchdog = None
+
+    def _expired(self, case_id: str) -> None:
+        self.watchdog = None
+        self.failed(case_id, ErrorInfo("timeout", f"case did not finish within {self.timeout_s:g} s", self.me.rank))
+        os._exit(124)
+
+    def record(self, record: Record) -> None:
+        self._disarm()
+        if self.journal is not None:
+            self.journal.keep(record)
+            self.reporter.finished(record)
+
+    def failed(self, case_id: str, error: ErrorInfo) -> None:
+        if error.kind != "timeout":
+            self._disarm()
+        if self.journal is None:
+            print(f"critpath rank {self.me.rank}: {case_id} failed: {error.kind}: {error.message}", file=sys.stderr)
+            return
+        self.record(Record.failure(registry.parse(case_id), self.journal.run_id, error, self.backend,
+                                   self.started_at or "unknown"))
+
+    def finished(self, rank: int) -> None:
+        self._disarm()
+
+
+def run_joined(plan: RunPlan, me, console: Console) -> int:
+    """Every process is one rank of a torchrun/Slurm job. A failing case is recorded by rank 0
+    and ends the job (the other ranks may be stuck in a collective with the failed rank); the
+    launcher's restart policy or a new run picks up from there."""
+    import torch.distributed as dist  # torch: see joined_rank
+
+    from harness.run.worker import init_group, serve
+
+    me = replace(me, backend=plan.backend)
+    comm = init_group(me, plan.timeout_s)
+    # Every rank says where it runs (over the gloo control group, before any case) so rank 0 can
+    # record the node layout: a result from 2 x 8 GPUs means little without it.
+    identities = comm.gather(fingerprint.rank_identity(me.rank, me.local_rank), me.rank)
+    journal = RunJournal.open(plan) if me.rank == 0 else None
+    reporter = None
+    if journal is not None:
+        layout = fingerprint.node_layout(identities)
+        journal.start(fingerprint.collect(plan.backend, me.world, "joined", layout))
+        announce(console, journal, f"world {me.world} on {layout['nodes']} node(s) "
+                                   f"({', '.join(map(str, layout['ranks_per_node']))} ranks)")
+        reporter = Reporter(console, len(plan.cases))
+    ok = serve(list(plan.cases), me, comm, plan.policy, journal.run_id if journal else "joined",
+               _FileSink(me, journal, reporter, plan))
+    if journal is not None:
+        journal.end("finished" if ok else "aborted")
+        code = finish(console, journal)
+    else:
+        code = 0 if ok else 1
+    if ok:
+        dist.destroy_process_group()
+    else:
+        os._exit(1)  # peers may be blocked in a collective; do not wait for them
+    return code

@@ -1,0 +1,160 @@
+"""What ``critpath run`` decides from its options, once, before anything starts, and the run
+directory it writes as it goes.
+
+The options become a ``RunPlan`` (the cases, the backend, the timing policy, the limits); what runs
+after reads the plan, never the options again. The plan is the same on every rank of a joined job;
+only the rank that writes opens a ``RunJournal``, which holds the run's ID and directory.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from harness.core import registry
+from harness.core.case import Case
+from harness.core.family import GridOptions
+from harness.core.options import UsageError
+from harness.core.records import Record, utc_now_iso
+from harness.core.store import RunDir, new_run_id, run_files
+from harness.run.timing import PlanPolicy
+
+PROFILE_POLICY = {
+    # quick: enough iterations for stable medians and a p99 in a CI minute, and up to 2 s more per
+    # case for a family whose declared tails need more (rpc's p999: 1,000); full: tails to p999.
+    "quick": PlanPolicy(warmup=5, target_s=0.2, min_iters=50, max_iters=2000, tail_budget_s=2.0),
+    "full": PlanPolicy(warmup=10, target_s=1.0, min_iters=200, max_iters=20000, tail_budget_s=10.0),
+}
+
+# More cases than this in one run is a typo in a sweep, not a plan: refused, naming the cap.
+MAX_CASES = 10_000
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    families: Optional[tuple[str, ...]] = None
+    case_ids: tuple[str, ...] = ()
+    profile: str = "quick"
+    world: Optional[int] = None
+    backend: Optional[str] = None
+    sizes_bytes: Optional[tuple[int, ...]] = None
+    iters: Optional[int] = None
+    warmup: Optional[int] = None
+    timeout_s: float = 60.0
+    out: Optional[Path] = None
+    argv: tuple[str, ...] = field(default_factory=tuple)
+
+    def policy(self) -> PlanPolicy:
+        base = PROFILE_POLICY[self.profile]
+        return PlanPolicy(
+            warmup=base.warmup if self.warmup is None else self.warmup,
+            iters=self.iters,
+            target_s=base.target_s,
+            min_iters=base.min_iters,
+            max_iters=base.max_iters,
+            tail_budget_s=base.tail_budget_s,
+        )
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What a run decides once, before its first case; the launcher, the workers, the sink, the
+    header and run.json all read it, never the options again."""
+
+    cases: tuple[Case, ...]
+    backend: str
+    policy: PlanPolicy
+    timeout_s: float
+    out: Optional[Path]  # the run directory asked for; None: reports/<run-id>
+    options: dict  # the options as given, for run.json
+    argv: tuple[str, ...]
+
+    @property
+    def worlds(self) -> list[int]:
+        """The worlds the cases use (a case ID names its own), not --world."""
+        return sorted({c.world for c in self.cases})
+
+    def by_world(self) -> dict[int, list[Case]]:
+        groups: dict[int, list[Case]] = defaultdict(list)
+        for case in self.cases:
+            groups[case.world].append(case)
+        return dict(groups)
+
+
+def plan_run(opts: RunOptions, world: int, backend: str) -> RunPlan:
+    """The plan of a run on ``world`` ranks over ``backend``: the cases the options select there."""
+    cases = select_cases(opts, GridOptions(opts.profile, world, backend, opts.sizes_bytes))
+    options = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(opts).items()}
+    return RunPlan(tuple(cases), backend, opts.policy(), opts.timeout_s, opts.out, options, tuple(opts.argv))
+
+
+def select_cases(opts: RunOptions, grid: GridOptions) -> list[Case]:
+    if opts.case_ids:
+        try:
+            cases = [registry.parse(cid) for cid in opts.case_ids]
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    else:
+        try:
+            families = registry.select(opts.families)
+        except KeyError as exc:
+            raise UsageError(exc.args[0]) from None
+        cases = registry.cases(families, grid)
+    if len(cases) > MAX_CASES:
+        raise UsageError(f"{len(cases)} cases selected; a run holds at most {MAX_CASES} (narrow --sizes or --families)")
+    return cases
+
+
+class RunJournal:
+    """The run directory of a plan while it runs: each record on disk as it comes, and run.json
+    saying how far the run got, so a run killed at any point leaves a directory that says so."""
+
+    def __init__(self, plan: RunPlan, run_dir: RunDir) -> None:
+        self.plan = plan
+        self.run_dir = run_dir
+        self.run_id = run_dir.run_id
+        self.started_at = utc_now_iso("seconds")
+        self.records: list[Record] = []
+
+    @classmethod
+    def open(cls, plan: RunPlan) -> "RunJournal":
+        """A new run ID and its directory: the one asked for, else reports/<run-id>; never one that
+        already holds a run."""
+        run_id = new_run_id()
+        path = plan.out or Path("reports") / run_id
+        taken = run_files(path)
+        if taken:
+            raise UsageError(f"{path} already holds a run ({taken[0]}); choose another --out")
+        return cls(plan, RunDir(path, run_id))
+
+    @property
+    def path(self) -> Path:
+        return self.run_dir.path
+
+    def start(self, fingerprint: dict) -> None:
+        self.run_dir.write_fingerprint(fingerprint)
+        self.run_dir.write_meta(self.meta("running"))
+
+    def keep(self, record: Record) -> None:
+        self.run_dir.append(record)  # on disk before anything else happens
+        self.records.append(record)
+        self.run_dir.write_meta(self.meta("running"))  # how far it got, if it is killed next
+
+    def end(self, state: str) -> None:
+        self.run_dir.write_meta(self.meta(state))
+
+    def meta(self, state: str) -> dict:
+        """run.json: how far the run got."""
+        return {
+            "schema": "critpath.run/1",
+            "run_id": self.run_id,
+            "state": state,
+            "argv": list(self.plan.argv),
+            "options": self.plan.options,
+            "started_at": self.started_at,
+            "finished_at": utc_now_iso("seconds") if state != "running" else None,
+            "cases_total": len(self.plan.cases),
+            "cases_ok": sum(1 for r in self.records if r.ok),
+            "cases_failed": sum(1 for r in self.records if not r.ok),
+        }
