@@ -10,7 +10,7 @@ import sys
 import time
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Optional
 
 from harness.gate.config import ConfigError, GateConfig, load_baselines, load_config
 from harness.gate.outputs import EXIT_COULD_NOT_RUN, GateResult
@@ -202,22 +202,21 @@ def _run_ab(request: GateRequest, out: Path) -> GateResult:
     inputs_problems = [CaseInput(c, problem=reason, problem_outcome=outcome, min_effect=config.min_effect(c))
                        for c, (outcome, reason) in problems.items()]
     verdicts_ = verdicts(inputs_problems, config.policy)
+    extra = {"plan": plan.to_dict(), "design": DESIGN, "side_kind": kind}
     if schedule_result is not None:
         verdicts_.update(paired_verdicts(schedule_result, gate, specs, plan, config))
-    result = request.outputs.result("ab", config.statistic, config.policy, verdicts={c: verdicts_[c] for c in case_ids},
-                                    base=base.to_dict(), candidate=cand.to_dict())
-    result.extra = {"plan": plan.to_dict(), "design": DESIGN, "side_kind": kind}
-    if schedule_result is not None:
-        result.repeats = schedule_result.generations
-        result.extra.update(schedule_result.summary())
-        if schedule_result.stopped == "budget" and any(v.outcome == Outcome.INCONCLUSIVE for v in verdicts_.values()):
-            result.warnings.append(f"the {plan.budget_s:g} s budget ended before every case was decided")
-    if not request.outputs.allow_inconclusive and any(s.min_effect == 0 for s in specs):
-        result.warnings.append("a minimum effect of 0: a case still undecided at the budget fails whenever its "
-                               "estimate is worse at all; give a positive --min-effect or --allow-inconclusive")
-    if cand.dirty:
-        result.warnings.append("the candidate has uncommitted changes")
-    return result
+        extra.update(schedule_result.summary())
+    budget_ended = (schedule_result is not None and schedule_result.stopped == "budget"
+                    and any(v.outcome == Outcome.INCONCLUSIVE for v in verdicts_.values()))
+    zero_effect = not request.outputs.allow_inconclusive and any(s.min_effect == 0 for s in specs)
+    warnings = [text for text, applies in (
+        (f"the {plan.budget_s:g} s budget ended before every case was decided", budget_ended),
+        ("a minimum effect of 0: a case still undecided at the budget fails whenever its estimate is worse at all; "
+         "give a positive --min-effect or --allow-inconclusive", zero_effect),
+        ("the candidate has uncommitted changes", cand.dirty)) if applies]
+    return request.outputs.result("ab", config.statistic, config.policy, verdicts={c: verdicts_[c] for c in case_ids},
+                                  base=base.to_dict(), candidate=cand.to_dict(), extra=extra, warnings=warnings,
+                                  repeats=schedule_result.generations if schedule_result is not None else 0)
 
 
 def _run_against(request: GateRequest, out: Path) -> GateResult:
@@ -242,27 +241,27 @@ def _run_against(request: GateRequest, out: Path) -> GateResult:
 
         runs = (run_repeats(runnable, cand, repeats, out, run_args, plan.case_timeout_s, progress) if runnable
                 else Repeats())
-    inputs = []
-    for b in baselines:
-        if b.case_id in problems:
-            inputs.append(CaseInput(b.case_id, problem=problems[b.case_id], min_effect=config.min_effect(b.case_id)))
-            continue
-        cand_values, cand_problem = runs.values(b.case_id, b.statistic)
-        cand_problem = f"candidate: {cand_problem}" if cand_problem else ""
-        min_effect = b.min_effect if b.min_effect is not None else config.min_effect(b.case_id)
-        inputs.append(CaseInput(b.case_id, (), cand_values, min_effect, b.direction, cand_problem, reference=b.value))
-    result = request.outputs.result(request.mode, config.statistic, config.policy,
-                                    verdicts=verdicts(inputs, config.policy), base={"ref": str(request.against)},
-                                    candidate=cand.to_dict(), repeats=repeats)
+    inputs = [_against_input(b, problems.get(b.case_id), runs, config) for b in baselines]
     stats = {b.statistic for b in baselines}
-    result.statistic = stats.pop() if len(stats) == 1 else "per baseline entry"
-    result.warnings.append("a baseline table was measured elsewhere: this is not an A/B in one job, so "
-                           "machine and job differences count as change; set min_effect accordingly")
-    if cand.dirty:
-        result.warnings.append("the candidate has uncommitted changes")
-    if runs.stopped:
-        result.warnings.append(runs.stopped)
-    return result
+    warnings = [text for text, applies in (
+        ("a baseline table was measured elsewhere: this is not an A/B in one job, so machine and job differences "
+         "count as change; set min_effect accordingly", True),
+        ("the candidate has uncommitted changes", cand.dirty),
+        (runs.stopped, bool(runs.stopped))) if applies]
+    return request.outputs.result(request.mode, stats.pop() if len(stats) == 1 else "per baseline entry",
+                                  config.policy, verdicts=verdicts(inputs, config.policy),
+                                  base={"ref": str(request.against)}, candidate=cand.to_dict(), repeats=repeats,
+                                  warnings=warnings)
+
+
+def _against_input(baseline, problem: Optional[str], runs: Repeats, config: GateConfig) -> CaseInput:
+    """One table entry's case: its candidate values against the table's value, or why it has none."""
+    if problem:
+        return CaseInput(baseline.case_id, problem=problem, min_effect=config.min_effect(baseline.case_id))
+    cand_values, cand_problem = runs.values(baseline.case_id, baseline.statistic)
+    min_effect = baseline.min_effect if baseline.min_effect is not None else config.min_effect(baseline.case_id)
+    return CaseInput(baseline.case_id, (), cand_values, min_effect, baseline.direction,
+                     f"candidate: {cand_problem}" if cand_problem else "", reference=baseline.value)
 
 
 # -- compare ------------------------------------------------------------------------------------
