@@ -7,8 +7,8 @@ docs/analyse.md); every other module is internal and may move between releases:
   ``CheckResult``, ``Column``, ``WRONG_COLUMN``, ``Figure``, ``Summary``, ``BACKEND``,
   ``world_param``, the nccl-tests bandwidth helpers (``bandwidth_figures``, ``algbw_gbps``,
   ``busbw_gbps``, ``BANDWIDTH_COLUMNS``) and ``parse_sizes`` / ``format_size``;
-- finding families and cases: ``families`` (name -> Family, each imported on first use),
-  ``family(name)``, ``parse_case(case_id)``;
+- finding families and cases: ``FAMILIES`` (name -> Family, each imported on first use),
+  ``get_family(name)``, ``parse_case(case_id)``;
 - reading results: ``load_records``, ``Record``, ``figure_value`` (a figure of a record by name,
   in the grammar the gate and claims use), ``frame`` and ``samples_frame`` (pandas).
 """
@@ -36,8 +36,9 @@ _PUBLIC: dict[str, tuple[str, str]] = {
         "bandwidth_figures", "algbw_gbps", "busbw_gbps", "BANDWIDTH_COLUMNS")},
     "parse_sizes": ("harness.core.sizes", "parse_sizes"),
     "format_size": ("harness.core.sizes", "format_size"),
-    "families": ("harness.core.registry", "FAMILIES"),
-    "family": ("harness.core.registry", "get"),
+    # Not "families" or "family": those are harness.families (the package) and 0.1's harness.family.
+    "FAMILIES": ("harness.core.registry", "FAMILIES"),
+    "get_family": ("harness.core.registry", "get"),
     "parse_case": ("harness.core.registry", "parse"),
     "Record": ("harness.core.records", "Record"),
     "load_records": ("harness.core.store", "load_records"),

@@ -53,7 +53,7 @@ MOVED: dict[str, tuple[str, ...]] = {
     "harness.export": ("harness.tables.export",),
     "harness.baselines": ("harness.claims.baselines",),
     "harness.claims": ("harness.claims.check",),
-    "harness.accept": ("harness.accept.command",),
+    "harness.accept": ("harness.accept.command", "harness.accept.checks", "harness.accept.profile"),
     "harness.pins": ("harness.accept.pins",),
     "harness.verdicts": ("harness.accept.verdicts",),
     "harness.gate.power": ("harness.gatepower.power",),

@@ -12,7 +12,8 @@ import fake_nvml
 import pytest
 
 from harness.run import fingerprint
-from harness.accept.command import ProfileError, accept, evaluate_check, load_profile
+from harness.accept.checks import accept, evaluate_check
+from harness.accept.profile import ProfileError, load_profile
 from harness.cli import main
 from harness.nccltests.importer import import_file
 from harness.accept.pins import fact_outcome, pin_outcomes

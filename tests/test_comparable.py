@@ -77,7 +77,7 @@ def test_a_change_claim_does_not_pair_records_of_another_timer():
 
 
 def test_an_acceptance_check_relative_to_a_record_of_another_definition_could_not_be_verified():
-    from harness.accept.command import evaluate_check
+    from harness.accept.checks import evaluate_check
     from harness.accept.verdicts import PASS, UNVERIFIED
 
     fast = derived_record("rpc/codec=raw,mode=pingpong,payload_bytes=64,transport=uds", SAMPLES, metrics={}, extra={})

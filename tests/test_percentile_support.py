@@ -7,7 +7,7 @@ from fractions import Fraction
 import pytest
 
 from harness.core import figures, registry
-from harness.accept.command import evaluate_check
+from harness.accept.checks import evaluate_check
 from harness.diagnose.observe import record_figures
 from harness.core.figures import N_TOO_SMALL, TooFewSamples, samples_needed
 from harness.core.records import Record

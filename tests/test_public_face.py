@@ -23,6 +23,14 @@ def test_every_public_name_resolves_to_the_object_its_module_defines():
         harness.no_such_name  # noqa: B018
 
 
+def test_no_public_name_is_a_module_path_too():
+    # harness.families is a package and harness.family a 0.1 path: once imported, each would
+    # replace a public name of the same spelling.
+    for name in harness._PUBLIC:
+        assert not (ROOT / "harness" / name).exists() and not (ROOT / "harness" / f"{name}.py").exists(), name
+        assert f"harness.{name}" not in moved.MOVED and f"harness.{name}" not in moved.MOVED_PACKAGES, name
+
+
 def test_import_harness_pulls_no_numpy_pandas_or_torch():
     code = "import sys, harness; print(sorted(m for m in ('numpy', 'pandas', 'torch', 'jsonschema') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)

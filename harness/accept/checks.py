@@ -1,0 +1,201 @@
+"""Each check of a profile against a run's records: the records it means, the statistic they
+give, and one of three verdicts (harness.accept.verdicts): pass, fail, could not verify.
+
+A check whose case the run does not hold, in a data type or from a source the check does not
+accept, or whose statistic its records cannot give could not be verified; only a measured value
+that misses the profile fails. The least favourable matching record decides.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from harness.accept.pins import fact_outcome, pin_outcomes
+from harness.accept.profile import case_parts
+from harness.accept.verdicts import FAIL, PASS, UNVERIFIED, Outcome, exit_code, word
+from harness.claims.check import matches
+from harness.core.comparable import mismatch
+from harness.core.declarations import declared
+from harness.core.family import SOURCE_MARKS
+from harness.core.figures import FigureUnavailable, is_sample_statistic, sample_parts
+from harness.core.figures import value as figure_value
+from harness.core.records import Record
+
+
+def record_source(record: Record) -> str:
+    imported = (record.extra or {}).get("imported")
+    return str(imported.get("source", "imported")) if isinstance(imported, Mapping) else "critpath"
+
+
+def _where(record: Record) -> str:
+    """The record, and for an import the file and line it came from."""
+    imported = (record.extra or {}).get("imported")
+    if not isinstance(imported, Mapping):
+        return record.case_id
+    return f"{record.case_id} from {imported.get('source')} {imported.get('file')} {imported.get('where')}".rstrip()
+
+
+def _matches(record: Record, check: Mapping[str, Any]) -> bool:
+    """The record is of the check's case (or family and select), in one of its data types."""
+    dtypes = check.get("dtypes")
+    if "case" in check:
+        family, want = case_parts(check["case"])
+        have = case_parts(record.case_id)[1]
+        if dtypes:
+            want, have = ({k: v for k, v in d.items() if k != "dtype"} for d in (want, have))
+        if record.family != family or have != want:
+            return False
+    elif record.family != check["family"] or not matches(record, check.get("select", {})):
+        return False
+    return not dtypes or record.params.get("dtype") in dtypes
+
+
+def _spread(values: Sequence[str]) -> str:
+    if values and all(v.lstrip("-").isdigit() for v in values):
+        nums = sorted(int(v) for v in values)
+        return str(nums[0]) if len(nums) == 1 else f"{nums[0]} .. {nums[-1]}"
+    return ", ".join(sorted(values)[:6]) + (" ..." if len(values) > 6 else "")
+
+
+def why_no_record(check: Mapping[str, Any], records: Sequence[Record]) -> str:
+    """What the run lacks for this check, parameter by parameter: ``no allreduce record with
+    dtype=bfloat16 (the run has float32)``."""
+    if "case" in check:
+        family, want = case_parts(check["case"])
+    else:
+        family, want = check["family"], {k: v for k, v in check.get("select", {}).items() if v is not None}
+    same = [r for r in records if r.family == family]
+    if not same:
+        held = ", ".join(sorted({r.family for r in records})) or "none"
+        return f"no {family} record in this run (its families: {held})"
+    if check.get("dtypes"):
+        want = {**want, "dtype": check["dtypes"]}
+    gaps = []
+    hint = ""
+    for key, value in want.items():
+        options = [str(v) for v in value] if isinstance(value, list) else [str(value)]
+        have = sorted({str(r.params.get(key)) for r in same})
+        if not set(options) & set(have):
+            gaps.append(f"{key}={'|'.join(options)} (the run has {_spread(have)})")
+            if key == "dtype" and not check.get("dtypes"):
+                hint = f"; a check may accept {', '.join(have)} too: dtypes: [{', '.join(options + have)}]"
+    if not gaps:
+        return f"no {family} record with all of {want} (each value is in the run, not together)"
+    return f"no {family} record with " + ", ".join(gaps) + hint
+
+
+def unit_of(family: str, statistic: str) -> tuple[str, str]:
+    """(unit, mark): the unit a statistic is in, from its name (p99_us) or its family's declaration
+    (busbw_gbps: GB/s); mark says when the figure is modelled or simulated. "" where none is declared."""
+    parts = sample_parts(statistic)
+    if parts:
+        return parts[1], ""
+    if is_sample_statistic(statistic):
+        return "ratio", ""  # pNN_over_mean
+    figure = declared(family, statistic)
+    if figure is None:
+        return "", ""
+    return figure.unit, SOURCE_MARKS[figure.source]
+
+
+def evaluate_check(check: Mapping[str, Any], records: Sequence[Record]) -> Outcome:
+    name, stat, source = check["name"], check["statistic"], check["source"]
+    family = check.get("family") or case_parts(check.get("case", ""))[0]
+    unit, mark = unit_of(family, stat)
+    if "relative_to" in check:
+        stat, unit = f"{stat} / reference {stat}", "ratio"
+    bound_max = check.get("max")
+    op, bound = ("<=", bound_max) if bound_max is not None else (">=", check["min"])
+
+    def out(verdict, measured=None, margin=None, detail=""):
+        return Outcome("check", name, verdict, stat, unit, measured, op, bound, margin, detail, source)
+
+    sources = check.get("sources")
+    usable = [r for r in records if not sources or record_source(r) in sources]
+    chosen = [r for r in usable if _matches(r, check)]
+    if not chosen:
+        came = ", ".join(sorted({record_source(r) for r in records} - set(sources or ())))
+        if not usable:
+            why = f"the check accepts records from {', '.join(sources)}; this run's come from {came}"
+        elif any(_matches(r, check) for r in records):
+            why = f"the run's records of it come from {came}; the check accepts sources {', '.join(sources)}"
+        else:
+            why = why_no_record(check, usable)
+        return out(UNVERIFIED, detail=why)
+    failed = [r for r in chosen if not r.ok]
+    if failed:
+        r = failed[0]
+        why = r.error.message.splitlines()[0] if r.error and r.error.message else (
+            f"{r.check.wrong} wrong of {r.check.checked}" if r.check else r.status)
+        return out(FAIL, detail=f"{_where(r)} {r.status}: {why}")
+    try:
+        values = [figure_value(r, check["statistic"]) for r in chosen]
+        if "relative_to" in check:
+            refs = [r for r in records if r.family == chosen[0].family and matches(r, check["relative_to"]) and r.ok]
+            if not refs:
+                return out(UNVERIFIED, detail=f"no reference record {check['relative_to']} in this run")
+            differs = mismatch({"checked": chosen, "reference": refs[:1]})
+            if differs:
+                return out(UNVERIFIED, detail=differs)
+            ref = figure_value(refs[0], check["statistic"])
+            values = [v / ref for v in values]
+    except FigureUnavailable as exc:
+        return out(UNVERIFIED, detail=str(exc))
+    # The least favourable record decides: a threshold must hold for every matching case.
+    if bound_max is not None:
+        worst = max(range(len(values)), key=values.__getitem__)
+        measured = values[worst]
+        margin = (bound_max - measured) / abs(bound_max) * 100 if bound_max else None
+        verdict = PASS if measured <= bound_max else FAIL
+    else:
+        worst = min(range(len(values)), key=values.__getitem__)
+        measured = values[worst]
+        margin = (measured - check["min"]) / abs(check["min"]) * 100 if check["min"] else None
+        verdict = PASS if measured >= check["min"] else FAIL
+    decider = chosen[worst]
+    detail = (f"worst of {len(values)} records: " if len(values) > 1 else "") + _where(decider)
+    wanted_dtype = case_parts(check["case"])[1].get("dtype") if "case" in check else None
+    if wanted_dtype and decider.params.get("dtype") != wanted_dtype:
+        detail += f"; {decider.params.get('dtype')} accepted by the check's dtypes"
+    return out(verdict, measured, margin, detail + mark)
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    profile: str
+    checks: tuple[Outcome, ...]
+    pins: tuple[Outcome, ...] = ()
+    facts: tuple[Outcome, ...] = ()
+    incomplete: str = ""  # the run did not finish every case: no verdict can pass it
+
+    @property
+    def outcomes(self) -> tuple[Outcome, ...]:
+        return self.checks + self.pins + self.facts
+
+    @property
+    def exit_code(self) -> int:
+        return exit_code([o.verdict for o in self.outcomes] + ([UNVERIFIED] if self.incomplete else []))
+
+    @property
+    def verdict(self) -> str:
+        return word(self.exit_code)
+
+    def counts(self) -> dict[str, int]:
+        return {v: sum(o.verdict == v for o in self.outcomes) for v in (PASS, FAIL, UNVERIFIED)}
+
+    def to_dict(self) -> dict:
+        # /2: three verdicts ("could not verify" replaced "could not run"); pins and facts are outcomes
+        # like checks, with statistic and unit, instead of a list of problem strings.
+        return {"schema": "critpath.acceptance/2", "profile": self.profile, "verdict": self.verdict,
+                "exit_code": self.exit_code, "incomplete": self.incomplete, "counts": self.counts(),
+                "checks": [o.to_dict() for o in self.checks], "pins": [o.to_dict() for o in self.pins],
+                "facts": [o.to_dict() for o in self.facts]}
+
+
+def accept(profile: Mapping[str, Any], records: Sequence[Record], fp: Mapping[str, Any],
+           incomplete: str = "") -> Acceptance:
+    return Acceptance(profile["name"], tuple(evaluate_check(c, records) for c in profile["checks"]),
+                      tuple(pin_outcomes(profile, fp)), tuple(fact_outcome(f, fp) for f in profile.get("facts", [])),
+                      incomplete)
+
+

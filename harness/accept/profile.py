@@ -1,0 +1,167 @@
+"""An acceptance profile: its schema, and its loading with every error naming file, line and field.
+
+A profile pins the machine (GPU count and name, driver, NCCL version, PCIe generation and width,
+active NVLinks; world size and node layout), bounds node facts (ECC errors, remapped rows, clock
+slowdowns: harness.run.nodefacts), and lists checks (a case or a family + parameters, a statistic, a
+``max`` or ``min``, and where the threshold comes from). A check the schema admits but its family
+cannot mean (a key the family does not declare, a figure it does not define) is refused here too.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+import jsonschema
+
+from harness.claims.baselines import line_of_field  # same file:line:field reporting as baselines
+from harness.core import registry, yamlfile
+from harness.core.case import CaseIdError
+from harness.core.declarations import declared
+from harness.core.figures import is_sample_statistic
+from harness.run.nodefacts import FACT_NAMES
+
+# Where a record came from: critpath measured it, or it was imported (extra.imported.source).
+RECORD_SOURCES = ("critpath", "nccl-tests")
+_BOUND = {"oneOf": [{"required": ["max"]}, {"required": ["min"]}]}
+
+PROFILE_SCHEMA = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "required": ["schema", "name", "world", "checks"],
+    "additionalProperties": False,
+    "properties": {
+        "schema": {"const": "critpath.accept/1"},
+        "name": {"type": "string", "minLength": 1},
+        "description": {"type": "string"},
+        "world": {"type": "integer", "minimum": 1},
+        "backend": {"enum": ["gloo", "nccl"]},
+        "nodes": {"type": "integer", "minimum": 1},
+        "ranks_per_node": {"type": "integer", "minimum": 1},
+        "run": {
+            "type": "object", "additionalProperties": False,
+            "properties": {
+                "cases": {"type": "array", "items": {"type": "string"}, "minItems": 1},
+                "iters": {"type": "integer", "minimum": 1},
+                "warmup": {"type": "integer", "minimum": 0},
+                "timeout_s": {"type": "number", "exclusiveMinimum": 0},
+            },
+            "required": ["cases"],
+        },
+        "fingerprint": {
+            "type": "object", "additionalProperties": False,
+            "properties": {
+                "gpu_count": {"type": "integer", "minimum": 0},
+                "gpu_name": {"type": "string"},
+                "driver_version": {"type": "string"},
+                "nccl_version": {"type": "string"},
+                "pcie_gen": {"type": "integer", "minimum": 1, "description": "maximum link generation (pcie_gen_max)"},
+                "pcie_width": {"type": "integer", "minimum": 1, "description": "maximum link width (pcie_width_max)"},
+                "nvlink_active": {"type": "integer", "minimum": 0},
+            },
+        },
+        "facts": {
+            "type": "array",
+            "items": {
+                "type": "object", "additionalProperties": False,
+                "required": ["name", "fact", "source"],
+                "properties": {
+                    "name": {"type": "string", "minLength": 1},
+                    "fact": {"enum": list(FACT_NAMES)},
+                    "max": {"type": "number"},
+                    "min": {"type": "number"},
+                    "source": {"type": "string", "minLength": 1},
+                },
+                **_BOUND,
+            },
+        },
+        "checks": {
+            "type": "array", "minItems": 1,
+            "items": {
+                "type": "object", "additionalProperties": False,
+                "required": ["name", "statistic", "source"],
+                "properties": {
+                    "name": {"type": "string", "minLength": 1},
+                    "case": {"type": "string"},
+                    "family": {"type": "string"},
+                    "select": {"type": "object"},
+                    "relative_to": {"type": "object", "description": "select of the reference record; the check compares the ratio"},
+                    "statistic": {"type": "string"},
+                    "max": {"type": "number"},
+                    "min": {"type": "number"},
+                    "source": {"type": "string", "minLength": 1},
+                    "dtypes": {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1,
+                               "uniqueItems": True, "description": "data types whose records satisfy the check"},
+                    "sources": {"type": "array", "items": {"enum": list(RECORD_SOURCES)}, "minItems": 1,
+                                "uniqueItems": True, "description": "where records that satisfy the check may come from"},
+                },
+                **_BOUND,
+                "anyOf": [{"required": ["case"]}, {"required": ["family"]}],
+            },
+        },
+    },
+}
+_VALIDATOR = jsonschema.Draft202012Validator(PROFILE_SCHEMA)
+
+
+class ProfileError(ValueError):
+    """A profile that cannot be used; the message names file, line and field."""
+
+
+def case_parts(case_id: str) -> tuple[str, dict[str, str]]:
+    """``allreduce/algo=ring,dtype=float32`` -> ("allreduce", {"algo": "ring", "dtype": "float32"}), as text."""
+    family, _, body = case_id.partition("/")
+    return family, dict(item.partition("=")[::2] for item in body.split(",") if item)
+
+
+def _semantic_problems(check: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(field, message) for what the schema cannot say about one check."""
+    problems = []
+    dtypes = check.get("dtypes")
+    if "case" in check:
+        family, params = case_parts(check["case"])
+        _, slash, body = check["case"].partition("/")
+        problem = None
+        if not family or not slash or any("=" not in item for item in body.split(",") if item):
+            problem = f"{check['case']!r} is not a case ID (family/key=value,...)"
+        elif family in registry.FAMILIES:  # a family's own declaration refuses a typo in a key or value
+            try:
+                registry.parse(check["case"])
+            except CaseIdError as exc:
+                problem = str(exc)
+        if problem:
+            problems.append(("case", problem))
+        elif dtypes and "dtype" in params and params["dtype"] not in dtypes:
+            problems.append(("dtypes", f"the case is in {params['dtype']}, which dtypes {dtypes} leaves out; "
+                                       "list the case's own data type too"))
+    else:
+        family = check["family"]
+        if dtypes and "dtype" in check.get("select", {}):
+            problems.append(("dtypes", "give the data types once: in dtypes, or in select.dtype, not both"))
+    stat = check["statistic"]
+    if family in registry.FAMILIES and not is_sample_statistic(stat) and declared(family, stat) is None:
+        names = ", ".join(f.name for f in registry.get(family).figures)
+        problems.append(("statistic", f"family {family!r} declares no figure {stat!r}; it declares {names}, "
+                                      "and every record gives pNN_us, mean_us, max_ms ..."))
+    return problems
+
+
+def load_profile(path: Path) -> dict:
+    path = Path(path)
+    try:
+        data, root = yamlfile.load(path)
+    except yamlfile.YamlFileError as exc:
+        raise ProfileError(str(exc)) from None
+    if not isinstance(data, dict):
+        raise ProfileError(f"{path}:1: a profile must be a mapping")
+    error = jsonschema.exceptions.best_match(_VALIDATOR.iter_errors(data))
+    if error is not None:
+        where = list(error.absolute_path)
+        field = ".".join(str(p) for p in where) or "(profile)"
+        raise ProfileError(f"{path}:{line_of_field(root, where)}: field {field}: {error.message}")
+    for i, check in enumerate(data["checks"]):
+        for key, message in _semantic_problems(check):
+            where = ["checks", i, key]
+            raise ProfileError(f"{path}:{line_of_field(root, where)}: field checks.{i}.{key}: {message}")
+    return data
+
+
