@@ -19,6 +19,22 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
+from harness.core.sizes import parse_sizes
+from harness.gate.config import GateConfig
+from harness.gate.paired import SPENDING
+from harness.gate.sequential import CaseSpec, SequentialGate, forget_boundaries
+from harness.gate.stats import CaseInput, verdicts
+from harness.kv_alloc.factory import ALLOCATORS, make_allocator
+from harness.kv_alloc.simulator import SimConfig, replay, simulate
+from harness.kv_alloc.traces import load_azure
+from harness.kv_alloc.workload import MODELS, make_policy
+from harness.model import alphabeta as ab
+from harness.model.command import DEFAULT_PROFILE, DEFAULT_RANKS, DEFAULT_SIZES, model_grid, parse_ranks
+from harness.model.profile import load_profile
+from harness.rpc import framing
+from harness.rpc.codecs import PRESETS, codec, pattern_bytes, preset
+from harness.run.timing import time_each
+
 
 class WrongResult(AssertionError):
     """A micro-benchmarked call gave a wrong answer."""
@@ -63,8 +79,6 @@ def _noop(_state: Any) -> None:
 
 
 def _timing_loop() -> Prepared:
-    from harness.run.timing import time_each
-
     def check(samples: np.ndarray) -> None:
         _expect(samples.dtype == np.int64 and samples.shape == (TIMING_ITERS,),
                 f"time_each gave {samples.dtype} {samples.shape}, not int64 ({TIMING_ITERS},)")
@@ -80,9 +94,6 @@ FRAMES_PER_READ = 64
 
 
 def _frame_encode() -> Prepared:
-    from harness.rpc import framing
-    from harness.rpc.codecs import pattern_bytes
-
     body = pattern_bytes(FRAME_BODY_BYTES)
 
     def check(frame: bytes) -> None:
@@ -104,9 +115,6 @@ class _Replaying:
 
 
 def _frame_read() -> Prepared:
-    from harness.rpc import framing
-    from harness.rpc.codecs import pattern_bytes
-
     bodies = [pattern_bytes(FRAME_BODY_BYTES, salt=i) for i in range(FRAMES_PER_READ)]
     # One recv returns exactly FRAMES_PER_READ frames, so each call starts on an empty buffer.
     reader = framing.FrameReader(_Replaying(b"".join(framing.encode(b, framing.KIND_REPLY) for b in bodies)))
@@ -128,8 +136,6 @@ TIMED_CODECS = ("json", "msgpack", "pickle")
 
 def codec_case(codec_name: str, preset_name: str):
     """(codec, message, body): what the rpc family encodes and decodes for this codec and preset."""
-    from harness.rpc.codecs import codec, preset
-
     cdc = codec(codec_name)
     message = preset(preset_name)
     return cdc, message, cdc.encode(message)
@@ -169,11 +175,6 @@ def kv_event_log(requests: int = KV_REQUESTS, events: int = KV_EVENTS):
     """(trace, policy, bytes per token, ids, sizes): the malloc/free calls of a vLLM-style server
     simulated on the Azure conversation trace (7B shapes, per-block policy, 4x speed-up), cut to
     ``events`` ops. ``benchmarks/bench_kv_alloc.py`` replays a million of them the same way."""
-    from harness.kv_alloc.factory import make_allocator
-    from harness.kv_alloc.simulator import SimConfig, simulate
-    from harness.kv_alloc.traces import load_azure
-    from harness.kv_alloc.workload import MODELS, make_policy
-
     trace = load_azure("azure_conv").head(requests)
     policy = make_policy("per_block", block_tokens=KV_BLOCK_TOKENS)
     bpt = MODELS["7b"].kv_bytes_per_token
@@ -201,9 +202,6 @@ _KV_LOG: dict[str, tuple] = {}  # one simulation per process, shared by the five
 
 def _kv_replay(allocator: str) -> Callable[[], Prepared]:
     def prepare() -> Prepared:
-        from harness.kv_alloc.factory import make_allocator
-        from harness.kv_alloc.simulator import replay
-
         if "log" not in _KV_LOG:
             _KV_LOG["log"] = kv_event_log()
         trace, policy, bpt, ids, sizes = _KV_LOG["log"]
@@ -253,10 +251,6 @@ def _gate_outcomes(outcomes: dict[str, str]) -> None:
 def _gate_look() -> Prepared:
     """The A/B gate's decision: one look of the group-sequential test over every case (the final one,
     as ``critpath compare`` makes it again from a gate's stored pairs)."""
-    from harness.gate.config import GateConfig
-    from harness.gate.paired import SPENDING
-    from harness.gate.sequential import CaseSpec, SequentialGate, forget_boundaries
-
     policy = GateConfig().policy
     specs = [CaseSpec(c) for c in GATE_CASES]
     pairs = _gate_data()
@@ -272,9 +266,6 @@ def _gate_look() -> Prepared:
 
 def _gate_verdicts() -> Prepared:
     """``critpath compare``'s decision on two stored runs: unpaired values per side, bootstrap and Holm."""
-    from harness.gate.config import GateConfig
-    from harness.gate.stats import CaseInput, verdicts
-
     policy = GateConfig().policy
     rng = np.random.default_rng(11)
     inputs = []
@@ -290,11 +281,6 @@ def _gate_verdicts() -> Prepared:
 
 def _model_sweep() -> Prepared:
     """``critpath model`` at its default ranks, sizes, profile and algorithms, without the output files."""
-    from harness.model import alphabeta as ab
-    from harness.model.command import DEFAULT_PROFILE, DEFAULT_RANKS, DEFAULT_SIZES, model_grid, parse_ranks
-    from harness.model.profile import load_profile
-    from harness.core.sizes import parse_sizes
-
     profile = load_profile(DEFAULT_PROFILE)
     algos = tuple(ab.ALLREDUCE_MODELS)
     links = {a: ab.Links.from_profile(profile) for a in algos}
@@ -321,9 +307,6 @@ def _model_sweep() -> Prepared:
 # --------------------------------------------------------------------------- the declaration
 
 def _declare() -> dict[str, MicroBench]:
-    from harness.kv_alloc.factory import ALLOCATORS
-    from harness.rpc.codecs import PRESETS
-
     entries = [
         MicroBench("timing_loop", f"time_each of an empty step, {TIMING_ITERS} iterations", _timing_loop),
         MicroBench("frame_encode", f"one {FRAME_BODY_BYTES} B body framed", _frame_encode),

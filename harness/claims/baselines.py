@@ -10,6 +10,8 @@ A malformed file is reported with its file, line and field: the YAML is composed
 from __future__ import annotations
 
 import json
+import sys
+from collections import Counter
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -18,7 +20,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Union
 import jsonschema
 import yaml
 
-from harness.core import yamlfile
+from harness.core import registry, yamlfile
 from harness.run.fingerprint import PROJECT_ROOT
 
 SCHEMA_ID = "critpath.baselines/1"
@@ -251,8 +253,6 @@ def mapping_problems(claims: Sequence[Claim]) -> list[str]:
     is in the registry is held to the same parameter check (a misspelt key would never match);
     one whose family is not there yet is reported by the claims check as pending.
     """
-    from harness.core import registry
-
     problems = []
     for claim in claims:
         m = claim.measure
@@ -283,9 +283,6 @@ def register(sub) -> None:
 
 
 def cmd_baselines(args) -> int:
-    import sys
-    from collections import Counter
-
     try:
         claims = load_dir(args.dir)
     except BaselineError as exc:

@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from typing import Iterable, Optional, Sequence
 
 from harness.claims.baselines import Claim, Selector, Tolerance
+from harness.core import registry
 from harness.core.comparable import mismatch
-from harness.core.figures import FigureUnavailable, TooFewSamples, is_sample_statistic, sample_parts
 from harness.core.declarations import declared as declared_figure
+from harness.core.figures import FigureUnavailable, TooFewSamples, is_sample_statistic, sample_parts
 from harness.core.figures import value as figure_value
 from harness.core.records import Record
 
@@ -93,8 +94,6 @@ def source_of(family: str, statistic: str) -> str:
 
 def record_flags(record: Record) -> str:
     """Why the record's figures are distorted, from its family's own rule; "" when clean."""
-    from harness.core import registry
-
     family = registry.FAMILIES.get(record.family) if record.family in registry.FAMILIES else None
     rule = getattr(family, "flags", None)
     return rule(record) if rule is not None else ""

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 
 from harness.core.case import Param
 from harness.core.family import BACKEND, world_param
-from harness.run.fingerprint import node_key
 from harness.core.sizes import parse_sizes
+from harness.run.fingerprint import node_key
 
 # intra: inside each node; inter: across nodes, per rail; pairs: node against node, in rounds.
 TIERS = ("intra", "inter", "pairs")
@@ -105,7 +105,7 @@ def pairing_rounds(nodes: int) -> list[list[tuple[int, int]]]:
 
 def discover(group=None) -> NodeLayout:
     """All ranks call this together (a collective on ``group``, gloo or NCCL)."""
-    import torch.distributed as dist
+    import torch.distributed as dist  # the tier families' declarations import this module without torch
 
     keys = [None] * dist.get_world_size(group)
     dist.all_gather_object(keys, node_key(), group=group)

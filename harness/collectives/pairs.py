@@ -20,6 +20,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from harness.collectives.layout import AT_ONCE, NodeLayout, pairing_rounds
+from harness.core import registry
 from harness.core.family import CheckResult
 from harness.core.figures import Figure
 from harness.run.timing import time_each, time_each_cuda
@@ -105,7 +106,6 @@ def iterate(family_name: str, state: Any, iters: int, clock) -> Optional[np.ndar
     ``state.rounds``) leave the loop to the driver."""
     if state.rounds is None:
         return None
-    from harness.core import registry
 
     # The step as registered, so that a hook on it (an injected slowdown) applies to every call.
     return time_rounds(state.rounds, registry.get(family_name).step, state, iters, clock, state.ctx.device,

@@ -1,5 +1,5 @@
 """Command-line value types shared by every command: each refuses what would break a run later;
-and the one error a command raises for bad options or environment."""
+the exit codes; and the error a command raises when it cannot run on what it was given."""
 from __future__ import annotations
 
 import argparse
@@ -11,8 +11,17 @@ from harness.core.sizes import parse_sizes
 MAX_SECONDS = 7 * 24 * 3600.0
 
 
-class UsageError(ValueError):
-    """Bad options or environment: exit code 2 with the message."""
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2  # every case ran and passed; a case failed; could not run
+
+
+class CannotRun(ValueError):
+    """The command cannot run on what it was given (options, environment, an input file): exit code
+    2 with the message, which names the option, file or line. The command line catches this one
+    class, so it imports none of the modules whose errors derive from it."""
+
+
+class UsageError(CannotRun):
+    """Bad options or environment."""
 
 
 def seconds(text: str) -> float:

@@ -15,7 +15,9 @@ from typing import Any, Mapping, Optional
 import jsonschema
 import numpy as np
 
+from harness.core import registry
 from harness.core.family import CheckResult
+from harness.core.options import CannotRun
 from harness.core.stats import Summary
 
 SCHEMA_ID = "critpath.record/1"
@@ -33,7 +35,7 @@ def reduction_for(world: int) -> str:
     return MAX_OVER_RANKS if world > 1 else SINGLE_RANK
 
 
-class RecordError(ValueError):
+class RecordError(CannotRun):
     """A record that does not validate; ``where`` names the file and line when known."""
 
     def __init__(self, message: str, where: str = "") -> None:
@@ -200,8 +202,6 @@ class Record:
                 wall_s: float = 0.0) -> "Record":
         """The record of a case that failed or timed out: the one constructor for every place
         that turns a failure into a record (a rank, the supervisor, a gate worker)."""
-        from harness.core import registry
-
         return cls(
             run_id=run_id, case_id=case.id, family=case.family, family_version=registry.get(case.family).version,
             params=dict(case.params), status="timeout" if error.kind == "timeout" else "failed", backend=backend,

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
+from harness.core.options import CannotRun
 from harness.core.records import Record, RecordError
 from harness.core.verify import verify
 
@@ -26,7 +27,7 @@ FINGERPRINT = "fingerprint.json"
 RUN_META = "run.json"
 
 
-class ResultsFileError(ValueError):
+class ResultsFileError(CannotRun):
     """A results file that cannot be read; the message names the file and line."""
 
 

@@ -10,10 +10,13 @@ import json
 import sys
 from pathlib import Path
 
+from rich.table import Table
+
 from harness.diagnose.evaluate import HEALTHY, Diagnosis, diagnose
 from harness.diagnose.observe import DiagnoseInputError, Fleet, read_fleet
 from harness.diagnose.rules import Rule, RuleFileError, load
 from harness.run.fingerprint import PROJECT_ROOT
+from harness.tables.terminal import wide_console
 
 EXIT_HEALTHY, EXIT_FLAGGED, EXIT_CANNOT = 0, 1, 2
 DEFAULT_RULES = PROJECT_ROOT / "baselines" / "diagnose" / "default.yaml"
@@ -30,8 +33,6 @@ def register(sub) -> None:
 
 
 def _node_table(result: Diagnosis):
-    from rich.table import Table
-
     table = Table(title="nodes", title_justify="left")
     for header in ("node", "host", "verdict", "findings", "rules"):
         table.add_column(header)
@@ -46,8 +47,6 @@ def _node_table(result: Diagnosis):
 
 def _pair_table(fleet: Fleet, result: Diagnosis, rules: list[Rule]):
     """Every measured pair, with the figures an acting rule reads and who it flagged."""
-    from rich.table import Table
-
     pairs = [f for f in fleet.figures if f.kind == "pair"]
     if not pairs:
         return None
@@ -88,8 +87,6 @@ def _to_json(result: Diagnosis) -> dict:
 
 
 def cmd_diagnose(args) -> int:
-    from harness.tables.terminal import wide_console
-
     try:
         rules = load(args.rules)
         fleet = read_fleet(args.run_dirs)

@@ -35,6 +35,8 @@ from typing import Callable, Optional
 
 import jsonschema
 
+from harness.claims.baselines import line_of_field, load_checked
+
 SCHEMA_ID = "critpath.diagnose/1"
 FUNCTIONS = ("variance", "ratio", "value", "failure_check", "multi_rules")
 RELATIVE = ("variance", "ratio")  # judged against the fleet median
@@ -140,8 +142,6 @@ class Rule:
 
 def load(path: Path) -> list[Rule]:
     """The rules of ``path`` in file order, or RuleFileError naming file, line and field."""
-    from harness.claims.baselines import line_of_field, load_checked# file:line:field, as baselines and profiles
-
     def explain(error) -> Optional[str]:
         key = list(error.absolute_path)[-1:]
         if error.validator == "pattern" and key == ["criteria"]:

@@ -12,6 +12,7 @@ The subset is rebuilt from the baselines by ``python -m harness.report.fonts SOU
 from __future__ import annotations
 
 import base64
+import io
 from functools import lru_cache
 from importlib import resources
 
@@ -46,9 +47,7 @@ FONT_STACK = f"'{FAMILY}',system-ui,sans-serif"
 
 def subset_characters() -> set[str]:
     """The characters the embedded subset draws (its cmap; fontTools ships with matplotlib)."""
-    import io
-
-    from fontTools.ttLib import TTFont
+    from fontTools.ttLib import TTFont  # 40 ms that rendering a report never needs: only a test reads the cmap
 
     return {chr(code) for code in TTFont(io.BytesIO(subset_bytes())).getBestCmap()}
 

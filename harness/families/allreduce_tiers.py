@@ -17,15 +17,14 @@ from typing import Any, Optional
 
 import numpy as np
 
-from harness.core.bandwidth import BANDWIDTH_COLUMNS, algbw_gbps, bandwidth_figures, busbw_gbps
-from harness.core.case import Case
 from harness.collectives import pairs
 from harness.collectives.layout import NodeLayout, discover, tier_cases, tier_params, tier_subgroup, validate_tier_case
-from harness.core.figures import Figure
+from harness.core.bandwidth import BANDWIDTH_COLUMNS, algbw_gbps, bandwidth_figures, busbw_gbps
+from harness.core.case import Case
 from harness.core.family import CheckResult, Column, Family, GridOptions, RankContext
+from harness.core.figures import Figure
 from harness.core.sizes import format_size
 from harness.core.stats import Summary
-
 
 
 def grid(options: GridOptions) -> list[Case]:
@@ -63,7 +62,7 @@ def setup(ctx: RankContext, case: Case) -> State:
     if max(len(g) for g in groups) < 2:
         raise ValueError(f"tier {p['tier']} has no group of 2 or more ranks in this layout ({layout.describe()}); "
                          "run across nodes with torchrun/Slurm, with more than one rank per node for tier=intra")
-    import torch
+    import torch  # here, not at module level: reading the family's cases needs no torch (1.5 s)
     import torch.distributed as dist
 
     group, members = tier_subgroup(layout, p["tier"], ctx.rank, ctx.backend)

@@ -18,14 +18,13 @@ from typing import Any, Optional
 
 import numpy as np
 
-from harness.core.case import Case
 from harness.collectives import pairs
 from harness.collectives.layout import TIERS, NodeLayout, discover, tier_cases, tier_params, validate_tier_case
-from harness.core.figures import Figure
+from harness.core.case import Case
 from harness.core.family import WRONG_COLUMN, CheckResult, Column, Family, GridOptions, RankContext
+from harness.core.figures import Figure
 from harness.core.sizes import format_size
 from harness.core.stats import Summary
-
 
 
 def grid(options: GridOptions) -> list[Case]:
@@ -81,7 +80,7 @@ def setup(ctx: RankContext, case: Case) -> State:
         pair = pair_for(layout, p["tier"])
         if pair is None:
             raise ValueError(f"no {p['tier']}-node pair in this layout ({layout.describe()})")
-    import torch
+    import torch  # here, not at module level: reading the family's cases needs no torch (1.5 s)
     import torch.distributed as dist
 
     buffer = torch.zeros(p["size_bytes"] // 4, dtype=torch.float32, device=ctx.device)

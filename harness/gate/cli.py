@@ -12,25 +12,25 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Callable, Optional
 
+from harness.core import figures
+from harness.core.comparable import mismatch
+from harness.core.figures import FigureUnavailable
+from harness.core.options import comma_separated, positive, seconds
+from harness.core.records import Record
+from harness.core.store import RESULTS, ResultsFileError, load_records, run_incompleteness
 from harness.gate.config import ConfigError, GateConfig, load_baselines, load_config
 from harness.gate.outputs import EXIT_COULD_NOT_RUN, GateResult
-from harness.gate.paired import DESIGN, SPENDING, paired_verdicts
+from harness.gate.paired import DESIGN, SPENDING, paired_verdicts, recheck_verdicts
 from harness.gate.progress import GateProgress
+from harness.gate.recheck import describe, is_gate_side, read_pairs
+from harness.gate.repeats import ProcessRun, Repeats, run_repeats
+from harness.gate.request import CompareRequest, GateOutputs, GateRequest
 from harness.gate.schedule import Plan, Schedule, side_kind
 from harness.gate.sequential import CaseSpec, SequentialGate
 from harness.gate.stats import CaseInput, Outcome, Unit, verdicts
-from harness.gate.recheck import is_gate_side
-from harness.gate.repeats import ProcessRun, Repeats, run_repeats
-from harness.gate.request import CompareRequest, GateOutputs, GateRequest
 from harness.gate.trees import BASE, CANDIDATE, WORKTREE, TreeError, checkout, list_cases, probe, repo_root
-from harness.run.lifetime import interrupt_signal, raise_on_sigterm
-from harness.core.options import comma_separated, positive, seconds
-from harness.core import figures
-from harness.core.figures import FigureUnavailable
 from harness.gate.values import failure_text, iteration_values, validate_statistic
-from harness.core.records import Record
-from harness.core.comparable import mismatch
-from harness.core.store import RESULTS, ResultsFileError, load_records, run_incompleteness
+from harness.run.lifetime import interrupt_signal, raise_on_sigterm
 
 DEFAULT_REPEATS = 10  # --against: processes of the candidate
 
@@ -358,10 +358,6 @@ def compare(request: CompareRequest) -> int:
 
 
 def _recheck_gate(request: CompareRequest, out: Path, start: float) -> int:
-    from harness.gate.paired import recheck_verdicts
-    from harness.gate.recheck import describe, read_pairs
-    from harness.gate.sequential import CaseSpec
-
     config, outputs = request.config, request.outputs
     try:
         tracks, rounds = read_pairs(request.run_a, request.run_b, config.statistic)

@@ -276,19 +276,17 @@ def repeats_to_decide(comparison: Comparison, min_effect: float, significant: bo
     minimum effect (significance is missing), or to the nearer edge of the minimum-effect band
     when it is inside (the interval must fit in the band). None when the estimate sits on that
     edge or the noise is unknown: repeats alone will not settle it."""
-    from scipy.stats import norm
-
     sigma = comparison.log_sd
     r = math.log(comparison.ratio)
     bound = math.log(1.0 + min_effect)
     if abs(r) >= bound:
-        distance, z_decide = abs(r), norm.ppf(1 - alpha / 2)
+        distance, z_decide = abs(r), scipy.stats.norm.ppf(1 - alpha / 2)
     else:
-        distance, z_decide = bound - abs(r), norm.ppf((1 + comparison.confidence) / 2)
+        distance, z_decide = bound - abs(r), scipy.stats.norm.ppf((1 + comparison.confidence) / 2)
     if distance <= 1e-9 or sigma <= 0:
         return None
     sides = 1 if comparison.n_base == 0 else 2  # against a fixed value only one side is noisy
-    needed = math.ceil(sides * (z_decide + norm.ppf(power)) ** 2 * sigma ** 2 / distance ** 2 * math.pi / 3)
+    needed = math.ceil(sides * (z_decide + scipy.stats.norm.ppf(power)) ** 2 * sigma ** 2 / distance ** 2 * math.pi / 3)
     floor = min_repeats_for_alpha(alpha) if sides == 2 else min_repeats_signed_rank(alpha)
     needed = max(needed, floor, comparison.n_cand + 1)
     return needed if needed <= MAX_REPEATS_ADVICE else None

@@ -24,8 +24,8 @@ import json
 import math
 import os
 import re
-import signal
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -34,14 +34,18 @@ from pathlib import Path
 from typing import Optional
 
 import numpy as np
+import scipy  # scipy.stats loads on first use (scipy's lazy loading): gate-power --help does not pay it
 
+from harness.core import registry
 from harness.core.options import comma_separated
-from harness.gatepower import inject
-from harness.run.lifetime import interrupt_signal, raise_on_sigterm
 from harness.gate.outputs import EXIT_COULD_NOT_RUN, EXIT_REGRESSION, fails_build
-from harness.gate.schedule import Plan
+from harness.gate.schedule import Plan, Schedule
+from harness.gate.sequential import estimate_se, hodges_lehmann, min_detectable_effect
 from harness.gate.sides import RoundCase, WorkerSide
-from harness.gate.trees import Tree, TreeError, repo_root, resolve
+from harness.gate.trees import BASE, CANDIDATE, Tree, TreeError, checkout, repo_root, resolve
+from harness.gatepower import inject, tools
+from harness.gatepower.resample import MeasuredGate, resampled_rate
+from harness.run.lifetime import interrupt_signal, raise_on_sigterm
 
 SCHEMA = "critpath.gate-power/2"
 AA = "A/A"
@@ -178,10 +182,6 @@ def realized_ratio(repo: Path, base_sha: str, cand_sha: str, case_id: str, out: 
                    pairs: int = CALIBRATION_PAIRS) -> float:
     """What a slowdown does to the case's mean, measured as the gate measures it: pairs of fresh
     processes on the two commits, interleaved; the Hodges-Lehmann estimate of their ratio."""
-    from harness.gate.schedule import Schedule
-    from harness.gate.sequential import hodges_lehmann
-    from harness.gate.trees import BASE, CANDIDATE, checkout
-
     with checkout(repo, base_sha, BASE) as base, checkout(repo, cand_sha, CANDIDATE) as cand:
         plan = Plan(budget_s=math.inf, max_pairs=pairs, look_every_s=math.inf)
         result = Schedule([case_id], {BASE: base, CANDIDATE: cand}, "worker", plan, out, "mean_ns", _never).run()
@@ -371,8 +371,6 @@ def _tool_trees(doc: dict, out: Path) -> dict:
 
 
 def _tool_trial(doc: dict, cell: Cell, tool: str, trial: int, out: Path, trees: dict) -> dict:
-    from harness.gatepower import tools
-
     pair = {"base": (doc["base"], out / "base-tree"), "candidate": (cell.candidate, trees[cell.candidate])}
     scratch = out / "tools" / tool / f"{cell.candidate[:12]}-trial-{trial:02d}"
     if scratch.exists():
@@ -392,8 +390,6 @@ def _tool_trial(doc: dict, cell: Cell, tool: str, trial: int, out: Path, trees: 
 
 
 def _one_rank(case_id: str) -> bool:
-    from harness.core import registry
-
     return registry.parse(case_id).world == 1
 
 
@@ -463,11 +459,9 @@ def measure(request: PowerRequest) -> dict:
 
 
 def clopper_pearson(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
-    from scipy.stats import binomtest
-
     if n == 0:
         return (math.nan, math.nan)
-    ci = binomtest(k, n).proportion_ci(confidence_level=confidence, method="exact")
+    ci = scipy.stats.binomtest(k, n).proportion_ci(confidence_level=confidence, method="exact")
     return float(ci.low), float(ci.high)
 
 
@@ -525,9 +519,6 @@ def between_gates(doc: dict) -> list[dict]:
     errors allow? Cochran's Q on the log estimates, and the DerSimonian-Laird between-gate standard
     deviation. A per-gate offset is what no number of pairs inside one gate averages away: where
     it is real, a gate's interval is too narrow and its false alarms exceed alpha."""
-    from scipy import stats
-
-    from harness.gate.sequential import estimate_se
 
     rows = []
     for c in doc["cells"]:
@@ -545,7 +536,7 @@ def between_gates(doc: dict) -> list[dict]:
         q = float(np.sum(w * np.square(x - centre)))
         df = len(x) - 1
         tau2 = max(0.0, (q - df) / (np.sum(w) - np.sum(np.square(w)) / np.sum(w)))
-        rows.append({"cell": c["name"], "gates": len(x), "q": q, "p": float(stats.chi2.sf(q, df)),
+        rows.append({"cell": c["name"], "gates": len(x), "q": q, "p": float(scipy.stats.chi2.sf(q, df)),
                      "between_sd": math.sqrt(tau2), "within_se_median": float(np.median(se)),
                      "spread": [float(np.min(x)), float(np.max(x))]})
     return rows
@@ -578,8 +569,6 @@ def rounds_tradeoff(doc: dict, budget_s: float) -> list[dict]:
     """Per case and rounds per pair: the noise of a pair and the seconds it costs, measured, and
     what they give in ``budget_s``: the standard error of the estimate and the smallest slowdown
     found 95 % of the time at the cells' minimum effect."""
-    from harness.gate.sequential import estimate_se, min_detectable_effect
-
     rows = []
     for c in doc["cells"]:
         if not c.get("rounds"):
@@ -604,8 +593,6 @@ def rounds_tradeoff(doc: dict, budget_s: float) -> list[dict]:
 def resample(doc: dict, out: Path, gates: int) -> dict:
     """Rates of ``gates`` replayed gates per cell, from the pairs that the cell's real gates (in
     ``out/gates``) measured; stored in the document as ``resampled``."""
-    from harness.gatepower.resample import MeasuredGate, resampled_rate
-
     rows = []
     for index, c in enumerate(doc["cells"]):
         if c.get("rounds"):

@@ -36,10 +36,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-from harness.gate.trees import TreeError, checkout, probe, repo_root
-from harness.run.lifetime import die_with_parent, interrupt_signal, raise_on_sigterm
+from asv import util
+from asv.machine import Machine
+from asv.results import iter_results_for_machine_and_hash
+
 from harness.core.options import comma_separated, seconds
 from harness.core.store import RESULTS, ResultsFileError, load_records, run_incompleteness
+from harness.gate.trees import TreeError, checkout, probe, repo_root
+from harness.history.view import case_values
+from harness.run.lifetime import die_with_parent, interrupt_signal, raise_on_sigterm
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 RUN_ENV = "CRITPATH_ASV_RUN"  # read by benchmarks/bench_families.py
@@ -134,8 +139,6 @@ def commits_in(repo: Path, spec: str, include_start: bool = False) -> list[Commi
 def asv_config(repo: Path, results: Optional[Path], out: Path) -> tuple[Path, Path]:
     """A config for asv with absolute paths: the repo's own, with results where asked. Returns
     (config path, results directory)."""
-    from asv import util
-
     source = repo / "asv.conf.json"
     try:
         config = util.load_json(str(source), js_comments=True)  # asv's own reader: its config has comments
@@ -164,7 +167,6 @@ def machine_name(config: Path, given: Optional[str], log) -> str:
         raise HistoryRunError(f"asv machine --yes failed; see {log.name}")
     if given:
         return given
-    from asv.machine import Machine
 
     return Machine.get_unique_machine_name()
 
@@ -172,9 +174,6 @@ def machine_name(config: Path, given: Optional[str], log) -> str:
 def _held(results: Path, machine: str, sha: str):
     """What asv holds for ``sha`` on ``machine``: (benchmark, version, case ID, value) of the
     family classes."""
-    from asv.results import iter_results_for_machine_and_hash
-
-    from harness.history.view import case_values
 
     if not (results / machine).is_dir():
         return

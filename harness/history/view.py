@@ -125,7 +125,7 @@ def case_values(result) -> Iterator[tuple[str, str, str, Optional[float]]]:
 def load_history(results_dir: Path) -> list[Series]:
     """One series per machine, tracked figure, case and definition version: a case's points under
     another version of its family are another series, never joined to the first (asv's rule)."""
-    from asv.results import iter_results
+    from asv.results import iter_results  # asv (0.2 s): a report without --asv-results does not pay it
 
     results_dir = Path(results_dir)
     if not results_dir.is_dir():

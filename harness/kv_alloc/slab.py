@@ -14,11 +14,12 @@
 """
 from __future__ import annotations
 
+import bisect
 from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
-from harness.kv_alloc.base import AllocatorStats, Handles, Device, Extent, Layout, MiB, OutOfMemory, round_up
+from harness.kv_alloc.base import AllocatorStats, Device, Extent, Handles, Layout, MiB, OutOfMemory, round_up
 
 DEFAULT_SLAB_BYTES = 1 << 30
 OVERSIZE_ROUND = 2 * MiB
@@ -121,8 +122,6 @@ class SlabAllocator:
         return make()
 
     def _class_for(self, size: int) -> Optional[int]:
-        import bisect
-
         i = bisect.bisect_left(self.classes, size)
         return self.classes[i] if i < len(self.classes) else None
 

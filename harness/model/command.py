@@ -10,7 +10,7 @@ import csv
 import datetime as _dt
 import math
 import sys
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
@@ -18,11 +18,13 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from harness.model import alphabeta as ab
-from harness.model import scale_claims as claims, nccl_tuning
-from harness.model.profile import HardwareProfile, LinkTier, ProfileError, load_profile
 from harness.core.options import size_sweep
 from harness.core.sizes import format_size, parse_sizes
+from harness.core.store import write_json_atomic
+from harness.model import alphabeta as ab
+from harness.model import nccl_tuning, plots
+from harness.model import scale_claims as claims
+from harness.model.profile import HardwareProfile, LinkTier, ProfileError, load_profile
 
 if TYPE_CHECKING:  # scipy loads only when a fit is asked for, not on every critpath command
     from harness.model.calibrate import Fit
@@ -102,7 +104,7 @@ def _calibrated_profile(fits: "list[Fit]", profile: Optional[HardwareProfile], t
     With p2p_tiers records (a run across nodes) the per-tier fits replace the profile's intra and
     inter tiers for every algorithm. Otherwise the allreduce fits replace one tier: each measured
     algorithm gets its own fit; the rest use the ring fit, the plainest point-to-point pattern."""
-    from harness.model.calibrate import TIER_ALGOS
+    from harness.model.calibrate import TIER_ALGOS  # calibrate imports scipy (1 s): only --calibrate pays it
 
     joint = {f.algo: f for f in fits if len(f.worlds) == max(len(g.worlds) for g in fits if g.algo == f.algo)}
     tier_fits = {TIER_ALGOS[a]: f for a, f in joint.items() if a in TIER_ALGOS}
@@ -138,7 +140,7 @@ def _calibrated_profile(fits: "list[Fit]", profile: Optional[HardwareProfile], t
 
 
 def cmd_model(args) -> int:
-    from harness.model.calibrate import CalibrationError, extrapolations, fit_run
+    from harness.model.calibrate import CalibrationError, extrapolations, fit_run  # scipy: as above
 
     console = Console(soft_wrap=True)
     algos = tuple(a.strip() for a in args.algos.split(",") if a.strip())
@@ -176,8 +178,6 @@ def cmd_model(args) -> int:
     if args.claims:
         _print_claims(console, profile)
     if not args.no_plots:
-        from harness.model import plots
-
         written = plots.write_all(out, profile, scales, sizes, algos, times_s, crossover, nccl, fits)
         console.print("modelled figures: " + ", ".join(str(p) for p in written))
     console.print(f"modelled results in {out} (source: model; profile {profile.path or profile.name})")
@@ -304,8 +304,6 @@ def _print_claims(console, profile: HardwareProfile) -> None:
 
 def _write_outputs(out: Path, profile, scales, sizes, algos, times_s, crossover, nccl, fits,
                    extrapolated=()) -> None:
-    from dataclasses import asdict
-
     doc = {
         "schema": "critpath.model/1",
         "source": "model",
@@ -327,7 +325,6 @@ def _write_outputs(out: Path, profile, scales, sizes, algos, times_s, crossover,
             "modelled_best_us": nccl["best_us"].tolist(), "pick": nccl["labels"].tolist(),
             "modelled_ring_vs_tree_bytes": [None if not math.isfinite(v) else v for v in nccl["ring_vs_tree_bytes"]],
         }
-    from harness.core.store import write_json_atomic
 
     write_json_atomic(out / "model.json", doc)
     with open(out / "modelled_times.csv", "w", newline="") as f:

@@ -11,6 +11,11 @@ from pathlib import Path
 
 from rich.table import Table
 
+from harness.core.store import load_records
+from harness.moe_a2a import sim
+from harness.moe_a2a.config import mitigation_label, workload_label
+from harness.tables.terminal import wide_console
+
 # The articles' figures these commands put beside their own (claims.md, article 001).
 CLAIM_SKEW_REL = 0.47  # A1.moe_skew: 17x hot expert -> effective throughput 47 %
 CLAIM_ADAPTIVE_REL = 0.89  # A1.moe_adaptive: adaptive routing, 100 ms window -> 89 %
@@ -67,9 +72,6 @@ def _fmt_pct(x: float) -> str:
 
 
 def cmd_sim(args) -> int:
-    from harness.moe_a2a import sim
-    from harness.tables.terminal import wide_console
-
     console = wide_console()
     model = sim.CostModel()
     if args.expert_us_per_pair is not None:
@@ -133,9 +135,6 @@ def _print_claims(console, results) -> None:
 
 def _sim_from_run(run_dir: Path, drift_ms: float, windows_ms: tuple[float, ...], model, console) -> int:
     """The model fitted to ``run_dir``'s uniform case, beside what that run measured."""
-    from harness.moe_a2a import sim
-    from harness.core.store import load_records
-
     records = load_records(run_dir)
     try:
         fitted, basis = sim.fit_from_run(records, model)
@@ -179,8 +178,6 @@ def _sim_from_run(run_dir: Path, drift_ms: float, windows_ms: tuple[float, ...],
 def _relative(records) -> list[dict]:
     """Each passing moe_a2a record with its tokens/s over the uniform, unmitigated case of the same
     shape in the same run (a ratio of two measurements, both from this run)."""
-    from harness.moe_a2a.config import mitigation_label, workload_label
-
     shape_keys = ("backend", "bytes_per_elem", "compute", "experts_per_rank", "hidden", "ns_per_token", "tokens",
                   "top_k", "world")
     moe = [r for r in records if r.family == "moe_a2a" and r.ok]
@@ -206,9 +203,6 @@ def _relative(records) -> list[dict]:
 
 
 def cmd_report(args) -> int:
-    from harness.core.store import load_records
-    from harness.tables.terminal import wide_console
-
     rows = _relative(load_records(args.run_dir))
     if not rows:
         print(f"critpath moe-report: error: {args.run_dir} holds no passing moe_a2a records", file=sys.stderr)

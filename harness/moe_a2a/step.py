@@ -33,7 +33,7 @@ import torch.distributed as dist
 from harness.moe_a2a import routing
 from harness.moe_a2a.config import MAX_KEPT_STEPS, PAIR_BLOCK, PHASES, SENTINEL, Mitigation, check_measurable
 from harness.moe_a2a.placement import EMPTY, Placement, contiguous, eplb
-from harness.moe_a2a.workloads import Shape, Workload, route
+from harness.moe_a2a.workloads import Shape, Workload, expert_load, route
 from harness.run.timing import time_each
 
 # The step's declarations live in config (torch-free: a family reads them without torch).
@@ -126,7 +126,6 @@ def build(rank: int, world: int, device, group, shape: Shape, workload: Workload
     S = shape.experts_per_rank + mitigation.spare_slots
     if mitigation.kind == "replicate":
         # Planned from the workload's true load (an oracle EPLB): the best a static plan can do.
-        from harness.moe_a2a.workloads import expert_load
 
         placement = eplb(expert_load(workload, shape, 0), world, S)
     else:

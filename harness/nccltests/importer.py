@@ -22,14 +22,16 @@ What the import can and cannot say:
 from __future__ import annotations
 
 import hashlib
+import sys
 from pathlib import Path
 from typing import Optional
 
 from harness.core.family import CheckResult
-from harness.nccltests.evidence import FOUND, Ambiguous, COLLECTIVES, detect, ranks_text
+from harness.core.records import Record
+from harness.core.store import RunDir
+from harness.nccltests.evidence import COLLECTIVES, FOUND, Ambiguous, detect, ranks_text
 from harness.nccltests.parse import DTYPES, NcclTestsFormatError, Parsed, nccl_version_text, parse
 from harness.nccltests.trailer import trailer_checks
-from harness.core.records import Record
 
 __all__ = ["NcclTestsFormatError", "import_file", "nccl_version_text", "parse_file", "to_records"]
 
@@ -129,8 +131,6 @@ def fingerprint_of(parsed: Parsed, source: str) -> dict:
 
 
 def import_file(path: Path, out: Path, collective: Optional[str] = None, run_id: Optional[str] = None) -> list[Record]:
-    from harness.core.store import RunDir
-
     path = Path(path)
     parsed = parse_file(path, collective)
     digest = hashlib.sha256(path.read_bytes()).hexdigest()[:8]
@@ -164,8 +164,6 @@ def register(sub) -> None:
 
 
 def cmd_import(args) -> int:
-    import sys
-
     try:
         records = import_file(args.file, args.out, args.collective, args.run_id)
     except NcclTestsFormatError as exc:

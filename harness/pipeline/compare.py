@@ -17,8 +17,10 @@ from typing import Iterable, Optional
 
 from rich.table import Table
 
-from harness.pipeline.scenarios import SCENARIOS, STRETCH_WARN
 from harness.core.records import Record
+from harness.core.store import load_records
+from harness.pipeline.scenarios import SCENARIOS, STRETCH_WARN
+from harness.tables.terminal import wide_console
 
 PAIRS = (("sync", "async"), ("1f1b", "gpipe"))
 AGREE_WITHIN = 0.05  # |measured - model| throughput ratio taken as agreement
@@ -111,9 +113,6 @@ def table(comparisons: list[Comparison]) -> Table:
 
 
 def cmd_compare(args) -> int:
-    from harness.core.store import load_records
-    from harness.tables.terminal import wide_console
-
     comparisons = compare(load_records(args.run_dir))
     if not comparisons:
         print(f"critpath pipeline-compare: {args.run_dir}: no pair of ok pipeline records differing only in schedule")

@@ -6,13 +6,15 @@ several runs give a comparison with the plots overlaid (--out, default reports/c
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Sequence
 
 from harness.claims import baselines
 from harness.core.store import load_run
-from harness.report.build import Report, build
 from harness.document.blocks import Block, Heading, Image, to_html, to_markdown
+from harness.history.view import HistoryError, history_blocks
+from harness.report.build import Report, build
 
 EXIT_OK, EXIT_USAGE = 0, 2
 
@@ -56,8 +58,6 @@ def make_report(run_dirs: Sequence[Path], labels: Sequence[str] = (), baselines_
     claims = baselines.load_dir(baselines_dir)
     extra: list[Block] = []
     if asv_results is not None:
-        from harness.history.view import history_blocks
-
         extra = history_blocks(asv_results, claims)
         if not runs:
             title = f"critpath history: {asv_results}"
@@ -66,10 +66,6 @@ def make_report(run_dirs: Sequence[Path], labels: Sequence[str] = (), baselines_
 
 
 def cmd_report(args) -> int:
-    import sys
-
-    from harness.history.view import HistoryError
-
     if not args.run_dirs and args.asv_results is None:
         print("critpath report: error: give RUN_DIR (one or more), or --asv-results DIR for history alone",
               file=sys.stderr)

@@ -12,6 +12,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Iterable
 
+from fontTools import subset
+from fontTools.ttLib import TTFont
+
+from harness.claims.baselines import DEFAULT_DIR
+from harness.core import yamlfile
 from harness.document.fonts import FAMILY, SUBSET_FILE
 
 # Noto Sans CJK's collection holds JP, KR, SC, TC, HK in that order; the articles are Simplified Chinese.
@@ -20,8 +25,6 @@ SC_FONT_NUMBER = 2
 
 def baselines_characters(directory: Path) -> set[str]:
     """Every non-ASCII character in the string values of the baselines files: what a report may show."""
-    from harness.core import yamlfile
-
     chars: set[str] = set()
 
     def walk(value) -> None:
@@ -41,9 +44,6 @@ def baselines_characters(directory: Path) -> set[str]:
 
 def build_subset(source: Path, chars: Iterable[str], out: Path) -> int:
     """Write the WOFF subset of ``source`` (a Noto Sans CJK .ttc or .otf) holding ``chars``; its size."""
-    from fontTools import subset
-    from fontTools.ttLib import TTFont
-
     # recalcTimestamp off: the same source and characters give the same bytes.
     font = TTFont(source, fontNumber=SC_FONT_NUMBER if str(source).endswith(".ttc") else -1, recalcTimestamp=False)
     options = subset.Options()
@@ -66,8 +66,6 @@ def build_subset(source: Path, chars: Iterable[str], out: Path) -> int:
 
 
 def main(argv=None) -> int:
-    from harness.claims.baselines import DEFAULT_DIR
-
     p = argparse.ArgumentParser(prog="python -m harness.report.fonts",
                                 description="rebuild the embedded CJK font subset from the baselines' characters")
     p.add_argument("source", type=Path, help="NotoSansCJK-Regular.ttc (Debian fonts-noto-cjk) or NotoSansCJKsc-Regular.otf")

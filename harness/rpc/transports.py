@@ -14,7 +14,9 @@ from typing import Any, Callable, Optional
 
 from harness.rpc.faults import FaultSpec, ProxyConfig
 from harness.rpc.framing import MAX_FRAME_BYTES, RpcError
+from harness.rpc.http_echo import HttpClient, HttpServerConfig
 from harness.rpc.server import ServerProcess
+from harness.rpc.shm import ShmClient
 from harness.rpc.stream import StreamClient, StreamClientOptions, StreamServerConfig
 
 
@@ -154,8 +156,6 @@ def _open(t: TransportInfo, hops: int, faults: Optional[FaultSpec], max_bytes: i
             upstream = proxy.address
         return Endpoint(t, StreamClient(upstream, options), server, proxies, workdir)
     if t.kind == "shm":
-        from harness.rpc.shm import ShmClient
-
         client = ShmClient(max_bytes=max_bytes, workdir=workdir)
         try:
             server = _start(started, "harness.rpc.shm:serve", client.config())
@@ -165,20 +165,18 @@ def _open(t: TransportInfo, hops: int, faults: Optional[FaultSpec], max_bytes: i
         client.on_idle = server.check_alive
         return Endpoint(t, client, server, workdir=workdir)
     if t.kind == "http":
-        from harness.rpc.http_echo import HttpClient, HttpServerConfig
-
         server = _start(started, "harness.rpc.http_echo:serve",
                         HttpServerConfig(nodelay=t.name.endswith("_nodelay"), max_bytes=max_bytes))
         keep = t.name.startswith("http_keepalive")
         return Endpoint(t, HttpClient(server.address, keep_alive=keep), server, workdir=workdir)
     if t.kind == "grpc":
-        from harness.rpc.grpc_echo import GrpcClient, GrpcServerConfig
+        from harness.rpc.grpc_echo import GrpcClient, GrpcServerConfig  # grpc: 80 ms, paid by its cases alone
 
         server = _start(started, "harness.rpc.grpc_echo:serve", GrpcServerConfig(max_bytes=max_bytes))
         mode = t.name.split("_", 1)[1]
         return Endpoint(t, GrpcClient(server.address, mode, max_bytes), server, workdir=workdir)
     if t.kind == "zmq":
-        from harness.rpc.zmq_echo import ZmqClient, ZmqServerConfig
+        from harness.rpc.zmq_echo import ZmqClient, ZmqServerConfig  # pyzmq: 30 ms, paid by its cases alone
 
         _, pattern, over = t.name.split("_")
         endpoint = f"ipc://{os.path.join(workdir, 'zmq.ipc')}" if over == "ipc" else "tcp://127.0.0.1:*"

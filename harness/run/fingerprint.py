@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Optional
 
 import harness
-
 from harness.run import nodefacts
 
 # Variables that change what a collective or the allocator does.
@@ -78,7 +77,7 @@ def gpus() -> dict:
     facts (harness.run.nodefacts: ECC, retired pages or remapped rows, clock event reasons, clocks,
     PCIe link max and now). A call a GPU does not support leaves its field None with the reason."""
     try:
-        import pynvml
+        import pynvml  # here, in a try: a broken nvidia-ml-py is "no GPU" in the fingerprint, not a failed run
     except ImportError as exc:
         return {"present": False, "reason": f"nvidia-ml-py not importable: {exc}"}
     try:
@@ -149,7 +148,7 @@ def _text(value) -> str:
 
 def nccl_version() -> Optional[str]:
     try:
-        import torch
+        import torch  # 1.5 s, which a fingerprint of a torch-free run (rpc, kv_alloc) does not pay
 
         if not torch.cuda.is_available():
             return None

@@ -1,6 +1,7 @@
 """Processes that must not outlive the process that started them."""
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 
@@ -10,8 +11,6 @@ def die_with_parent(sig: int = signal.SIGKILL) -> None:
     too instead of leaving it blocked on a pipe or queue nobody reads. Linux only; a no-op
     elsewhere."""
     try:
-        import ctypes
-
         libc = ctypes.CDLL(None, use_errno=True)
         PR_SET_PDEATHSIG = 1
         libc.prctl(PR_SET_PDEATHSIG, sig)

@@ -39,7 +39,17 @@ import traceback
 from pathlib import Path
 from typing import Any, Optional, Sequence, TextIO
 
+import harness
+from harness.core import registry
+from harness.core.family import RankContext
 from harness.core.options import seconds
+from harness.core.records import ErrorInfo, Record, utc_now_iso
+from harness.core.store import RunDir, new_run_id
+from harness.run import fingerprint
+from harness.run.driver import Collectives, run_case
+from harness.run.lifetime import die_with_parent
+from harness.run.plan import PROFILE_POLICY
+from harness.run.timing import PlanPolicy
 
 PROTOCOL = 1
 MAX_ITERS = 1_000_000  # per case and round, when the gate sets the window
@@ -64,8 +74,6 @@ class RoundServer:
     """Runs rounds; owns the rank pools (one per world size) and the single-rank group."""
 
     def __init__(self, out: Path, backend: str, timeout_s: float) -> None:
-        from harness.core.store import new_run_id
-
         self.out = Path(out)
         self.backend = backend
         self.timeout_s = timeout_s
@@ -78,23 +86,16 @@ class RoundServer:
             pool.close()
         self._pools.clear()
         if self._solo_group:
-            import torch.distributed as dist
+            import torch.distributed as dist  # loaded already: a solo group exists only for a torch family
 
             dist.destroy_process_group()
             self._solo_group = False
 
     def write_fingerprint(self) -> None:
-        from harness.run import fingerprint
-        from harness.core.store import RunDir
-
         RunDir(self.out, self.run_id).write_fingerprint(fingerprint.collect(self.backend, 1, "worker"))
 
     def run_round(self, number: int, cases: Sequence[tuple[Any, Optional[int]]], warmup: Optional[int],
                   target_s: Optional[float]) -> tuple[Path, list[dict]]:
-        from harness.run.plan import PROFILE_POLICY
-        from harness.core.store import RunDir
-        from harness.run.timing import PlanPolicy
-
         run_dir = RunDir(self.out / ROUND_DIR.format(number), self.run_id)
         quick = PROFILE_POLICY["quick"]
         summary = []
@@ -116,16 +117,13 @@ class RoundServer:
     def prepare(self, cases: Sequence[Any]) -> None:
         """Import the cases' families and start their rank pools, before anything is timed: the
         gate asks both sides to prepare at once, so their start-up overlaps."""
-        from harness.core import registry
-
         for case in cases:
             registry.get(case.family)
             if case.world > 1:
                 self._pool(case.world).start(wait=True)
 
     def _pool(self, world: int):
-        from harness.run.launcher import Supervisor
-        from harness.run.plan import PROFILE_POLICY
+        from harness.run.launcher import Supervisor  # imports torch (1.5 s): only a multi-rank case pays it
 
         if world not in self._pools:
             self._pools[world] = Supervisor(world=world, backend=self.backend, policy=PROFILE_POLICY["quick"],
@@ -142,11 +140,6 @@ class RoundServer:
 
     def _one_rank(self, case, policy):
         """The case in this process, as a spawned single rank would run it; a failure is a record."""
-        from harness.core import registry
-        from harness.run.driver import Collectives, run_case
-        from harness.core.family import RankContext
-        from harness.core.records import ErrorInfo, Record, utc_now_iso
-
         family = registry.get(case.family)
         device, group = None, None
         if "torch" in sys.modules:  # the family uses torch: give it what a spawned rank has
@@ -163,9 +156,9 @@ class RoundServer:
                                   self.backend, started_at, time.perf_counter() - start)
 
     def _torch_context(self):
-        import torch.distributed as dist
+        import torch.distributed as dist  # a family that uses torch has loaded it already
 
-        from harness.run.worker import device_for
+        from harness.run.worker import device_for  # worker imports torch at module level
 
         if not self._solo_group:
             dist.init_process_group(self.backend, store=dist.HashStore(), rank=0, world_size=1)
@@ -179,8 +172,6 @@ def _send(channel: TextIO, message: dict) -> None:
 
 
 def _parse_round(message: dict) -> tuple[int, list, Optional[int], Optional[float]]:
-    from harness.core import registry
-
     try:
         number = int(message["round"])
         entries = message["cases"]
@@ -202,8 +193,6 @@ def _parse_round(message: dict) -> tuple[int, list, Optional[int], Optional[floa
 
 
 def serve(out: Path, backend: str, timeout_s: float, commands: TextIO, replies: TextIO) -> int:
-    import harness
-
     server = RoundServer(out, backend, timeout_s)
     try:
         server.write_fingerprint()
@@ -237,8 +226,6 @@ def serve(out: Path, backend: str, timeout_s: float, commands: TextIO, replies: 
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from harness.run.lifetime import die_with_parent
-
     # A gate killed outright must not leave its workers measuring (or their ranks and servers).
     die_with_parent(signal.SIGTERM)
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))

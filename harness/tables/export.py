@@ -8,9 +8,12 @@ declarations under ``figures``; parquet keeps them in the frame's attrs.
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 from pathlib import Path
+
+from harness.tables.frame import load_runs, records_of, samples_of
 
 FORMATS = ("csv", "json", "parquet")
 PARQUET_HINT = "parquet needs pyarrow: pip install pyarrow (or export --format csv or json)"
@@ -22,8 +25,6 @@ class ExportUnavailable(RuntimeError):
 
 def require(fmt: str) -> None:
     """Refuse a format whose library is missing before any run is read."""
-    import importlib.util
-
     if fmt == "parquet" and importlib.util.find_spec("pyarrow") is None:  # pandas' parquet engine
         raise ExportUnavailable(PARQUET_HINT)
 
@@ -55,8 +56,6 @@ def register(sub) -> None:
 
 
 def cmd_export(args) -> int:
-    from harness.tables.frame import load_runs, records_of, samples_of
-
     try:
         require(args.fmt)
     except ExportUnavailable as exc:

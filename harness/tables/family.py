@@ -17,14 +17,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
+from harness.core.bandwidth import nccl_tests_better
 from harness.core.comparable import CHECKED_FIELDS
+from harness.core.family import SOURCE_MARKS, Column, Family
+from harness.core.figures import N_TOO_SMALL, SAMPLE_BETTER, TIME_SCALE, is_sample_statistic, sample_parts, supports
+from harness.core.sizes import format_size
+from harness.core.store import ResultsFileError
+from harness.nccltests.evidence import ranks_text
 from harness.tables.frame import NCCL_PREFIX, PARAM_PREFIX, SUMMARY_COLUMNS
 from harness.tables.frame import NCCL_SIDES as FRAME_SIDES
-from harness.core.family import SOURCE_MARKS, Column, Family
-from harness.core.bandwidth import nccl_tests_better
-from harness.core.figures import N_TOO_SMALL, SAMPLE_BETTER, TIME_SCALE, is_sample_statistic, sample_parts, supports
-from harness.nccltests.evidence import ranks_text
-from harness.core.sizes import format_size
 
 MISSING = "-"  # no value: the case is not in that run, failed, or lacks the figure
 MEAN_ONLY = "mean only"  # a percentile of an import that holds nccl-tests' mean alone
@@ -315,8 +316,6 @@ def _by_case(df, label: str) -> dict:
     counts = df["case_id"].value_counts()
     twice = sorted(counts[counts > 1].index)
     if twice:
-        from harness.core.store import ResultsFileError
-
         raise ResultsFileError(f"{label}: case {twice[0]} is recorded {counts[twice[0]]} times; a comparison pairs "
                                "one record per case and run (compare the runs it came from instead)")
     return {row["case_id"]: row for row in _rows(df)}
@@ -325,7 +324,7 @@ def _by_case(df, label: str) -> dict:
 def comparison_table(frames: Sequence[Any], labels: Sequence[str], family: Optional[Family]) -> TextTable:
     """The records of one family in several runs (``frames``, one per run, labelled), one row per
     case ID present in any run, in the first run's order and then each later run's new cases."""
-    import pandas as pd
+    import pandas as pd  # 0.4 s: paid where a frame is built, not by every command that imports tables
 
     by_run = [_by_case(df, label) for df, label in zip(frames, labels)]
     tags = run_tags(labels)

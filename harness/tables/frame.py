@@ -19,6 +19,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Union
 
+import numpy as np
+
+from harness.core import registry
 from harness.core.declarations import declared
 from harness.core.figures import is_mean_only
 from harness.core.store import LoadedRun, load_run, run_of
@@ -129,8 +132,6 @@ def _nccl_columns(record) -> dict:
 
 def _flags(record) -> Optional[str]:
     """Why the family says a record's figures are distorted (oversubscribed cores), None when clean."""
-    from harness.core import registry
-
     family = registry.FAMILIES.get(record.family)
     return (family.flags(record) or None) if family is not None and family.flags is not None else None
 
@@ -188,7 +189,7 @@ def frame_of(records, run_dir: PathLike = ".", meta: dict | None = None, fingerp
 
 def records_of(runs: list[LoadedRun]):
     """``frame`` of runs already loaded."""
-    import pandas as pd
+    import pandas as pd  # 0.4 s: paid where a frame is built, not by every command that imports tables
 
     figures = figure_declarations(runs)
     rows = [_record_row(run, record) for run in runs for record in run.records]
@@ -220,8 +221,7 @@ def samples_frame(*run_dirs: Any):
 
 def samples_of(runs: list[LoadedRun]):
     """``samples_frame`` of runs already loaded."""
-    import numpy as np
-    import pandas as pd
+    import pandas as pd  # 0.4 s: paid where a frame is built, not by every command that imports tables
 
     columns: dict[str, list] = {"run_id": [], "case_id": [], "iteration": [], "sample_ns": [], "mean_only": []}
     for run in runs:

@@ -9,8 +9,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from harness.core import registry
-from harness.tables.family import MISSING, TextTable
 from harness.core.records import Record
+from harness.nccltests.show import imported, imported_notes
+from harness.tables.family import MISSING, TextTable, comparison_table, family_table, imported_tables, split_imports
+from harness.tables.frame import frame_of
 
 
 def rich_table(table: TextTable, title: str = "") -> Table:
@@ -56,10 +58,6 @@ def _unverified(name: str, group: list[Record], console: Console) -> None:
 def print_tables(records: Iterable[Record], console: Console | None = None, frame=None) -> None:
     """One table per family, as the report builds it from the records frame; an import as its source
     printed it (both sides), then its evidence and trailer."""
-    from harness.tables.frame import frame_of
-    from harness.tables.family import family_table, imported_tables, split_imports
-    from harness.nccltests.show import imported, imported_notes
-
     console = console or wide_console()
     records = list(records)
     df = frame_of(records) if frame is None else frame
@@ -90,8 +88,6 @@ def print_comparison(frames: list, labels: list[str], console: Console | None = 
                      records: Optional[list[list[Record]]] = None) -> None:
     """Several runs side by side, one table per family, as the report's comparison; with each
     run's ``records``, every failed case's error and the figures not verified, per run."""
-    from harness.tables.family import comparison_table
-
     console = console or wide_console()
     names = list(dict.fromkeys(name for df in frames for name in df["family"]))
     for name in names:

@@ -1,0 +1,68 @@
+"""``critpath list`` and ``critpath run``: the cases a grid holds, and running them into a run
+directory (harness.run.runner)."""
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from pathlib import Path
+
+from harness.core import registry
+from harness.core.family import GridOptions
+from harness.core.options import EXIT_OK, at_least, comma_separated, seconds, size_sweep
+from harness.run.lifetime import raise_on_sigterm
+from harness.run.runner import RunOptions, run
+
+
+def register(sub) -> None:
+    p_list = sub.add_parser("list", help="families and their case IDs")
+    p_list.add_argument("--families", type=comma_separated, help="comma-separated family names")
+    _grid_args(p_list)
+    p_list.set_defaults(func=cmd_list)
+
+    p_run = sub.add_parser("run", help="run cases and write a run directory")
+    p_run.add_argument("--families", type=comma_separated, help="comma-separated family names (default: every default family)")
+    p_run.add_argument("--case", dest="case_ids", action="append", default=[], metavar="ID",
+                       help="run exactly this case ID (repeatable); overrides --families")
+    _grid_args(p_run)
+    p_run.add_argument("--iters", type=at_least(1), help="timed iterations per case (default: calibrated by rank 0)")
+    p_run.add_argument("--warmup", type=at_least(0), help="warm-up iterations per case")
+    p_run.add_argument("--timeout", type=seconds, default=60.0, metavar="SECONDS",
+                       help="per-case limit from set-up to check (default 60)")
+    p_run.add_argument("--out", type=Path, help="run directory (default reports/<run-id>)")
+    p_run.set_defaults(func=cmd_run)
+
+
+def _grid_args(p: argparse.ArgumentParser) -> None:
+    profile = p.add_mutually_exclusive_group()
+    profile.add_argument("--quick", dest="profile", action="store_const", const="quick", help="quick profile (default)")
+    profile.add_argument("--full", dest="profile", action="store_const", const="full", help="full profile")
+    p.set_defaults(profile="quick")
+    p.add_argument("--world", type=at_least(1), help="ranks to spawn locally (default 2; under torchrun: WORLD_SIZE)")
+    p.add_argument("--backend", choices=("gloo", "nccl"), help="default: nccl when every rank has a GPU, else gloo")
+    p.add_argument("--sizes", type=size_sweep, metavar="SPEC", help="size sweep like nccl-tests: 8:64M:x2, 1K:8K:+1K or 8,1K,1M")
+
+
+def cmd_list(args) -> int:
+    grid = GridOptions(args.profile, args.world or 2, args.backend or "gloo", args.sizes)
+    for family in registry.select(args.families) if args.families else registry.FAMILIES.values():
+        marker = "" if family.default else "  (opt-in)"
+        print(f"{family.name} v{family.version}: {family.description}{marker}")
+        for case in family.grid(grid):
+            print(f"  {case.id}")
+    return EXIT_OK
+
+
+def cmd_run(args) -> int:
+    opts = RunOptions(
+        families=args.families, case_ids=tuple(args.case_ids), profile=args.profile, world=args.world,
+        backend=args.backend, sizes_bytes=args.sizes, iters=args.iters, warmup=args.warmup,
+        timeout_s=args.timeout, out=args.out, argv=tuple(sys.argv),
+    )
+    # SIGTERM (CI cancellation, a Slurm time limit) unwinds as Ctrl-C does: run.json says
+    # interrupted, the ranks and their servers are killed, temporary directories removed.
+    previous = signal.signal(signal.SIGTERM, raise_on_sigterm)
+    try:
+        return run(opts)
+    finally:
+        signal.signal(signal.SIGTERM, previous)

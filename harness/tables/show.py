@@ -1,0 +1,47 @@
+"""``critpath show``: the tables of a stored run again, from its records, or several runs side by
+side with a ratio column each (harness.tables.family builds the rows, harness.tables.terminal
+prints them)."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from harness.core.options import EXIT_FAILED, EXIT_OK
+from harness.core.store import FINGERPRINT, RUN_META, ResultsFileError, load_records, read_json, run_of
+from harness.tables.frame import records_of
+from harness.tables.terminal import print_comparison, print_tables
+
+
+def register(sub) -> None:
+    p_show = sub.add_parser("show", help="print the tables of a stored run, or of several side by side")
+    p_show.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR",
+                        help="one run: its tables; several: one table per family, a column per run and a ratio column")
+    p_show.add_argument("--label", action="append", default=[], help="label per run, in order (default: the run ID)")
+    p_show.add_argument("--skip-invalid", action="store_true", help="show the valid records and list the invalid lines")
+    p_show.set_defaults(func=cmd_show)
+
+
+def cmd_show(args) -> int:
+    if args.label and len(args.label) != len(args.run_dirs):
+        raise ResultsFileError(f"--label given {len(args.label)} times for {len(args.run_dirs)} runs")
+    frames, labels, runs, whole = [], [], [], True
+    for i, run_dir in enumerate(args.run_dirs):
+        skipped: list = []
+        records = load_records(run_dir, skip_invalid=args.skip_invalid, skipped=skipped)
+        # a results file given alone has no run.json or fingerprint.json beside it: both read as {}
+        run = run_of(run_dir, records, read_json(run_dir / RUN_META), read_json(run_dir / FINGERPRINT),
+                     args.label[i] if args.label else None)
+        frames.append(records_of([run]))
+        runs.append(records)
+        labels.append(run.label)
+        if len(args.run_dirs) == 1:
+            print_tables(records, frame=frames[0])
+        for item in skipped:
+            print(f"skipped {run_dir}: line {item.line}: {item.reason}", file=sys.stderr)
+        incomplete = run.incomplete
+        if incomplete:  # a killed or empty run is not shown as a whole one
+            print(f"{run_dir}: {incomplete}", file=sys.stderr)
+        whole = whole and all(r.ok for r in records) and not skipped and not incomplete
+    if len(args.run_dirs) > 1:
+        print_comparison(frames, labels, records=runs)
+    return EXIT_OK if whole else EXIT_FAILED
