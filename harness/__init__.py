@@ -7,6 +7,8 @@ docs/analyse.md); every other module is internal and may move between releases:
   ``CheckResult``, ``Column``, ``WRONG_COLUMN``, ``Figure``, ``Summary``, ``BACKEND``,
   ``world_param``, the nccl-tests bandwidth helpers (``bandwidth_figures``, ``algbw_gbps``,
   ``busbw_gbps``, ``BANDWIDTH_COLUMNS``) and ``parse_sizes`` / ``format_size``;
+- a family's plots and findings: ``Plot``, ``Finding``, ``Concluded``, and for drawing ``Drawn``,
+  ``subplots``, ``legend``, ``palette`` (one look for every plot of a report);
 - finding families and cases: ``FAMILIES`` (name -> Family, each imported on first use),
   ``get_family(name)``, ``parse_case(case_id)``;
 - reading results: ``load_records``, ``Record``, ``figure_value`` (a figure of a record by name,
@@ -26,7 +28,9 @@ __version__ = "0.2.0"
 # process that needs none of them (an rpc echo server, `critpath --help`) must not pay.
 _PUBLIC: dict[str, tuple[str, str]] = {
     **{name: ("harness.core.family", name) for name in (
-        "Family", "GridOptions", "RankContext", "CheckResult", "Column", "WRONG_COLUMN", "BACKEND", "world_param")},
+        "Family", "GridOptions", "RankContext", "CheckResult", "Column", "WRONG_COLUMN", "BACKEND", "world_param",
+        "Plot", "Finding", "Concluded")},
+    **{name: ("harness.core.plotting", name) for name in ("Drawn", "subplots", "legend", "palette")},
     **{name: ("harness.core.case", name) for name in ("Case", "Param", "CaseIdError")},
     "Figure": ("harness.core.figures", "Figure"),
     "FigureUnavailable": ("harness.core.figures", "FigureUnavailable"),

@@ -27,7 +27,7 @@ from harness.history.view import load_history, resets
 from test_html_browser import BROWSER, render
 
 ROOT = Path(__file__).resolve().parent.parent
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 # One quick case of every default family, and one that fails on purpose.
 CASES = {

@@ -166,6 +166,7 @@ def test_compare_of_a_missing_directory_could_not_run(tmp_path):
     assert main(["compare", str(tmp_path / "nope"), str(tmp_path / "nope2"), "--out", str(tmp_path / "out")]) == EXIT_COULD_NOT_RUN
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_against_a_baseline_table_runs_only_the_candidate(tmp_repo, tmp_path):
     table = tmp_path / "baselines.yaml"
@@ -208,6 +209,7 @@ def test_a_budget_too_small_to_decide_says_so(tmp_repo, tmp_path):
     assert "--budget" in case["reason"] and data["extra"]["stopped"] == "budget"
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_the_budget_stops_a_gate(tmp_repo, tmp_path):
     # A minimum effect of 0 can never be shown "unchanged", and an A/A is rarely rejected: the
@@ -234,6 +236,7 @@ def _slowed_branch(repo: Path, case_id: str, kind: str, fraction: float, mean_ns
     return sha
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_a_real_two_tree_gate_catches_an_injected_slowdown_and_passes_an_a_a(tmp_repo, tmp_path):
     # The candidate is a real commit on a branch: a busy-wait of 4 us on every step of a ~3 us
@@ -256,6 +259,7 @@ def test_a_real_two_tree_gate_catches_an_injected_slowdown_and_passes_an_a_a(tmp
     assert not case["likely_regression"]
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_a_partial_slowdown_is_found_by_the_default_statistic(tmp_repo, tmp_path):
     # One step in ten waits 10 x 30 us: the mean grows by about 100 %, the fastest steps only by
@@ -313,6 +317,7 @@ def test_an_interrupted_gate_removes_its_worktree_and_leaves_no_process(tmp_repo
     assert set(Path(tempfile.gettempdir()).glob("critpath-gate-*")) <= temp_trees  # the base's checkout is gone
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_an_interrupted_gate_power_stops_its_running_gate_and_leaves_no_process(tmp_repo, tmp_path):
     import signal
@@ -339,6 +344,7 @@ def test_an_interrupted_gate_power_stops_its_running_gate_and_leaves_no_process(
     assert json.loads((out / "power.json").read_text())["trials"] == []  # an interrupted trial is not counted
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 @pytest.mark.parametrize("mode,why", [("hang", "did not answer within"), ("wrong", "results wrong"),
                                       ("exit", "worker closed its output")])

@@ -19,6 +19,7 @@ BROWSER = next((path for path in map(shutil.which, BROWSERS) if path), None)
 
 pytestmark = [
     pytest.mark.integration,
+    pytest.mark.slow,
     pytest.mark.skipif(BROWSER is None, reason="no Chromium on PATH (Debian: apt-get install chromium)"),
 ]
 

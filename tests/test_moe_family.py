@@ -84,6 +84,7 @@ def test_quick_grid_puts_every_mitigation_beside_the_unmitigated_case():
     assert any(c.params["workload"] == "uniform" for c in cases)
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_end_to_end_three_ranks(tmp_path):
     # hot 17x with top-2 needs 17*2 <= experts + 16: 18 experts over 3 ranks.

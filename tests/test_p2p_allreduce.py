@@ -39,7 +39,7 @@ def _exactness_worker(rank, world, store_path, results):
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("world", [2, 3, 4])
+@pytest.mark.parametrize("world", [2, 3, pytest.param(4, marks=pytest.mark.slow)])
 def test_ring_and_tree_are_exact(world, tmp_path):
     results = mp.Manager().dict()
     mp.spawn(_exactness_worker, args=(world, str(tmp_path / "store"), results), nprocs=world, join=True)

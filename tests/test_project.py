@@ -25,6 +25,16 @@ def test_ci_runs_the_readme_test_command():
     assert test_cmd in (ROOT / ".ci" / "run").read_text()
 
 
+def test_ci_runs_the_slow_tier_that_the_readme_command_leaves_out():
+    import tomllib
+
+    addopts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["addopts"]
+    assert "-m 'not slow'" in addopts
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert re.search(r"^\.venv/bin/python -m pytest -m slow$", ci, re.MULTILINE)
+    assert ci.index("pytest -m slow") > ci.index(_readme_commands()[1])
+
+
 def test_asv_check_passes():
     proc = subprocess.run(
         [sys.executable, "-m", "asv", "check", "-E", "existing:same"],

@@ -112,6 +112,7 @@ def _kill_loop():
     return module
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 @pytest.mark.parametrize("signal_name, state", [("KILL", "running"), ("TERM", "interrupted")])
 def test_a_run_killed_during_an_rpc_case_leaves_no_process_listener_or_directory(tmp_path, signal_name, state):
@@ -182,6 +183,7 @@ def test_a_start_that_fails_on_a_full_disk_names_the_file_leaves_nothing_and_can
     assert f"already holds a run ({out / 'results.jsonl'})" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 @pytest.mark.parametrize("fault_rank", [0, 1])
 def test_a_hang_record_names_the_rank_that_hung(tmp_path, fault_rank):

@@ -44,6 +44,7 @@ def test_run_writes_a_valid_run_directory(cli, tmp_path):
     assert show.returncode == 0 and "busbw (GB/s)" in show.stdout
 
 
+@pytest.mark.slow
 def test_faults_become_records_and_the_run_goes_on(cli, tmp_path):
     out = tmp_path / "run"
     ok_case = AR.format(algo="ring", size=64, world=2)
@@ -76,6 +77,7 @@ def test_faults_become_records_and_the_run_goes_on(cli, tmp_path):
     assert str(out) not in leftover.stdout
 
 
+@pytest.mark.slow
 def test_sigkill_leaves_a_loadable_results_file(tmp_path):
     out = tmp_path / "run"
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
@@ -95,6 +97,7 @@ def test_sigkill_leaves_a_loadable_results_file(tmp_path):
     assert all(isinstance(r, Record) and r.ok for r in records)
 
 
+@pytest.mark.slow
 def test_truncated_results_give_file_and_line(cli, tmp_path):
     out = tmp_path / "run"
     assert cli("run", "--case", "selftest/fault_rank=0,mode=noop,world=1", "--iters", "10", "--out", str(out)).returncode == 0

@@ -30,6 +30,7 @@ LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RA
 missing = [t for t in TOOLS if shutil.which(t) is None]
 pytestmark = [
     pytest.mark.integration,
+    pytest.mark.slow,
     pytest.mark.skipif(bool(missing), reason=f"Slurm/munge not installed ({', '.join(missing)} not on PATH; Debian: "
                                              "apt-get install slurmctld slurmd slurm-client munge)"),
     pytest.mark.skipif(os.geteuid() != 0, reason="a one-host Slurm needs root (slurmd starts job steps as the submitter)"),

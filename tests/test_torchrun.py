@@ -15,6 +15,8 @@ from harness.collectives.layout import NodeLayout
 from harness.run.fingerprint import node_layout
 from harness.core.store import load_records
 
+pytestmark = pytest.mark.slow
+
 AGENT_TIMEOUT_S = 90
 LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
                "SLURM_PROCID", "SLURM_NTASKS", "SLURM_NODEID", "TORCHELASTIC_RUN_ID")
