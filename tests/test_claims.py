@@ -6,7 +6,8 @@ import dataclasses
 import pytest
 
 from harness.claims.baselines import Claim, Measure, Tolerance
-from harness.claims.check import CONFIRMED, CONTRADICTED, IN_DIRECTION, NOT_MEASURABLE, SIMULATED, WITHHELD, check_claim, counts_text
+from harness.claims.check import (CONFIRMED, CONTRADICTED, IN_DIRECTION, NOT_MEASURABLE, SIMULATED, WITHHELD,
+                                  check_claim, counts_text)
 from harness.core.figures import FigureUnavailable
 from harness.core.figures import value as statistic
 from harness.core.records import Record

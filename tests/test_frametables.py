@@ -11,7 +11,8 @@ import harness
 from harness.core import registry
 from harness.cli import main
 from harness.core.figures import N_TOO_SMALL
-from harness.tables.family import DEFINITION_RATIO, FLAGGED, MISSING, ROUNDED_RATIO, ZERO_RATIO, Compared, comparison_table
+from harness.tables.family import (DEFINITION_RATIO, FLAGGED, MISSING, ROUNDED_RATIO, ZERO_RATIO, Compared,
+                                   comparison_table)
 from harness.nccltests.importer import import_file
 from harness.report.cli import make_report
 from harness.document.blocks import to_markdown

@@ -9,7 +9,8 @@ import pytest
 import xmlschema
 
 from harness.gate.config import ConfigError, load_baselines, load_config
-from harness.gate.outputs import EXIT_COULD_NOT_RUN, EXIT_PASS, EXIT_REGRESSION, GateResult, junit_schema_path, junit_xml, markdown, write_outputs
+from harness.gate.outputs import (EXIT_COULD_NOT_RUN, EXIT_PASS, EXIT_REGRESSION, GateResult, junit_schema_path,
+                                  junit_xml, markdown, write_outputs)
 from harness.gate.stats import CaseInput, Outcome, Policy, Unit, verdicts
 
 FAST = Policy(n_resamples=200)

@@ -17,7 +17,9 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from harness.gate.sequential import CaseSpec, SequentialGate, boundaries, false_alarm_at_budget, final_boundary, hodges_lehmann, min_detectable_effect, pairs_needed, signed_rank_z, signed_rank_z_rows, spent, walsh_averages, walsh_interval, walsh_summary_rows
+from harness.gate.sequential import (CaseSpec, SequentialGate, boundaries, false_alarm_at_budget, final_boundary,
+                                     hodges_lehmann, min_detectable_effect, pairs_needed, signed_rank_z,
+                                     signed_rank_z_rows, spent, walsh_averages, walsh_interval, walsh_summary_rows)
 from harness.gate.stats import Outcome, min_repeats_signed_rank
 
 OPEN, REGRESSED, IMPROVED, UNCHANGED, INCONCLUSIVE = 0, 1, 2, 3, 4

@@ -6,7 +6,8 @@ import math
 import numpy as np
 import pytest
 
-from harness.gate.stats import CaseInput, Comparison, Outcome, Policy, compare, decide, holm, min_repeats_for_alpha, min_repeats_signed_rank, repeats_to_decide, threshold_verdict, verdict, verdicts
+from harness.gate.stats import (CaseInput, Comparison, Outcome, Policy, compare, decide, holm, min_repeats_for_alpha,
+                                min_repeats_signed_rank, repeats_to_decide, threshold_verdict, verdict, verdicts)
 
 FAST = Policy(n_resamples=400)
 

@@ -6,7 +6,8 @@ from collections import defaultdict
 import pytest
 
 from harness.pipeline import model
-from harness.pipeline.schedule import SCHEDULES, Batch, Recv, Send, Work, gpipe_order, max_stashed, messages, one_f_one_b_order, program
+from harness.pipeline.schedule import (SCHEDULES, Batch, Recv, Send, Work, gpipe_order, max_stashed, messages,
+                                       one_f_one_b_order, program)
 
 
 def _names(order: list[Work]) -> str:

@@ -9,7 +9,8 @@ import time
 import pytest
 
 from harness.rpc.faults import FaultSpec, start_proxy
-from harness.rpc.framing import HEADER, KIND_ERROR, MAGIC, MAX_FRAME_BYTES, VERSION, ConnectionClosed, FrameReader, RpcError, ServerError, encode
+from harness.rpc.framing import (HEADER, KIND_ERROR, MAGIC, MAX_FRAME_BYTES, VERSION, ConnectionClosed, FrameReader,
+                                 RpcError, ServerError, encode)
 from harness.rpc.server import ServerGone, ServerProcess, ServerStartError
 from harness.rpc.shm import SLOT_HEADER, ShmClient
 from harness.rpc.stream import StreamClient, StreamServerConfig

@@ -6,7 +6,9 @@ import socket
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from harness.rpc.framing import HEADER, KIND_ERROR, KIND_REPLY, MAGIC, MAX_FRAME_BYTES, VERSION, ConnectionClosed, FrameReader, MalformedFrame, OversizedFrame, ServerError, encode, pack_batch, unpack_batch
+from harness.rpc.framing import (HEADER, KIND_ERROR, KIND_REPLY, MAGIC, MAX_FRAME_BYTES, VERSION, ConnectionClosed,
+                                 FrameReader, MalformedFrame, OversizedFrame, ServerError, encode, pack_batch,
+                                 unpack_batch)
 
 
 @pytest.fixture

@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
 
 from harness.core.case import Case, CaseIdError, Param, ParamValue, check_declared
-from harness.core.figures import N_TOO_SMALL, Figure, FigureUnavailable, TooFewSamples, is_sample_statistic, percentile_named, require_samples, sample_parts
+from harness.core.figures import (N_TOO_SMALL, Figure, FigureUnavailable, TooFewSamples, is_sample_statistic,
+                                  percentile_named, require_samples, sample_parts)
 from harness.core.figures import value as figure_value
 from harness.core.stats import Summary
 

@@ -34,8 +34,10 @@ from harness.core.family import (BACKEND, WRONG_COLUMN, CheckResult, Column, Fam
 from harness.moe_a2a import plots
 from harness.moe_a2a.imbalance import MEASURES, Imbalance
 from harness.moe_a2a.routing import OVERFLOWS
-from harness.moe_a2a.config import MITIGATIONS, PAIR_BLOCK, PAYLOAD_BYTES, PHASES, ROUTINGS, SENTINEL, Mitigation, check_measurable, mitigation_label, workload_label
-from harness.moe_a2a.workloads import DEEPEP_EXPERTS, DEEPEP_HIDDEN, DEEPEP_TOKENS, DEEPEP_TOP_K, KINDS, Shape, Workload, expert_load
+from harness.moe_a2a.config import (MITIGATIONS, PAIR_BLOCK, PAYLOAD_BYTES, PHASES, ROUTINGS, SENTINEL, Mitigation,
+                                    check_measurable, mitigation_label, workload_label)
+from harness.moe_a2a.workloads import (DEEPEP_EXPERTS, DEEPEP_HIDDEN, DEEPEP_TOKENS, DEEPEP_TOP_K, KINDS, Shape,
+                                       Workload, expert_load)
 from harness.core.stats import Summary
 
 if TYPE_CHECKING:  # the step needs torch; setup imports it, so reading MoE cases and records does not

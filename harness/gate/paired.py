@@ -24,7 +24,8 @@ import scipy  # scipy.special loads on first use, not at import
 
 from harness.gate.config import GateConfig
 from harness.gate.schedule import BASE, CANDIDATE, CaseTrack, Plan, ScheduleResult
-from harness.gate.sequential import RANK_SE_FACTOR, CaseSpec, SequentialGate, false_alarm_at_budget, min_detectable_effect, pairs_needed, walsh_interval
+from harness.gate.sequential import (RANK_SE_FACTOR, CaseSpec, SequentialGate, false_alarm_at_budget,
+                                     min_detectable_effect, pairs_needed, walsh_interval)
 from harness.gate.stats import Comparison, Outcome, Verdict
 
 # Pocock-type spending, chosen by simulation before any real gate ran (docs/gate.md): at the noise

@@ -14,7 +14,8 @@
 """
 from __future__ import annotations
 
-from harness.kv_alloc.base import AllocatorStats, Handles, Device, Extent, Layout, MiB, OutOfMemory, merged_extents, round_up
+from harness.kv_alloc.base import (AllocatorStats, Handles, Device, Extent, Layout, MiB, OutOfMemory, merged_extents,
+                                   round_up)
 from harness.kv_alloc.blocks import Block, FreeIndex, release, split
 
 K_MIN_ALLOCATION_SIZE = 256

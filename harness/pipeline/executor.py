@@ -17,7 +17,8 @@ import torch
 import torch.distributed as dist
 
 from harness.pipeline import link
-from harness.pipeline.schedule import SMALL_KINDS, Batch, Compute, Key, Recv, Send, WaitRecv, WaitSend, messages, program
+from harness.pipeline.schedule import (SMALL_KINDS, Batch, Compute, Key, Recv, Send, WaitRecv, WaitSend, messages,
+                                       program)
 
 VALUE_MODULUS = 1 << 20  # keeps every payload sum far inside int64
 

@@ -24,7 +24,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.rpc.framing import MAX_FRAME_BYTES, ConnectionClosed, FrameError, FrameReader, MalformedFrame, OversizedFrame, encode
+from harness.rpc.framing import (MAX_FRAME_BYTES, ConnectionClosed, FrameError, FrameReader, MalformedFrame,
+                                 OversizedFrame, encode)
 from harness.rpc.server import Control, ServerProcess
 from harness.rpc.stream import ConnectionSlots, StreamServerConfig, _send_error, listen, set_nodelay
 

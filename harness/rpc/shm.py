@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from multiprocessing import shared_memory
 from typing import Callable, Optional
 
-from harness.rpc.framing import KIND_ERROR, KIND_REPLY, KIND_REQUEST, MAX_FRAME_BYTES, MalformedFrame, OversizedFrame, ServerError
+from harness.rpc.framing import (KIND_ERROR, KIND_REPLY, KIND_REQUEST, MAX_FRAME_BYTES, MalformedFrame, OversizedFrame,
+                                 ServerError)
 from harness.rpc.server import Control
 
 COUNTER = struct.Struct("<Q")

@@ -18,7 +18,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from harness.rpc.framing import KIND_ERROR, KIND_REPLY, MAX_FRAME_BYTES, ConnectionClosed, FrameReader, MalformedFrame, OversizedFrame, encode, header
+from harness.rpc.framing import (KIND_ERROR, KIND_REPLY, MAX_FRAME_BYTES, ConnectionClosed, FrameReader, MalformedFrame,
+                                 OversizedFrame, encode, header)
 from harness.rpc.server import POLL_S, Control
 
 LOOPBACK = "127.0.0.1"
