@@ -36,9 +36,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-from asv import util
-from asv.machine import Machine
-from asv.results import iter_results_for_machine_and_hash
 
 from harness.core.options import comma_separated, seconds
 from harness.core.store import RESULTS, ResultsFileError, load_records, run_incompleteness
@@ -139,6 +136,8 @@ def commits_in(repo: Path, spec: str, include_start: bool = False) -> list[Commi
 def asv_config(repo: Path, results: Optional[Path], out: Path) -> tuple[Path, Path]:
     """A config for asv with absolute paths: the repo's own, with results where asked. Returns
     (config path, results directory)."""
+    from asv import util  # asv is 0.15 s of every `critpath --help`: imported by the history it serves
+
     source = repo / "asv.conf.json"
     try:
         config = util.load_json(str(source), js_comments=True)  # asv's own reader: its config has comments
@@ -167,6 +166,7 @@ def machine_name(config: Path, given: Optional[str], log) -> str:
         raise HistoryRunError(f"asv machine --yes failed; see {log.name}")
     if given:
         return given
+    from asv.machine import Machine  # asv: see asv_config
 
     return Machine.get_unique_machine_name()
 
@@ -174,6 +174,7 @@ def machine_name(config: Path, given: Optional[str], log) -> str:
 def _held(results: Path, machine: str, sha: str):
     """What asv holds for ``sha`` on ``machine``: (benchmark, version, case ID, value) of the
     family classes."""
+    from asv.results import iter_results_for_machine_and_hash  # asv: see asv_config
 
     if not (results / machine).is_dir():
         return
