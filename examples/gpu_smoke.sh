@@ -8,7 +8,7 @@ out=${1:-reports/gpu-smoke}
 python -m harness run --backend nccl --world 1 --families allreduce --sizes 8:64M:x8 --out "$out"
 python - "$out" <<'PY'
 import json, sys
-from harness.core.store import load_records
+from harness import load_records
 out = sys.argv[1]
 fp = json.load(open(f"{out}/fingerprint.json"))
 print("nccl_version:", fp["nccl_version"], "driver:", fp["gpus"].get("driver_version"))
