@@ -37,13 +37,12 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 
-from harness.core.options import comma_separated, seconds
+from harness.core.options import EXIT_FAILED, EXIT_OK, EXIT_USAGE, comma_separated, seconds
 from harness.core.store import RESULTS, ResultsFileError, load_records, run_incompleteness
 from harness.gate.trees import TreeError, checkout, probe, repo_root
 from harness.history.view import case_values
 from harness.run.lifetime import die_with_parent, interrupt_signal, raise_on_sigterm
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 RUN_ENV = "CRITPATH_ASV_RUN"  # read by benchmarks/bench_families.py
 WORLD = 2
 STOP_GRACE_S = 30.0

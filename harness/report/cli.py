@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Sequence
 
 from harness.claims import baselines
+from harness.core.options import EXIT_OK, EXIT_USAGE
 from harness.core.store import load_run
 from harness.document.blocks import Block, Heading, Image, to_html, to_markdown
 from harness.history.view import HistoryError, history_blocks
 from harness.report.build import Report, build
 
-EXIT_OK, EXIT_USAGE = 0, 2
 
 
 def register(sub) -> None:
