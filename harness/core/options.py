@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from typing import Optional
 
 from harness.core.sizes import parse_sizes
 
@@ -41,26 +42,54 @@ def comma_separated(text: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
-def at_least(low: int):
-    """An integer of ``low`` or more (--world >= 1, --warmup >= 0)."""
-    def parse(text: str) -> int:
-        value = int(text)
-        if value < low:
-            raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
-        return value
-    parse.__name__ = "int"  # argparse names the type in "invalid int value: 'x'"
-    return parse
-
-
-def positive(kind):
-    """A number of ``kind`` (int or float) above 0: a budget, a window, a count of rounds."""
-    def parse(text: str):
+def _number(kind, text: str):
+    """``text`` as ``kind``; ArgumentTypeError for what is not one, or not finite (nan, inf, 1e400)."""
+    try:
         value = kind(text)
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-        return value
-    parse.__name__ = kind.__name__  # argparse names the type in "invalid float value: 'x'"
+    except (ValueError, OverflowError):
+        raise argparse.ArgumentTypeError(f"invalid {kind.__name__} value: {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+    return value
+
+
+def _named(parse, kind):
+    parse.__name__ = kind.__name__  # argparse names the type in "invalid int value: 'x'"
     return parse
+
+
+def at_least(low: int, high: Optional[int] = None):
+    """An integer of ``low`` or more, and at most ``high`` when given (--world >= 1, --warmup >= 0,
+    --iters <= what a record holds)."""
+    def parse(text: str) -> int:
+        value = _number(int, text)
+        if value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}" if high is None else
+                                             f"must be an integer in [{low}, {high}], got {value}")
+        return value
+    return _named(parse, int)
+
+
+def positive(kind, high: Optional[float] = None):
+    """A finite number of ``kind`` (int or float) above 0, at most ``high`` when given: a budget, a
+    window, a count of rounds."""
+    def parse(text: str):
+        value = _number(kind, text)
+        if value <= 0 or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"must be > 0, got {text}" if high is None else
+                                             f"must be a finite number in (0, {high:g}], got {text}")
+        return value
+    return _named(parse, kind)
+
+
+def number_in(low: float, high: float, kind=float):
+    """A finite number of ``kind`` in [low, high]: a fraction, a factor, a rate."""
+    def parse(text: str):
+        value = _number(kind, text)
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be a finite number in [{low:g}, {high:g}], got {text}")
+        return value
+    return _named(parse, kind)
 
 
 def size_sweep(text: str) -> tuple[int, ...]:

@@ -22,6 +22,10 @@ from harness.core.stats import Summary
 
 SCHEMA_ID = "critpath.record/1"
 STATUSES = ("ok", "failed", "timeout")
+# The most samples one record holds, and so the most timed iterations a case runs (--iters): at
+# about 20 bytes a sample as JSON, 20 MB, well within a results line (store.MAX_RECORD_BYTES);
+# the full profile calibrates to at most 20,000.
+MAX_SAMPLES = 1_000_000
 # How ranks' samples became one per iteration: nccl-tests' rule for collectives, or one rank's own.
 MAX_OVER_RANKS, SINGLE_RANK = "max_over_ranks", "single_rank"
 

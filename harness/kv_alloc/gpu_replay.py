@@ -27,6 +27,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from harness.core.options import at_least, positive
 from harness.kv_alloc.base import OutOfMemory
 from harness.kv_alloc.caching import CachingAllocator
 from harness.kv_alloc.simulator import SimConfig, simulate
@@ -144,15 +145,21 @@ def run_one(args) -> dict:
     return result
 
 
+MAX_REQUESTS = 1_000_000  # the Azure traces hold about 20,000 each
+MAX_BUDGET_GB = 4096.0  # of device memory
+MAX_SPEEDUP = 1e6
+MAX_CHECKPOINTS = 10_000
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m harness.kv_alloc.gpu_replay", description=__doc__.splitlines()[0])
     p.add_argument("--trace", default="azure_conv", choices=("azure_conv", "azure_code"))
-    p.add_argument("--requests", type=int, default=300)
+    p.add_argument("--requests", type=at_least(1, MAX_REQUESTS), default=300)
     p.add_argument("--policy", default="per_block", choices=("reserve_max", "grow_chunk", "per_block"))
     p.add_argument("--model", default="7b", choices=tuple(MODELS))
-    p.add_argument("--budget-gb", dest="budget_gb", type=float, default=80.0)
-    p.add_argument("--speedup", type=float, default=4.0)
-    p.add_argument("--checkpoints", type=int, default=32)
+    p.add_argument("--budget-gb", dest="budget_gb", type=positive(float, MAX_BUDGET_GB), default=80.0)
+    p.add_argument("--speedup", type=positive(float, MAX_SPEEDUP), default=4.0)
+    p.add_argument("--checkpoints", type=at_least(1, MAX_CHECKPOINTS), default=32)
     p.add_argument("--expandable", type=int, choices=(0, 1), default=None,
                    help="one setting in this process; omitted: both, each in a child process")
     p.add_argument("--out", type=Path, help="write the JSON here (default: stdout)")

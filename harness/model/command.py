@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from harness.core.options import size_sweep
-from harness.core.sizes import format_size, parse_sizes
+from harness.core.sizes import MAX_SIZES, format_size, parse_sizes
 from harness.core.store import write_json_atomic
 from harness.model import alphabeta as ab
 from harness.model import nccl_tuning, plots
@@ -32,6 +32,10 @@ if TYPE_CHECKING:  # scipy loads only when a fit is asked for, not on every crit
 DEFAULT_RANKS = "8,16,32,...,16384"
 DEFAULT_SIZES = "8:1G:x2"
 DEFAULT_PROFILE = "dgx-a100-roce"
+
+
+# Scales one model run tabulates: as many as a size sweep has sizes.
+MAX_SCALES = MAX_SIZES
 
 
 def parse_ranks(text: str) -> tuple[int, ...]:
@@ -53,12 +57,17 @@ def parse_ranks(text: str) -> tuple[int, ...]:
             while values[-1] * factor <= end:
                 values.append(values[-1] * factor)
         elif b > a:
+            count = (end - b) // (b - a) + len(values)
+            if count > MAX_SCALES:  # counted before it is built: 1,2,...,1e12 would fill memory
+                raise ValueError(f"ranks {text!r} gives {count} scales; at most {MAX_SCALES}")
             while values[-1] + (b - a) <= end:
                 values.append(values[-1] + (b - a))
         else:
             raise ValueError(f"ranks {text!r}: values before '...' must increase")
         if values[-1] != end:
             values.append(end)
+    if len(values) > MAX_SCALES:
+        raise ValueError(f"ranks {text!r} gives {len(values)} scales; at most {MAX_SCALES}")
     if not values or any(v < 1 for v in values):
         raise ValueError(f"ranks {text!r}: need integers >= 1")
     return tuple(sorted(set(values)))

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from rich.table import Table
 
+from harness.core.options import at_least, number_in, positive
 from harness.core.store import load_records
 from harness.moe_a2a import sim
 from harness.moe_a2a.config import mitigation_label, workload_label
@@ -21,41 +22,48 @@ CLAIM_SKEW_REL = 0.47  # A1.moe_skew: 17x hot expert -> effective throughput 47 
 CLAIM_ADAPTIVE_REL = 0.89  # A1.moe_adaptive: adaptive routing, 100 ms window -> 89 %
 
 
-def _ints(text: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
-    return values
+# What the event-level model is meant for (8..256 ranks, DeepSeek-V3's shapes) with room to spare;
+# beyond these a value is a typo that would run for hours or fill memory.
+MAX_MODELLED_WORLD = 65536
+MAX_TOKENS = 1 << 20  # per rank
+MAX_HIDDEN = 1 << 20
+MAX_EXPERTS = 1 << 16
+MAX_FACTOR = 1e6  # --hot-factor, --capacity-factor
+MAX_MS = 1e9  # about 11 days: --drift-ms, --window-ms
+MAX_US = 1e9
+MAX_LIST = 64  # values of --worlds or --window-ms
 
 
-def _floats(text: str) -> tuple[float, ...]:
-    try:
-        values = tuple(float(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
-    if not values or min(values) <= 0:
-        raise argparse.ArgumentTypeError(f"expected positive numbers, got {text!r}")
-    return values
+def _list_of(parse, what: str):
+    def parse_list(text: str) -> tuple:
+        values = tuple(parse(x) for x in text.split(",") if x.strip())
+        if not values:
+            raise argparse.ArgumentTypeError(f"expected comma-separated {what}, got {text!r}")
+        if len(values) > MAX_LIST:
+            raise argparse.ArgumentTypeError(f"{len(values)} values; at most {MAX_LIST}")
+        return values
+    return parse_list
+
+
+_ints = _list_of(at_least(1, MAX_MODELLED_WORLD), "integers")
+_floats = _list_of(positive(float, MAX_MS), "numbers")
 
 
 def register(sub) -> None:
     p = sub.add_parser("moe-sim", help="MODELLED MoE all-to-all step at 8..256 ranks (event-level)")
     p.add_argument("--worlds", type=_ints, default=(8, 16, 32, 64, 128, 256), help="ranks to model (default 8..256)")
-    p.add_argument("--tokens", type=int, default=4096, help="tokens per rank (default 4096, DeepEP)")
-    p.add_argument("--hidden", type=int, default=7168)
+    p.add_argument("--tokens", type=at_least(1, MAX_TOKENS), default=4096, help="tokens per rank (default 4096, DeepEP)")
+    p.add_argument("--hidden", type=at_least(1, MAX_HIDDEN), default=7168)
     p.add_argument("--bytes-per-elem", type=int, choices=(1, 2, 4), default=1, help="dispatch payload (default 1: FP8)")
-    p.add_argument("--experts", type=int, default=256)
-    p.add_argument("--top-k", type=int, default=8)
-    p.add_argument("--hot-factor", type=float, default=17.0, help="hot expert load / each other's (default 17)")
-    p.add_argument("--spare-slots", type=int, default=1, help="replica slots per rank")
-    p.add_argument("--capacity-factor", type=float, default=1.25)
-    p.add_argument("--drift-ms", type=float, default=1000.0, help="the hot expert moves once per this period")
+    p.add_argument("--experts", type=at_least(1, MAX_EXPERTS), default=256)
+    p.add_argument("--top-k", type=at_least(1, MAX_EXPERTS), default=8)
+    p.add_argument("--hot-factor", type=positive(float, MAX_FACTOR), default=17.0, help="hot expert load / each other's (default 17)")
+    p.add_argument("--spare-slots", type=at_least(0, MAX_EXPERTS), default=1, help="replica slots per rank")
+    p.add_argument("--capacity-factor", type=positive(float, MAX_FACTOR), default=1.25)
+    p.add_argument("--drift-ms", type=positive(float, MAX_MS), default=1000.0, help="the hot expert moves once per this period")
     p.add_argument("--window-ms", type=_floats, default=(100.0,), help="adaptive reuse windows (default 100)")
-    p.add_argument("--expert-us-per-pair", type=float, help="expert time per (token, expert) pair")
-    p.add_argument("--planner-us", type=float, help="placement recompute time; 0 or negative: time it here")
+    p.add_argument("--expert-us-per-pair", type=number_in(0.0, MAX_US), help="expert time per (token, expert) pair")
+    p.add_argument("--planner-us", type=number_in(-MAX_US, MAX_US), help="placement recompute time; 0 or negative: time it here")
     p.add_argument("--from-run", type=Path, metavar="RUN_DIR",
                    help="fit a one-tier model to a measured moe_a2a run and compare at its world instead")
     p.add_argument("--json", type=Path, metavar="PATH", help="also write the modelled scenarios as JSON")

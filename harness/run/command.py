@@ -10,7 +10,9 @@ from pathlib import Path
 from harness.core import registry
 from harness.core.family import GridOptions
 from harness.core.options import EXIT_OK, at_least, comma_separated, seconds, size_sweep
+from harness.core.records import MAX_SAMPLES
 from harness.run.lifetime import raise_on_sigterm
+from harness.run.plan import MAX_WORLD
 from harness.run.runner import RunOptions, run
 
 
@@ -25,8 +27,10 @@ def register(sub) -> None:
     p_run.add_argument("--case", dest="case_ids", action="append", default=[], metavar="ID",
                        help="run exactly this case ID (repeatable); overrides --families")
     _grid_args(p_run)
-    p_run.add_argument("--iters", type=at_least(1), help="timed iterations per case (default: calibrated by rank 0)")
-    p_run.add_argument("--warmup", type=at_least(0), help="warm-up iterations per case")
+    p_run.add_argument("--iters", type=at_least(1, MAX_SAMPLES),
+                       help=f"timed iterations per case (default: calibrated by rank 0; at most {MAX_SAMPLES}, "
+                            "what a record holds)")
+    p_run.add_argument("--warmup", type=at_least(0, MAX_SAMPLES), help="warm-up iterations per case")
     p_run.add_argument("--timeout", type=seconds, default=60.0, metavar="SECONDS",
                        help="per-case limit from set-up to check (default 60)")
     p_run.add_argument("--out", type=Path, help="run directory (default reports/<run-id>)")
@@ -38,7 +42,7 @@ def _grid_args(p: argparse.ArgumentParser) -> None:
     profile.add_argument("--quick", dest="profile", action="store_const", const="quick", help="quick profile (default)")
     profile.add_argument("--full", dest="profile", action="store_const", const="full", help="full profile")
     p.set_defaults(profile="quick")
-    p.add_argument("--world", type=at_least(1), help="ranks to spawn locally (default 2; under torchrun: WORLD_SIZE)")
+    p.add_argument("--world", type=at_least(1, MAX_WORLD), help="ranks to spawn locally (default 2; under torchrun: WORLD_SIZE)")
     p.add_argument("--backend", choices=("gloo", "nccl"), help="default: nccl when every rank has a GPU, else gloo")
     p.add_argument("--sizes", type=size_sweep, metavar="SPEC", help="size sweep like nccl-tests: 8:64M:x2, 1K:8K:+1K or 8,1K,1M")
 

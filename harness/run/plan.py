@@ -28,6 +28,9 @@ PROFILE_POLICY = {
 }
 
 # More cases than this in one run is a typo in a sweep, not a plan: refused, naming the cap.
+# Ranks of one job (--world, WORLD_SIZE, SLURM_NTASKS): beyond the largest machines this project
+# models (docs/scale.md), a typo.
+MAX_WORLD = 65536
 MAX_CASES = 10_000
 
 

@@ -43,7 +43,7 @@ import harness
 from harness.core import registry
 from harness.core.family import RankContext
 from harness.core.options import seconds
-from harness.core.records import ErrorInfo, Record, utc_now_iso
+from harness.core.records import MAX_SAMPLES, ErrorInfo, Record, utc_now_iso
 from harness.core.store import RunDir, new_run_id
 from harness.run import fingerprint
 from harness.run.driver import Collectives, run_case
@@ -52,7 +52,7 @@ from harness.run.plan import PROFILE_POLICY
 from harness.run.timing import PlanPolicy
 
 PROTOCOL = 1
-MAX_ITERS = 1_000_000  # per case and round, when the gate sets the window
+MAX_ITERS = MAX_SAMPLES  # per case and round, when the gate sets the window: what a record holds
 ROUND_DIR = "round-{:03d}"
 
 
