@@ -69,7 +69,7 @@ GOOD = FIXTURES.joinpath("baselines_bad_mapping.yaml")
         ("  measured_on: nothing, a fixture\n", "", 2, "article.measured_on"),
         ("  attribution: a fixture of the test suite\n", "", 2, "article.attribution"),
         ('    section_en: "1.1"\n', "", 10, "claims.0.section_en"),
-        ("  short: fixture\n", "  short: fixture\n  topic: a key the schema does not know\n", 2, "article"),
+        ("  short: fixture\n", "  short: fixture\n  topic: a key the schema does not know\n", 6, "article.topic"),
     ],
 )
 def test_malformed_file_names_file_line_and_field(tmp_path, old, new, line, field):

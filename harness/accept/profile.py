@@ -8,17 +8,21 @@ cannot mean (a key the family does not declare, a figure it does not define) is 
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Mapping
 
 import jsonschema
 
-from harness.claims.baselines import line_of_field  # same file:line:field reporting as baselines
+from harness.claims.baselines import line_of_field, refuse_unknown_key  # file:line:field, as baselines
 from harness.core import registry, yamlfile
 from harness.core.case import CaseIdError
 from harness.core.declarations import declared
 from harness.core.figures import is_sample_statistic
+from harness.core.options import MAX_SECONDS
+from harness.core.records import MAX_SAMPLES
 from harness.run.nodefacts import FACT_NAMES
+from harness.run.plan import MAX_WORLD
 
 # Where a record came from: critpath measured it, or it was imported (extra.imported.source).
 RECORD_SOURCES = ("critpath", "nccl-tests")
@@ -33,7 +37,7 @@ PROFILE_SCHEMA = {
         "schema": {"const": "critpath.accept/1"},
         "name": {"type": "string", "minLength": 1},
         "description": {"type": "string"},
-        "world": {"type": "integer", "minimum": 1},
+        "world": {"type": "integer", "minimum": 1, "maximum": MAX_WORLD},
         "backend": {"enum": ["gloo", "nccl"]},
         "nodes": {"type": "integer", "minimum": 1},
         "ranks_per_node": {"type": "integer", "minimum": 1},
@@ -41,9 +45,9 @@ PROFILE_SCHEMA = {
             "type": "object", "additionalProperties": False,
             "properties": {
                 "cases": {"type": "array", "items": {"type": "string"}, "minItems": 1},
-                "iters": {"type": "integer", "minimum": 1},
-                "warmup": {"type": "integer", "minimum": 0},
-                "timeout_s": {"type": "number", "exclusiveMinimum": 0},
+                "iters": {"type": "integer", "minimum": 1, "maximum": MAX_SAMPLES},
+                "warmup": {"type": "integer", "minimum": 0, "maximum": MAX_SAMPLES},
+                "timeout_s": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_SECONDS},
             },
             "required": ["cases"],
         },
@@ -155,9 +159,17 @@ def load_profile(path: Path) -> dict:
         raise ProfileError(f"{path}:1: a profile must be a mapping")
     error = jsonschema.exceptions.best_match(_VALIDATOR.iter_errors(data))
     if error is not None:
+        refuse_unknown_key(path, root, error, ProfileError)
         where = list(error.absolute_path)
         field = ".".join(str(p) for p in where) or "(profile)"
         raise ProfileError(f"{path}:{line_of_field(root, where)}: field {field}: {error.message}")
+    for section in ("facts", "checks"):
+        for i, entry in enumerate(data.get(section, ())):
+            for key in ("max", "min"):
+                if key in entry and not math.isfinite(entry[key]):
+                    where = [section, i, key]
+                    raise ProfileError(f"{path}:{line_of_field(root, where)}: field {section}.{i}.{key}: "
+                                       f"{entry[key]} is not a threshold: a bound must be a finite number")
     for i, check in enumerate(data["checks"]):
         for key, message in _semantic_problems(check):
             where = ["checks", i, key]

@@ -128,33 +128,19 @@ def _num(x: Optional[float]) -> str:
     return f"{x:g}"
 
 
-def _node_at(node: yaml.Node, path: Sequence[Any]) -> yaml.Node:
-    """The deepest YAML node along a JSON path (keys and list indices)."""
-    for part in path:
-        if isinstance(node, yaml.MappingNode):
-            found = None
-            for key, value in node.value:
-                if key.value == part:
-                    found = value
-                    break
-            if found is None:
-                return node
-            node = found
-        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
-            node = node.value[part]
-        else:
-            return node
-    return node
+# The line of a field, shared with every reader that names file:line:field.
+_node_at, line_of_field = yamlfile.node_at, yamlfile.line_of
 
 
-def line_of_field(node: yaml.Node, path: Sequence[Any]) -> int:
-    """1-based line of the field at ``path``: its key when it is a mapping entry."""
-    parent = _node_at(node, path[:-1]) if path else node
-    if path and isinstance(parent, yaml.MappingNode):
-        for key, _ in parent.value:
-            if key.value == path[-1]:
-                return key.start_mark.line + 1
-    return _node_at(node, path).start_mark.line + 1
+def refuse_unknown_key(path: Path, root: yaml.Node, error, raise_as: type) -> None:
+    """A schema's ``additionalProperties`` error worded as every critpath reader words an unknown
+    key (``yamlfile.refuse_unknown``: its line, the keys known, the nearest); nothing otherwise."""
+    if error.validator != "additionalProperties" or not isinstance(error.instance, dict):
+        return
+    try:
+        yamlfile.refuse_unknown(path, root, list(error.absolute_path), error.instance, error.schema.get("properties", {}))
+    except yamlfile.YamlFileError as exc:
+        raise raise_as(str(exc)) from None
 
 
 def load_checked(path: Path, validator, error: type, what: str,
@@ -171,6 +157,7 @@ def load_checked(path: Path, validator, error: type, what: str,
         raise error(f"{path}:1: {what}")
     found = jsonschema.exceptions.best_match(validator.iter_errors(data))
     if found is not None:
+        refuse_unknown_key(path, root, found, error)
         where = list(found.absolute_path)
         line = line_of_field(root, where)
         field_name = ".".join(str(p) for p in where) or "(file)"
