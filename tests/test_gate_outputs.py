@@ -141,10 +141,10 @@ def test_markdown_and_json_carry_the_verdicts(tmp_path):
 def test_config_min_effect_precedence(tmp_path):
     path = tmp_path / "gate.yaml"
     path.write_text("alpha: 0.02\nstatistic: p99_ns\nmin_effect:\n  default: 0.07\n  families: {allreduce: 0.03}\n"
-                    "  cases: {'allreduce/size_bytes=8': 0.2}\n")
+                    "  cases: {'allreduce/algo=ring,backend=gloo,dtype=float32,size_bytes=8,world=2': 0.2}\n")
     config = load_config(path)
     assert config.policy.alpha == 0.02 and config.statistic == "p99_ns"
-    assert config.min_effect("allreduce/size_bytes=8") == 0.2
+    assert config.min_effect("allreduce/algo=ring,backend=gloo,dtype=float32,size_bytes=8,world=2") == 0.2
     assert config.min_effect("allreduce/size_bytes=16") == 0.03
     assert config.min_effect("selftest/mode=noop") == 0.07
 
@@ -174,7 +174,7 @@ def test_baselines_load_and_errors_name_the_entry(tmp_path):
     entries = load_baselines(path)
     assert [(b.statistic, b.direction, b.min_effect) for b in entries] == [("p50_ns", "lower", 0.1), ("busbw_gbps", "higher", None)]
     path.write_text("baselines:\n  - {case_id: 'selftest/mode=noop', value: 120}\n  - {case_id: 'x/y=1', value: 1, direction: up}\n")
-    with pytest.raises(ConfigError, match=r"base.yaml: field baselines\[1\].direction"):
+    with pytest.raises(ConfigError, match=r"base.yaml:3: field baselines\[1\].direction"):
         load_baselines(path)
     path.write_text("baselines:\n  - {case_id: 'selftest/mode=noop'}\n")
     with pytest.raises(ConfigError, match=r"baselines\[0\].value: missing"):

@@ -23,11 +23,13 @@ settles; every entry compares the candidate's repeats against a fixed value::
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-from harness.core import yamlfile
+from harness.core import registry, yamlfile
+from harness.core.case import CaseIdError
 from harness.gate.stats import DIRECTIONS, Policy
 from harness.core.figures import FigureUnavailable
 from harness.gate.values import default_direction, validate_statistic
@@ -79,114 +81,148 @@ class Baseline:
     min_effect: Optional[float] = None
 
 
-def _load_yaml(path: Path) -> Any:
+def _load_yaml(path: Path) -> tuple[Any, Any]:
     try:
-        return yamlfile.load(path)[0]
+        return yamlfile.load(path)
     except yamlfile.YamlFileError as exc:
         raise ConfigError(str(exc)) from None
 
 
-def _number(path: Path, field_name: str, value: Any, low: float, high: float) -> float:
+def _refuse_unknown(path: Path, root, where: list, given, known, what: str = "key") -> None:
+    try:
+        yamlfile.refuse_unknown(path, root, where, given, known, what)
+    except yamlfile.YamlFileError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _number(path: Path, root, where: list, value: Any, low: float, high: float) -> float:
+    """``value`` as a finite float in [low, high]; ConfigError naming file:line:field otherwise."""
+    field_name = ".".join(str(p) for p in where)
+    at = f"{path}:{yamlfile.line_of(root, where)}: field {field_name}"
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        hint = ""
-        if isinstance(value, str):
-            try:
-                float(value)
-                hint = " (YAML reads an exponent without a sign as text: write 1.0e+9, not 1.0e9)"
-            except ValueError:
-                pass
-        raise ConfigError(f"{path}: field {field_name}: expected a number, got {value!r}{hint}")
-    if not low <= float(value) <= high:
-        raise ConfigError(f"{path}: field {field_name}: must be in [{low}, {high}], got {value}")
+        raise ConfigError(f"{at}: expected a number, got {value!r}")
+    if not (math.isfinite(value) and low <= float(value) <= high):
+        raise ConfigError(f"{at}: must be a finite number in [{low:g}, {high:g}], got {value}")
     return float(value)
 
 
-def _mapping(path: Path, field_name: str, value: Any) -> Mapping:
+def _mapping(path: Path, root, where: list, value: Any) -> Mapping:
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise ConfigError(f"{path}: field {field_name}: expected a mapping, got {type(value).__name__}")
+        raise ConfigError(f"{path}:{yamlfile.line_of(root, where)}: field {'.'.join(map(str, where)) or '(top level)'}: "
+                          f"expected a mapping, got {type(value).__name__}")
     return value
+
+
+def _case_problem(case_id: str) -> str:
+    """Why ``case_id`` names no case of this checkout's families ('' when it does): a misspelt
+    parameter would leave the case at its family's default."""
+    if "/" not in case_id:
+        return "not a case ID (family/key=value,...)"
+    try:
+        registry.parse(case_id)
+    except (CaseIdError, KeyError) as exc:
+        return str(exc).strip("'\"")
+    return ""
+
+
+CONFIG_KEYS = ("alpha", "confidence", "statistic", "min_effect", "n_resamples")
+MIN_EFFECT_KEYS = ("default", "families", "cases")
+MAX_MIN_EFFECT = 5.0  # a 500 % change: beyond it a minimum effect is a typo, not a policy
+# The family-wise false-alarm rate: above a half, a gate is a coin.
+ALPHA_RANGE = (1e-6, 0.5)
 
 
 def load_config(path: Optional[Path], base: GateConfig = GateConfig()) -> GateConfig:
     if path is None:
         return base
-    data = _mapping(path, "(top level)", _load_yaml(path))
-    known = {"alpha", "confidence", "statistic", "min_effect", "n_resamples"}
-    for key in data:
-        if key not in known:
-            raise ConfigError(f"{path}: field {key}: unknown; expected one of {', '.join(sorted(known))}")
+    data, root = _load_yaml(path)
+    data = _mapping(path, root, [], data)
+    _refuse_unknown(path, root, [], data, CONFIG_KEYS)
     policy = base.policy
     if "alpha" in data:
-        policy = replace(policy, alpha=_number(path, "alpha", data["alpha"], 1e-6, 0.5))
+        policy = replace(policy, alpha=_number(path, root, ["alpha"], data["alpha"], *ALPHA_RANGE))
     if "confidence" in data:
-        policy = replace(policy, confidence=_number(path, "confidence", data["confidence"], 0.5, 0.999))
+        policy = replace(policy, confidence=_number(path, root, ["confidence"], data["confidence"], 0.5, 0.999))
     if "n_resamples" in data:
-        policy = replace(policy, n_resamples=int(_number(path, "n_resamples", data["n_resamples"], 100, 1e6)))
+        policy = replace(policy, n_resamples=int(_number(path, root, ["n_resamples"], data["n_resamples"], 100, 1e6)))
     statistic = base.statistic
     if "statistic" in data:
         try:
             statistic = validate_statistic(str(data["statistic"]))
         except FigureUnavailable as exc:
-            raise ConfigError(f"{path}: field statistic: {exc}") from None
+            raise ConfigError(f"{path}:{yamlfile.line_of(root, ['statistic'])}: field statistic: {exc}") from None
     families: dict[str, float] = dict(base.family_min_effect)
     cases: dict[str, float] = dict(base.case_min_effect)
     effects = data.get("min_effect")
     if effects is not None and not isinstance(effects, dict):
         effects = {"default": effects}
-    effects = _mapping(path, "min_effect", effects)
-    for key in effects:
-        if key not in ("default", "families", "cases"):
-            raise ConfigError(f"{path}: field min_effect.{key}: unknown; expected default, families or cases")
+        where_default = ["min_effect"]
+    else:
+        where_default = ["min_effect", "default"]
+    effects = _mapping(path, root, ["min_effect"], effects)
+    _refuse_unknown(path, root, ["min_effect"], effects, MIN_EFFECT_KEYS)
     if "default" in effects:
-        policy = replace(policy, min_effect=_number(path, "min_effect.default", effects["default"], 0.0, 5.0))
-    for name, value in _mapping(path, "min_effect.families", effects.get("families")).items():
-        families[str(name)] = _number(path, f"min_effect.families.{name}", value, 0.0, 5.0)
-    for case_id, value in _mapping(path, "min_effect.cases", effects.get("cases")).items():
-        if "/" not in str(case_id):
-            raise ConfigError(f"{path}: field min_effect.cases.{case_id}: not a case ID (family/key=value,...)")
-        cases[str(case_id)] = _number(path, f"min_effect.cases.{case_id}", value, 0.0, 5.0)
+        policy = replace(policy, min_effect=_number(path, root, where_default, effects["default"], 0.0, MAX_MIN_EFFECT))
+    given = _mapping(path, root, ["min_effect", "families"], effects.get("families"))
+    _refuse_unknown(path, root, ["min_effect", "families"], given, registry.FAMILY_MODULES, "family")
+    for name, value in given.items():
+        families[str(name)] = _number(path, root, ["min_effect", "families", name], value, 0.0, MAX_MIN_EFFECT)
+    for case_id, value in _mapping(path, root, ["min_effect", "cases"], effects.get("cases")).items():
+        where = ["min_effect", "cases", case_id]
+        problem = _case_problem(str(case_id))
+        if problem:
+            raise ConfigError(f"{path}:{yamlfile.line_of(root, where)}: field min_effect.cases.{case_id}: {problem}")
+        cases[str(case_id)] = _number(path, root, where, value, 0.0, MAX_MIN_EFFECT)
     return GateConfig(policy, statistic, families, cases)
 
 
+BASELINE_KEYS = ("case_id", "statistic", "value", "direction", "min_effect")
+
+
 def load_baselines(path: Path) -> list[Baseline]:
-    data = _mapping(path, "(top level)", _load_yaml(path))
+    data, root = _load_yaml(path)
+    data = _mapping(path, root, [], data)
+    _refuse_unknown(path, root, [], data, ("baselines",))
     entries = data.get("baselines")
     if not isinstance(entries, list) or not entries:
-        raise ConfigError(f"{path}: field baselines: expected a non-empty list of entries")
+        raise ConfigError(f"{path}:{yamlfile.line_of(root, ['baselines'])}: field baselines: "
+                          "expected a non-empty list of entries")
     out: list[Baseline] = []
     seen: set[tuple[str, str]] = set()
     for i, entry in enumerate(entries):
         where = f"baselines[{i}]"
+
+        def at(key=None):
+            return f"{path}:{yamlfile.line_of(root, ['baselines', i] + ([key] if key else []))}: field {where}" \
+                   + (f".{key}" if key else "")
         if not isinstance(entry, dict):
-            raise ConfigError(f"{path}: field {where}: expected a mapping")
-        unknown = set(entry) - {"case_id", "statistic", "value", "direction", "min_effect"}
-        if unknown:
-            raise ConfigError(f"{path}: field {where}.{sorted(unknown)[0]}: unknown")
+            raise ConfigError(f"{at()}: expected a mapping")
+        _refuse_unknown(path, root, ["baselines", i], entry, BASELINE_KEYS)
         case_id = entry.get("case_id")
         if not isinstance(case_id, str) or "/" not in case_id:
-            raise ConfigError(f"{path}: field {where}.case_id: expected a case ID, got {case_id!r}")
+            raise ConfigError(f"{at('case_id')}: expected a case ID, got {case_id!r}")
         try:
             statistic = validate_statistic(str(entry.get("statistic", "p50_ns")))
         except FigureUnavailable as exc:
-            raise ConfigError(f"{path}: field {where}.statistic: {exc}") from None
+            raise ConfigError(f"{at('statistic')}: {exc}") from None
         if "value" not in entry:
-            raise ConfigError(f"{path}: field {where}.value: missing")
-        value = _number(path, f"{where}.value", entry["value"], 1e-300, float("inf"))
-        if value <= 0:
-            raise ConfigError(f"{path}: field {where}.value: must be > 0")
+            raise ConfigError(f"{at()}.value: missing")
+        value = entry["value"]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value > 0):
+            raise ConfigError(f"{at('value')}: must be a finite number > 0, got {value!r}")
         try:  # absent: as the case's family declares the figure, never assumed lower
             direction = entry["direction"] if "direction" in entry else default_direction(case_id, statistic)
         except FigureUnavailable as exc:
-            raise ConfigError(f"{path}: field {where}.direction: {exc}") from None
+            raise ConfigError(f"{at('direction')}: {exc}") from None
         if direction not in DIRECTIONS:
-            raise ConfigError(f"{path}: field {where}.direction: expected one of {DIRECTIONS}, got {direction!r}")
+            raise ConfigError(f"{at('direction')}: expected one of {DIRECTIONS}, got {direction!r}")
         min_effect = entry.get("min_effect")
         if min_effect is not None:
-            min_effect = _number(path, f"{where}.min_effect", min_effect, 0.0, 5.0)
+            min_effect = _number(path, root, ["baselines", i, "min_effect"], min_effect, 0.0, MAX_MIN_EFFECT)
         if (case_id, statistic) in seen:
-            raise ConfigError(f"{path}: field {where}: {case_id} {statistic} listed twice")
+            raise ConfigError(f"{at()}: {case_id} {statistic} listed twice")
         seen.add((case_id, statistic))
-        out.append(Baseline(case_id, statistic, value, direction, min_effect))
+        out.append(Baseline(case_id, statistic, float(value), direction, min_effect))
     return out
