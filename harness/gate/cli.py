@@ -15,17 +15,18 @@ from typing import Callable, Optional
 from harness.core import figures
 from harness.core.comparable import mismatch
 from harness.core.figures import FigureUnavailable
-from harness.core.options import comma_separated, positive, seconds
+from harness.core.options import at_least, comma_separated, number_in, positive, seconds
+from harness.core.records import MAX_SAMPLES
 from harness.core.records import Record
 from harness.core.store import RESULTS, ResultsFileError, load_records, run_incompleteness
-from harness.gate.config import ConfigError, GateConfig, load_baselines, load_config
+from harness.gate.config import ALPHA_RANGE, MAX_MIN_EFFECT, ConfigError, GateConfig, load_baselines, load_config
 from harness.gate.outputs import EXIT_COULD_NOT_RUN, GateResult
 from harness.gate.paired import DESIGN, SPENDING, paired_verdicts, recheck_verdicts
 from harness.gate.progress import GateProgress
 from harness.gate.recheck import describe, is_gate_side, read_pairs
 from harness.gate.repeats import ProcessRun, Repeats, run_repeats
 from harness.gate.request import CompareRequest, GateOutputs, GateRequest
-from harness.gate.schedule import Plan, Schedule, side_kind
+from harness.gate.schedule import MAX_BUDGET_S, MAX_PAIRS, MAX_ROUNDS, Plan, Schedule, side_kind
 from harness.gate.sequential import CaseSpec, SequentialGate
 from harness.gate.stats import CaseInput, Outcome, Unit, verdicts
 from harness.gate.trees import BASE, CANDIDATE, WORKTREE, TreeError, checkout, list_cases, probe, repo_root
@@ -33,13 +34,9 @@ from harness.gate.values import failure_text, iteration_values, validate_statist
 from harness.run.lifetime import interrupt_signal, raise_on_sigterm
 
 DEFAULT_REPEATS = 10  # --against: processes of the candidate
-
-
-def _repeats(text: str) -> int:
-    value = int(text)
-    if value < 2:
-        raise argparse.ArgumentTypeError(f"need at least 2 repeats per side to test anything, got {value}")
-    return value
+MAX_REPEATS = 1000  # --against: each is a fresh process; a thousand is hours
+# --repeats: at least 2 per side to test anything.
+_repeats = at_least(2, MAX_REPEATS)
 
 
 def _statistic(text: str) -> str:
@@ -53,8 +50,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", type=Path, help="gate config YAML: alpha, confidence, statistic, min_effect per family/case")
     p.add_argument("--statistic", type=_statistic,
                    help=f"per-round statistic (default {GateConfig.statistic}; p50_ns, pNN_ns, min_ns, a metric)")
-    p.add_argument("--min-effect", type=float, metavar="FRACTION", help="default minimum effect (0.05 = 5 %%), below per-family/case config")
-    p.add_argument("--alpha", type=float, help="family-wise false-alarm rate across cases (Holm; default 0.01)")
+    p.add_argument("--min-effect", type=number_in(0.0, MAX_MIN_EFFECT), metavar="FRACTION", help="default minimum effect (0.05 = 5 %%), below per-family/case config")
+    p.add_argument("--alpha", type=number_in(*ALPHA_RANGE),
+                   help=f"family-wise false-alarm rate across cases (Holm; default 0.01; in [{ALPHA_RANGE[0]:g}, {ALPHA_RANGE[1]:g}])")
     p.add_argument("--direction", choices=("lower", "higher"),
                    help="which way is better for --statistic (default: as the case's family declares it; sample statistics lower)")
     p.add_argument("--out", type=Path, help="directory for gate.json, gate.xml (JUnit), gate.md and the runs")
@@ -75,17 +73,19 @@ def register(sub) -> None:
     p.add_argument("--case", dest="case_ids", action="append", default=[], metavar="ID", help="case ID (repeatable)")
     p.add_argument("--families", type=comma_separated, help="comma-separated families (their quick grid, or --full)")
     p.add_argument("--full", action="store_true", help="with --families: the full grid")
-    p.add_argument("--budget", type=positive(float), default=Plan.budget_s, metavar="SECONDS",
-                   help=f"wall time for measuring (default {Plan.budget_s:g}); the gate stops earlier once every case is decided")
+    p.add_argument("--budget", type=positive(float, MAX_BUDGET_S), default=Plan.budget_s, metavar="SECONDS",
+                   help=f"wall time for measuring (default {Plan.budget_s:g}, at most {MAX_BUDGET_S:g}); the gate stops "
+                        "earlier once every case is decided, and starts no round it cannot finish within it")
     p.add_argument("--allow-inconclusive", action="store_true",
                    help="pass a case still undecided at the budget even when its estimate reaches the minimum effect")
-    p.add_argument("--rounds", type=positive(int), default=Plan.rounds, metavar="N",
-                   help=f"rounds per fresh process pair (default {Plan.rounds}; see docs/gate.md)")
-    p.add_argument("--window", type=positive(float), default=Plan.window_s, metavar="SECONDS",
+    p.add_argument("--rounds", type=at_least(1, MAX_ROUNDS), default=Plan.rounds, metavar="N",
+                   help=f"rounds per fresh process pair (default {Plan.rounds}, at most {MAX_ROUNDS}; see docs/gate.md)")
+    p.add_argument("--window", type=seconds, default=Plan.window_s, metavar="SECONDS",
                    help=f"timed seconds per case per round, calibrated once (default {Plan.window_s:g})")
-    p.add_argument("--max-pairs", type=positive(int), metavar="N", help="stop after this many process pairs")
+    p.add_argument("--max-pairs", type=at_least(1, MAX_PAIRS), metavar="N", help="stop after this many process pairs")
     p.add_argument("--repeats", type=_repeats, default=DEFAULT_REPEATS, help=f"with --against: candidate processes (default {DEFAULT_REPEATS})")
-    p.add_argument("--iters", type=positive(int), help="timed iterations per case per round (default: from --window)")
+    p.add_argument("--iters", type=at_least(1, MAX_SAMPLES),
+                   help=f"timed iterations per case per round (default: from --window; at most {MAX_SAMPLES})")
     p.add_argument("--timeout", type=seconds, default=60.0, metavar="SECONDS", help="per-case limit in one round")
     p.add_argument("--repo", type=Path, default=Path.cwd(), help="the git checkout (default: the current directory)")
     _common(p)
@@ -213,10 +213,19 @@ def _run_ab(request: GateRequest, out: Path) -> GateResult:
         (f"the {plan.budget_s:g} s budget ended before every case was decided", budget_ended),
         ("a minimum effect of 0: a case still undecided at the budget fails whenever its estimate is worse at all; "
          "give a positive --min-effect or --allow-inconclusive", zero_effect),
+        (_cut_warning(plan, schedule_result), schedule_result is not None and bool(schedule_result.cut)),
         ("the candidate has uncommitted changes", cand.dirty)) if applies]
     return request.outputs.result("ab", config.statistic, config.policy, verdicts={c: verdicts_[c] for c in case_ids},
                                   base=base.to_dict(), candidate=cand.to_dict(), extra=extra, warnings=warnings,
                                   repeats=schedule_result.generations if schedule_result is not None else 0)
+
+
+def _cut_warning(plan: Plan, result) -> str:
+    """What the budget cut: the generations that ran fewer rounds than asked (gate.json: cut)."""
+    cut = result.cut if result is not None else []
+    runs = ", ".join(f"generation {c['generation']} ran {c['rounds_run']} of {c['rounds_planned']}" for c in cut[:3])
+    return (f"the {plan.budget_s:g} s budget cut {len(cut)} process pair(s) short of {plan.rounds} rounds "
+            f"({runs}{', ...' if len(cut) > 3 else ''}); each was paired over the rounds it ran")
 
 
 def _run_against(request: GateRequest, out: Path) -> GateResult:

@@ -11,8 +11,10 @@ neighbours) in every observation, as a fresh CI job would see it; the rounds ins
 generation make each observation cheaper and less noisy. ``harness.gate.sequential`` decides.
 
 The loop looks at the data every ``look_every_s`` seconds and stops a case once it is decided;
-it stops starting generations when the next one would not fit in the budget, and the last look
-spends what is left of alpha. The first base round of a case calibrates its iterations to the
+the last look spends what is left of alpha. The budget is kept from measured costs (``Spend``): no
+generation starts when its processes' start and one round on each side would end past the budget,
+and no round pair starts within a generation when it would; a generation cut short that way is
+paired over the rounds it ran and listed in the result's ``cut``. The first base round of a case calibrates its iterations to the
 window; every later round, on both sides, runs exactly that many.
 """
 from __future__ import annotations
@@ -36,6 +38,12 @@ from harness.gate.values import failure_text
 SIDES = (BASE, CANDIDATE)
 START_TIMEOUT_S = 180.0  # a worker must be ready, its ranks up, within this
 ROUND_SLACK_S = 10.0  # a round may take this much longer than its cases' --timeout, for the worker itself
+# A CI job's own limit (GitHub Actions stops a job at 6 h); beyond it, alpha spent by the calendar
+# fraction of the budget is never spent, and the gate never decides.
+MAX_BUDGET_S = 6 * 3600.0
+MAX_ROUNDS = 1000  # rounds per process pair; docs/gate.md measured 1 to 6
+MAX_PAIRS = 1_000_000  # --max-pairs: a bound the budget reaches long before
+RECENT = 3  # measurements an estimate is the median of: decided cases drop out, later ones are shorter
 
 
 @dataclass(frozen=True)
@@ -76,6 +84,33 @@ class CaseTrack:
 
 
 @dataclass
+class Spend:
+    """What a generation's parts cost so far, measured: the start (and prepare) of its two
+    processes, and a round pair (one round on each side)."""
+
+    start_s: list = field(default_factory=list)
+    round_pair_s: list = field(default_factory=list)
+
+    @staticmethod
+    def _recent(values: list) -> Optional[float]:
+        return float(np.median(values[-RECENT:])) if values else None
+
+    def next_generation_s(self) -> Optional[float]:
+        """The least a generation costs (its start and one round pair); None before any was measured."""
+        start, pair = self._recent(self.start_s), self._recent(self.round_pair_s)
+        return None if start is None or pair is None else start + pair
+
+    def next_round_pair_s(self) -> Optional[float]:
+        return self._recent(self.round_pair_s)
+
+
+def fits(elapsed_s: float, estimate_s: Optional[float], budget_s: float) -> bool:
+    """Whether a piece whose cost is ``estimate_s`` (None: not measured yet, so the first one runs)
+    ends within ``budget_s`` when started at ``elapsed_s``."""
+    return estimate_s is None or elapsed_s + estimate_s <= budget_s
+
+
+@dataclass
 class ScheduleResult:
     tracks: dict[str, CaseTrack]
     generations: int
@@ -84,6 +119,7 @@ class ScheduleResult:
     stopped: str  # why the loop ended: decided, budget, interrupted, error
     generation_s: list = field(default_factory=list)
     looks: int = 0
+    cut: list = field(default_factory=list)  # generations the budget cut short: {generation, rounds_run, ...}
 
     def seconds_per_pair(self) -> Optional[float]:
         """Recent wall seconds per generation (the last few: decided cases drop out and later
@@ -92,7 +128,8 @@ class ScheduleResult:
 
     def summary(self) -> dict:
         return {"generations": self.generations, "stopped": self.stopped, "looks": self.looks,
-                "generation_s": [round(g, 3) for g in self.generation_s], "measure_wall_s": round(self.wall_s, 3)}
+                "generation_s": [round(g, 3) for g in self.generation_s], "measure_wall_s": round(self.wall_s, 3),
+                "cut": list(self.cut)}
 
 
 def pair_value(base_values: Sequence[float], cand_values: Sequence[float]) -> float:
@@ -119,18 +156,21 @@ class Schedule:
         self._shuffle = random.Random(plan.seed)
         self._live: list = []
         self._started_at = started_at
+        self._start = 0.0
+        self.spend = Spend()
+        self.cut: list[dict] = []
 
     # -- the loop --------------------------------------------------------------------------------
 
     def run(self) -> ScheduleResult:
-        start = self.clock() if self._started_at is None else self._started_at
+        start = self._start = self.clock() if self._started_at is None else self._started_at
         generation, looks, last_look = 0, 0, 0.0
         gen_times: list[float] = []
         stopped = "decided"
         try:
             while self._open():
                 elapsed = self.clock() - start
-                if gen_times and elapsed + gen_times[-1] > self.plan.budget_s:
+                if generation and not fits(elapsed, self.spend.next_generation_s(), self.plan.budget_s):
                     stopped = "budget"
                     break
                 if self.plan.max_pairs is not None and generation >= self.plan.max_pairs:
@@ -159,7 +199,8 @@ class Schedule:
         if self._open():
             self._look(1.0, final=True, elapsed_s=self.clock() - start)
             looks += 1
-        return ScheduleResult(self.tracks, generation, self.clock() - start, self.kind, stopped, gen_times, looks)
+        return ScheduleResult(self.tracks, generation, self.clock() - start, self.kind, stopped, gen_times, looks,
+                              list(self.cut))
 
     def _probe_generation(self) -> int:
         return self.plan.probe_pairs
@@ -193,6 +234,7 @@ class Schedule:
         first = SIDES if number % 2 == 0 else SIDES[::-1]
         sides = {s: kind(self.trees[s], s, number, self.out / s / f"gen-{number:03d}", run_args) for s in first}
         self._live = list(sides.values())
+        started = self.clock()
         try:
             # Both sides start and prepare at once: their start-up overlaps and nothing is timed yet.
             for side in sides.values():
@@ -209,9 +251,17 @@ class Schedule:
             for t in self._open():
                 t.problem = f"could not start: {exc}"
             return True
+        self.spend.start_s.append(self.clock() - started)
         try:
             rounds: dict[str, list[RoundResult]] = {s: [] for s in SIDES}
             for r in range(self.plan.rounds):
+                elapsed = self.clock() - self._start
+                if r and not fits(elapsed, self.spend.next_round_pair_s(), self.plan.budget_s):
+                    self.cut.append({"generation": number, "rounds_run": r, "rounds_planned": self.plan.rounds,
+                                     "elapsed_s": round(elapsed, 3),
+                                     "round_pair_s": round(self.spend.next_round_pair_s(), 3)})
+                    break
+                pair_started = self.clock()
                 order = SIDES if (number + r) % 2 == 0 else SIDES[::-1]
                 ids = list(open_ids)
                 self._shuffle.shuffle(ids)
@@ -227,6 +277,7 @@ class Schedule:
                     ids = [c for c in ids if not self.tracks[c].problem]
                     if not ids:
                         return False
+                self.spend.round_pair_s.append(self.clock() - pair_started)
             self._pair(open_ids, rounds)
             return False
         except BaseException:

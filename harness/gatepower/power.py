@@ -37,14 +37,16 @@ import numpy as np
 import scipy  # scipy.stats loads on first use (scipy's lazy loading): gate-power --help does not pay it
 
 from harness.core import registry
-from harness.core.options import comma_separated
+from harness.core.inputfile import read_bounded
+from harness.core.options import at_least, comma_separated, number_in, positive
+from harness.gate.config import MAX_MIN_EFFECT
 from harness.gate.outputs import EXIT_COULD_NOT_RUN, EXIT_REGRESSION, fails_build
-from harness.gate.schedule import Plan, Schedule
+from harness.gate.schedule import MAX_BUDGET_S, MAX_ROUNDS, Plan, Schedule
 from harness.gate.sequential import estimate_se, hodges_lehmann, min_detectable_effect
 from harness.gate.sides import RoundCase, WorkerSide
 from harness.gate.trees import BASE, CANDIDATE, Tree, TreeError, checkout, repo_root, resolve
 from harness.gatepower import inject, tools
-from harness.gatepower.resample import MeasuredGate, resampled_rate
+from harness.gatepower.resample import MAX_GATE_JSON_BYTES, MeasuredGate, resampled_rate
 from harness.run.lifetime import interrupt_signal, raise_on_sigterm
 
 SCHEMA = "critpath.gate-power/2"
@@ -79,10 +81,26 @@ def _slowdowns(text: str) -> tuple[tuple[str, float], ...]:
             raise argparse.ArgumentTypeError(f"slowdown {part!r}: expected KIND:FRACTION with KIND one of "
                                              f"{', '.join(inject.KINDS)}, e.g. uniform:0.10")
         try:
-            out.append((kind, float(fraction)))
+            float(fraction)
         except ValueError:
             raise argparse.ArgumentTypeError(f"slowdown {part!r}: the fraction {fraction!r} is not a number") from None
+        try:
+            out.append((kind, _fraction(fraction)))
+        except argparse.ArgumentTypeError as exc:
+            raise argparse.ArgumentTypeError(f"slowdown {part!r}: the fraction {fraction!r} {exc}") from None
     return tuple(out)
+
+
+# power.json: every gate's summary of a measurement, a few kB each.
+MAX_POWER_JSON_BYTES = 256 << 20
+MAX_TRIALS = 10_000  # real gates per cell: at minutes a gate, far beyond any measurement
+# A slowdown injected, as a fraction of the case's time: above 5, no gate needs measuring.
+_fraction = number_in(0.0, MAX_MIN_EFFECT)
+_rounds = at_least(1, MAX_ROUNDS)
+
+
+def _rounds_sweep(text: str) -> tuple[int, ...]:
+    return tuple(_rounds(x) for x in comma_separated(text))
 
 
 def register(sub) -> None:
@@ -96,22 +114,22 @@ def register(sub) -> None:
                    help="a multi-case gate (Holm across its cases); its first case is the one slowed")
     p.add_argument("--slowdowns", type=_slowdowns, default=(("uniform", 0.10), ("partial", 0.10)),
                    help="KIND:FRACTION,... (default uniform:0.10,partial:0.10)")
-    p.add_argument("--trials", type=int, default=20, help="real gates per cell (default 20)")
-    p.add_argument("--budget", type=float, default=Plan.budget_s, help=f"--budget of each gate (default {Plan.budget_s:g})")
-    p.add_argument("--min-effect", type=float, default=0.05, help="--min-effect of each gate (default 0.05)")
+    p.add_argument("--trials", type=at_least(1, MAX_TRIALS), default=20, help="real gates per cell (default 20)")
+    p.add_argument("--budget", type=positive(float, MAX_BUDGET_S), default=Plan.budget_s, help=f"--budget of each gate (default {Plan.budget_s:g})")
+    p.add_argument("--min-effect", type=_fraction, default=0.05, help="--min-effect of each gate (default 0.05)")
     p.add_argument("--statistic", default=None, help="--statistic of each gate (default: the gate's)")
-    p.add_argument("--rounds", type=int, default=None, help="--rounds of each gate (default: the gate's)")
-    p.add_argument("--rounds-sweep", type=lambda t: tuple(int(x) for x in comma_separated(t)), default=(), metavar="K,K,...",
+    p.add_argument("--rounds", type=_rounds, default=None, help="--rounds of each gate (default: the gate's)")
+    p.add_argument("--rounds-sweep", type=_rounds_sweep, default=(), metavar="K,K,...",
                    help="instead: A/A gates of each --case at each --rounds, run to the budget, for the trade-off "
                         "between rounds per process pair and fresh processes")
     p.add_argument("--tools", type=comma_separated, default=(), help=f"also run these on the same commits: {','.join(TOOLS)}")
-    p.add_argument("--tool-trials", type=int, default=10, help="trials per tool and change (default 10)")
+    p.add_argument("--tool-trials", type=at_least(1, MAX_TRIALS), default=10, help="trials per tool and change (default 10)")
     p.add_argument("--out", type=Path, default=Path("reports/gate-power"), help="directory for power.json and every gate")
     p.add_argument("--resume", action="store_true",
                    help="carry on with the measurement already in --out: every cell, or only the cells of the "
                         "--case and --group given")
     p.add_argument("--report", type=Path, metavar="POWER_JSON", help="print the tables of a stored measurement")
-    p.add_argument("--resample", type=int, default=0, metavar="GATES",
+    p.add_argument("--resample", type=at_least(0, MAX_TRIALS), default=0, metavar="GATES",
                    help="with --report: also replay GATES gates per cell from the pairs its real gates measured "
                         "(labelled resampled) and store them in POWER_JSON")
     p.set_defaults(func=cmd_power)
@@ -298,8 +316,8 @@ def _save(out: Path, doc: dict, name: str = "power.json") -> None:
 
 def _load(path: Path) -> dict:
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError, RecursionError) as exc:  # ValueError: bad JSON or not UTF-8
+        return json.loads(read_bounded(path, "gate-power measurement", MAX_POWER_JSON_BYTES))
+    except (OSError, ValueError, RecursionError) as exc:  # ValueError: bad JSON, not UTF-8, not a file in the limit
         raise ValueError(f"{path}: not a readable gate-power measurement ({exc})") from None
 
 
@@ -343,7 +361,7 @@ def _gate_trial(doc: dict, cell: Cell, trial: int, out: Path) -> dict:
     record = {"cell": cell.name, "trial": trial, "exit_code": code, "wall_s": round(wall_s, 2), "cases": {}}
     gate_json = trial_dir / "gate.json"
     if gate_json.exists():
-        data = json.loads(gate_json.read_text())
+        data = json.loads(read_bounded(gate_json, "gate.json", MAX_GATE_JSON_BYTES))
         record["stopped"] = data.get("extra", {}).get("stopped")
         record["generations"] = data.get("extra", {}).get("generations")
         for case in data["cases"]:

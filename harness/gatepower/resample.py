@@ -21,6 +21,11 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from harness.core.inputfile import read_bounded
+
+# A gate.json: a few kB a case, its pairs included.
+MAX_GATE_JSON_BYTES = 64 << 20
+
 from harness.gate.config import GateConfig
 from harness.gate.outputs import fails_build
 from harness.gate.paired import SPENDING
@@ -40,7 +45,7 @@ class MeasuredGate:
     @classmethod
     def load(cls, gate_json: Path) -> "MeasuredGate":
         try:
-            data = json.loads(Path(gate_json).read_text())
+            data = json.loads(read_bounded(Path(gate_json), "gate.json", MAX_GATE_JSON_BYTES))
             extra = data.get("extra", {})
             gens = [float(g) for g in extra.get("generation_s", [])]
             pairs = {c["case_id"]: [float(d) for d in (c.get("detail") or {}).get("pairs", [])] for c in data["cases"]}
