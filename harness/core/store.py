@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
+from harness.core.inputfile import InputFileError, open_regular, read_bounded
 from harness.core.options import CannotRun
 from harness.core.records import Record, RecordError
 from harness.core.verify import verify
@@ -79,27 +80,44 @@ class Skipped:
     reason: str
 
 
+def _lines(path: Path) -> Iterator[tuple[int, bytes, str]]:
+    """(line number, line, problem) of the results file ``path``, read a line at a time so that no
+    more than one record's worth is ever held; problem is '' or why the line cannot be a record."""
+    try:
+        f = open_regular(path, "results file")
+    except FileNotFoundError:
+        raise ResultsFileError(f"{path}: no such results file") from None
+    except InputFileError as exc:
+        raise ResultsFileError(str(exc)) from None
+    with f:
+        number = 0
+        while True:
+            blob = f.readline(MAX_RECORD_BYTES + 2)  # a whole record and its newline, and one byte more
+            if not blob:
+                return
+            number += 1
+            if len(blob) - blob.endswith(b"\n") > MAX_RECORD_BYTES:
+                yield number, b"", (f"a line of more than {MAX_RECORD_BYTES} bytes; "
+                                    f"a record is at most {MAX_RECORD_BYTES} bytes")
+                while blob and not blob.endswith(b"\n"):  # the rest of the long line, a chunk at a time
+                    blob = f.readline(1 << 20)
+            elif not blob.endswith(b"\n"):
+                yield number, blob, "truncated record (no newline at the end of the file)"
+            else:
+                yield number, blob, ""
+
+
 def iter_records(path: Path, skip_invalid: bool = False, skipped: list | None = None) -> Iterator[Record]:
     """Yield records from ``path``. Any invalid line raises ``ResultsFileError`` naming file and
     line, unless ``skip_invalid``: then it is appended to ``skipped`` and reading goes on."""
     path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise ResultsFileError(f"{path}: no such results file") from None
-    lines = raw.split(b"\n")
-    truncated_tail = bool(lines) and lines[-1] != b""
-    if not truncated_tail:
-        lines = lines[:-1]
-    for number, blob in enumerate(lines, start=1):
+    for number, blob, problem in _lines(path):
         where = f"{path}:{number}"
-        if not blob.strip():
+        if not problem and not blob.strip():
             continue
         try:
-            if truncated_tail and number == len(lines):
-                raise RecordError("truncated record (no newline at the end of the file)", where)
-            if len(blob) > MAX_RECORD_BYTES:
-                raise RecordError(f"a line of {len(blob)} bytes; a record is at most {MAX_RECORD_BYTES} bytes", where)
+            if problem:
+                raise RecordError(problem, where)
             try:
                 data = json.loads(blob)
             except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -116,14 +134,22 @@ def iter_records(path: Path, skip_invalid: bool = False, skipped: list | None = 
                 skipped.append(Skipped(number, str(exc)))
 
 
+# run.json and fingerprint.json are a few kB; a node's facts and many GPUs' fingerprints stay far below.
+MAX_RUN_JSON_BYTES = 16 << 20
+
+
 def read_json(path: Path) -> dict:
     """A run's JSON document (run.json, fingerprint.json): {} when absent, an error naming the file
     when it is not a UTF-8 JSON object."""
     path = Path(path)
-    if not path.exists():
-        return {}
     try:
-        data = json.loads(path.read_bytes().decode("utf-8"))
+        raw = read_bounded(path, "run's JSON document", MAX_RUN_JSON_BYTES)
+    except FileNotFoundError:
+        return {}
+    except InputFileError as exc:
+        raise ResultsFileError(str(exc)) from None
+    try:
+        data = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise ResultsFileError(f"{path}: not UTF-8 (offset {exc.start})") from None
     except json.JSONDecodeError as exc:

@@ -20,10 +20,13 @@ from typing import Iterator, Optional, Sequence
 
 from harness.claims.baselines import Claim
 from harness.core.figures import TIME_SCALE, sample_parts
+from harness.core.inputfile import read_bounded
 from harness.core.plotting import legend, png_bytes, subplots
 from harness.document.blocks import Block, Heading, Image, Para, Table
 
 MAX_LINES_PER_PLOT = 8
+# asv's benchmarks.json: a few kB a benchmark.
+MAX_BENCHMARKS_JSON_BYTES = 64 << 20
 
 
 class HistoryError(ValueError):
@@ -99,8 +102,8 @@ def reference_for(series: Series, claims: Sequence[Claim]) -> Optional[Reference
 def _units(results_dir: Path) -> dict[str, str]:
     """benchmark name -> unit, from the benchmarks.json asv writes beside its results."""
     try:
-        data = json.loads((results_dir / "benchmarks.json").read_text())
-    except (OSError, json.JSONDecodeError):
+        data = json.loads(read_bounded(results_dir / "benchmarks.json", "asv benchmarks.json", MAX_BENCHMARKS_JSON_BYTES))
+    except (OSError, ValueError, RecursionError):  # ValueError: bad JSON, not UTF-8, or not a file within the limit
         return {}
     return {name: b.get("unit", "") for name, b in data.items() if isinstance(b, dict)}
 
