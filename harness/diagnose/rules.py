@@ -35,6 +35,11 @@ from typing import Callable, Optional
 
 import jsonschema
 
+try:
+    from re import _parser as _sre_parse  # Python 3.11 and later
+except ImportError:  # 3.10
+    import sre_parse as _sre_parse
+
 from harness.claims.baselines import line_of_field, load_checked
 
 SCHEMA_ID = "critpath.diagnose/1"
@@ -49,6 +54,10 @@ CRITERIA = re.compile(rf"^\s*(<=|>=|<|>)\s*({_NUMBER})\s*$")
 SETTING_OF = {"criteria": "variance, ratio and value rules", "rules": "multi_rules rules",
               "at_least": "multi_rules rules", "metrics": "rules other than multi_rules",
               "min_cases": "variance, ratio and value rules"}
+# The longest text a metrics regex is matched against: four times the longest case ID of the
+# registry's grids (253 characters); with nested quantifiers refused, matching stays short.
+MAX_MATCHED_CHARS = 1024
+_REPEATS = {"MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"}
 # A relative rule needs this many subjects to have a median worth comparing with (default).
 MIN_FLEET = 3
 
@@ -131,13 +140,50 @@ class Rule:
     min_cases: int = 1
 
     def matches(self, name: str) -> bool:
-        """``name`` is FAMILY/FIGURE (a case ID, for failure_check); full match, as SuperBench's."""
-        return any(p.fullmatch(name) for p in self.metrics)
+        """``name`` is FAMILY/FIGURE (a case ID, for failure_check); full match, as SuperBench's.
+        A name longer than MAX_MATCHED_CHARS is none of critpath's and matches nothing."""
+        return len(name) <= MAX_MATCHED_CHARS and any(p.fullmatch(name) for p in self.metrics)
 
     def describe(self, median_word: str = "fleet median") -> str:
         what = {"variance": f"(value - {median_word}) / {median_word}", "ratio": f"value / {median_word}",
                 "value": "value"}.get(self.function, self.function)
         return f"{what} {self.criteria}" if self.criteria else what
+
+
+def _repeats_inside(items, repeated: bool = False) -> bool:
+    """Whether the parsed regex ``items`` has a quantifier inside a quantified group (``(a+)+``,
+    ``(x*y)*``): such a pattern backtracks exponentially on a near miss (20 s on a 30-character
+    name), so a rule file may not hold one."""
+    for op, av in items:
+        kind = str(op)
+        if kind in _REPEATS:
+            low, high, body = av
+            many = high > 1 and high != low  # a{3} is one way to match, not many
+            if (many and repeated) or _repeats_inside(body, repeated or many):
+                return True
+        elif kind == "SUBPATTERN" and _repeats_inside(av[-1], repeated):
+            return True
+        elif kind == "BRANCH" and any(_repeats_inside(b, repeated) for b in av[1]):
+            return True
+        elif kind in ("ASSERT", "ASSERT_NOT") and _repeats_inside(av[1], repeated):
+            return True
+        elif kind == "ATOMIC_GROUP" and _repeats_inside(av, repeated):
+            return True
+        elif kind == "GROUPREF_EXISTS" and any(_repeats_inside(b, repeated) for b in av[1:] if b is not None):
+            return True
+    return False
+
+
+def _metric_pattern(text: str) -> re.Pattern:
+    """``text`` compiled, or ValueError: not a regex, or one with a quantifier inside a quantifier."""
+    try:
+        pattern = re.compile(text)
+    except re.error as exc:
+        raise ValueError(f"{text!r} is not a regex: {exc}") from None
+    if _repeats_inside(_sre_parse.parse(text)):
+        raise ValueError(f"{text!r} repeats a group that itself repeats (like (a+)+), which can take exponential "
+                         "time to match; write the group's repetition once (([a-z_/0-9]+)+ is [a-z_/0-9]+)")
+    return pattern
 
 
 def load(path: Path) -> list[Rule]:
@@ -159,11 +205,10 @@ def load(path: Path) -> list[Rule]:
         patterns = []
         for i, text in enumerate(raw.get("metrics", ())):
             try:
-                patterns.append(re.compile(text))
-            except re.error as exc:
+                patterns.append(_metric_pattern(text))
+            except ValueError as exc:
                 at = line_of_field(root, ["rules", name, "metrics", i])
-                raise RuleFileError(f"{path}:{at}: field rules.{name}.metrics.{i}: {text!r} is not a regex: {exc}") \
-                    from None
+                raise RuleFileError(f"{path}:{at}: field rules.{name}.metrics.{i}: {exc}") from None
         if raw["function"] == "failure_check" and not patterns:
             patterns = [re.compile(".*")]  # every case
         for other in raw.get("rules", ()):
