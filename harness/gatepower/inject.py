@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from harness.core.options import UsageError
 from harness.core.registry import WRAPS_PACKAGE
 
 # Slowdowns injected on purpose into this process's families: how one torchrun agent, one node, is
@@ -42,10 +43,17 @@ PARTIAL_EVERY = 10
 WRAPS_DIR = WRAPS_PACKAGE.replace(".", "/")
 MODULE_PATH = f"{WRAPS_DIR}/injected_slowdown.py"
 GIT_TIMEOUT_S = 120
+# wait_ns and every of an injected slowdown: 1000 s a wait is no slowdown a gate measures.
+MAX_INJECT = 10**12
 
 
 class InjectError(RuntimeError):
     """The slowdown cannot be committed (a base without the wraps package, git failed)."""
+
+
+class SlowdownTextError(InjectError, UsageError):
+    """``CRITPATH_INJECT_SLOWDOWN`` is not a table of slowdowns: a usage error (exit 2) naming the
+    variable and what it must hold, in whichever process reads it."""
 
 
 @dataclass(frozen=True)
@@ -131,14 +139,18 @@ def slowdowns_from_text(text: str) -> dict[str, tuple[int, int]]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise InjectError(f"{INJECT_ENV}: not JSON ({exc.msg}); write {{\"CASE_ID\": [wait_ns, every]}}") from None
+        raise SlowdownTextError(f"{INJECT_ENV}: not JSON ({exc.msg}); write {{\"CASE_ID\": [wait_ns, every]}}") from None
+    except RecursionError:
+        raise SlowdownTextError(f"{INJECT_ENV}: nested too deep; write {{\"CASE_ID\": [wait_ns, every]}}") from None
     if not isinstance(data, dict) or not data:
-        raise InjectError(f"{INJECT_ENV}: expected a JSON object {{\"CASE_ID\": [wait_ns, every]}}, got {text!r}")
+        raise SlowdownTextError(f"{INJECT_ENV}: expected a JSON object {{\"CASE_ID\": [wait_ns, every]}}, "
+                                f"got {text[:80]!r}")
     table = {}
     for case_id, spec in data.items():
         if (not isinstance(spec, list) or len(spec) != 2 or not all(isinstance(v, int) and not isinstance(v, bool)
-                                                                     and v >= 1 for v in spec)):
-            raise InjectError(f"{INJECT_ENV}: {case_id}: expected [wait_ns, every], two integers >= 1, got {spec!r}")
+                                                                     and 1 <= v <= MAX_INJECT for v in spec)):
+            raise SlowdownTextError(f"{INJECT_ENV}: {case_id[:200]}: expected [wait_ns, every], two integers in "
+                                    f"[1, {MAX_INJECT}], got {str(spec)[:80]}")
         table[case_id] = (spec[0], spec[1])
     return table
 

@@ -16,8 +16,37 @@ from harness.core import registry
 from harness.core.options import UsageError
 from harness.core.records import ErrorInfo, Record, utc_now_iso
 from harness.run import fingerprint
-from harness.run.plan import RunJournal, RunOptions, RunPlan, plan_run
+from harness.run.plan import MAX_WORLD, RunJournal, RunOptions, RunPlan, plan_run
 from harness.run.reporter import Reporter, announce, finish
+
+
+MAX_PORT = 65535
+
+
+def env_int(env, name: str, low: int, high: int, default: Optional[int] = None) -> int:
+    """The integer the launcher put in ``name``, or UsageError naming the variable and what it must
+    hold: a launcher's typo is one line, not a traceback from inside torch.distributed."""
+    text = env.get(name)
+    if text is None:
+        if default is None:
+            raise UsageError(f"{name} is not set; the launcher (torchrun, Slurm) sets it")
+        return default
+    try:
+        value = int(text, 10)
+    except ValueError:
+        value = None
+    if value is None or not low <= value <= high:
+        raise UsageError(f"{name}={text[:40]!r}: expected an integer in [{low}, {high}]")
+    return value
+
+
+def _rendezvous(env) -> None:
+    """Where the ranks meet (torch's env://), checked before any rank tries it."""
+    missing = [k for k in ("MASTER_ADDR", "MASTER_PORT") if not env.get(k)]
+    if missing:
+        raise UsageError(f"set {' and '.join(missing)} (torchrun sets them; under Slurm see README: Slurm) "
+                         "so ranks can meet")
+    env_int(env, "MASTER_PORT", 1, MAX_PORT)
 
 
 def joined_rank(env=os.environ):
@@ -26,12 +55,13 @@ def joined_rank(env=os.environ):
     from harness.run.worker import Rank, pick_backend
 
     if "RANK" in env and "WORLD_SIZE" in env:
-        rank, world, local = int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", 0))
-    elif "SLURM_PROCID" in env and int(env.get("SLURM_NTASKS", "1")) > 1:
-        rank, world, local = int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"]), int(env.get("SLURM_LOCALID", 0))
-        missing = [k for k in ("MASTER_ADDR", "MASTER_PORT") if k not in env]
-        if missing:
-            raise UsageError(f"under Slurm, set {' and '.join(missing)} (see README: Slurm) so ranks can meet")
+        world = env_int(env, "WORLD_SIZE", 1, MAX_WORLD)
+        rank, local = env_int(env, "RANK", 0, world - 1), env_int(env, "LOCAL_RANK", 0, world - 1, 0)
+        _rendezvous(env)
+    elif "SLURM_PROCID" in env and env_int(env, "SLURM_NTASKS", 1, MAX_WORLD, 1) > 1:
+        world = env_int(env, "SLURM_NTASKS", 1, MAX_WORLD)
+        rank, local = env_int(env, "SLURM_PROCID", 0, world - 1), env_int(env, "SLURM_LOCALID", 0, world - 1, 0)
+        _rendezvous(env)
         os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(local))
     else:
         return None
