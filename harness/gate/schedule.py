@@ -170,7 +170,11 @@ class Schedule:
         try:
             while self._open():
                 elapsed = self.clock() - start
-                if generation and not fits(elapsed, self.spend.next_generation_s(), self.plan.budget_s):
+                # A loop that measures no parts (a replay on a virtual clock) goes by whole generations.
+                estimate = self.spend.next_generation_s()
+                if estimate is None and gen_times:
+                    estimate = gen_times[-1]
+                if generation and not fits(elapsed, estimate, self.plan.budget_s):
                     stopped = "budget"
                     break
                 if self.plan.max_pairs is not None and generation >= self.plan.max_pairs:
