@@ -4,6 +4,10 @@
 The project is pure Python, so a side runs as ``python -m harness`` with its tree first on
 PYTHONPATH; nothing is reinstalled. The probe below confirms that the side really imports its
 own ``harness`` (an editable install of the other tree would otherwise shadow it silently).
+
+A ref is the user's text: it is refused when it starts with ``-`` and checked as a commit
+(``rev-parse --verify --end-of-options REF^{commit}``) before git sees it anywhere else, so no
+ref is ever read as an option.
 """
 from __future__ import annotations
 
@@ -63,7 +67,10 @@ def repo_root(start: Path) -> Path:
 
 
 def resolve(repo: Path, ref: str) -> str:
-    result = _git(repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", check=False)
+    """The commit ``ref`` names, as a full SHA; TreeError naming the ref when it names none."""
+    if not ref or ref.startswith("-"):
+        raise TreeError(f"ref {ref!r} is not a ref: a ref cannot be empty or start with '-'")
+    result = _git(repo, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}", check=False)
     if result.returncode != 0 or not result.stdout.strip():
         raise TreeError(f"ref {ref!r} does not name a commit in {repo}")
     return result.stdout.strip()
@@ -85,11 +92,11 @@ def checkout(repo: Path, ref: str, label: str) -> Iterator[Tree]:
     parent = Path(tempfile.mkdtemp(prefix=f"critpath-gate-{label}-"))
     path = parent / "tree"
     try:
-        _git(repo, "worktree", "add", "--detach", "--quiet", str(path), sha)
+        _git(repo, "worktree", "add", "--detach", "--quiet", "--", str(path), sha)
         yield Tree(label, ref, path, sha)
     finally:
         if path.exists():
-            _git(repo, "worktree", "remove", "--force", str(path), check=False)
+            _git(repo, "worktree", "remove", "--force", "--", str(path), check=False)
         shutil.rmtree(parent, ignore_errors=True)
         _git(repo, "worktree", "prune", check=False)
 
