@@ -1,14 +1,31 @@
-"""Refs are checked as refs: no user text reaches git where git reads an option."""
+"""Each tree runs its own code (a tree never imports a module it lacks from an editable install of
+another), and refs are checked as refs.
+
+The editable install that shadows a tree is made here, not taken from the machine: a site
+directory with setuptools' own editable finder for ``harness``, pointing at this checkout (the
+"candidate"), loaded through a ``.pth`` as pip's editable install loads it. So the tests hold
+whether or not the venv running them has critpath installed editable.
+"""
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from conftest import git as _git
+from conftest import ROOT, git as _git
 
 from harness.cli import main
-from harness.gate.trees import TreeError, resolve
+from harness.gate.outputs import EXIT_COULD_NOT_RUN
+from harness.gate.schedule import side_kind
+from harness.gate.trees import Tree, TreeError, probe, resolve
+
+NOOP = "selftest/fault_rank=0,mode=noop,world=1"
+HANG = "selftest/fault_rank=0,mode=hang,world=1"
+OLD_COMMIT = "023b459"  # 0.1's flat layout: no harness/core, no harness/run, no critpath worker
 
 
 @pytest.fixture
@@ -52,3 +69,98 @@ def test_a_ref_that_git_could_read_as_an_option_names_no_commit(tiny_repo, ref):
         resolve(tiny_repo, ref.replace("FILE", str(tiny_repo / "written")))
     assert not (tiny_repo / "written").exists()
     assert len(resolve(tiny_repo, "HEAD")) == 40
+
+
+# -- each tree imports only its own harness ---------------------------------------------------
+
+
+@pytest.fixture
+def editable_install(tmp_path, monkeypatch) -> Path:
+    """A site directory whose .pth installs setuptools' editable finder mapping ``harness`` to this
+    checkout, as ``pip install -e`` does; on PYTHONPATH, a ``sitecustomize`` adds it as a site dir."""
+    editable_wheel = pytest.importorskip("setuptools.command.editable_wheel")
+    site = tmp_path / "editable-site"
+    site.mkdir()
+    name = "__editable___critpath_test_finder"
+    (site / f"{name}.py").write_text(editable_wheel._finder_template(name, {"harness": str(ROOT / "harness")}, {}))
+    (site / "__editable__.critpath-test.pth").write_text(f"import {name}; {name}.install()\n")
+    (site / "sitecustomize.py").write_text("import os, site, sys\n"
+                                           "site.addsitedir(os.path.dirname(os.path.abspath(__file__)))\n"
+                                           "sys.critpath_test_site = True\n")
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    return site
+
+
+@pytest.fixture
+def old_tree(tmp_path) -> Path:
+    """A tree of the 0.1 layout: harness/registry.py, and no harness/core, harness/run or worker."""
+    root = tmp_path / "old"
+    (root / "harness").mkdir(parents=True)
+    (root / "harness" / "__init__.py").write_text("")
+    (root / "harness" / "registry.py").write_text("def parse(case_id):\n    return case_id\n")
+    return root
+
+
+def test_the_fake_editable_install_does_shadow_a_tree_without_the_bootstrap(editable_install, old_tree):
+    # The premise of the tests below: a tree first on a plain PYTHONPATH imports the modules it
+    # lacks from the editable checkout (the gate's trees did exactly this).
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(old_tree), os.environ["PYTHONPATH"]])}
+    out = subprocess.run([sys.executable, "-c", "import harness.run; print(harness.run.__file__)"], cwd=old_tree,
+                         env=env, capture_output=True, text=True, check=True)
+    assert not Path(out.stdout.strip()).is_relative_to(old_tree)  # the checkout's (or the venv's own editable one)
+
+
+def test_a_process_of_a_tree_cannot_import_what_the_tree_lacks(editable_install, old_tree):
+    tree = Tree("base", "old", old_tree, None)
+    code = ("import sys, harness\n"
+            "assert sys.critpath_test_site  # the interpreter's own sitecustomize still ran\n"
+            "try:\n    import harness.run\nexcept ImportError:\n    print('absent')\n"
+            "else:\n    print(harness.run.__file__)\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=old_tree, env=tree.env(), capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "absent"
+
+
+def test_an_old_base_probes_as_old_and_both_sides_fall_back_to_a_run_per_round(editable_install, old_tree):
+    found = probe(Tree("base", "old", old_tree, None), ["selftest/mode=noop"])
+    assert found.worker_protocol is None  # was 1: the candidate's harness.run.rounds, through the finder
+    assert Path(found.harness_file).is_relative_to(old_tree)
+    assert side_kind({"base": found.worker_protocol, "candidate": 1}) == "run"
+
+
+def test_the_probe_refuses_a_tree_that_loads_harness_code_from_elsewhere(tmp_path, old_tree):
+    # A tree whose package reaches out of itself (here on purpose) is caught by the probe.
+    (old_tree / "harness" / "registry.py").write_text(
+        "import importlib.util, sys\n"
+        f"spec = importlib.util.spec_from_file_location('harness.elsewhere', {str(ROOT / 'harness/core/sizes.py')!r})\n"
+        "sys.modules[spec.name] = importlib.util.module_from_spec(spec)\n"
+        "spec.loader.exec_module(sys.modules[spec.name])\n"
+        "def parse(case_id):\n    return case_id\n")
+    with pytest.raises(TreeError, match="imports harness.elsewhere from "):
+        probe(Tree("base", "old", old_tree, None), [])
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_a_gate_against_a_base_from_before_the_worker_falls_back_and_runs_its_own_code(editable_install, tmp_path):
+    """``critpath gate --base 023b459``: that tree has no harness/core, harness/run or worker; its
+    probe used the candidate's registry ("'Param' object has no attribute 'check'")."""
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    known = subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{OLD_COMMIT}^{{commit}}"], capture_output=True)
+    if known.returncode != 0:
+        pytest.skip(f"{OLD_COMMIT} is not in this clone's history")
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "--quiet", "--", str(ROOT), str(clone)], check=True, capture_output=True)
+    out = tmp_path / "gate"
+    code = main(["gate", "--repo", str(clone), "--base", OLD_COMMIT, "--candidate", "HEAD", "--case", NOOP,
+                 "--max-pairs", "1", "--iters", "200", "--out", str(out)])
+    data = json.loads((out / "gate.json").read_text())
+    assert data["extra"]["side_kind"] == "run", data
+    (case,) = data["cases"]
+    assert "unknown in base" not in case["reason"] and "worker" not in case["reason"], case
+    fingerprints = sorted((out / "base").glob("gen-*/round-*/fingerprint.json"))
+    assert fingerprints, "the base ran no round"
+    commit = json.loads(fingerprints[0].read_text())["git"]["commit"]
+    assert commit.startswith(OLD_COMMIT)  # the base's own fingerprint module, reading its own tree
+    assert code == EXIT_COULD_NOT_RUN  # one pair cannot decide anything: could not run, not a regression

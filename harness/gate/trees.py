@@ -2,8 +2,10 @@
 ``git worktree add`` in a temporary directory (removed afterwards, even on failure).
 
 The project is pure Python, so a side runs as ``python -m harness`` with its tree first on
-PYTHONPATH; nothing is reinstalled. The probe below confirms that the side really imports its
-own ``harness`` (an editable install of the other tree would otherwise shadow it silently).
+PYTHONPATH; nothing is reinstalled. Every process of a tree starts with ``OWN_TREE`` ahead of
+it on PYTHONPATH, whose ``sitecustomize`` takes an editable install's finder away: a tree then
+imports only its own ``harness``, never a module it lacks from the installed checkout. The probe
+below confirms it: every ``harness`` module the probe loaded must come from the side's tree.
 
 A ref is the user's text: it is refused when it starts with ``-`` and checked as a commit
 (``rev-parse --verify --end-of-options REF^{commit}``) before git sees it anywhere else, so no
@@ -25,6 +27,14 @@ from typing import Iterator, Optional, Sequence
 WORKTREE = "worktree"  # --candidate worktree: the checkout the command runs from, edits included
 BASE, CANDIDATE = "base", "candidate"  # the two sides' labels, in records' paths and results
 GIT_TIMEOUT_S = 120
+# Leads the PYTHONPATH of every process of a tree; holds only sitecustomize.py (see its docstring).
+OWN_TREE = Path(__file__).resolve().with_name("own_tree")
+
+
+def python_path(tree: Path, old: Optional[str] = None) -> str:
+    """PYTHONPATH for a process of the tree at ``tree``: the bootstrap that drops an editable
+    install's finder, then the tree, then ``old``."""
+    return os.pathsep.join([str(OWN_TREE), str(tree)] + ([old] if old else []))
 
 
 class TreeError(RuntimeError):
@@ -35,14 +45,18 @@ class TreeError(RuntimeError):
 class Tree:
     label: str  # "base" or "candidate"
     ref: str  # as the user gave it
-    path: Path  # goes first on PYTHONPATH
+    path: Path  # first on PYTHONPATH, after OWN_TREE
     commit: Optional[str]  # resolved SHA; None for an uncommitted working tree
     dirty: bool = False
 
+    def python_path(self, old: Optional[str] = None) -> str:
+        return python_path(self.path, old)
+
     def env(self, base_env: Optional[dict] = None) -> dict:
+        """The environment of every process started from this tree (asv's, which replaces
+        PYTHONPATH by ASV_PYTHONPATH, gets ``python_path()`` there)."""
         env = dict(os.environ if base_env is None else base_env)
-        old = env.get("PYTHONPATH")
-        env["PYTHONPATH"] = str(self.path) + (os.pathsep + old if old else "")
+        env["PYTHONPATH"] = self.python_path(env.get("PYTHONPATH"))
         return env
 
     def to_dict(self) -> dict:
@@ -82,6 +96,12 @@ def working_tree(repo: Path, label: str) -> Tree:
     return Tree(label, WORKTREE, repo, head, dirty)
 
 
+def _remove(repo: Path, path: Path) -> None:
+    if path.exists():
+        _git(repo, "worktree", "remove", "--force", "--", str(path), check=False)
+    shutil.rmtree(path.parent, ignore_errors=True)
+
+
 @contextlib.contextmanager
 def checkout(repo: Path, ref: str, label: str) -> Iterator[Tree]:
     """``git worktree add --detach`` of ``ref`` into a temp dir; always removed afterwards."""
@@ -95,27 +115,34 @@ def checkout(repo: Path, ref: str, label: str) -> Iterator[Tree]:
         _git(repo, "worktree", "add", "--detach", "--quiet", "--", str(path), sha)
         yield Tree(label, ref, path, sha)
     finally:
-        if path.exists():
-            _git(repo, "worktree", "remove", "--force", "--", str(path), check=False)
-        shutil.rmtree(parent, ignore_errors=True)
+        _remove(repo, path)
         _git(repo, "worktree", "prune", check=False)
 
 
 _PROBE = r"""
-import json, sys
+import importlib, json, sys
 import harness
-from harness.core import registry
+try:
+    from harness.core import registry
+except ImportError:  # a tree of 0.1: harness/registry.py
+    from harness import registry
 unknown = {}
 for case_id in sys.argv[1:]:
     try:
         registry.parse(case_id)
     except Exception as exc:
         unknown[case_id] = str(exc)
-try:
-    from harness.run.rounds import PROTOCOL as protocol
-except ImportError:  # a tree from before the worker: each round is a fresh `critpath run`
-    protocol = None
-print(json.dumps({"harness_file": harness.__file__, "unknown": unknown, "worker_protocol": protocol}))
+protocol = None  # a tree from before the worker: each round is a fresh `critpath run`
+for where in ("harness.run.rounds", "harness.rounds"):  # the worker's module, then its place before 0.2
+    try:
+        protocol = importlib.import_module(where).PROTOCOL
+        break
+    except ImportError:
+        pass
+loaded = {name: module.__file__ for name, module in list(sys.modules.items())
+          if (name == "harness" or name.startswith("harness.")) and getattr(module, "__file__", None)}
+print(json.dumps({"harness_file": harness.__file__, "unknown": unknown, "worker_protocol": protocol,
+                  "loaded": loaded}))
 """
 
 
@@ -138,9 +165,12 @@ def probe(tree: Tree, case_ids: Sequence[str], python: str = sys.executable) -> 
         raise TreeError(f"{tree.label} ({tree.ref}): cannot import harness from {tree.path}: {tail}")
     data = json.loads(result.stdout.strip().splitlines()[-1])
     found = Path(data["harness_file"]).resolve()
-    if tree.path.resolve() not in found.parents:
-        raise TreeError(f"{tree.label} ({tree.ref}): imports harness from {found}, not from {tree.path}; "
-                        "is another copy shadowing it on sys.path?")
+    root = tree.path.resolve()
+    foreign = sorted(name for name, path in data["loaded"].items() if root not in Path(path).resolve().parents)
+    if root not in found.parents or foreign:
+        where = data["loaded"].get(foreign[0]) if foreign else found
+        raise TreeError(f"{tree.label} ({tree.ref}): imports {foreign[0] if foreign else 'harness'} from {where}, "
+                        f"not from {tree.path}; is another copy shadowing it on sys.path?")
     return Probe(str(found), dict(data["unknown"]), data.get("worker_protocol"))
 
 

@@ -292,7 +292,7 @@ def record_commit(request: HistoryRequest, commit: Commit, say) -> Filed:
                 code = _asv(["run", "--config", str(config), "--environment", f"existing:{sys.executable}",
                              "--set-commit-hash", commit.sha, "--bench", bench_regex({r.family for r in records}),
                              "--machine", machine,
-                             "--show-stderr"], log, env={"ASV_PYTHONPATH": str(tree.path), RUN_ENV: str(run_dir)},
+                             "--show-stderr"], log, env={"ASV_PYTHONPATH": tree.python_path(), RUN_ENV: str(run_dir)},
                             cwd=tree.path)
     except TreeError as exc:
         return Filed(commit, "failed", time.monotonic() - start, str(exc))
