@@ -1,5 +1,5 @@
 """Each tree runs its own code (a tree never imports a module it lacks from an editable install of
-another), and refs are checked as refs.
+another), refs are checked as refs, and a tree that cannot start never reads as a regression.
 
 The editable install that shadows a tree is made here, not taken from the machine: a site
 directory with setuptools' own editable finder for ``harness``, pointing at this checkout (the
@@ -164,3 +164,41 @@ def test_a_gate_against_a_base_from_before_the_worker_falls_back_and_runs_its_ow
     commit = json.loads(fingerprints[0].read_text())["git"]["commit"]
     assert commit.startswith(OLD_COMMIT)  # the base's own fingerprint module, reading its own tree
     assert code == EXIT_COULD_NOT_RUN  # one pair cannot decide anything: could not run, not a regression
+
+
+# -- a tree that cannot start is could_not_run --------------------------------------------------
+
+
+def _break(repo: Path, path: str) -> None:
+    target = repo / path
+    if path.endswith("__main__.py"):
+        target.unlink()
+    else:
+        target.write_text(target.read_text() + "\ndef broken(:\n")
+
+
+def test_a_gate_run_from_a_checkout_whose_cli_does_not_import_could_not_run(tmp_repo, tmp_path):
+    # CI runs the gate from the candidate's own checkout: when that cli.py is broken the gate
+    # itself cannot start, and exited 1 (a regression) with a traceback.
+    _break(tmp_repo, "harness/cli.py")
+    env = {**os.environ, "PYTHONPATH": str(tmp_repo)}
+    out = subprocess.run([sys.executable, "-m", "harness", "gate", "--base", "HEAD", "--case", NOOP,
+                          "--out", str(tmp_path / "gate")], cwd=tmp_repo, env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == EXIT_COULD_NOT_RUN, out.stderr
+    assert "cannot start" in out.stderr and "cli.py" in out.stderr and "SyntaxError" in out.stderr
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("path, said", [("harness/cli.py", "SyntaxError"), ("harness/__init__.py", "SyntaxError"),
+                                        ("harness/__main__.py", "harness.__main__")])
+def test_a_candidate_that_cannot_start_could_not_run_with_its_stderr(tmp_repo, tmp_path, path, said):
+    _break(tmp_repo, path)
+    _git(tmp_repo, "commit", "-q", "-am", f"broken {path}")
+    out = tmp_path / "gate"
+    code = main(["gate", "--repo", str(tmp_repo), "--base", "HEAD~1", "--candidate", "HEAD", "--case", NOOP,
+                 "--max-pairs", "2", "--iters", "100", "--out", str(out)])
+    data = json.loads((out / "gate.json").read_text())
+    assert code == EXIT_COULD_NOT_RUN
+    reasons = [data["error"] or ""] + [c["reason"] for c in data["cases"]]
+    assert any("candidate" in r and said in r for r in reasons), reasons
