@@ -1,5 +1,5 @@
-"""Each tree runs its own code (a tree never imports a module it lacks from an editable install of
-another), refs are checked as refs, and a tree that cannot start never reads as a regression.
+"""Each tree runs its own code, refs are checked as refs, and a tree that cannot start, or a gate
+killed outright, never reads as a regression or leaves a worktree behind.
 
 The editable install that shadows a tree is made here, not taken from the machine: a site
 directory with setuptools' own editable finder for ``harness``, pointing at this checkout (the
@@ -11,8 +11,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -20,12 +22,18 @@ from conftest import ROOT, git as _git
 
 from harness.cli import main
 from harness.gate.outputs import EXIT_COULD_NOT_RUN
+from harness.gate.owned import OWNER_FILE, Owner, owner_of
 from harness.gate.schedule import side_kind
-from harness.gate.trees import Tree, TreeError, probe, resolve
+from harness.gate.trees import Tree, TreeError, probe, resolve, sweep_orphans
 
 NOOP = "selftest/fault_rank=0,mode=noop,world=1"
 HANG = "selftest/fault_rank=0,mode=hang,world=1"
 OLD_COMMIT = "023b459"  # 0.1's flat layout: no harness/core, no harness/run, no critpath worker
+
+
+def _worktrees(repo: Path) -> list[str]:
+    return [line.split()[1] for line in _git(repo, "worktree", "list", "--porcelain").splitlines()
+            if line.startswith("worktree ")]
 
 
 @pytest.fixture
@@ -202,3 +210,89 @@ def test_a_candidate_that_cannot_start_could_not_run_with_its_stderr(tmp_repo, t
     assert code == EXIT_COULD_NOT_RUN
     reasons = [data["error"] or ""] + [c["reason"] for c in data["cases"]]
     assert any("candidate" in r and said in r for r in reasons), reasons
+
+
+# -- worktrees a killed gate or history left ----------------------------------------------------
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def _marked_worktree(repo: Path, where: Path, owner: Owner) -> Path:
+    where.mkdir()
+    owner.write(where)
+    _git(repo, "worktree", "add", "--detach", "--quiet", "--", str(where / "tree"), "HEAD")
+    return where / "tree"
+
+
+def test_the_sweep_removes_only_worktrees_of_critpath_processes_that_are_gone(tiny_repo, tmp_path):
+    me = Owner.me("critpath gate")
+    dead = _marked_worktree(tiny_repo, tmp_path / "dead", Owner("critpath gate", _dead_pid(), me.host, "0"))
+    reused = _marked_worktree(tiny_repo, tmp_path / "reused", Owner("critpath history", me.pid, me.host, "1"))
+    alive = _marked_worktree(tiny_repo, tmp_path / "alive", me)
+    elsewhere = _marked_worktree(tiny_repo, tmp_path / "elsewhere", Owner("critpath gate", 1, "another-host", None))
+    by_hand = tmp_path / "by-hand"
+    _git(tiny_repo, "worktree", "add", "--detach", "--quiet", str(by_hand), "HEAD")
+    assert me.started is None or owner_of(alive).alive()
+
+    removed = sweep_orphans(tiny_repo)
+
+    left = set(_worktrees(tiny_repo))
+    assert {str(alive), str(elsewhere), str(by_hand)} <= left
+    assert str(dead) not in left and not dead.parent.exists()
+    assert len(removed) == 1 + (me.started is not None)  # a reused pid is told apart by its start time
+    if me.started is not None:
+        assert str(reused) not in left
+    assert (alive.parent / OWNER_FILE).exists()
+
+
+def _wait_for(condition, what: str, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} did not happen within {timeout_s:.0f} s"
+        time.sleep(0.1)
+
+
+@pytest.mark.integration
+def test_a_worktree_of_a_sigkilled_gate_is_swept_by_the_next_gate(tmp_repo, tmp_path, capsys):
+    out = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "gate", "--repo", str(tmp_repo), "--base", "HEAD",
+                             "--case", HANG, "--timeout", "120", "--budget", "300", "--out", str(out)], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for(lambda: list(out.glob("base/gen-000/worker.log")), "the base worker's start")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+    (left,) = [Path(p) for p in _worktrees(tmp_repo) if Path(p) != tmp_repo]
+    assert left.is_dir() and owner_of(left).pid == proc.pid
+
+    code = main(["gate", "--repo", str(tmp_repo), "--base", "no-such-ref", "--case", NOOP,
+                 "--out", str(tmp_path / "next")])
+    assert code == EXIT_COULD_NOT_RUN
+    assert _worktrees(tmp_repo) == [str(tmp_repo)]
+    assert not left.parent.exists()
+    assert f"removed the worktree {left}" in capsys.readouterr().err
+
+
+@pytest.mark.integration
+def test_a_worktree_of_a_sigkilled_history_is_swept_by_the_next_history(tmp_repo, tmp_path, capsys):
+    out = tmp_path / "history"
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "history", "--repo", str(tmp_repo), "--case", HANG,
+                             "--timeout", "120", "--out", str(out), "HEAD"], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for(lambda: len(_worktrees(tmp_repo)) == 2 and list(out.glob("runs/*")), "the commit's run")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+    (left,) = [Path(p) for p in _worktrees(tmp_repo) if Path(p) != tmp_repo]
+    assert owner_of(left).command == "critpath history"
+
+    code = main(["history", "--repo", str(tmp_repo), "--out", str(out), "nosuch..HEAD"])
+    assert code == 2
+    assert _worktrees(tmp_repo) == [str(tmp_repo)]
+    assert f"removed the worktree {left}" in capsys.readouterr().err

@@ -1,5 +1,6 @@
 """Source trees for the two sides of an A/B: the working tree, or a ref checked out with
-``git worktree add`` in a temporary directory (removed afterwards, even on failure).
+``git worktree add`` in a temporary directory (removed afterwards, even on failure; one that a
+killed gate or history left is removed by the next, ``harness.gate.owned``).
 
 The project is pure Python, so a side runs as ``python -m harness`` with its tree first on
 PYTHONPATH; nothing is reinstalled. Every process of a tree starts with ``OWN_TREE`` ahead of
@@ -23,6 +24,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional, Sequence
+
+from harness.gate.owned import Owner, owner_of
 
 WORKTREE = "worktree"  # --candidate worktree: the checkout the command runs from, edits included
 BASE, CANDIDATE = "base", "candidate"  # the two sides' labels, in records' paths and results
@@ -103,8 +106,9 @@ def _remove(repo: Path, path: Path) -> None:
 
 
 @contextlib.contextmanager
-def checkout(repo: Path, ref: str, label: str) -> Iterator[Tree]:
-    """``git worktree add --detach`` of ``ref`` into a temp dir; always removed afterwards."""
+def checkout(repo: Path, ref: str, label: str, command: str = "critpath gate") -> Iterator[Tree]:
+    """``git worktree add --detach`` of ``ref`` into a temp dir, marked as ``command``'s; always
+    removed afterwards."""
     if ref == WORKTREE:
         yield working_tree(repo, label)
         return
@@ -112,11 +116,31 @@ def checkout(repo: Path, ref: str, label: str) -> Iterator[Tree]:
     parent = Path(tempfile.mkdtemp(prefix=f"critpath-gate-{label}-"))
     path = parent / "tree"
     try:
+        Owner.me(command).write(parent)  # before the worktree exists: no moment leaves it unmarked
         _git(repo, "worktree", "add", "--detach", "--quiet", "--", str(path), sha)
         yield Tree(label, ref, path, sha)
     finally:
         _remove(repo, path)
         _git(repo, "worktree", "prune", check=False)
+
+
+def sweep_orphans(repo: Path) -> list[str]:
+    """Remove the worktrees of ``repo`` that a critpath process made and that outlived it (it was
+    killed outright); what was removed, as sentences. Worktrees it did not make, and those whose
+    owner lives, are left alone."""
+    listed = _git(repo, "worktree", "list", "--porcelain", check=False).stdout
+    removed = []
+    for line in listed.splitlines():
+        if not line.startswith("worktree "):
+            continue
+        path = Path(line[len("worktree "):])
+        owner = owner_of(path)
+        if owner is not None and not owner.alive():
+            _remove(repo, path)
+            removed.append(f"removed the worktree {path}, left by {owner.describe()}, which is no longer running")
+    if removed:
+        _git(repo, "worktree", "prune", check=False)
+    return removed
 
 
 _PROBE = r"""

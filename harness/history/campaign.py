@@ -39,7 +39,7 @@ from typing import Optional, Sequence
 
 from harness.core.options import EXIT_FAILED, EXIT_OK, EXIT_USAGE, comma_separated, seconds
 from harness.core.store import RESULTS, ResultsFileError, load_records, run_incompleteness
-from harness.gate.trees import TreeError, checkout, probe, repo_root, resolve
+from harness.gate.trees import TreeError, checkout, probe, repo_root, resolve, sweep_orphans
 from harness.history.view import case_values
 from harness.run.lifetime import die_with_parent, interrupt_signal, raise_on_sigterm
 
@@ -272,7 +272,7 @@ def record_commit(request: HistoryRequest, commit: Commit, say) -> Filed:
     log_path = out / "logs" / f"{commit.sha}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        with checkout(repo, commit.sha, "history") as tree:
+        with checkout(repo, commit.sha, "history", "critpath history") as tree:
             probe(tree, [])
             records = _finished(run_dir)
             if records is not None and not request.rerun:
@@ -339,6 +339,8 @@ def cmd_history(args) -> int:
     signal.signal(signal.SIGTERM, raise_on_sigterm)
     try:
         repo = repo_root(args.repo.resolve())
+        for removed in sweep_orphans(repo):
+            print(f"critpath history: {removed}", file=sys.stderr)
         if args.find and len(args.case_ids) != 1:
             raise HistoryRunError("--find bisects one case: give exactly one --case")
         commits = commits_in(repo, args.range, include_start=bool(args.find))
