@@ -5,7 +5,6 @@ same in CI whatever the depth of the clone, and never touches this checkout's wo
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import tempfile
 from dataclasses import replace
@@ -14,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import xmlschema
-from conftest import derived_record
+from conftest import derived_record, git as _git
 
 from harness.cli import main
 from harness.gate.outputs import EXIT_COULD_NOT_RUN, EXIT_PASS, EXIT_REGRESSION, junit_schema_path
@@ -26,24 +25,6 @@ NOOP = "selftest/fault_rank=0,mode=noop,world=1"
 RAISE = "selftest/fault_rank=0,mode=raise,world=1"
 SPIN = "selftest/fault_rank=0,mode=spin,spin_iters=50,world=1"
 SCHEMA = xmlschema.XMLSchema(str(junit_schema_path()))
-
-
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), "-c", "user.name=critpath-tests", "-c", "user.email=tests@localhost",
-                           *args], check=True, capture_output=True, text=True).stdout.strip()
-
-
-@pytest.fixture
-def tmp_repo(tmp_path) -> Path:
-    if shutil.which("git") is None:
-        pytest.skip("git is not installed")
-    repo = tmp_path / "repo"
-    shutil.copytree(ROOT / "harness", repo / "harness", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(ROOT / "pyproject.toml", repo / "pyproject.toml")
-    _git(repo.parent, "init", "-q", str(repo))
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-q", "-m", "base")
-    return repo
 
 
 def _gate(repo: Path, out: Path, *args: str) -> tuple[int, dict]:

@@ -28,7 +28,8 @@ from harness.gate.request import CompareRequest, GateOutputs, GateRequest
 from harness.gate.schedule import Plan, Schedule, side_kind
 from harness.gate.sequential import CaseSpec, SequentialGate
 from harness.gate.stats import CaseInput, Outcome, Unit, verdicts
-from harness.gate.trees import BASE, CANDIDATE, WORKTREE, TreeError, checkout, list_cases, probe, repo_root
+from harness.gate.trees import (BASE, CANDIDATE, WORKTREE, TreeError, checkout, list_cases, probe, repo_root,
+                                sweep_orphans)
 from harness.gate.values import failure_text, iteration_values, validate_statistic
 from harness.run.lifetime import interrupt_signal, raise_on_sigterm
 
@@ -165,10 +166,18 @@ def _select_cases(request: GateRequest, sides: dict) -> tuple[list[str], list[st
     return list(dict.fromkeys(explicit + from_families)), explicit
 
 
+def _repo(request: GateRequest) -> Path:
+    """The checkout, rid of the worktrees that killed gates and histories left in it."""
+    repo = repo_root(request.repo)
+    for removed in sweep_orphans(repo):
+        print(f"critpath gate: {removed}", file=sys.stderr)
+    return repo
+
+
 def _run_ab(request: GateRequest, out: Path) -> GateResult:
     started_at = time.monotonic()  # the budget counts the worktrees and probes too
     config, plan = request.config, request.plan
-    repo = repo_root(request.repo)
+    repo = _repo(request)
     with ExitStack() as stack:
         cand = stack.enter_context(checkout(repo, request.candidate, CANDIDATE))
         base = stack.enter_context(checkout(repo, request.base, BASE))
@@ -223,7 +232,7 @@ def _run_against(request: GateRequest, out: Path) -> GateResult:
     """--against: only the candidate runs, a fixed number of fresh processes, each case tested
     against its table value (a table measured elsewhere is not an A/B)."""
     config, plan, repeats = request.config, request.plan, request.repeats
-    repo = repo_root(request.repo)
+    repo = _repo(request)
     baselines = load_baselines(request.against)
     case_ids = list(dict.fromkeys(b.case_id for b in baselines))
     run_args = ["--timeout", str(plan.case_timeout_s)] + (["--iters", str(plan.iters)] if plan.iters else [])

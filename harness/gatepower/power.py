@@ -253,7 +253,7 @@ def _prepare(request: PowerRequest, out: Path) -> dict:
     _git(clone, "checkout", "--quiet", "--force", "-B", "gate-power/aa", base_sha)
     _git(clone, "commit", "--quiet", "--allow-empty", "-m", "gate-power: A/A (no change)")
     aa_sha = _git(clone, "rev-parse", "HEAD")
-    _git(clone, "worktree", "add", "--quiet", "--detach", str(out / "base-tree"), base_sha)
+    _git(clone, "worktree", "add", "--quiet", "--detach", "--", str(out / "base-tree"), base_sha)
     base_tree = Tree("base", base_sha, out / "base-tree", base_sha)
     targets = [] if request.rounds_sweep else list(dict.fromkeys(list(request.case_ids) + [g[0] for g in request.groups]))
     calibration, branches = {}, {}

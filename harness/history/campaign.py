@@ -39,7 +39,7 @@ from typing import Optional, Sequence
 
 from harness.core.options import EXIT_FAILED, EXIT_OK, EXIT_USAGE, comma_separated, seconds
 from harness.core.store import RESULTS, ResultsFileError, load_records, run_incompleteness
-from harness.gate.trees import TreeError, checkout, probe, repo_root
+from harness.gate.trees import TreeError, checkout, probe, repo_root, resolve, sweep_orphans
 from harness.history.view import case_values
 from harness.run.lifetime import die_with_parent, interrupt_signal, raise_on_sigterm
 
@@ -113,20 +113,30 @@ def _git(repo: Path, *args: str) -> str:
 
 def commits_in(repo: Path, spec: str, include_start: bool = False) -> list[Commit]:
     """The commits of ``spec``, oldest first: ``A..B`` as ``git log A..B`` (plus A with
-    ``include_start``), or one ref alone."""
+    ``include_start``), or one ref alone. Each end is checked as a commit before git sees the
+    range, so neither is ever read as an option (``--output=FILE``)."""
     if ".." in spec:
         start, _, end = spec.partition("..")
         if not start or not end or end.startswith("."):
             raise HistoryRunError(f"range {spec!r}: give A..B with both ends (A..B, not A... or ..B)")
-        lines = _git(repo, "rev-list", "--reverse", "--format=%H %s", "--no-commit-header", spec).splitlines()
+        start_sha, end_sha = (_commit(repo, spec, ref) for ref in (start, end))
+        lines = _git(repo, "rev-list", "--reverse", "--format=%H %s", "--no-commit-header", "--end-of-options",
+                     f"{start_sha}..{end_sha}").splitlines()
         if include_start:
-            lines = _git(repo, "log", "-1", "--format=%H %s", start).splitlines() + lines
+            lines = _git(repo, "log", "-1", "--format=%H %s", "--end-of-options", start_sha).splitlines() + lines
     else:
-        lines = _git(repo, "log", "-1", "--format=%H %s", spec).splitlines()
+        lines = _git(repo, "log", "-1", "--format=%H %s", "--end-of-options", _commit(repo, spec, spec)).splitlines()
     commits = [Commit(*line.split(" ", 1)) if " " in line else Commit(line, "") for line in lines if line.strip()]
     if not commits:
         raise HistoryRunError(f"range {spec!r} holds no commits in {repo}")
     return commits
+
+
+def _commit(repo: Path, spec: str, ref: str) -> str:
+    try:
+        return resolve(repo, ref)
+    except TreeError as exc:
+        raise HistoryRunError(f"range {spec!r}: {exc}") from None
 
 
 # -- asv ------------------------------------------------------------------------------------------
@@ -262,7 +272,7 @@ def record_commit(request: HistoryRequest, commit: Commit, say) -> Filed:
     log_path = out / "logs" / f"{commit.sha}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        with checkout(repo, commit.sha, "history") as tree:
+        with checkout(repo, commit.sha, "history", "critpath history") as tree:
             probe(tree, [])
             records = _finished(run_dir)
             if records is not None and not request.rerun:
@@ -282,7 +292,7 @@ def record_commit(request: HistoryRequest, commit: Commit, say) -> Filed:
                 code = _asv(["run", "--config", str(config), "--environment", f"existing:{sys.executable}",
                              "--set-commit-hash", commit.sha, "--bench", bench_regex({r.family for r in records}),
                              "--machine", machine,
-                             "--show-stderr"], log, env={"ASV_PYTHONPATH": str(tree.path), RUN_ENV: str(run_dir)},
+                             "--show-stderr"], log, env={"ASV_PYTHONPATH": tree.python_path(), RUN_ENV: str(run_dir)},
                             cwd=tree.path)
     except TreeError as exc:
         return Filed(commit, "failed", time.monotonic() - start, str(exc))
@@ -329,6 +339,8 @@ def cmd_history(args) -> int:
     signal.signal(signal.SIGTERM, raise_on_sigterm)
     try:
         repo = repo_root(args.repo.resolve())
+        for removed in sweep_orphans(repo):
+            print(f"critpath history: {removed}", file=sys.stderr)
         if args.find and len(args.case_ids) != 1:
             raise HistoryRunError("--find bisects one case: give exactly one --case")
         commits = commits_in(repo, args.range, include_start=bool(args.find))
