@@ -23,7 +23,7 @@ from typing import Any, Mapping, Optional
 from harness.accept.checks import Acceptance, accept
 from harness.accept.profile import ProfileError, load_profile
 from harness.accept.verdicts import EXIT_UNVERIFIED, FAIL, PASS, UNVERIFIED, line, show_value, word
-from harness.core.store import load_run, new_run_id
+from harness.core.store import ResultsFileError, load_run, new_run_id
 from harness.document.blocks import Heading, Para, Table
 from harness.report.cli import make_report, write_report
 from harness.run.runner import RunOptions, run
@@ -79,6 +79,11 @@ def cmd_accept(args) -> int:
         run = load_run(run_dir)
     except ProfileError as exc:
         print(f"critpath accept: error: {exc}", file=sys.stderr)
+        return EXIT_UNVERIFIED
+    except ResultsFileError as exc:
+        # A record that contradicts itself (an imported figure its own row does not give) or a
+        # results file that does not read: nothing in the run can be judged.
+        print(f"acceptance {profile['name']}: {word(EXIT_UNVERIFIED)} ({run_dir})\n  the run: {exc}")
         return EXIT_UNVERIFIED
     result = accept(profile, run.records, run.fingerprint, run.incomplete)
     print(f"acceptance {profile['name']}: {result.verdict} ({run_dir})")

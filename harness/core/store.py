@@ -21,6 +21,8 @@ from harness.core.records import Record, RecordError
 from harness.core.verify import verify
 
 RESULTS = "results.jsonl"
+# The most cases one run holds (``critpath run`` refuses more; an import of more rows too).
+MAX_RUN_CASES = 10_000
 # The largest line a record can be: 20,000 samples (the full profile's cap) take about 0.3 MB.
 MAX_RECORD_BYTES = 64 << 20
 FINGERPRINT = "fingerprint.json"
@@ -55,7 +57,16 @@ def write_json_atomic(path: Path, data: dict) -> None:
 
 
 def append_record(path: Path, record: Record) -> None:
-    line = (record.to_json() + "\n").encode()
+    append_records(path, [record])
+
+
+def append_records(path: Path, records: Sequence[Record]) -> None:
+    """``records`` appended as whole lines with one write and one fsync: all of them, or (a full
+    disk) none of them."""
+    if not records:
+        return
+    record = records[-1]
+    line = "".join(r.to_json() + "\n" for r in records).encode()
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         before = os.fstat(fd).st_size
@@ -67,7 +78,8 @@ def append_record(path: Path, record: Record) -> None:
         except OSError as exc:
             # Leave no half line behind: the file must stay loadable.
             os.ftruncate(fd, before)
-            message = f"could not append the record for {record.case_id} to {path}: {exc.strerror or exc}"
+            what = f"the record for {record.case_id}" if len(records) == 1 else f"{len(records)} records"
+            message = f"could not append {what} to {path}: {exc.strerror or exc}"
             raise (OSError(exc.errno, message) if exc.errno else OSError(message)) from exc
     finally:
         os.close(fd)
@@ -135,16 +147,23 @@ def read_json(path: Path) -> dict:
     return data
 
 
-def incompleteness(meta: dict, records: Sequence) -> str:
-    """Why a run is not whole ("incomplete: 37 of 87 cases, run.json says running"), from its
-    run.json and its records; "" when it finished with every case recorded. A directory without a
-    run.json (records copied or imported by hand) cannot say, and is taken as it is."""
+def incompleteness(meta: dict, records: Sequence, directory: bool = True) -> str:
+    """Why a run is not whole ("incomplete: 37 of 87 cases, run.json says running"), read from its
+    records against its run.json; "" when run.json says it finished (or was imported) and the
+    records are all there. A run directory without a run.json is not whole: ``critpath run`` and an
+    import write it, and write it last. A results file given alone (``directory`` False) has
+    nothing beside it to say, and is taken as it is."""
+    if not meta:
+        return f"incomplete: {len(records)} cases and no run.json, which a whole run writes last" if directory else ""
     state, total = meta.get("state"), meta.get("cases_total")
-    if not meta or state == "imported":
+    counted = isinstance(total, int) and not isinstance(total, bool)
+    if state == "finished" and (total is None or (counted and len(records) >= total)):
         return ""
-    if state == "finished" and (total is None or len(records) >= total):
+    if state == "imported" and counted and len(records) == total:
         return ""
-    of = f" of {total}" if isinstance(total, int) else ""
+    if state == "imported" and counted and len(records) > total:
+        return f"incomplete: {len(records)} records where run.json says the import wrote {total}"
+    of = f" of {total}" if counted else ""
     return f"incomplete: {len(records)}{of} cases, run.json says {state or 'nothing'}"
 
 
@@ -180,7 +199,7 @@ class LoadedRun:
     @property
     def incomplete(self) -> str:
         """Why the run is not whole (``incompleteness``), "" when it is."""
-        return incompleteness(self.meta, self.records)
+        return incompleteness(self.meta, self.records, self.path.is_dir())
 
     def families(self) -> list[str]:
         """The families of its records, in the order they first appear."""
@@ -239,6 +258,9 @@ class RunDir:
 
     def append(self, record: Record) -> None:
         append_record(self.results, record)
+
+    def append_many(self, records: Sequence[Record]) -> None:
+        append_records(self.results, records)
 
     def write_fingerprint(self, data: dict) -> None:
         write_json_atomic(self.path / FINGERPRINT, data)

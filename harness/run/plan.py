@@ -17,7 +17,7 @@ from harness.core.case import Case
 from harness.core.family import GridOptions
 from harness.core.options import UsageError
 from harness.core.records import Record, utc_now_iso
-from harness.core.store import RunDir, new_run_id, run_files
+from harness.core.store import MAX_RUN_CASES, RunDir, new_run_id, run_files
 from harness.run.timing import PlanPolicy
 
 PROFILE_POLICY = {
@@ -27,8 +27,7 @@ PROFILE_POLICY = {
     "full": PlanPolicy(warmup=10, target_s=1.0, min_iters=200, max_iters=20000, tail_budget_s=10.0),
 }
 
-# More cases than this in one run is a typo in a sweep, not a plan: refused, naming the cap.
-MAX_CASES = 10_000
+# More cases than MAX_RUN_CASES in one run is a typo in a sweep, not a plan: refused, naming the cap.
 
 
 @dataclass(frozen=True)
@@ -101,8 +100,8 @@ def select_cases(opts: RunOptions, grid: GridOptions) -> list[Case]:
         except KeyError as exc:
             raise UsageError(exc.args[0]) from None
         cases = registry.cases(families, grid)
-    if len(cases) > MAX_CASES:
-        raise UsageError(f"{len(cases)} cases selected; a run holds at most {MAX_CASES} (narrow --sizes or --families)")
+    if len(cases) > MAX_RUN_CASES:
+        raise UsageError(f"{len(cases)} cases selected; a run holds at most {MAX_RUN_CASES} (narrow --sizes or --families)")
     return cases
 
 
