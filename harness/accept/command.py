@@ -14,7 +14,6 @@ and nothing failed, or acceptance could not start (bad profile, unreadable run).
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
@@ -23,6 +22,9 @@ from typing import Any, Mapping, Optional
 from harness.accept.checks import Acceptance, accept
 from harness.accept.profile import ProfileError, load_profile
 from harness.accept.verdicts import EXIT_UNVERIFIED, FAIL, PASS, UNVERIFIED, line, show_value, word
+from harness.core import atomic
+from harness.core.claim import claim_dir
+from harness.core.escape import for_terminal
 from harness.core.store import load_run, new_run_id
 from harness.document.blocks import Heading, Para, Table
 from harness.report.cli import make_report, write_report
@@ -83,18 +85,18 @@ def cmd_accept(args) -> int:
     result = accept(profile, run.records, run.fingerprint, run.incomplete)
     print(f"acceptance {profile['name']}: {result.verdict} ({run_dir})")
     if result.incomplete:
-        print(f"  {word(EXIT_UNVERIFIED):16}  the run: {result.incomplete}")
+        print(for_terminal(f"  {word(EXIT_UNVERIFIED):16}  the run: {result.incomplete}"))
     for o in result.outcomes:
-        print("  " + line(o))
+        print(for_terminal("  " + line(o)))  # a check's detail can quote a case's error
     counts = result.counts()
     print(f"{counts[PASS]} pass, {counts[FAIL]} fail, {counts[UNVERIFIED]} could not verify: "
           f"{result.verdict}, exit {result.exit_code}")
     out = args.out if args.run and args.out else Path(run_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "acceptance.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n")
-    if not args.no_report:
-        report = make_report([run_dir])
-        report.blocks[2:2] = acceptance_blocks(result)  # after the title and preamble
-        md, _ = write_report(report, out)
-        print(f"report: {md}")
+    with claim_dir(out, "accept"):
+        atomic.write_json(out / "acceptance.json", result.to_dict(), sort_keys=False)
+        if not args.no_report:
+            report = make_report([run_dir])
+            report.blocks[2:2] = acceptance_blocks(result)  # after the title and preamble
+            md, _ = write_report(report, out)
+            print(f"report: {md}")
     return result.exit_code

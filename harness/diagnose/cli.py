@@ -6,12 +6,12 @@ one node given twice).
 """
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 from rich.table import Table
 
+from harness.core import atomic
 from harness.diagnose.evaluate import HEALTHY, Diagnosis, diagnose
 from harness.diagnose.observe import DiagnoseInputError, Fleet, read_fleet
 from harness.diagnose.rules import Rule, RuleFileError, load
@@ -118,5 +118,5 @@ def cmd_diagnose(args) -> int:
     healthy = sum(result.verdict(n) == HEALTHY for n in result.nodes)
     print(f"{healthy} healthy, {len(drain)} to drain, {len(links)} link(s) to check -> exit {result.exit_code}")
     if args.json:
-        args.json.write_text(json.dumps(_to_json(result), indent=2) + "\n")
+        atomic.write_json(args.json, _to_json(result), sort_keys=False)
     return result.exit_code

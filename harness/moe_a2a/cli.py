@@ -3,7 +3,6 @@ effective throughput of a run's moe_a2a cases relative to their uniform twin).""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import asdict, replace
 from math import nan
@@ -11,6 +10,7 @@ from pathlib import Path
 
 from rich.table import Table
 
+from harness.core import atomic
 from harness.core.store import load_records
 from harness.moe_a2a import sim
 from harness.moe_a2a.config import mitigation_label, workload_label
@@ -113,7 +113,7 @@ def cmd_sim(args) -> int:
     if args.json:
         payload = {"source": sim.SOURCE, "config": asdict(cfg), "cost_model": asdict(model),
                    "results": {str(w): [asdict(s) for s in sc] for w, sc in results.items()}}
-        args.json.write_text(json.dumps(payload, indent=2))
+        atomic.write_json(args.json, payload, sort_keys=False)
     return 0
 
 
@@ -226,5 +226,5 @@ def cmd_report(args) -> int:
                       _fmt_pct(row["paired_rel_throughput_p50"]), f"{row['rank_balancedness']:.2f}", f"{row['dropped_fraction']:.1%}", claim)
     wide_console().print(table)
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=2))
+        atomic.write_json(args.json, rows, sort_keys=False)
     return 0

@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+from harness.core.claim import claim_dir
 from harness.core.family import CheckResult
 from harness.core.records import Record
 from harness.core.store import RunDir
@@ -136,7 +137,7 @@ def import_file(path: Path, out: Path, collective: Optional[str] = None, run_id:
     digest = hashlib.sha256(path.read_bytes()).hexdigest()[:8]
     run_id = run_id or f"nccl-tests-{path.stem}-{digest}"
     out = Path(out)
-    if out.exists() and any(out.iterdir()):
+    if claim_dir(out, "import-nccl-tests").contents():
         raise NcclTestsFormatError(f"{out} already holds a run; choose another --out")
     records = to_records(parsed, run_id, path.name)
     imported = records[0].extra["imported"]
