@@ -245,11 +245,13 @@ def held(tmp_path):
 @pytest.mark.parametrize("argv", [["run", "--case", OK_CASE, "--iters", "5"],
                                   ["gate", "--base", "HEAD", "--case", OK_CASE],
                                   ["compare", "A", "B"],
-                                  ["import-nccl-tests"]])
-def test_a_second_writer_of_a_claimed_out_is_refused_naming_the_holder(held, capfd, argv):
+                                  ["import-nccl-tests"], ["history", "HEAD", "--repo", str(ROOT)], ["report"]])
+def test_a_second_writer_of_a_claimed_out_is_refused_naming_the_holder(held, capfd, argv, tmp_path):
     out, holder = held
     if argv[0] == "import-nccl-tests":
         argv = [argv[0], str(sorted((ROOT / "tests" / "fixtures" / "nccl_tests").iterdir())[0])]
+    elif argv[0] == "report":
+        argv = [argv[0], str(hostile_run(tmp_path / "run"))]
     assert main([*argv, "--out", str(out)]) == 2
     err = capfd.readouterr().err
     assert f"{out} is in use by critpath run (pid {holder.pid} on " in err and "started 20" in err
