@@ -25,6 +25,7 @@ from harness.accept.verdicts import EXIT_UNVERIFIED, FAIL, PASS, UNVERIFIED, lin
 from harness.core import atomic
 from harness.core.claim import claim_dir
 from harness.core.escape import for_terminal
+from harness.core.options import print_error
 from harness.core.store import load_run, new_run_id
 from harness.document.blocks import Heading, Para, Table
 from harness.report.cli import make_report, write_report
@@ -80,7 +81,7 @@ def cmd_accept(args) -> int:
                 return 0 if code == 0 else 1
         run = load_run(run_dir)
     except ProfileError as exc:
-        print(f"critpath accept: error: {exc}", file=sys.stderr)
+        print_error("accept", exc)
         return EXIT_UNVERIFIED
     result = accept(profile, run.records, run.fingerprint, run.incomplete)
     print(f"acceptance {profile['name']}: {result.verdict} ({run_dir})")

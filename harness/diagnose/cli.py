@@ -6,12 +6,12 @@ one node given twice).
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from rich.table import Table
 
 from harness.core import atomic
+from harness.core.options import print_error
 from harness.diagnose.evaluate import HEALTHY, Diagnosis, diagnose
 from harness.diagnose.observe import DiagnoseInputError, Fleet, read_fleet
 from harness.diagnose.rules import Rule, RuleFileError, load
@@ -91,7 +91,7 @@ def cmd_diagnose(args) -> int:
         rules = load(args.rules)
         fleet = read_fleet(args.run_dirs)
     except (RuleFileError, DiagnoseInputError) as exc:
-        print(f"critpath diagnose: error: {exc}", file=sys.stderr)
+        print_error("diagnose", exc)
         return EXIT_CANNOT
     result = diagnose(fleet, rules)
     console = wide_console()

@@ -17,7 +17,7 @@ from harness.core.claim import claim_dir
 from harness.core.comparable import mismatch
 from harness.core.escape import for_terminal
 from harness.core.figures import FigureUnavailable
-from harness.core.options import comma_separated, positive, seconds
+from harness.core.options import comma_separated, positive, print_error, seconds
 from harness.core.records import Record
 from harness.core.store import RESULTS, ResultsFileError, load_records, run_incompleteness
 from harness.gate.config import ConfigError, GateConfig, load_baselines, load_config
@@ -135,7 +135,7 @@ def gate(request: GateRequest) -> int:
     with claim_dir(out, "gate") as claim:  # before looking in: two gates into one --out cannot both find it empty
         if claim.contents():
             # Not written into: the directory holds something else.
-            print(for_terminal(f"critpath gate: error: {out} is not empty; choose another --out"), file=sys.stderr)
+            print_error("gate", f"{out} is not empty; choose another --out")
             return EXIT_COULD_NOT_RUN
         return _gate_into(request, out)
 

@@ -11,6 +11,7 @@ from typing import Optional
 
 from harness.core.claim import claim_dir
 from harness.core.escape import for_terminal
+from harness.core.options import print_error
 from harness.gate.config import GateConfig
 from harness.gate.outputs import GateResult, write_outputs
 from harness.gate.schedule import Plan
@@ -55,7 +56,7 @@ class GateOutputs:
     def error(self, mode: str, message: str, statistic: str = GateConfig.statistic) -> int:
         """A gate that could not run still leaves its outputs, saying why."""
         code = self.finish(self.result(mode, statistic, error=message), self.out_dir(mode))
-        print(for_terminal(f"critpath {self.command}: error: {message}"), file=sys.stderr)
+        print_error(self.command, message)
         return code
 
 

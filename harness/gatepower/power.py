@@ -37,7 +37,7 @@ import scipy  # scipy.stats loads on first use (scipy's lazy loading): gate-powe
 
 from harness.core import atomic, registry
 from harness.core.claim import claim_dir
-from harness.core.options import comma_separated
+from harness.core.options import comma_separated, print_error
 from harness.gate.outputs import EXIT_COULD_NOT_RUN, EXIT_REGRESSION, fails_build
 from harness.gate.schedule import Plan, Schedule
 from harness.gate.sequential import estimate_se, hodges_lehmann, min_detectable_effect
@@ -722,13 +722,13 @@ def cmd_power(args) -> int:
                 # Into the file that was read, whatever its name: the replay belongs to that measurement.
                 _save(args.report.parent, resample(doc, args.report.parent, args.resample), args.report.name)
         except ValueError as exc:
-            print(f"critpath gate-power: error: {exc}", file=sys.stderr)
+            print_error("gate-power", exc)
             return 2
         print(table(doc))
         return 0
     unknown = [t for t in args.tools if t not in TOOLS]
     if unknown:
-        print(f"critpath gate-power: error: unknown tool {unknown[0]!r}; expected {', '.join(TOOLS)}", file=sys.stderr)
+        print_error("gate-power", f"unknown tool {unknown[0]!r}; expected {', '.join(TOOLS)}")
         return 2
     if not args.case_ids and not args.groups and not args.resume:
         print("critpath gate-power: error: give --case ID (repeatable) and/or --group ID,ID,...", file=sys.stderr)
@@ -743,7 +743,7 @@ def cmd_power(args) -> int:
     try:
         doc = measure(request)
     except (ValueError, TreeError, inject.InjectError, OSError, subprocess.CalledProcessError) as exc:
-        print(f"critpath gate-power: error: {exc}", file=sys.stderr)
+        print_error("gate-power", exc)
         return 2
     except KeyboardInterrupt as exc:
         signum = interrupt_signal(exc)

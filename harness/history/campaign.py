@@ -39,7 +39,7 @@ from typing import Optional, Sequence
 from harness.core import atomic
 from harness.core.claim import claim_dir
 from harness.core.escape import for_terminal
-from harness.core.options import EXIT_FAILED, EXIT_OK, EXIT_USAGE, comma_separated, seconds
+from harness.core.options import EXIT_FAILED, EXIT_OK, EXIT_USAGE, comma_separated, print_error, seconds
 from harness.core.store import RESULTS, ResultsFileError, load_records, run_incompleteness
 from harness.gate.trees import TreeError, checkout, probe, repo_root
 from harness.history.view import case_values
@@ -341,7 +341,7 @@ def cmd_history(args) -> int:
         with (out / "asv-machine.log").open("a") as log:
             machine = machine_name(config, args.machine, log)
     except (HistoryRunError, TreeError) as exc:
-        print(f"critpath history: error: {exc}", file=sys.stderr)
+        print_error("history", exc)
         return EXIT_USAGE
 
     request = HistoryRequest(tuple(args.case_ids), args.families, args.timeout, args.rerun, args.find, repo, config,
@@ -432,7 +432,7 @@ def _find(request: HistoryRequest, commits, say) -> int:
     try:
         lo, hi = largest_step(len(commits), measure)
     except (HistoryRunError, ValueError) as exc:
-        print(f"critpath history --find: error: {exc}", file=sys.stderr)
+        print_error("history --find", exc)
         return EXIT_USAGE
     a, b = commits[lo], commits[hi]
     say(f"find: largest step of {figure} for {case_id}: {a.sha[:10]} -> {b.sha[:10]} ({b.subject[:70]}): "

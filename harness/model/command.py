@@ -20,7 +20,7 @@ from rich.table import Table
 
 from harness.core import atomic
 from harness.core.claim import claim_dir
-from harness.core.options import size_sweep
+from harness.core.options import print_error, size_sweep
 from harness.core.sizes import format_size, parse_sizes
 from harness.model import alphabeta as ab
 from harness.model import nccl_tuning, plots
@@ -161,7 +161,7 @@ def cmd_model(args) -> int:
         else:
             links_by_algo = {a: ab.Links.from_profile(profile) for a in algos}
     except (ProfileError, CalibrationError) as exc:
-        print(f"critpath model: error: {exc}", file=sys.stderr)
+        print_error("model", exc)
         return 2
 
     scales = np.array(args.ranks, dtype=np.float64)

@@ -28,6 +28,7 @@ from typing import Optional
 
 from harness.core.claim import claim_dir
 from harness.core.family import CheckResult
+from harness.core.options import print_error
 from harness.core.records import Record
 from harness.core.store import RunDir
 from harness.nccltests.evidence import COLLECTIVES, FOUND, Ambiguous, detect, ranks_text
@@ -168,7 +169,7 @@ def cmd_import(args) -> int:
     try:
         records = import_file(args.file, args.out, args.collective, args.run_id)
     except NcclTestsFormatError as exc:
-        print(f"critpath import-nccl-tests: error: {exc}", file=sys.stderr)
+        print_error("import-nccl-tests", exc)
         return 2
     imported = records[0].extra["imported"]
     kind = imported["samples"].replace("_", " ")

@@ -12,7 +12,7 @@ from typing import Sequence
 from harness.claims import baselines
 from harness.core import atomic
 from harness.core.claim import claim_dir
-from harness.core.options import EXIT_OK, EXIT_USAGE
+from harness.core.options import EXIT_OK, EXIT_USAGE, print_error
 from harness.core.store import load_run
 from harness.document.blocks import Block, Heading, Image, to_html, to_markdown
 from harness.history.view import HistoryError, history_blocks
@@ -75,7 +75,7 @@ def cmd_report(args) -> int:
     try:
         report = make_report(args.run_dirs, args.label, args.baselines, args.asv_results)
     except (baselines.BaselineError, HistoryError) as exc:
-        print(f"critpath report: error: {exc}", file=sys.stderr)
+        print_error("report", exc)
         return EXIT_USAGE
     if args.out:
         out = args.out

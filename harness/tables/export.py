@@ -15,6 +15,7 @@ from pathlib import Path
 
 from harness.core import atomic
 from harness.core.escape import for_csv, for_terminal
+from harness.core.options import print_error
 from harness.core.store import run_files
 from harness.tables.frame import load_runs, records_of, samples_of
 
@@ -76,7 +77,7 @@ def cmd_export(args) -> int:
     try:
         require(args.fmt)
     except ExportUnavailable as exc:
-        print(f"critpath export: error: {exc}", file=sys.stderr)
+        print_error("export", exc)
         return 2
     atomic.refuse_inputs(args.out, inputs_of(args.run_dirs))
     runs = load_runs(args.run_dirs)  # an invalid record raises here, naming file and line
