@@ -2,7 +2,7 @@
 
 Records are appended one whole line per ``write`` on an ``O_APPEND`` descriptor, then fsynced, so a
 run killed with SIGKILL leaves a file that loads, short only of the case in flight. JSON documents
-are replaced atomically (temp file, fsync, rename). A write that fails (full disk) is rolled back
+are replaced atomically (``harness.core.atomic``). A write that fails (full disk) is rolled back
 to the last whole line and raised, so what was written before stays valid.
 """
 from __future__ import annotations
@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
+from harness.core import atomic
 from harness.core.options import CannotRun
 from harness.core.records import Record, RecordError
 from harness.core.verify import verify
@@ -37,23 +38,6 @@ def new_run_id(now: _dt.datetime | None = None) -> str:
     now = now or _dt.datetime.now(_dt.timezone.utc)
     host = socket.gethostname().split(".")[0] or "host"
     return f"{now:%Y%m%d-%H%M%S}-{host}-{secrets.token_hex(2)}"
-
-
-def write_json_atomic(path: Path, data: dict) -> None:
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "w") as f:
-            json.dump(data, f, indent=2, sort_keys=True)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
-        # A full disk: leave no half-written temporary behind (it would make the directory look
-        # taken), keep whatever was there before, and name the file.
-        tmp.unlink(missing_ok=True)
-        raise OSError(exc.errno, f"could not write {path}: {exc.strerror or exc}") from exc
 
 
 def append_record(path: Path, record: Record) -> None:
@@ -148,11 +132,16 @@ def read_json(path: Path) -> dict:
 
 
 def incompleteness(meta: dict, records: Sequence, directory: bool = True) -> str:
-    """Why a run is not whole ("incomplete: 37 of 87 cases, run.json says running"), read from its
-    records against its run.json; "" when run.json says it finished (or was imported) and the
+    """Why a run is not whole ("incomplete: 37 of 87 cases, run.json says running", "mixed: records
+    of 2 runs ..."), read from its records against its run.json; "" when run.json says it finished (or was imported) and the
     records are all there. A run directory without a run.json is not whole: ``critpath run`` and an
     import write it, and write it last. A results file given alone (``directory`` False) has
     nothing beside it to say, and is taken as it is."""
+    # One results file is one run: records of another (two runs written into one directory at
+    # once, files joined by hand) make it none of them.
+    run_ids = list(dict.fromkeys(getattr(r, "run_id", None) for r in records))
+    if len(run_ids) > 1:
+        return f"mixed: records of {len(run_ids)} runs in one results file ({', '.join(map(str, run_ids[:3]))})"
     if not meta:
         return f"incomplete: {len(records)} cases and no run.json, which a whole run writes last" if directory else ""
     state, total = meta.get("state"), meta.get("cases_total")
@@ -263,10 +252,10 @@ class RunDir:
         append_records(self.results, records)
 
     def write_fingerprint(self, data: dict) -> None:
-        write_json_atomic(self.path / FINGERPRINT, data)
+        atomic.write_json(self.path / FINGERPRINT, data)
 
     def write_meta(self, data: dict) -> None:
-        write_json_atomic(self.path / RUN_META, data)
+        atomic.write_json(self.path / RUN_META, data)
 
     def done_case_ids(self) -> set[str]:
         if not self.results.exists():

@@ -7,12 +7,12 @@ node, one node given twice).
 """
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 
 from rich.table import Table
 
+from harness.core import atomic
+from harness.core.options import print_error
 from harness.diagnose.evaluate import HEALTHY, NO_EVIDENCE, Diagnosis, diagnose
 from harness.diagnose.observe import DiagnoseInputError, Fleet, read_fleet
 from harness.diagnose.rules import Rule, RuleFileError, load
@@ -92,7 +92,7 @@ def cmd_diagnose(args) -> int:
         rules = load(args.rules)
         fleet = read_fleet(args.run_dirs)
     except (RuleFileError, DiagnoseInputError) as exc:
-        print(f"critpath diagnose: error: {exc}", file=sys.stderr)
+        print_error("diagnose", exc)
         return EXIT_CANNOT
     result = diagnose(fleet, rules)
     console = wide_console()
@@ -122,5 +122,5 @@ def cmd_diagnose(args) -> int:
     unmeasured = f", {len(result.unmeasured())} with no evidence" if result.unmeasured() else ""
     print(f"{healthy} healthy, {len(drain)} to drain{unmeasured}, {len(links)} link(s) to check -> exit {result.exit_code}")
     if args.json:
-        args.json.write_text(json.dumps(_to_json(result), indent=2) + "\n")
+        atomic.write_json(args.json, _to_json(result), sort_keys=False)
     return result.exit_code

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import re
 import shutil
 import signal
@@ -36,8 +35,9 @@ from typing import Optional
 import numpy as np
 import scipy  # scipy.stats loads on first use (scipy's lazy loading): gate-power --help does not pay it
 
-from harness.core import registry
-from harness.core.options import comma_separated
+from harness.core import atomic, registry
+from harness.core.claim import claim_dir
+from harness.core.options import comma_separated, print_error
 from harness.gate.outputs import EXIT_COULD_NOT_RUN, EXIT_REGRESSION, fails_build
 from harness.gate.schedule import Plan, Schedule
 from harness.gate.sequential import estimate_se, hodges_lehmann, min_detectable_effect
@@ -291,9 +291,7 @@ def _prepare(request: PowerRequest, out: Path) -> dict:
 
 def _save(out: Path, doc: dict, name: str = "power.json") -> None:
     """Written whole, then renamed: an interrupted write leaves the previous file as it was."""
-    tmp = out / f".{name}.tmp"
-    tmp.write_text(json.dumps(doc, indent=1) + "\n")
-    os.replace(tmp, out / name)
+    atomic.write_json(out / name, doc, indent=1, sort_keys=False)
 
 
 def _load(path: Path) -> dict:
@@ -409,12 +407,12 @@ def _chosen(cells: list[Cell], request: PowerRequest, out: Path) -> list[Cell]:
 
 def measure(request: PowerRequest) -> dict:
     out = request.out
+    claim = claim_dir(out, "gate-power")
     if request.resume:
         doc = _load(out / "power.json")
     else:
-        if out.exists() and any(out.iterdir()):
+        if claim.contents():
             raise ValueError(f"{out} is not empty; choose another --out or --resume")
-        out.mkdir(parents=True, exist_ok=True)
         doc = _prepare(request, out)
         _save(out, doc)
     cells = [Cell(**{**c, "case_ids": tuple(c["case_ids"])}) for c in doc["cells"]]
@@ -724,13 +722,13 @@ def cmd_power(args) -> int:
                 # Into the file that was read, whatever its name: the replay belongs to that measurement.
                 _save(args.report.parent, resample(doc, args.report.parent, args.resample), args.report.name)
         except ValueError as exc:
-            print(f"critpath gate-power: error: {exc}", file=sys.stderr)
+            print_error("gate-power", exc)
             return 2
         print(table(doc))
         return 0
     unknown = [t for t in args.tools if t not in TOOLS]
     if unknown:
-        print(f"critpath gate-power: error: unknown tool {unknown[0]!r}; expected {', '.join(TOOLS)}", file=sys.stderr)
+        print_error("gate-power", f"unknown tool {unknown[0]!r}; expected {', '.join(TOOLS)}")
         return 2
     if not args.case_ids and not args.groups and not args.resume:
         print("critpath gate-power: error: give --case ID (repeatable) and/or --group ID,ID,...", file=sys.stderr)
@@ -745,7 +743,7 @@ def cmd_power(args) -> int:
     try:
         doc = measure(request)
     except (ValueError, TreeError, inject.InjectError, OSError, subprocess.CalledProcessError) as exc:
-        print(f"critpath gate-power: error: {exc}", file=sys.stderr)
+        print_error("gate-power", exc)
         return 2
     except KeyboardInterrupt as exc:
         signum = interrupt_signal(exc)
@@ -755,6 +753,6 @@ def cmd_power(args) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
     text = table(doc)
-    (request.out / "power.md").write_text(text + "\n")
+    atomic.write_text(request.out / "power.md", text + "\n")
     print(text)
     return 0

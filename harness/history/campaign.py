@@ -24,7 +24,6 @@ results directory of its own (a one-case measurement must not overwrite a commit
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -37,7 +36,10 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 
-from harness.core.options import EXIT_FAILED, EXIT_OK, EXIT_USAGE, comma_separated, seconds
+from harness.core import atomic
+from harness.core.claim import claim_dir
+from harness.core.escape import for_terminal
+from harness.core.options import EXIT_FAILED, EXIT_OK, EXIT_USAGE, comma_separated, print_error, seconds
 from harness.core.store import RESULTS, ResultsFileError, load_records, run_incompleteness
 from harness.gate.trees import TreeError, checkout, probe, repo_root, resolve, sweep_orphans
 from harness.history.view import case_values
@@ -157,7 +159,7 @@ def asv_config(repo: Path, results: Optional[Path], out: Path) -> tuple[Path, Pa
                    "results_dir": str(results), "html_dir": str(repo / config.get("html_dir", ".asv/html")),
                    "env_dir": str(out / "env")})
     path = out / "asv.conf.json"
-    path.write_text(json.dumps(config, indent=1) + "\n")
+    atomic.write_json(path, config, indent=1, sort_keys=False)
     return path, results
 
 
@@ -345,20 +347,20 @@ def cmd_history(args) -> int:
             raise HistoryRunError("--find bisects one case: give exactly one --case")
         commits = commits_in(repo, args.range, include_start=bool(args.find))
         out = (args.out or repo / ".asv" / "history").resolve()
-        out.mkdir(parents=True, exist_ok=True)
+        claim_dir(out, "history")  # held while it measures: a second history into OUT is refused
         results = args.results or (out / "find-results" if args.find else None)
         config, results = asv_config(repo, results, out)
         with (out / "asv-machine.log").open("a") as log:
             machine = machine_name(config, args.machine, log)
     except (HistoryRunError, TreeError) as exc:
-        print(f"critpath history: error: {exc}", file=sys.stderr)
+        print_error("history", exc)
         return EXIT_USAGE
 
     request = HistoryRequest(tuple(args.case_ids), args.families, args.timeout, args.rerun, args.find, repo, config,
                              results, machine, out)
 
     def say(text: str) -> None:
-        print(text, flush=True)
+        print(for_terminal(text), flush=True)  # commit subjects and case errors are anyone's text
 
     try:
         if request.find:
@@ -442,7 +444,7 @@ def _find(request: HistoryRequest, commits, say) -> int:
     try:
         lo, hi = largest_step(len(commits), measure)
     except (HistoryRunError, ValueError) as exc:
-        print(f"critpath history --find: error: {exc}", file=sys.stderr)
+        print_error("history --find", exc)
         return EXIT_USAGE
     a, b = commits[lo], commits[hi]
     say(f"find: largest step of {figure} for {case_id}: {a.sha[:10]} -> {b.sha[:10]} ({b.subject[:70]}): "

@@ -32,8 +32,10 @@ import sys
 from pathlib import Path
 from typing import Iterator, Optional
 
+from harness.core.claim import claim_dir
 from harness.core.family import CheckResult
 from harness.core.imported import MEAN_ONLY, PER_ITERATION, figures_of, mean_samples_ns, samples_ns
+from harness.core.options import print_error
 from harness.core.records import Record
 from harness.core.store import RunDir
 from harness.nccltests.evidence import COLLECTIVES, FOUND, Ambiguous, detect, ranks_text
@@ -161,7 +163,7 @@ def _import(path: Path, out: Path, collective: Optional[str], run_id: Optional[s
     path, out = Path(path), Path(out)
     parsed, digest = _parse_file(path, collective)
     run_id = run_id or f"nccl-tests-{path.stem}-{digest[:8]}"
-    if out.exists() and any(out.iterdir()):
+    if claim_dir(out, "import-nccl-tests").contents():
         raise NcclTestsFormatError(f"{out} already holds a run; choose another --out")
     trailer = trailer_checks(parsed)
     detection = parsed.detection
@@ -198,7 +200,7 @@ def cmd_import(args) -> int:
     try:
         records = import_file(args.file, args.out, args.collective, args.run_id)
     except NcclTestsFormatError as exc:
-        print(f"critpath import-nccl-tests: error: {exc}", file=sys.stderr)
+        print_error("import-nccl-tests", exc)
         return 2
     imported = records[0].extra["imported"]
     kind = imported["samples"].replace("_", " ")
