@@ -5,8 +5,8 @@ same in CI whatever the depth of the clone, and never touches this checkout's wo
 from __future__ import annotations
 
 import json
+import os
 import subprocess
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -273,6 +273,14 @@ def _processes_mentioning(text: str) -> list[str]:
     return found
 
 
+def _own_temp_dir(tmp_path: Path) -> Path:
+    """A temporary directory for the gate under test alone, so that a gate run by anyone else on
+    the machine at the same time cannot look like a checkout this one left."""
+    temp_dir = tmp_path / "tmp"
+    temp_dir.mkdir()
+    return temp_dir
+
+
 @pytest.mark.integration
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
 def test_an_interrupted_gate_removes_its_worktree_and_leaves_no_process(tmp_repo, tmp_path, sig):
@@ -281,9 +289,10 @@ def test_an_interrupted_gate_removes_its_worktree_and_leaves_no_process(tmp_repo
     import time
 
     out = tmp_path / "out"
-    temp_trees = set(Path(tempfile.gettempdir()).glob("critpath-gate-*"))
+    temp_dir = _own_temp_dir(tmp_path)
     proc = subprocess.Popen([sys.executable, "-m", "harness", "gate", "--repo", str(tmp_repo), "--base", "HEAD",
                              "--case", SPIN, "--budget", "120", "--out", str(out)], cwd=ROOT,
+                            env={**os.environ, "TMPDIR": str(temp_dir)},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 60
     while not list(out.glob("*/gen-000/round-*/results.jsonl")) and time.monotonic() < deadline:
@@ -297,7 +306,7 @@ def test_an_interrupted_gate_removes_its_worktree_and_leaves_no_process(tmp_repo
     time.sleep(0.5)
     assert _processes_mentioning(str(out)) == []
     assert _git(tmp_repo, "worktree", "list").count("\n") == 0
-    assert set(Path(tempfile.gettempdir()).glob("critpath-gate-*")) <= temp_trees  # the base's checkout is gone
+    assert list(temp_dir.glob("critpath-gate-*")) == []  # the base's checkout is gone
 
 
 @pytest.mark.slow
@@ -308,9 +317,10 @@ def test_an_interrupted_gate_power_stops_its_running_gate_and_leaves_no_process(
     import time
 
     out = tmp_path / "power"
-    temp_trees = set(Path(tempfile.gettempdir()).glob("critpath-gate-*"))
+    temp_dir = _own_temp_dir(tmp_path)
     proc = subprocess.Popen([sys.executable, "-m", "harness", "gate-power", "--case", SPIN, "--slowdowns", "",
                              "--trials", "1", "--out", str(out)], cwd=tmp_repo,
+                            env={**os.environ, "TMPDIR": str(temp_dir)},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 120
     while not list(out.glob("gates/cell-00/trial-00/*/gen-000/round-*/results.jsonl")) and time.monotonic() < deadline:
@@ -321,7 +331,7 @@ def test_an_interrupted_gate_power_stops_its_running_gate_and_leaves_no_process(
     assert code == 128 + signal.SIGTERM, proc.stdout.read().decode()
     time.sleep(0.5)
     assert _processes_mentioning(str(out)) == []
-    assert set(Path(tempfile.gettempdir()).glob("critpath-gate-*")) <= temp_trees
+    assert list(temp_dir.glob("critpath-gate-*")) == []
     gate = json.loads((out / "gates" / "cell-00" / "trial-00" / "gate.json").read_text())
     assert "interrupted by SIGTERM" in gate["error"]
     assert json.loads((out / "power.json").read_text())["trials"] == []  # an interrupted trial is not counted
