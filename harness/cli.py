@@ -12,7 +12,7 @@ import signal
 import sys
 from typing import Optional, Sequence
 
-from harness.core.options import EXIT_OK, EXIT_USAGE, CannotRun
+from harness.core.options import EXIT_OK, EXIT_USAGE, CannotRun, print_error
 from harness.run.lifetime import interrupt_signal
 
 
@@ -68,7 +68,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return args.func(args)
     except (CannotRun, KeyError) as exc:
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
-        print(f"critpath {args.command}: error: {message}", file=sys.stderr)
+        print_error(args.command, message)
         return EXIT_USAGE
     except BrokenPipeError:  # `critpath list | head`: the reader left; nothing to report
         # Before OSError, which it is. Point stdout at /dev/null so the interpreter's last flush
@@ -77,7 +77,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return EXIT_OK
     except OSError as exc:  # a full disk or an unwritable --out: what was written stays valid
-        print(f"critpath {args.command}: error: {exc}", file=sys.stderr)
+        print_error(args.command, exc)
         return EXIT_USAGE
     except KeyboardInterrupt as exc:
         signum = interrupt_signal(exc)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -35,6 +36,30 @@ def run_cli(*args: str, timeout: float = 240, env: dict | None = None) -> subpro
 @pytest.fixture
 def cli():
     return run_cli
+
+
+def git(repo: Path, *args: str) -> str:
+    """git in ``repo`` under a test identity; its output, stripped."""
+    return subprocess.run(["git", "-C", str(repo), "-c", "user.name=critpath-tests", "-c", "user.email=tests@localhost",
+                           *args], check=True, capture_output=True, text=True).stdout.strip()
+
+
+@pytest.fixture
+def tmp_repo(tmp_path) -> Path:
+    """A throwaway repository holding one commit of a copy of this package (and what asv and
+    history read), so a gate or history runs the same in CI whatever the depth of the clone, and
+    never touches this checkout's worktree list."""
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    repo = tmp_path / "repo"
+    for folder in ("harness", "benchmarks"):
+        shutil.copytree(ROOT / folder, repo / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "asv.conf.json"):
+        shutil.copy(ROOT / name, repo / name)
+    git(repo.parent, "init", "-q", str(repo))
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "base")
+    return repo
 
 
 def derived_record(case_id: str, samples_ns, run_id: str = "t", reports=None, **fields):

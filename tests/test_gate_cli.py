@@ -5,16 +5,15 @@ same in CI whatever the depth of the clone, and never touches this checkout's wo
 from __future__ import annotations
 
 import json
-import shutil
+import os
 import subprocess
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 import xmlschema
-from conftest import derived_record
+from conftest import derived_record, git as _git
 
 from harness.cli import main
 from harness.gate.outputs import EXIT_COULD_NOT_RUN, EXIT_PASS, EXIT_REGRESSION, junit_schema_path
@@ -26,24 +25,6 @@ NOOP = "selftest/fault_rank=0,mode=noop,world=1"
 RAISE = "selftest/fault_rank=0,mode=raise,world=1"
 SPIN = "selftest/fault_rank=0,mode=spin,spin_iters=50,world=1"
 SCHEMA = xmlschema.XMLSchema(str(junit_schema_path()))
-
-
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), "-c", "user.name=critpath-tests", "-c", "user.email=tests@localhost",
-                           *args], check=True, capture_output=True, text=True).stdout.strip()
-
-
-@pytest.fixture
-def tmp_repo(tmp_path) -> Path:
-    if shutil.which("git") is None:
-        pytest.skip("git is not installed")
-    repo = tmp_path / "repo"
-    shutil.copytree(ROOT / "harness", repo / "harness", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(ROOT / "pyproject.toml", repo / "pyproject.toml")
-    _git(repo.parent, "init", "-q", str(repo))
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-q", "-m", "base")
-    return repo
 
 
 def _gate(repo: Path, out: Path, *args: str) -> tuple[int, dict]:
@@ -122,6 +103,7 @@ def _runs(root: Path, centers, case_id: str = NOOP, failed_at: int = -1, seed: i
     for i, center in enumerate(centers):
         run = RunDir(root / f"run-{i}", f"run-{i}")
         run.append(_record(case_id, rng.normal(center, center * 0.01, 200).clip(1), run.run_id, ok=i != failed_at))
+        run.write_meta({"schema": "critpath.run/1", "state": "finished", "cases_total": 1})
     return root
 
 
@@ -189,6 +171,7 @@ def test_compare_a_throughput_metric_counts_a_drop_as_a_regression(tmp_path):
             run = RunDir(root / f"run-{i}", f"run-{i}")
             # sendrecv's busbw is size / mean time (bus factor 1): samples that give this busbw.
             run.append(_record(case_id, [round(4096 / value)] * 10, run.run_id))
+            run.write_meta({"schema": "critpath.run/1", "state": "finished", "cases_total": 1})
         return root
     base = runs(tmp_path / "a", [10.0, 10.1, 9.9, 10.0, 10.2, 9.8])
     cand = runs(tmp_path / "b", [8.0, 8.1, 7.9, 8.0, 8.2, 7.8])
@@ -290,6 +273,14 @@ def _processes_mentioning(text: str) -> list[str]:
     return found
 
 
+def _own_temp_dir(tmp_path: Path) -> Path:
+    """A temporary directory for the gate under test alone, so that a gate run by anyone else on
+    the machine at the same time cannot look like a checkout this one left."""
+    temp_dir = tmp_path / "tmp"
+    temp_dir.mkdir()
+    return temp_dir
+
+
 @pytest.mark.integration
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
 def test_an_interrupted_gate_removes_its_worktree_and_leaves_no_process(tmp_repo, tmp_path, sig):
@@ -298,9 +289,10 @@ def test_an_interrupted_gate_removes_its_worktree_and_leaves_no_process(tmp_repo
     import time
 
     out = tmp_path / "out"
-    temp_trees = set(Path(tempfile.gettempdir()).glob("critpath-gate-*"))
+    temp_dir = _own_temp_dir(tmp_path)
     proc = subprocess.Popen([sys.executable, "-m", "harness", "gate", "--repo", str(tmp_repo), "--base", "HEAD",
                              "--case", SPIN, "--budget", "120", "--out", str(out)], cwd=ROOT,
+                            env={**os.environ, "TMPDIR": str(temp_dir)},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 60
     while not list(out.glob("*/gen-000/round-*/results.jsonl")) and time.monotonic() < deadline:
@@ -314,7 +306,7 @@ def test_an_interrupted_gate_removes_its_worktree_and_leaves_no_process(tmp_repo
     time.sleep(0.5)
     assert _processes_mentioning(str(out)) == []
     assert _git(tmp_repo, "worktree", "list").count("\n") == 0
-    assert set(Path(tempfile.gettempdir()).glob("critpath-gate-*")) <= temp_trees  # the base's checkout is gone
+    assert list(temp_dir.glob("critpath-gate-*")) == []  # the base's checkout is gone
 
 
 @pytest.mark.slow
@@ -325,9 +317,10 @@ def test_an_interrupted_gate_power_stops_its_running_gate_and_leaves_no_process(
     import time
 
     out = tmp_path / "power"
-    temp_trees = set(Path(tempfile.gettempdir()).glob("critpath-gate-*"))
+    temp_dir = _own_temp_dir(tmp_path)
     proc = subprocess.Popen([sys.executable, "-m", "harness", "gate-power", "--case", SPIN, "--slowdowns", "",
                              "--trials", "1", "--out", str(out)], cwd=tmp_repo,
+                            env={**os.environ, "TMPDIR": str(temp_dir)},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 120
     while not list(out.glob("gates/cell-00/trial-00/*/gen-000/round-*/results.jsonl")) and time.monotonic() < deadline:
@@ -338,7 +331,7 @@ def test_an_interrupted_gate_power_stops_its_running_gate_and_leaves_no_process(
     assert code == 128 + signal.SIGTERM, proc.stdout.read().decode()
     time.sleep(0.5)
     assert _processes_mentioning(str(out)) == []
-    assert set(Path(tempfile.gettempdir()).glob("critpath-gate-*")) <= temp_trees
+    assert list(temp_dir.glob("critpath-gate-*")) == []
     gate = json.loads((out / "gates" / "cell-00" / "trial-00" / "gate.json").read_text())
     assert "interrupted by SIGTERM" in gate["error"]
     assert json.loads((out / "power.json").read_text())["trials"] == []  # an interrupted trial is not counted

@@ -115,7 +115,9 @@ def evaluate_check(check: Mapping[str, Any], records: Sequence[Record]) -> Outco
     chosen = [r for r in usable if _matches(r, check)]
     if not chosen:
         came = ", ".join(sorted({record_source(r) for r in records} - set(sources or ())))
-        if not usable:
+        if not records:  # a run killed before its first record
+            why = "the run holds no records"
+        elif not usable:
             why = f"the check accepts records from {', '.join(sources)}; this run's come from {came}"
         elif any(_matches(r, check) for r in records):
             why = f"the run's records of it come from {came}; the check accepts sources {', '.join(sources)}"

@@ -14,7 +14,6 @@ and nothing failed, or acceptance could not start (bad profile, unreadable run).
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
@@ -23,7 +22,11 @@ from typing import Any, Mapping, Optional
 from harness.accept.checks import Acceptance, accept
 from harness.accept.profile import ProfileError, load_profile
 from harness.accept.verdicts import EXIT_UNVERIFIED, FAIL, PASS, UNVERIFIED, line, show_value, word
-from harness.core.store import load_run, new_run_id
+from harness.core import atomic
+from harness.core.claim import claim_dir
+from harness.core.escape import for_terminal
+from harness.core.options import print_error
+from harness.core.store import ResultsFileError, load_run, new_run_id
 from harness.document.blocks import Heading, Para, Table
 from harness.report.cli import make_report, write_report
 from harness.run.runner import RunOptions, run
@@ -78,23 +81,28 @@ def cmd_accept(args) -> int:
                 return 0 if code == 0 else 1
         run = load_run(run_dir)
     except ProfileError as exc:
-        print(f"critpath accept: error: {exc}", file=sys.stderr)
+        print_error("accept", exc)
+        return EXIT_UNVERIFIED
+    except ResultsFileError as exc:
+        # A record that contradicts itself (an imported figure its own row does not give) or a
+        # results file that does not read: nothing in the run can be judged.
+        print(for_terminal(f"acceptance {profile['name']}: {word(EXIT_UNVERIFIED)} ({run_dir})\n  the run: {exc}"))
         return EXIT_UNVERIFIED
     result = accept(profile, run.records, run.fingerprint, run.incomplete)
     print(f"acceptance {profile['name']}: {result.verdict} ({run_dir})")
     if result.incomplete:
-        print(f"  {word(EXIT_UNVERIFIED):16}  the run: {result.incomplete}")
+        print(for_terminal(f"  {word(EXIT_UNVERIFIED):16}  the run: {result.incomplete}"))
     for o in result.outcomes:
-        print("  " + line(o))
+        print(for_terminal("  " + line(o)))  # a check's detail can quote a case's error
     counts = result.counts()
     print(f"{counts[PASS]} pass, {counts[FAIL]} fail, {counts[UNVERIFIED]} could not verify: "
           f"{result.verdict}, exit {result.exit_code}")
     out = args.out if args.run and args.out else Path(run_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "acceptance.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n")
-    if not args.no_report:
-        report = make_report([run_dir])
-        report.blocks[2:2] = acceptance_blocks(result)  # after the title and preamble
-        md, _ = write_report(report, out)
-        print(f"report: {md}")
+    with claim_dir(out, "accept"):
+        atomic.write_json(out / "acceptance.json", result.to_dict(), sort_keys=False)
+        if not args.no_report:
+            report = make_report([run_dir])
+            report.blocks[2:2] = acceptance_blocks(result)  # after the title and preamble
+            md, _ = write_report(report, out)
+            print(f"report: {md}")
     return result.exit_code

@@ -21,6 +21,7 @@ import jsonschema
 import yaml
 
 from harness.core import registry, yamlfile
+from harness.core.options import print_error
 from harness.run.fingerprint import PROJECT_ROOT
 
 SCHEMA_ID = "critpath.baselines/1"
@@ -273,7 +274,7 @@ def cmd_baselines(args) -> int:
     try:
         claims = load_dir(args.dir)
     except BaselineError as exc:
-        print(f"critpath baselines: error: {exc}", file=sys.stderr)
+        print_error("baselines", exc)
         return 2
     article = None
     for claim in claims:

@@ -31,11 +31,11 @@ def _kind(mode: int) -> str:
 
 def open_regular(path: Path, what: str) -> BinaryIO:
     """``path`` opened for binary reading, or InputFileError when it is not a regular file.
-    FileNotFoundError passes through: each reader words "absent" its own way."""
+    FileNotFoundError and NotADirectoryError pass through: each reader words "absent" its own way."""
     path = Path(path)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # absent, as a path below a file is
         raise
     except OSError as exc:
         raise InputFileError(f"{path}: cannot open the {what}: {exc.strerror or exc}") from None

@@ -1,11 +1,14 @@
 """Command-line value types shared by every command: each refuses what would break a run later;
-the exit codes; and the error a command raises when it cannot run on what it was given."""
+the exit codes; the error a command raises when it cannot run on what it was given, and the line
+that says so."""
 from __future__ import annotations
 
 import argparse
 import math
+import sys
 from typing import Optional
 
+from harness.core.escape import for_terminal
 from harness.core.sizes import parse_sizes
 
 # A bound no case needs; beyond it a timer's arithmetic overflows (threading.Timer, time.monotonic).
@@ -23,6 +26,12 @@ class CannotRun(ValueError):
 
 class UsageError(CannotRun):
     """Bad options or environment."""
+
+
+def print_error(command: str, message: object) -> None:
+    """``critpath COMMAND: error: MESSAGE`` on stderr; the message may quote a file, a path or a
+    case's error, so it is escaped for the terminal."""
+    print(for_terminal(f"critpath {command}: error: {message}"), file=sys.stderr)
 
 
 def seconds(text: str) -> float:

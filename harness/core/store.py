@@ -2,7 +2,7 @@
 
 Records are appended one whole line per ``write`` on an ``O_APPEND`` descriptor, then fsynced, so a
 run killed with SIGKILL leaves a file that loads, short only of the case in flight. JSON documents
-are replaced atomically (temp file, fsync, rename). A write that fails (full disk) is rolled back
+are replaced atomically (``harness.core.atomic``). A write that fails (full disk) is rolled back
 to the last whole line and raised, so what was written before stays valid.
 """
 from __future__ import annotations
@@ -16,12 +16,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
+from harness.core import atomic
 from harness.core.inputfile import InputFileError, open_regular, read_bounded
 from harness.core.options import CannotRun
 from harness.core.records import Record, RecordError
 from harness.core.verify import verify
 
 RESULTS = "results.jsonl"
+# The most cases one run holds (``critpath run`` refuses more; an import of more rows too).
+MAX_RUN_CASES = 10_000
 # The largest line a record can be: 20,000 samples (the full profile's cap) take about 0.3 MB.
 MAX_RECORD_BYTES = 64 << 20
 FINGERPRINT = "fingerprint.json"
@@ -38,25 +41,17 @@ def new_run_id(now: _dt.datetime | None = None) -> str:
     return f"{now:%Y%m%d-%H%M%S}-{host}-{secrets.token_hex(2)}"
 
 
-def write_json_atomic(path: Path, data: dict) -> None:
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "w") as f:
-            json.dump(data, f, indent=2, sort_keys=True)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
-        # A full disk: leave no half-written temporary behind (it would make the directory look
-        # taken), keep whatever was there before, and name the file.
-        tmp.unlink(missing_ok=True)
-        raise OSError(exc.errno, f"could not write {path}: {exc.strerror or exc}") from exc
-
-
 def append_record(path: Path, record: Record) -> None:
-    line = (record.to_json() + "\n").encode()
+    append_records(path, [record])
+
+
+def append_records(path: Path, records: Sequence[Record]) -> None:
+    """``records`` appended as whole lines with one write and one fsync: all of them, or (a full
+    disk) none of them."""
+    if not records:
+        return
+    record = records[-1]
+    line = "".join(r.to_json() + "\n" for r in records).encode()
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         before = os.fstat(fd).st_size
@@ -68,7 +63,8 @@ def append_record(path: Path, record: Record) -> None:
         except OSError as exc:
             # Leave no half line behind: the file must stay loadable.
             os.ftruncate(fd, before)
-            message = f"could not append the record for {record.case_id} to {path}: {exc.strerror or exc}"
+            what = f"the record for {record.case_id}" if len(records) == 1 else f"{len(records)} records"
+            message = f"could not append {what} to {path}: {exc.strerror or exc}"
             raise (OSError(exc.errno, message) if exc.errno else OSError(message)) from exc
     finally:
         os.close(fd)
@@ -85,7 +81,7 @@ def _lines(path: Path) -> Iterator[tuple[int, bytes, str]]:
     more than one record's worth is ever held; problem is '' or why the line cannot be a record."""
     try:
         f = open_regular(path, "results file")
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         raise ResultsFileError(f"{path}: no such results file") from None
     except InputFileError as exc:
         raise ResultsFileError(str(exc)) from None
@@ -144,7 +140,7 @@ def read_json(path: Path) -> dict:
     path = Path(path)
     try:
         raw = read_bounded(path, "run's JSON document", MAX_RUN_JSON_BYTES)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return {}
     except InputFileError as exc:
         raise ResultsFileError(str(exc)) from None
@@ -161,16 +157,28 @@ def read_json(path: Path) -> dict:
     return data
 
 
-def incompleteness(meta: dict, records: Sequence) -> str:
-    """Why a run is not whole ("incomplete: 37 of 87 cases, run.json says running"), from its
-    run.json and its records; "" when it finished with every case recorded. A directory without a
-    run.json (records copied or imported by hand) cannot say, and is taken as it is."""
+def incompleteness(meta: dict, records: Sequence, directory: bool = True) -> str:
+    """Why a run is not whole ("incomplete: 37 of 87 cases, run.json says running", "mixed: records
+    of 2 runs ..."), read from its records against its run.json; "" when run.json says it finished (or was imported) and the
+    records are all there. A run directory without a run.json is not whole: ``critpath run`` and an
+    import write it, and write it last. A results file given alone (``directory`` False) has
+    nothing beside it to say, and is taken as it is."""
+    # One results file is one run: records of another (two runs written into one directory at
+    # once, files joined by hand) make it none of them.
+    run_ids = list(dict.fromkeys(getattr(r, "run_id", None) for r in records))
+    if len(run_ids) > 1:
+        return f"mixed: records of {len(run_ids)} runs in one results file ({', '.join(map(str, run_ids[:3]))})"
+    if not meta:
+        return f"incomplete: {len(records)} cases and no run.json, which a whole run writes last" if directory else ""
     state, total = meta.get("state"), meta.get("cases_total")
-    if not meta or state == "imported":
+    counted = isinstance(total, int) and not isinstance(total, bool)
+    if state == "finished" and (total is None or (counted and len(records) >= total)):
         return ""
-    if state == "finished" and (total is None or len(records) >= total):
+    if state == "imported" and counted and len(records) == total:
         return ""
-    of = f" of {total}" if isinstance(total, int) else ""
+    if state == "imported" and counted and len(records) > total:
+        return f"incomplete: {len(records)} records where run.json says the import wrote {total}"
+    of = f" of {total}" if counted else ""
     return f"incomplete: {len(records)}{of} cases, run.json says {state or 'nothing'}"
 
 
@@ -206,7 +214,7 @@ class LoadedRun:
     @property
     def incomplete(self) -> str:
         """Why the run is not whole (``incompleteness``), "" when it is."""
-        return incompleteness(self.meta, self.records)
+        return incompleteness(self.meta, self.records, self.path.is_dir())
 
     def families(self) -> list[str]:
         """The families of its records, in the order they first appear."""
@@ -266,11 +274,14 @@ class RunDir:
     def append(self, record: Record) -> None:
         append_record(self.results, record)
 
+    def append_many(self, records: Sequence[Record]) -> None:
+        append_records(self.results, records)
+
     def write_fingerprint(self, data: dict) -> None:
-        write_json_atomic(self.path / FINGERPRINT, data)
+        atomic.write_json(self.path / FINGERPRINT, data)
 
     def write_meta(self, data: dict) -> None:
-        write_json_atomic(self.path / RUN_META, data)
+        atomic.write_json(self.path / RUN_META, data)
 
     def done_case_ids(self) -> set[str]:
         if not self.results.exists():

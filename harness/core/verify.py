@@ -5,8 +5,9 @@ results are read: the family must be one critpath knows, the params must be what
 (and what the family's declaration admits), every figure must be finite, and a passing record's
 derived figures are recomputed from its samples, params and stored per-rank reports through the
 family's own ``metrics`` and must match. A contradiction is a ``RecordError`` naming the file, line
-and field. What cannot be recomputed (an imported nccl-tests record, a record of another family
-version, a family without stored reports) is not trusted silently: it is listed in
+and field. An imported record's figures are rebuilt from the source row it keeps
+(``harness.core.imported``). What cannot be recomputed (the source row itself, a record of another
+family version, a family without stored reports) is not trusted silently: it is listed in
 ``Record.unverifiable``, figure by figure, with the reason.
 """
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Mapping
 
 from harness.core import registry
 from harness.core.case import Case, CaseIdError
+from harness.core.imported import contradiction
 from harness.core.records import Record, RecordError
 from harness.core.stats import Summary
 
@@ -59,9 +61,16 @@ def verify(record: Record, where: str = "") -> Record:
     """``record`` with ``unverifiable`` filled in, or a RecordError naming what contradicts it."""
     _check_finite(record, where)
     if _imported(record):
-        source = record.extra["imported"].get("source", "an import")
-        return replace(record, unverifiable={name: f"imported from {source}: the figure is the source's own"
-                                             for name in record.metrics})
+        block = record.extra["imported"]
+        if not isinstance(block, Mapping):
+            raise RecordError("field extra.imported: not an object", where)
+        # The figures are the source row's, which the record keeps: an edited figure is refused.
+        wrong = contradiction(block, record.metrics, record.samples_ns) if record.status == "ok" else None
+        if wrong:
+            raise RecordError(f"{record.case_id}: {wrong}", where)
+        source = block.get("source", "an import")
+        return replace(record, unverifiable={name: f"imported from {source}: the figure is the source's own, "
+                                             "checked against the row the record keeps" for name in record.metrics})
     case = _check_identity(record, where)
     if not record.ok:
         if record.metrics:

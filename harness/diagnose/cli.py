@@ -1,18 +1,19 @@
 """``critpath diagnose RUN_DIR...``: which nodes to drain and which links to check, with the evidence.
 
 Exit codes: 0 every node healthy and no link flagged; 1 a node is suspect or failed, or a link is
-slow; 2 the diagnosis could not run (a bad rule file, an unreadable run, a run that names no node,
-one node given twice).
+slow; 2 nothing is flagged but a node has no evidence (no valid record measured it: a run without
+records), or the diagnosis could not run (a bad rule file, an unreadable run, a run that names no
+node, one node given twice).
 """
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 
 from rich.table import Table
 
-from harness.diagnose.evaluate import HEALTHY, Diagnosis, diagnose
+from harness.core import atomic
+from harness.core.options import print_error
+from harness.diagnose.evaluate import HEALTHY, NO_EVIDENCE, Diagnosis, diagnose
 from harness.diagnose.observe import DiagnoseInputError, Fleet, read_fleet
 from harness.diagnose.rules import Rule, RuleFileError, load
 from harness.run.fingerprint import PROJECT_ROOT
@@ -39,7 +40,7 @@ def _node_table(result: Diagnosis):
     for node, host in result.nodes.items():
         found = result.node_findings(node)
         verdict = result.verdict(node)
-        colour = {"healthy": "green", "suspect": "yellow", "failed": "red"}[verdict]
+        colour = {"healthy": "green", "suspect": "yellow", "failed": "red", NO_EVIDENCE: "magenta"}[verdict]
         table.add_row(node, host, f"[{colour}]{verdict}[/{colour}]", str(len(found)),
                       ", ".join(sorted({f.rule.name for f in found})) or "-")
     return table
@@ -91,7 +92,7 @@ def cmd_diagnose(args) -> int:
         rules = load(args.rules)
         fleet = read_fleet(args.run_dirs)
     except (RuleFileError, DiagnoseInputError) as exc:
-        print(f"critpath diagnose: error: {exc}", file=sys.stderr)
+        print_error("diagnose", exc)
         return EXIT_CANNOT
     result = diagnose(fleet, rules)
     console = wide_console()
@@ -113,10 +114,13 @@ def cmd_diagnose(args) -> int:
         print(f"  {' <-> '.join(pair)}: slow with this partner only")
         for f in found:
             print(f"    - {f.evidence()}")
+    for node in result.unmeasured():
+        print(f"{NO_EVIDENCE}: {node} ({result.nodes[node]}): no valid record measured it, so it is not called healthy")
     for note in result.notes.lines():
         print(f"note: {note}")
     healthy = sum(result.verdict(n) == HEALTHY for n in result.nodes)
-    print(f"{healthy} healthy, {len(drain)} to drain, {len(links)} link(s) to check -> exit {result.exit_code}")
+    unmeasured = f", {len(result.unmeasured())} with no evidence" if result.unmeasured() else ""
+    print(f"{healthy} healthy, {len(drain)} to drain{unmeasured}, {len(links)} link(s) to check -> exit {result.exit_code}")
     if args.json:
-        args.json.write_text(json.dumps(_to_json(result), indent=2) + "\n")
+        atomic.write_json(args.json, _to_json(result), sort_keys=False)
     return result.exit_code

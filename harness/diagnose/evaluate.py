@@ -25,6 +25,8 @@ from harness.diagnose.observe import Figures, Fleet, figure_better
 from harness.diagnose.rules import RELATIVE, Rule
 
 HEALTHY, SUSPECT, FAILED = "healthy", "suspect", "failed"
+# A node that no valid record measured and no failure names: nothing says it is healthy.
+NO_EVIDENCE = "no evidence"
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,7 @@ class Diagnosis:
     nodes: dict  # node key -> host
     findings: list = field(default_factory=list)
     notes: Notes = field(default_factory=Notes)
+    measured: frozenset = frozenset()  # the nodes some record or failure speaks of
 
     def acting(self) -> list[Finding]:
         """Findings that decide something (a stored rule only feeds multi_rules)."""
@@ -107,7 +110,9 @@ class Diagnosis:
 
     def verdict(self, node: str) -> str:
         verdicts = {f.rule.verdict for f in self.node_findings(node)}
-        return FAILED if FAILED in verdicts else SUSPECT if verdicts else HEALTHY
+        if verdicts:
+            return FAILED if FAILED in verdicts else SUSPECT
+        return HEALTHY if node in self.measured else NO_EVIDENCE
 
     def links(self) -> dict[tuple[str, ...], list[Finding]]:
         out: dict[tuple[str, ...], list[Finding]] = defaultdict(list)
@@ -117,11 +122,15 @@ class Diagnosis:
         return dict(out)
 
     def to_drain(self) -> list[str]:
-        return [n for n in self.nodes if self.verdict(n) != HEALTHY]
+        return [n for n in self.nodes if self.verdict(n) in (FAILED, SUSPECT)]
+
+    def unmeasured(self) -> list[str]:
+        return [n for n in self.nodes if self.verdict(n) == NO_EVIDENCE]
 
     @property
     def exit_code(self) -> int:
-        return 1 if self.acting() else 0
+        """1 something is flagged; 2 nothing is, but a node has no evidence; 0 every node healthy."""
+        return 1 if self.acting() else 2 if self.unmeasured() else 0
 
 
 def _judge(rule: Rule, items: list[Item], case_id: str, figure: str, scope: str, what: str,
@@ -233,7 +242,8 @@ def _in_enough_cases(rule: Rule, found: list[Finding], notes: Notes) -> list[Fin
 
 
 def diagnose(fleet: Fleet, rules: list[Rule]) -> Diagnosis:
-    result = Diagnosis(dict(fleet.nodes))
+    measured = {n for f in fleet.figures for n in f.subject} | {n for f in fleet.failures for n in f.subject}
+    result = Diagnosis(dict(fleet.nodes), measured=frozenset(measured))
     run_figures = [f for f in fleet.figures if f.kind == "run"]
     pair_figures = [f for f in fleet.figures if f.kind == "pair"]
     for rule in rules:

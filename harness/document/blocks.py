@@ -3,11 +3,11 @@ self-contained HTML from the same content, so the two never disagree."""
 from __future__ import annotations
 
 import base64
-import html
 import re
 from dataclasses import dataclass, field
 from typing import Sequence, Union
 
+from harness.core.escape import for_html, for_markdown, for_markdown_cell
 from harness.document import fonts
 
 
@@ -39,26 +39,22 @@ class Image:
 Block = Union[Heading, Para, Table, Image]
 
 
-def _md_cell(text: str) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
 def to_markdown(blocks: Sequence[Block], plots_dir: str = "plots") -> str:
     out: list[str] = []
     for b in blocks:
         if isinstance(b, Heading):
-            out += ["#" * b.level + " " + b.text, ""]
+            out += ["#" * b.level + " " + for_markdown(b.text), ""]
         elif isinstance(b, Para):
-            out += [b.text, ""]
+            out += [for_markdown(b.text), ""]
         elif isinstance(b, Table):
-            out.append("| " + " | ".join(_md_cell(h) for h in b.headers) + " |")
+            out.append("| " + " | ".join(for_markdown_cell(h) for h in b.headers) + " |")
             out.append("|" + "|".join("---" for _ in b.headers) + "|")
-            out += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in b.rows]
+            out += ["| " + " | ".join(for_markdown_cell(c) for c in row) + " |" for row in b.rows]
             out.append("")
         elif isinstance(b, Image):
-            out += [f"![{b.title}]({plots_dir}/{b.name}.png)", ""]
+            out += [f"![{for_markdown_cell(b.title)}]({plots_dir}/{b.name}.png)", ""]
             if b.caption:
-                out += [f"*{b.caption}*", ""]
+                out += [f"*{for_markdown(b.caption)}*", ""]
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -79,7 +75,7 @@ _LONG_TOKEN = re.compile(r"\S{25,}")
 
 
 def _html_cell(text: str) -> str:
-    escaped = html.escape(str(text))
+    escaped = for_html(text)
     if text in ("confirmed", "contradicted"):
         return f'<span class="{text}">{escaped}</span>'
     return _LONG_TOKEN.sub(lambda m: m.group(0).replace(",", ",<wbr>"), escaped)
@@ -102,19 +98,19 @@ def to_html(blocks: Sequence[Block], title: str) -> str:
     body: list[str] = []
     for b in blocks:
         if isinstance(b, Heading):
-            body.append(f"<h{b.level}>{html.escape(b.text)}</h{b.level}>")
+            body.append(f"<h{b.level}>{for_html(b.text)}</h{b.level}>")
         elif isinstance(b, Para):
-            body.append(f"<p>{html.escape(b.text)}</p>")
+            body.append(f"<p>{for_html(b.text)}</p>")
         elif isinstance(b, Table):
-            head = "".join(f"<th>{html.escape(str(h))}</th>" for h in b.headers)
+            head = "".join(f"<th>{for_html(str(h))}</th>" for h in b.headers)
             rows = "".join("<tr>" + "".join(f"<td>{_html_cell(c)}</td>" for c in row) + "</tr>" for row in b.rows)
             # A wide table (rpc has 14 columns) scrolls inside its box instead of running off the page.
             body.append(f'<div class="table"><table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></div>')
         elif isinstance(b, Image):
             data = base64.b64encode(b.png).decode("ascii")
-            caption = f"<figcaption>{html.escape(b.caption)}</figcaption>" if b.caption else ""
+            caption = f"<figcaption>{for_html(b.caption)}</figcaption>" if b.caption else ""
             body.append(
-                f'<figure data-plot="{html.escape(b.name)}"><img alt="{html.escape(b.title)}" '
+                f'<figure data-plot="{for_html(b.name)}"><img alt="{for_html(b.title)}" '
                 f'src="data:image/png;base64,{data}">{caption}</figure>'
             )
     # No scripts, no external resources: the file opens anywhere and prints no console errors. The
@@ -124,7 +120,7 @@ def to_html(blocks: Sequence[Block], title: str) -> str:
         css = fonts.font_face_css() + css
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-        f"<title>{html.escape(title)}</title><style>{css}</style></head><body>\n"
+        f"<title>{for_html(title)}</title><style>{css}</style></head><body>\n"
         + "\n".join(body)
         + "\n</body></html>\n"
     )

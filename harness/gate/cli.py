@@ -13,9 +13,11 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from harness.core import figures
+from harness.core.claim import claim_dir
 from harness.core.comparable import mismatch
+from harness.core.escape import for_terminal
 from harness.core.figures import FigureUnavailable
-from harness.core.options import at_least, comma_separated, number_in, positive, seconds
+from harness.core.options import at_least, comma_separated, number_in, positive, print_error, seconds
 from harness.core.records import MAX_SAMPLES
 from harness.core.records import Record
 from harness.core.store import RESULTS, ResultsFileError, load_records, run_incompleteness
@@ -29,7 +31,8 @@ from harness.gate.request import CompareRequest, GateOutputs, GateRequest
 from harness.gate.schedule import MAX_BUDGET_S, MAX_PAIRS, MAX_ROUNDS, Plan, Schedule, side_kind
 from harness.gate.sequential import CaseSpec, SequentialGate
 from harness.gate.stats import CaseInput, Outcome, Unit, verdicts
-from harness.gate.trees import BASE, CANDIDATE, WORKTREE, TreeError, checkout, list_cases, probe, repo_root
+from harness.gate.trees import (BASE, CANDIDATE, WORKTREE, TreeError, checkout, list_cases, probe, repo_root,
+                                sweep_orphans)
 from harness.gate.values import failure_text, iteration_values, validate_statistic
 from harness.run.lifetime import interrupt_signal, raise_on_sigterm
 
@@ -125,15 +128,21 @@ def cmd_gate(args) -> int:
 
 def gate(request: GateRequest) -> int:
     """Run the gate ``request`` asks for and write its result; the exit code."""
-    mode, config, outputs = request.mode, request.config, request.outputs
+    outputs = request.outputs
     refusal = request.refusal()
     if refusal:
-        return outputs.error(mode, refusal)
+        return outputs.error(request.mode, refusal)
     out = outputs.out_dir("gate")
-    if out.exists() and any(out.iterdir()):
-        # Not written into: the directory holds something else.
-        print(f"critpath gate: error: {out} is not empty; choose another --out", file=sys.stderr)
-        return EXIT_COULD_NOT_RUN
+    with claim_dir(out, "gate") as claim:  # before looking in: two gates into one --out cannot both find it empty
+        if claim.contents():
+            # Not written into: the directory holds something else.
+            print_error("gate", f"{out} is not empty; choose another --out")
+            return EXIT_COULD_NOT_RUN
+        return _gate_into(request, out)
+
+
+def _gate_into(request: GateRequest, out: Path) -> int:
+    mode, config, outputs = request.mode, request.config, request.outputs
     start = time.perf_counter()
     previous = signal.signal(signal.SIGTERM, raise_on_sigterm)
     interrupted = None
@@ -143,10 +152,10 @@ def gate(request: GateRequest) -> int:
         else:
             result = _run_ab(request, out)
     except (TreeError, ConfigError) as exc:
-        result = outputs.result(mode, config.statistic, config.policy, error=str(exc))
+        result = outputs.result(mode, config.statistic, config.policy, error=str(exc), **request.unmeasured())
     except KeyboardInterrupt as exc:
         interrupted = interrupt_signal(exc)
-        result = outputs.result(mode, config.statistic, config.policy,
+        result = outputs.result(mode, config.statistic, config.policy, **request.unmeasured(),
                                 error=f"interrupted by {interrupted.name}; worktrees and processes were removed")
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -165,10 +174,18 @@ def _select_cases(request: GateRequest, sides: dict) -> tuple[list[str], list[st
     return list(dict.fromkeys(explicit + from_families)), explicit
 
 
+def _repo(request: GateRequest) -> Path:
+    """The checkout, rid of the worktrees that killed gates and histories left in it."""
+    repo = repo_root(request.repo)
+    for removed in sweep_orphans(repo):
+        print(f"critpath gate: {removed}", file=sys.stderr)
+    return repo
+
+
 def _run_ab(request: GateRequest, out: Path) -> GateResult:
     started_at = time.monotonic()  # the budget counts the worktrees and probes too
     config, plan = request.config, request.plan
-    repo = repo_root(request.repo)
+    repo = _repo(request)
     with ExitStack() as stack:
         cand = stack.enter_context(checkout(repo, request.candidate, CANDIDATE))
         base = stack.enter_context(checkout(repo, request.base, BASE))
@@ -232,7 +249,7 @@ def _run_against(request: GateRequest, out: Path) -> GateResult:
     """--against: only the candidate runs, a fixed number of fresh processes, each case tested
     against its table value (a table measured elsewhere is not an A/B)."""
     config, plan, repeats = request.config, request.plan, request.repeats
-    repo = repo_root(request.repo)
+    repo = _repo(request)
     baselines = load_baselines(request.against)
     case_ids = list(dict.fromkeys(b.case_id for b in baselines))
     run_args = ["--timeout", str(plan.case_timeout_s)] + (["--iters", str(plan.iters)] if plan.iters else [])
@@ -245,8 +262,8 @@ def _run_against(request: GateRequest, out: Path) -> GateResult:
 
         def progress(run: ProcessRun) -> None:
             state = "ok" if run.records and run.exit_code == 0 else f"exit {run.exit_code}"
-            print(f"  {run.side:<9} repeat {run.repeat + 1}/{repeats}: {state}, {run.wall_s:.1f} s"
-                  + (f" ({run.error})" if run.error else ""), file=sys.stderr)
+            print(for_terminal(f"  {run.side:<9} repeat {run.repeat + 1}/{repeats}: {state}, {run.wall_s:.1f} s"
+                               + (f" ({run.error})" if run.error else "")), file=sys.stderr)
 
         runs = (run_repeats(runnable, cand, repeats, out, run_args, plan.case_timeout_s, progress) if runnable
                 else Repeats())
@@ -304,8 +321,13 @@ def cmd_compare(args) -> int:
 
 def compare(request: CompareRequest) -> int:
     """The gate's statistics on the two stored sides ``request`` names; the exit code."""
+    out = request.outputs.out_dir("compare")
+    with claim_dir(out, "compare"):
+        return _compare_into(request, out)
+
+
+def _compare_into(request: CompareRequest, out: Path) -> int:
     config, outputs = request.config, request.outputs
-    out = outputs.out_dir("compare")
     start = time.perf_counter()
     if is_gate_side(request.run_a) and is_gate_side(request.run_b):
         return _recheck_gate(request, out, start)

@@ -13,15 +13,15 @@ every inconclusive case.
 """
 from __future__ import annotations
 
-import json
 import math
-import os
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Optional
 
+from harness.core import atomic
+from harness.core.escape import for_file, for_markdown, for_markdown_cell, for_xml
 from harness.gate.stats import Outcome, Policy, Verdict
 
 EXIT_PASS, EXIT_REGRESSION, EXIT_COULD_NOT_RUN = 0, 1, 2
@@ -103,8 +103,9 @@ class GateResult:
             "multiple_comparisons": "holm",
             "fail_on_inconclusive": self.fail_on_inconclusive,
             "allow_inconclusive": self.allow_inconclusive,
-            "base": self.base,
-            "candidate": self.candidate,
+            # null: the gate stopped before it knew anything of the side (``error`` says why)
+            "base": self.base or None,
+            "candidate": self.candidate or None,
             "repeats": self.repeats,
             "wall_s": round(self.wall_s, 3),
             "counts": self.counts(),
@@ -116,9 +117,12 @@ class GateResult:
 
 def _json_ready(value):
     """Infinite or NaN numbers (an interval with too few pairs to be bounded, a boundary with
-    nothing spent yet) become null: gate.json stays strict JSON."""
+    nothing spent yet) become null, and a lone surrogate in a message is written visibly: gate.json
+    stays strict JSON that any parser reads."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
+    if isinstance(value, str):
+        return for_file(value)
     if isinstance(value, dict):
         return {k: _json_ready(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -127,10 +131,7 @@ def _json_ready(value):
 
 
 def write_json(result: GateResult, path: Path) -> None:
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(_json_ready(result.to_dict()), indent=2, allow_nan=False) + "\n")
-    os.replace(tmp, path)
+    atomic.write_json(path, _json_ready(result.to_dict()), sort_keys=False, allow_nan=False)
 
 
 def _pct(ratio: float) -> str:
@@ -203,6 +204,9 @@ def junit_xml(result: GateResult) -> str:
     suite.set("time", f"{result.wall_s:.3f}")
     for key in ("tests", "failures", "errors", "skipped", "time"):
         suites.set(key, suite.get(key))
+    for element in suites.iter():  # every message and property as XML 1.0 allows (harness.core.escape)
+        element.text = for_xml(element.text) if element.text is not None else None
+        element.attrib.update({k: for_xml(v) for k, v in element.attrib.items()})
     ET.indent(suites)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
 
@@ -233,7 +237,7 @@ def _note(v: Verdict, result: GateResult) -> str:
 
 def markdown(result: GateResult) -> str:
     """A summary for a CI step summary (GitHub's $GITHUB_STEP_SUMMARY renders it)."""
-    lines = [f"### critpath gate: {result.headline}", ""]
+    lines = [f"### critpath gate: {for_markdown(result.headline)}", ""]
     base = result.base.get("commit") or result.base.get("ref", "?")
     cand = result.candidate.get("commit") or result.candidate.get("ref", "?")
     plan = result.extra.get("plan")
@@ -246,14 +250,15 @@ def markdown(result: GateResult) -> str:
                + (f", {result.repeats} repeats per side" if result.repeats else "")
                + f"; Holm-adjusted {TESTS.get(result.mode, TESTS['compare'])} at alpha {result.policy.alpha:g}; "
                f"{result.wall_s:.0f} s.")
-    lines.append(f"{result.mode}: base `{str(base)[:12]}` vs candidate `{str(cand)[:12]}`"
+    base, cand = (for_markdown_cell(str(ref)[:12]) for ref in (base, cand))
+    lines.append(f"{result.mode}: base `{base}` vs candidate `{cand}`"
                  + (" (with uncommitted changes)" if result.candidate.get("dirty") else "") + how)
     lines.append("")
     for w in result.warnings:
-        lines.append(f"> **Warning:** {w}")
+        lines.append(f"> **Warning:** {for_markdown(w)}")
         lines.append("")
     if result.error:
-        lines.append(f"**Could not run:** {result.error}")
+        lines.append(f"**Could not run:** {for_markdown(result.error)}")
         lines.append("")
     if result.verdicts:
         lines.append("| case | verdict | change | interval | test | n | min effect | note |")
@@ -268,8 +273,8 @@ def markdown(result: GateResult) -> str:
                 cells = [_pct(c.ratio), f"[{_pct(c.ci_low)}, {_pct(c.ci_high)}]", _test_text(v), n]
             note = _note(v, result)
             verdict_text = v.outcome.replace("_", " ") + (" (likely regression)" if v.likely_regression else "")
-            lines.append(f"| `{case_id}` | **{verdict_text}** | " + " | ".join(cells)
-                         + f" | {v.min_effect * 100:g} % | {note.replace('|', chr(92) + '|')} |")
+            lines.append(f"| `{for_markdown_cell(case_id)}` | **{verdict_text}** | " + " | ".join(cells)
+                         + f" | {v.min_effect * 100:g} % | {for_markdown_cell(note)} |")
     lines.append("")
     return "\n".join(lines)
 
@@ -279,9 +284,9 @@ def write_outputs(result: GateResult, out_dir: Path, markdown_path: Optional[Pat
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {"json": out_dir / "gate.json", "junit": out_dir / "gate.xml", "markdown": out_dir / "gate.md"}
     write_json(result, paths["json"])
-    paths["junit"].write_text(junit_xml(result))
+    atomic.write_text(paths["junit"], junit_xml(result))
     text = markdown(result)
-    paths["markdown"].write_text(text)
+    atomic.write_text(paths["markdown"], text)
     if markdown_path is not None:
         # Appended, as CI step-summary files collect several steps.
         with open(markdown_path, "a") as f:

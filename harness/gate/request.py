@@ -9,6 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from harness.core.claim import claim_dir
+from harness.core.escape import for_terminal
+from harness.core.options import print_error
 from harness.gate.config import GateConfig
 from harness.gate.outputs import GateResult, write_outputs
 from harness.gate.schedule import Plan
@@ -39,20 +42,21 @@ class GateOutputs:
 
     def finish(self, result: GateResult, out: Path) -> int:
         """Write the result, print its headline and every case that changed; its exit code."""
-        paths = write_outputs(result, out, self.markdown)
-        print(result.headline)
+        with claim_dir(out, self.command):  # a gate refused before it ran claims --out here; one that ran holds it
+            paths = write_outputs(result, out, self.markdown)
+        print(for_terminal(result.headline))
         for case_id, v in result.verdicts.items():
             if v.outcome != Outcome.UNCHANGED:
-                print(f"  {v.outcome:<13} {case_id}: {v.reason}")
+                print(for_terminal(f"  {v.outcome:<13} {case_id}: {v.reason}"))
         for w in result.warnings:
-            print(f"warning: {w}", file=sys.stderr)
+            print(for_terminal(f"warning: {w}"), file=sys.stderr)
         print(f"gate results: {paths['json']}, {paths['junit']}, {paths['markdown']}")
         return result.exit_code
 
     def error(self, mode: str, message: str, statistic: str = GateConfig.statistic) -> int:
         """A gate that could not run still leaves its outputs, saying why."""
         code = self.finish(self.result(mode, statistic, error=message), self.out_dir(mode))
-        print(f"critpath {self.command}: error: {message}", file=sys.stderr)
+        print_error(self.command, message)
         return code
 
 
@@ -75,6 +79,12 @@ class GateRequest:
     @property
     def mode(self) -> str:
         return "against" if self.against else "ab"
+
+    def unmeasured(self) -> dict:
+        """The sides of a gate that stopped before its result: the refs asked for, and that no
+        measurement of them reached it (rounds already run stay on disk under --out)."""
+        base = str(self.against) if self.against else self.base
+        return {"base": {"ref": base, "measured": False}, "candidate": {"ref": self.candidate, "measured": False}}
 
     def refusal(self) -> str:
         """Why these options cannot make a gate, or "" when they can."""

@@ -205,7 +205,7 @@ def _git(repo: Path, *args: str) -> str:
 
 def clone(repo: Path, dest: Path) -> Path:
     """A private clone of ``repo`` (its committed history only) at ``dest``."""
-    subprocess.run(["git", "clone", "--quiet", "--no-checkout", str(repo), str(dest)], check=True,
+    subprocess.run(["git", "clone", "--quiet", "--no-checkout", "--", str(repo), str(dest)], check=True,
                    capture_output=True, timeout=GIT_TIMEOUT_S)
     _git(dest, "config", "user.name", "critpath gate-power")
     _git(dest, "config", "user.email", "gate-power@localhost")

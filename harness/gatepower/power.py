@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import re
 import shutil
 import signal
@@ -36,9 +35,10 @@ from typing import Optional
 import numpy as np
 import scipy  # scipy.stats loads on first use (scipy's lazy loading): gate-power --help does not pay it
 
-from harness.core import registry
+from harness.core import atomic, registry
+from harness.core.claim import claim_dir
 from harness.core.inputfile import read_bounded
-from harness.core.options import at_least, comma_separated, number_in, positive
+from harness.core.options import at_least, comma_separated, number_in, positive, print_error
 from harness.gate.config import MAX_MIN_EFFECT
 from harness.gate.outputs import EXIT_COULD_NOT_RUN, EXIT_REGRESSION, fails_build
 from harness.gate.schedule import MAX_BUDGET_S, MAX_ROUNDS, Plan, Schedule
@@ -271,7 +271,7 @@ def _prepare(request: PowerRequest, out: Path) -> dict:
     _git(clone, "checkout", "--quiet", "--force", "-B", "gate-power/aa", base_sha)
     _git(clone, "commit", "--quiet", "--allow-empty", "-m", "gate-power: A/A (no change)")
     aa_sha = _git(clone, "rev-parse", "HEAD")
-    _git(clone, "worktree", "add", "--quiet", "--detach", str(out / "base-tree"), base_sha)
+    _git(clone, "worktree", "add", "--quiet", "--detach", "--", str(out / "base-tree"), base_sha)
     base_tree = Tree("base", base_sha, out / "base-tree", base_sha)
     targets = [] if request.rounds_sweep else list(dict.fromkeys(list(request.case_ids) + [g[0] for g in request.groups]))
     calibration, branches = {}, {}
@@ -309,9 +309,7 @@ def _prepare(request: PowerRequest, out: Path) -> dict:
 
 def _save(out: Path, doc: dict, name: str = "power.json") -> None:
     """Written whole, then renamed: an interrupted write leaves the previous file as it was."""
-    tmp = out / f".{name}.tmp"
-    tmp.write_text(json.dumps(doc, indent=1) + "\n")
-    os.replace(tmp, out / name)
+    atomic.write_json(out / name, doc, indent=1, sort_keys=False)
 
 
 def _load(path: Path) -> dict:
@@ -427,12 +425,12 @@ def _chosen(cells: list[Cell], request: PowerRequest, out: Path) -> list[Cell]:
 
 def measure(request: PowerRequest) -> dict:
     out = request.out
+    claim = claim_dir(out, "gate-power")
     if request.resume:
         doc = _load(out / "power.json")
     else:
-        if out.exists() and any(out.iterdir()):
+        if claim.contents():
             raise ValueError(f"{out} is not empty; choose another --out or --resume")
-        out.mkdir(parents=True, exist_ok=True)
         doc = _prepare(request, out)
         _save(out, doc)
     cells = [Cell(**{**c, "case_ids": tuple(c["case_ids"])}) for c in doc["cells"]]
@@ -742,13 +740,13 @@ def cmd_power(args) -> int:
                 # Into the file that was read, whatever its name: the replay belongs to that measurement.
                 _save(args.report.parent, resample(doc, args.report.parent, args.resample), args.report.name)
         except ValueError as exc:
-            print(f"critpath gate-power: error: {exc}", file=sys.stderr)
+            print_error("gate-power", exc)
             return 2
         print(table(doc))
         return 0
     unknown = [t for t in args.tools if t not in TOOLS]
     if unknown:
-        print(f"critpath gate-power: error: unknown tool {unknown[0]!r}; expected {', '.join(TOOLS)}", file=sys.stderr)
+        print_error("gate-power", f"unknown tool {unknown[0]!r}; expected {', '.join(TOOLS)}")
         return 2
     if not args.case_ids and not args.groups and not args.resume:
         print("critpath gate-power: error: give --case ID (repeatable) and/or --group ID,ID,...", file=sys.stderr)
@@ -763,7 +761,7 @@ def cmd_power(args) -> int:
     try:
         doc = measure(request)
     except (ValueError, TreeError, inject.InjectError, OSError, subprocess.CalledProcessError) as exc:
-        print(f"critpath gate-power: error: {exc}", file=sys.stderr)
+        print_error("gate-power", exc)
         return 2
     except KeyboardInterrupt as exc:
         signum = interrupt_signal(exc)
@@ -773,6 +771,6 @@ def cmd_power(args) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
     text = table(doc)
-    (request.out / "power.md").write_text(text + "\n")
+    atomic.write_text(request.out / "power.md", text + "\n")
     print(text)
     return 0

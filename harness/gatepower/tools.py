@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from harness.gate.trees import python_path
+
 TOOL_TIMEOUT_S = 900
 PYTEST_RULES = ("min", "median", "mean")
 
@@ -116,7 +118,7 @@ def asv_trial(scratch: Path, repo: Path, case_id: str, trees: dict, factor: floa
     _run([python, "-m", "asv", "machine", "--yes", "--config", str(config)], scratch, env)
     for side in ("base", "candidate"):
         sha, tree = trees[side]
-        env_side = {**env, "ASV_PYTHONPATH": str(tree)}
+        env_side = {**env, "ASV_PYTHONPATH": python_path(Path(tree))}
         _run([python, "-m", "asv", "run", "--config", str(config), "--environment", "existing:same",
               "--set-commit-hash", sha, "--bench", "time_step", "--show-stderr"], scratch, env_side)
     out = _run([python, "-m", "asv", "compare", "--config", str(config), "--factor", str(factor),
@@ -150,7 +152,7 @@ def pytest_benchmark_trial(scratch: Path, case_id: str, trees: dict, percent: fl
     for side in ("base", "candidate"):
         _, tree = trees[side]
         out = scratch / f"{side}.json"
-        env = {**os.environ, "PYTHONPATH": str(tree)}
+        env = {**os.environ, "PYTHONPATH": python_path(Path(tree))}
         _run([python, "-m", "pytest", str(test), "-q", "-p", "no:cacheprovider", "--benchmark-only",
               f"--benchmark-json={out}", "-o", "addopts=", "--rootdir", str(scratch)], scratch, env)
         stats[side] = json.loads(out.read_text())["benchmarks"][0]["stats"]

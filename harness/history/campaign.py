@@ -24,7 +24,6 @@ results directory of its own (a one-case measurement must not overwrite a commit
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -37,9 +36,12 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 
-from harness.core.options import EXIT_FAILED, EXIT_OK, EXIT_USAGE, comma_separated, seconds
+from harness.core import atomic
+from harness.core.claim import claim_dir
+from harness.core.escape import for_terminal
+from harness.core.options import EXIT_FAILED, EXIT_OK, EXIT_USAGE, comma_separated, print_error, seconds
 from harness.core.store import RESULTS, ResultsFileError, load_records, run_incompleteness
-from harness.gate.trees import TreeError, checkout, probe, repo_root
+from harness.gate.trees import TreeError, checkout, probe, repo_root, resolve, sweep_orphans
 from harness.history.view import case_values
 from harness.run.lifetime import die_with_parent, interrupt_signal, raise_on_sigterm
 
@@ -113,20 +115,30 @@ def _git(repo: Path, *args: str) -> str:
 
 def commits_in(repo: Path, spec: str, include_start: bool = False) -> list[Commit]:
     """The commits of ``spec``, oldest first: ``A..B`` as ``git log A..B`` (plus A with
-    ``include_start``), or one ref alone."""
+    ``include_start``), or one ref alone. Each end is checked as a commit before git sees the
+    range, so neither is ever read as an option (``--output=FILE``)."""
     if ".." in spec:
         start, _, end = spec.partition("..")
         if not start or not end or end.startswith("."):
             raise HistoryRunError(f"range {spec!r}: give A..B with both ends (A..B, not A... or ..B)")
-        lines = _git(repo, "rev-list", "--reverse", "--format=%H %s", "--no-commit-header", spec).splitlines()
+        start_sha, end_sha = (_commit(repo, spec, ref) for ref in (start, end))
+        lines = _git(repo, "rev-list", "--reverse", "--format=%H %s", "--no-commit-header", "--end-of-options",
+                     f"{start_sha}..{end_sha}").splitlines()
         if include_start:
-            lines = _git(repo, "log", "-1", "--format=%H %s", start).splitlines() + lines
+            lines = _git(repo, "log", "-1", "--format=%H %s", "--end-of-options", start_sha).splitlines() + lines
     else:
-        lines = _git(repo, "log", "-1", "--format=%H %s", spec).splitlines()
+        lines = _git(repo, "log", "-1", "--format=%H %s", "--end-of-options", _commit(repo, spec, spec)).splitlines()
     commits = [Commit(*line.split(" ", 1)) if " " in line else Commit(line, "") for line in lines if line.strip()]
     if not commits:
         raise HistoryRunError(f"range {spec!r} holds no commits in {repo}")
     return commits
+
+
+def _commit(repo: Path, spec: str, ref: str) -> str:
+    try:
+        return resolve(repo, ref)
+    except TreeError as exc:
+        raise HistoryRunError(f"range {spec!r}: {exc}") from None
 
 
 # -- asv ------------------------------------------------------------------------------------------
@@ -147,7 +159,7 @@ def asv_config(repo: Path, results: Optional[Path], out: Path) -> tuple[Path, Pa
                    "results_dir": str(results), "html_dir": str(repo / config.get("html_dir", ".asv/html")),
                    "env_dir": str(out / "env")})
     path = out / "asv.conf.json"
-    path.write_text(json.dumps(config, indent=1) + "\n")
+    atomic.write_json(path, config, indent=1, sort_keys=False)
     return path, results
 
 
@@ -262,7 +274,7 @@ def record_commit(request: HistoryRequest, commit: Commit, say) -> Filed:
     log_path = out / "logs" / f"{commit.sha}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        with checkout(repo, commit.sha, "history") as tree:
+        with checkout(repo, commit.sha, "history", "critpath history") as tree:
             probe(tree, [])
             records = _finished(run_dir)
             if records is not None and not request.rerun:
@@ -282,7 +294,7 @@ def record_commit(request: HistoryRequest, commit: Commit, say) -> Filed:
                 code = _asv(["run", "--config", str(config), "--environment", f"existing:{sys.executable}",
                              "--set-commit-hash", commit.sha, "--bench", bench_regex({r.family for r in records}),
                              "--machine", machine,
-                             "--show-stderr"], log, env={"ASV_PYTHONPATH": str(tree.path), RUN_ENV: str(run_dir)},
+                             "--show-stderr"], log, env={"ASV_PYTHONPATH": tree.python_path(), RUN_ENV: str(run_dir)},
                             cwd=tree.path)
     except TreeError as exc:
         return Filed(commit, "failed", time.monotonic() - start, str(exc))
@@ -329,24 +341,26 @@ def cmd_history(args) -> int:
     signal.signal(signal.SIGTERM, raise_on_sigterm)
     try:
         repo = repo_root(args.repo.resolve())
+        for removed in sweep_orphans(repo):
+            print(f"critpath history: {removed}", file=sys.stderr)
         if args.find and len(args.case_ids) != 1:
             raise HistoryRunError("--find bisects one case: give exactly one --case")
         commits = commits_in(repo, args.range, include_start=bool(args.find))
         out = (args.out or repo / ".asv" / "history").resolve()
-        out.mkdir(parents=True, exist_ok=True)
+        claim_dir(out, "history")  # held while it measures: a second history into OUT is refused
         results = args.results or (out / "find-results" if args.find else None)
         config, results = asv_config(repo, results, out)
         with (out / "asv-machine.log").open("a") as log:
             machine = machine_name(config, args.machine, log)
     except (HistoryRunError, TreeError) as exc:
-        print(f"critpath history: error: {exc}", file=sys.stderr)
+        print_error("history", exc)
         return EXIT_USAGE
 
     request = HistoryRequest(tuple(args.case_ids), args.families, args.timeout, args.rerun, args.find, repo, config,
                              results, machine, out)
 
     def say(text: str) -> None:
-        print(text, flush=True)
+        print(for_terminal(text), flush=True)  # commit subjects and case errors are anyone's text
 
     try:
         if request.find:
@@ -430,7 +444,7 @@ def _find(request: HistoryRequest, commits, say) -> int:
     try:
         lo, hi = largest_step(len(commits), measure)
     except (HistoryRunError, ValueError) as exc:
-        print(f"critpath history --find: error: {exc}", file=sys.stderr)
+        print_error("history --find", exc)
         return EXIT_USAGE
     a, b = commits[lo], commits[hi]
     say(f"find: largest step of {figure} for {case_id}: {a.sha[:10]} -> {b.sha[:10]} ({b.subject[:70]}): "

@@ -27,6 +27,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from harness.core import atomic
 from harness.core.options import at_least, positive
 from harness.kv_alloc.base import OutOfMemory
 from harness.kv_alloc.caching import CachingAllocator
@@ -185,7 +186,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         args.expandable = bool(args.expandable)
         text = json.dumps(run_one(args), indent=1)
     if args.out:
-        args.out.write_text(text)
+        atomic.write_text(args.out, text)
     else:
         print(text)
     return 0

@@ -18,9 +18,10 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from harness.core.options import size_sweep
+from harness.core import atomic
+from harness.core.claim import claim_dir
+from harness.core.options import print_error, size_sweep
 from harness.core.sizes import MAX_SIZES, format_size, parse_sizes
-from harness.core.store import write_json_atomic
 from harness.model import alphabeta as ab
 from harness.model import nccl_tuning, plots
 from harness.model import scale_claims as claims
@@ -169,7 +170,7 @@ def cmd_model(args) -> int:
         else:
             links_by_algo = {a: ab.Links.from_profile(profile) for a in algos}
     except (ProfileError, CalibrationError) as exc:
-        print(f"critpath model: error: {exc}", file=sys.stderr)
+        print_error("model", exc)
         return 2
 
     scales = np.array(args.ranks, dtype=np.float64)
@@ -177,7 +178,7 @@ def cmd_model(args) -> int:
     times_s, crossover, nccl = model_grid(profile, links_by_algo, scales, sizes, algos)
 
     out = args.out or Path("reports") / f"model-{_dt.datetime.now(_dt.timezone.utc):%Y%m%d-%H%M%S}"
-    out.mkdir(parents=True, exist_ok=True)
+    claim_dir(out, "model")
     _write_outputs(out, profile, scales, sizes, algos, times_s, crossover, nccl, fits, extrapolated)
     _print_summary(console, profile, scales, sizes, algos, times_s, crossover, nccl, fits)
     for e in extrapolated:
@@ -335,8 +336,8 @@ def _write_outputs(out: Path, profile, scales, sizes, algos, times_s, crossover,
             "modelled_ring_vs_tree_bytes": [None if not math.isfinite(v) else v for v in nccl["ring_vs_tree_bytes"]],
         }
 
-    write_json_atomic(out / "model.json", doc)
-    with open(out / "modelled_times.csv", "w", newline="") as f:
+    atomic.write_json(out / "model.json", doc)
+    with atomic.atomic_file(out / "modelled_times.csv", "w") as f:
         w = csv.writer(f)
         w.writerow(["ranks", "size_bytes", "algo", "modelled_time_us", "source"])
         for k, a in enumerate(algos):

@@ -6,7 +6,13 @@ from pathlib import Path
 
 import numpy as np
 
+from harness.core.atomic import atomic_file
 from harness.core.plotting import pyplot
+
+
+def _save(fig, path: Path) -> None:
+    with atomic_file(path) as f:
+        fig.savefig(f, format="png", dpi=110)
 
 
 def write_all(out: Path, profile, scales, sizes, algos, times_s, crossover, nccl, fits) -> list[Path]:
@@ -28,7 +34,7 @@ def write_all(out: Path, profile, scales, sizes, algos, times_s, crossover, nccl
     fig.suptitle(f"Modelled allreduce time, profile {profile.name} (not measured)")
     fig.tight_layout()
     path = out / "modelled_time_vs_size.png"
-    fig.savefig(path, dpi=110)
+    _save(fig, path)
     plt.close(fig)
     written.append(path)
 
@@ -47,7 +53,7 @@ def write_all(out: Path, profile, scales, sizes, algos, times_s, crossover, nccl
         ax.legend(fontsize=7)
         fig.tight_layout()
         path = out / "modelled_crossover.png"
-        fig.savefig(path, dpi=110)
+        _save(fig, path)
         plt.close(fig)
         written.append(path)
 
@@ -72,7 +78,7 @@ def write_all(out: Path, profile, scales, sizes, algos, times_s, crossover, nccl
         fig.suptitle("Calibration: lines modelled, markers measured")
         fig.tight_layout()
         path = out / "calibration_fit.png"
-        fig.savefig(path, dpi=110)
+        _save(fig, path)
         plt.close(fig)
         written.append(path)
     return written

@@ -3,15 +3,14 @@ effective throughput of a run's moe_a2a cases relative to their uniform twin).""
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from dataclasses import asdict, replace
 from math import nan
 from pathlib import Path
 
 from rich.table import Table
 
-from harness.core.options import at_least, number_in, positive
+from harness.core import atomic
+from harness.core.options import at_least, number_in, positive, print_error
 from harness.core.store import load_records
 from harness.moe_a2a import sim
 from harness.moe_a2a.config import mitigation_label, workload_label
@@ -97,7 +96,7 @@ def cmd_sim(args) -> int:
         try:
             results[world] = sim.simulate(world, cfg, model)
         except ValueError as exc:
-            print(f"critpath moe-sim: error: world {world}: {exc}", file=sys.stderr)
+            print_error("moe-sim", f"world {world}: {exc}")
             return 2
     names = [s.name for s in next(iter(results.values()))]
     table = Table(title=f"MODELLED (source: {sim.SOURCE}, cost model {model.fitted_from}) — throughput relative "
@@ -121,7 +120,7 @@ def cmd_sim(args) -> int:
     if args.json:
         payload = {"source": sim.SOURCE, "config": asdict(cfg), "cost_model": asdict(model),
                    "results": {str(w): [asdict(s) for s in sc] for w, sc in results.items()}}
-        args.json.write_text(json.dumps(payload, indent=2))
+        atomic.write_json(args.json, payload, sort_keys=False)
     return 0
 
 
@@ -147,7 +146,7 @@ def _sim_from_run(run_dir: Path, drift_ms: float, windows_ms: tuple[float, ...],
     try:
         fitted, basis = sim.fit_from_run(records, model)
     except ValueError as exc:
-        print(f"critpath moe-sim: error: {run_dir}: {exc}", file=sys.stderr)
+        print_error("moe-sim", f"{run_dir}: {exc}")
         return 2
     measured = _relative(records)
     uniform = next(r for r in records if r.family == "moe_a2a" and r.params["workload"] == "uniform"
@@ -213,7 +212,7 @@ def _relative(records) -> list[dict]:
 def cmd_report(args) -> int:
     rows = _relative(load_records(args.run_dir))
     if not rows:
-        print(f"critpath moe-report: error: {args.run_dir} holds no passing moe_a2a records", file=sys.stderr)
+        print_error("moe-report", f"{args.run_dir} holds no passing moe_a2a records")
         return 2
     table = Table(title=f"moe_a2a measured in {args.run_dir}: throughput relative to uniform — over the uniform "
                         "case of the same shape in this run (two records), and over the case's own uniform twin "
@@ -234,5 +233,5 @@ def cmd_report(args) -> int:
                       _fmt_pct(row["paired_rel_throughput_p50"]), f"{row['rank_balancedness']:.2f}", f"{row['dropped_fraction']:.1%}", claim)
     wide_console().print(table)
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=2))
+        atomic.write_json(args.json, rows, sort_keys=False)
     return 0

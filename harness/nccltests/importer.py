@@ -18,19 +18,30 @@ What the import can and cannot say:
   contradicting evidence is refused (exit 2) with the evidence listed.
 - The trailer (``Out of bounds values``, ``Avg bus bandwidth``) is kept and checked against the
   rows (harness.nccltests.trailer); a disagreement is reported and the command exits 1.
+- Every value is checked before anything is written (harness.nccltests.values): a count that is
+  not a whole number, a figure that is not finite, a string where a number belongs is refused with
+  file, line (or JSON record) and field, exit 2. The input is bounded (harness.nccltests.limits).
+- The directory is written in the order that lets a reader tell a whole import from a cut one:
+  run.json saying ``importing``, the fingerprint, the records in batches (one fsync each), and last,
+  atomically, run.json saying ``imported`` with the count of records. A killed import reads as
+  incomplete (harness.core.store.incompleteness), from its records.
 """
 from __future__ import annotations
 
-import hashlib
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
+from harness.core.claim import claim_dir
 from harness.core.family import CheckResult
+from harness.core.imported import MEAN_ONLY, PER_ITERATION, figures_of, mean_samples_ns, samples_ns
+from harness.core.options import print_error
 from harness.core.records import Record
 from harness.core.store import RunDir
 from harness.nccltests.evidence import COLLECTIVES, FOUND, Ambiguous, detect, ranks_text
-from harness.nccltests.parse import DTYPES, NcclTestsFormatError, Parsed, nccl_version_text, parse
+from harness.nccltests.limits import RECORDS_PER_BATCH
+from harness.nccltests.parse import DTYPES, NcclTestsFormatError, Parsed, nccl_version_text
+from harness.nccltests.source import read_output
 from harness.nccltests.trailer import trailer_checks
 
 __all__ = ["NcclTestsFormatError", "import_file", "nccl_version_text", "parse_file", "to_records"]
@@ -38,18 +49,18 @@ __all__ = ["NcclTestsFormatError", "import_file", "nccl_version_text", "parse_fi
 
 def parse_file(path: Path, collective: Optional[str] = None) -> Parsed:
     """The output at ``path``, its collective detected (or ``collective`` checked against it)."""
+    return _parse_file(path, collective)[0]
+
+
+def _parse_file(path: Path, collective: Optional[str]) -> tuple[Parsed, str]:
     path = Path(path)
-    try:
-        text = path.read_text(errors="replace")
-    except OSError as exc:
-        raise NcclTestsFormatError(f"{path}: cannot read: {exc}") from None
-    parsed = parse(text, str(path))
+    parsed, digest = read_output(path)
     try:
         parsed.detection = detect(parsed.observed(), str(path), collective)
     except Ambiguous as exc:
         raise NcclTestsFormatError(str(exc)) from None
     parsed.collective = parsed.detection.collective
-    return parsed
+    return parsed, digest
 
 
 def _check(row) -> Optional[CheckResult]:
@@ -73,28 +84,30 @@ def _family(parsed: Parsed, row) -> tuple[str, dict]:
 
 
 def to_records(parsed: Parsed, run_id: str, source_name: str) -> list[Record]:
-    trailer = trailer_checks(parsed)
+    return list(iter_records(parsed, run_id, source_name, trailer_checks(parsed)))
+
+
+def iter_records(parsed: Parsed, run_id: str, source_name: str, trailer: dict) -> Iterator[Record]:
+    """One record per row, in the order of the rows."""
     detection = parsed.detection
-    records = []
+    evidence = [e.line() for e in detection.evidence]
     for row in parsed.rows:
         # critpath's allreduce is in place; other collectives: in place too when present.
         side = row.in_place or row.out_of_place
         placement = "in_place" if row.in_place else "out_of_place"
         iters = row.iters or parsed.iters
         if side.get("times_us"):
-            samples = tuple(max(1, round(t * 1e3)) for t in side["times_us"])
-            kind = "per_iteration"
+            samples, kind = samples_ns(side["times_us"]), PER_ITERATION
         else:
-            samples = (max(1, round(side["time_us"] * 1e3)),)
-            kind = "mean_only"
+            samples, kind = mean_samples_ns(side["time_us"]), MEAN_ONLY
         family, params = _family(parsed, row)
         case_id = family + "/" + ",".join(f"{k}={v}" for k, v in sorted(params.items()))
-        records.append(Record(
+        yield Record(
             run_id=run_id, case_id=case_id, family=family, family_version=1, params=params, status="ok",
             backend="nccl", world=parsed.ranks, started_at=parsed.started_at, wall_s=0.0, samples_ns=samples,
             plan={"warmup": parsed.warmup, "iters": iters}, timer="nccl-tests (CUDA events)",
-            metrics={"time_us": side["time_us"], "algbw_gbps": side["algbw_gbps"], "busbw_gbps": side["busbw_gbps"]},
-            check=_check(row), reduction="nccl-tests" + (": per iteration, max over ranks" if kind == "per_iteration"
+            metrics=figures_of(side),
+            check=_check(row), reduction="nccl-tests" + (": per iteration, max over ranks" if kind == PER_ITERATION
                                                          else ": mean over iterations"),
             extra={"imported": {
                 "source": "nccl-tests", "format": parsed.fmt, "file": source_name,
@@ -106,11 +119,10 @@ def to_records(parsed: Parsed, run_id: str, source_name: str) -> list[Record]:
                 **{name: ({k: v for k, v in s.items() if k != "times_us"} if name == placement and s else s)
                    for name, s in (("in_place", row.in_place), ("out_of_place", row.out_of_place))},
                 "ranks": parsed.ranks, "ranks_from": parsed.ranks_from,
-                "collective_from": detection.source, "evidence": [e.line() for e in detection.evidence],
+                "collective_from": detection.source, "evidence": evidence,
                 "trailer": trailer, "nccl_tests_version": parsed.tests_version,
             }},
-        ))
-    return records
+        )
 
 
 def fingerprint_of(parsed: Parsed, source: str) -> dict:
@@ -130,27 +142,48 @@ def fingerprint_of(parsed: Parsed, source: str) -> dict:
     }
 
 
-def import_file(path: Path, out: Path, collective: Optional[str] = None, run_id: Optional[str] = None) -> list[Record]:
-    path = Path(path)
-    parsed = parse_file(path, collective)
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()[:8]
-    run_id = run_id or f"nccl-tests-{path.stem}-{digest}"
-    out = Path(out)
-    if out.exists() and any(out.iterdir()):
-        raise NcclTestsFormatError(f"{out} already holds a run; choose another --out")
-    records = to_records(parsed, run_id, path.name)
-    imported = records[0].extra["imported"]
-    run_dir = RunDir(out, run_id)
-    run_dir.write_fingerprint(fingerprint_of(parsed, path.name))
-    run_dir.write_meta({"schema": "critpath.run/1", "run_id": run_id, "state": "imported", "source": str(path),
-                        "format": parsed.fmt, "collective": parsed.collective,
-                        "collective_from": imported["collective_from"], "evidence": imported["evidence"],
-                        "ranks": parsed.ranks, "trailer": imported["trailer"], "started_at": parsed.started_at,
-                        "cases_total": len(records), "cases_ok": sum(r.ok for r in records),
-                        "cases_failed": sum(not r.ok for r in records)})
+def _batches(records: Iterator[Record], size: int) -> Iterator[list[Record]]:
+    batch: list[Record] = []
     for record in records:
-        run_dir.append(record)
-    return records
+        batch.append(record)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def import_file(path: Path, out: Path, collective: Optional[str] = None, run_id: Optional[str] = None) -> list[Record]:
+    """Import the output at ``path`` into the run directory ``out``; the records written (the
+    first, for what the whole import says, and the failed ones are what the command shows)."""
+    return list(_import(path, out, collective, run_id))
+
+
+def _import(path: Path, out: Path, collective: Optional[str], run_id: Optional[str]) -> Iterator[Record]:
+    path, out = Path(path), Path(out)
+    parsed, digest = _parse_file(path, collective)
+    run_id = run_id or f"nccl-tests-{path.stem}-{digest[:8]}"
+    if claim_dir(out, "import-nccl-tests").contents():
+        raise NcclTestsFormatError(f"{out} already holds a run; choose another --out")
+    trailer = trailer_checks(parsed)
+    detection = parsed.detection
+    meta = {"schema": "critpath.run/1", "run_id": run_id, "source": str(path), "source_sha256": digest,
+            "format": parsed.fmt, "collective": parsed.collective, "collective_from": detection.source,
+            "evidence": [e.line() for e in detection.evidence], "ranks": parsed.ranks, "trailer": trailer,
+            "started_at": parsed.started_at}
+    run_dir = RunDir(out, run_id)
+    # First a run.json that claims nothing: a directory cut short from here on reads as incomplete.
+    run_dir.write_meta({**meta, "state": "importing"})
+    run_dir.write_fingerprint(fingerprint_of(parsed, path.name))
+    total = ok = 0
+    for batch in _batches(iter_records(parsed, run_id, path.name, trailer), RECORDS_PER_BATCH):
+        run_dir.append_many(batch)
+        total += len(batch)
+        ok += sum(r.ok for r in batch)
+        yield from batch
+    # Last, and atomically: the claim that every record is on disk, which readers check against them.
+    run_dir.write_meta({**meta, "state": "imported", "cases_total": total, "cases_ok": ok,
+                        "cases_failed": total - ok})
 
 
 def register(sub) -> None:
@@ -167,7 +200,7 @@ def cmd_import(args) -> int:
     try:
         records = import_file(args.file, args.out, args.collective, args.run_id)
     except NcclTestsFormatError as exc:
-        print(f"critpath import-nccl-tests: error: {exc}", file=sys.stderr)
+        print_error("import-nccl-tests", exc)
         return 2
     imported = records[0].extra["imported"]
     kind = imported["samples"].replace("_", " ")

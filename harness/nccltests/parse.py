@@ -30,9 +30,11 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Iterable, Optional
 
 from harness.nccltests.evidence import Observed, ObservedRow, Side
+from harness.nccltests.limits import MAX_ROWS
+from harness.nccltests.values import NcclTestsFormatError, json_integer, json_number, json_text, text_integer, text_number
 
 # nccl-tests type names -> critpath dtype names
 DTYPES = {"float": "float32", "half": "float16", "bfloat16": "bfloat16", "double": "float64", "int8": "int8",
@@ -50,14 +52,11 @@ _COMMAND = re.compile(r"(?:^|[\s/])(\w+_perf(?:_mpi)?)(?:\s|$)")
 _TAGGED = re.compile(r"^\[\d+,\d+\]<(stdout|stderr)>:")
 _LABELLED = re.compile(r"^\s*\d+: ")
 _NUMBER = re.compile(r"-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?")
+_ROOT = re.compile(r"-?\d+")
 _SIDE_FIGURES = ("algbw", "busbw")
 _PER_ITER = ("i_min", "i_max", "i_p99", "i_cv%")
 JSON_VERSIONS = (1, 2, 3)
 JSON_PRINTED_HALF_ULP = 5e-7  # "%lf": six decimals
-
-
-class NcclTestsFormatError(ValueError):
-    """Input that is not nccl-tests output; the message names file and line (or JSON field)."""
 
 
 @dataclass
@@ -144,13 +143,6 @@ def half_ulp(token: str) -> float:
     return 0.5 * 10.0 ** (int(match.group(2) or 0) - len(match.group(1) or ""))
 
 
-def _number(text: str, what: str, where: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise NcclTestsFormatError(f"{where}: {what} is {text!r}, not a number") from None
-
-
 @dataclass(frozen=True)
 class _Layout:
     optional: tuple[str, ...]  # after "type": (), ("redop",), ("root",), ("redop", "root")
@@ -189,27 +181,28 @@ def _layout(words: list[str], where: str) -> _Layout:
     return _Layout(tuple(optional), side, timestamp)
 
 
-def _side(words: list[str], layout: _Layout, where: str) -> tuple[dict, tuple[float, float]]:
-    time = _number(words[0], "time", where)
-    if time <= 0:
-        raise NcclTestsFormatError(f"{where}: time is {words[0]}, not a positive number of microseconds")
+def _side(words: list[str], layout: _Layout, where: str, name: str) -> tuple[dict, tuple[float, float]]:
     # time_printed: the time's own digits (nccl-tests prints 127.0, 5871.07 or 12646 by version
-    # and magnitude), so tables show it as the log does; the number is time_us
-    side = {"time_us": time, "time_printed": words[0], "algbw_gbps": _number(words[1], "algbw", where),
-            "busbw_gbps": _number(words[2], "busbw", where), "wrong": None}
+    # and magnitude), so tables show it as the log does; the number is time_us. nccl-tests never
+    # prints a zero or negative mean.
+    side = {"time_us": text_number(words[0], where, f"{name} time (us)", above=True), "time_printed": words[0],
+            "algbw_gbps": text_number(words[1], where, f"{name} algbw"),
+            "busbw_gbps": text_number(words[2], where, f"{name} busbw"), "wrong": None}
     if layout.side[3] == "#wrong":
-        side["wrong"] = None if words[3] == "N/A" else int(_number(words[3], "#wrong", where))
+        # a count of wrong elements: 0.5 or -1 was not written by nccl-tests, and is never rounded
+        side["wrong"] = None if words[3] == "N/A" else text_integer(words[3], where, f"{name} #wrong")
     else:  # before 2.13: the largest deviation from the expected values, not a count
-        side["max_error"] = None if words[3] == "N/A" else _number(words[3], "error", where)
+        side["max_error"] = None if words[3] == "N/A" else text_number(words[3], where, f"{name} error")
     if len(layout.side) == 8:
-        side.update(i_min_us=_number(words[4], "i_min", where), i_max_us=_number(words[5], "i_max", where),
-                    i_p99_us=_number(words[6], "i_p99", where))
+        side.update(i_min_us=text_number(words[4], where, f"{name} i_min"),
+                    i_max_us=text_number(words[5], where, f"{name} i_max"),
+                    i_p99_us=text_number(words[6], where, f"{name} i_p99"))
     return side, (half_ulp(words[1]), half_ulp(words[2]))
 
 
-def _plain_lines(text: str):
+def _plain_lines(lines: Iterable[str]):
     """(line number, line) without launcher prefixes or indentation; stderr-tagged lines are dropped."""
-    for number, raw in enumerate(text.splitlines(), start=1):
+    for number, raw in enumerate(lines, start=1):
         tagged = _TAGGED.match(raw)
         if tagged:
             if tagged.group(1) == "stderr":
@@ -229,26 +222,32 @@ def _row(cols: list[str], layout: _Layout, number: int, where: str) -> Row:
         raise NcclTestsFormatError(
             f"{where}: {len(cols)} columns, the table header says {layout.width} "
             f"(size count type {' '.join(layout.optional)}, then {' '.join(layout.side)} out-of-place and in-place)")
-    try:
-        size, count = int(cols[0]), int(cols[1])
-    except ValueError:
-        raise NcclTestsFormatError(f"{where}: size and count must be integers") from None
+    size, count = text_integer(cols[0], where, "size (B)"), text_integer(cols[1], where, "count (elements)")
     if cols[2] not in DTYPES:
         raise NcclTestsFormatError(f"{where}: unknown data type {cols[2]!r}")
     values = dict(zip(layout.optional, cols[3:3 + len(layout.optional)]))
     root = None
     if "root" in values:
-        if not re.fullmatch(r"-?\d+", values["root"]):
+        if not _ROOT.fullmatch(values["root"]):
             raise NcclTestsFormatError(f"{where}: root is {values['root']!r}, not a rank or -1")
         root = int(values["root"])
     base, width = 3 + len(layout.optional), len(layout.side)
-    out_of_place, oop_ulps = _side(cols[base:base + width], layout, where)
-    in_place, ip_ulps = _side(cols[base + width:base + 2 * width], layout, where)
+    out_of_place, oop_ulps = _side(cols[base:base + width], layout, where, "out-of-place")
+    in_place, ip_ulps = _side(cols[base + width:base + 2 * width], layout, where, "in-place")
     return Row(number, where, size, count, cols[2], values.get("redop"), root, in_place, out_of_place,
                half_ulps={"out_of_place": oop_ulps, "in_place": ip_ulps})
 
 
-def parse_text(text: str, path: str) -> Parsed:
+def _add_row(rows: list, row: Row, path: str) -> None:
+    if len(rows) >= MAX_ROWS:
+        raise NcclTestsFormatError(f"{row.where}: more than {MAX_ROWS} result rows; an import holds at most "
+                                   f"{MAX_ROWS} (the most cases a critpath run holds): split {path}")
+    rows.append(row)
+
+
+def parse_text(lines: Iterable[str], path: str) -> Parsed:
+    """The output whose lines (without line ends, as ``str.splitlines`` gives them) are ``lines``;
+    read as they come, so that only the rows are held."""
     header = header_where = None
     headers: list[int] = []
     devices: list[dict] = []
@@ -257,7 +256,7 @@ def parse_text(text: str, path: str) -> Parsed:
     nccl_version = tests_version = None
     layout, columns_where = None, ""
     trailer = Trailer()
-    for number, line in _plain_lines(text):
+    for number, line in _plain_lines(lines):
         where = f"{path}:{number}"
         if not line:
             continue
@@ -277,7 +276,7 @@ def parse_text(text: str, path: str) -> Parsed:
             elif m := _OOB.match(line):
                 trailer.out_of_bounds, trailer.oob_where = int(m.group(1)), f"line {number}"
             elif m := _AVG.match(line):
-                trailer.avg_busbw_gbps = _number(m.group(1), "Avg bus bandwidth", where)
+                trailer.avg_busbw_gbps = text_number(m.group(1), where, "Avg bus bandwidth")
                 trailer.avg_busbw_half_ulp, trailer.avg_where = half_ulp(m.group(1)), f"line {number}"
             continue
         cols = line.split()
@@ -289,7 +288,7 @@ def parse_text(text: str, path: str) -> Parsed:
             raise NcclTestsFormatError(f"{where}: a result row before the '# nThread ... iters:' header, which the "
                                        "import needs (iteration and rank counts): is this the whole output of an "
                                        "nccl-tests run?")
-        rows.append(_row(cols, layout or _CURRENT, number, where))
+        _add_row(rows, _row(cols, layout or _CURRENT, number, where), path)
     if len(headers) > 1:
         raise NcclTestsFormatError(f"{path}: {len(headers)} nccl-tests runs in one file (headers on lines "
                                    f"{', '.join(map(str, headers))}); import each run from a file of its own")
@@ -299,6 +298,8 @@ def parse_text(text: str, path: str) -> Parsed:
     if not rows:
         raise NcclTestsFormatError(f"{path}: no result rows")
     nthreads, ngpus, warmup, iters, agg, validation = header
+    for name, value in (("nThread", nthreads), ("nGpus", ngpus), ("iters", iters), ("agg iters", agg or "1")):
+        text_integer(value, f"{path}:{headers[0]}", name, low=1)
     per_process = int(nthreads) * int(ngpus)
     if devices:
         ranks = len({d["index"] for d in devices})
@@ -312,62 +313,135 @@ def parse_text(text: str, path: str) -> Parsed:
                   validation=None if validation is None else validation != "0", trailer=trailer)
 
 
+def _dotted(path: list) -> str:
+    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".")
+
+
 def _get(data: Any, path: list, file: str) -> Any:
     node = data
     for part in path:
         try:
             node = node[part]
         except (KeyError, IndexError, TypeError):
-            dotted = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".")
-            raise NcclTestsFormatError(f"{file}: field {dotted} is missing") from None
+            raise NcclTestsFormatError(f"{file}: field {_dotted(path)} is missing") from None
     return node
 
 
-def _num(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise NcclTestsFormatError(f"{where}: {value!r} is not a number")
-    return float(value)
+def _object(value: Any, where: str) -> dict:
+    if not isinstance(value, dict):
+        raise NcclTestsFormatError(f"{where}: {json.dumps(value)[:40]} is not an object")
+    return value
+
+
+def _optional(obj: dict, key: str, read, where: str, default: Any = None) -> Any:
+    """``read(obj[key], where.key)``, or ``default`` when the key is absent or null (nccl-tests
+    writes null for what it did not measure)."""
+    value = obj.get(key)
+    return default if value is None else read(value, f"{where}.{key}")
 
 
 def _json_side(entry: dict, key: str, where: str) -> Optional[dict]:
     side = entry.get(key)
     if side is None:
         return None  # writeBenchMarkLineNullBody: no out-of-place figures
-    if not isinstance(side, dict):
-        raise NcclTestsFormatError(f"{where}.{key}: {side!r} is not an object")
+    where = f"{where}.{key}"
+    side = _object(side, where)
     time_key = "time" if "time" in side else "cpu_time"
-    wrong = side.get("nwrong")
-    time_us = _num(side.get(time_key), f"{where}.{key}.{time_key}")
-    if time_us <= 0:  # as a text row's time: nccl-tests never prints a zero or negative mean
-        raise NcclTestsFormatError(f"{where}.{key}.{time_key}: {time_us:g} is not a positive number of microseconds")
-    result = {"time_us": time_us,
-              "algbw_gbps": _num(side.get("alg_bw"), f"{where}.{key}.alg_bw"),
-              "busbw_gbps": _num(side.get("bus_bw"), f"{where}.{key}.bus_bw"),
-              "wrong": None if wrong is None else int(_num(wrong, f"{where}.{key}.nwrong"))}
+    # nccl-tests never prints a zero or negative mean time, nor a fraction of a wrong element
+    result = {"time_us": json_number(side.get(time_key), f"{where}.{time_key}", above=True, what="microseconds"),
+              "algbw_gbps": json_number(side.get("alg_bw"), f"{where}.alg_bw", what="GB/s"),
+              "busbw_gbps": json_number(side.get("bus_bw"), f"{where}.bus_bw", what="GB/s"),
+              "wrong": _optional(side, "nwrong", json_integer, where)}
     per_iter = entry.get(f"{key}_per_iter")
-    if isinstance(per_iter, dict) and per_iter.get("times_us"):
+    if per_iter is not None:
         # writePerIterReport: the max over GPUs and processes per iteration; its own summary skips
         # the first skipped_iterations (-per_iter_skip), and so do the samples taken from it.
-        skipped = int(_num(per_iter.get("skipped_iterations", 0), f"{where}.{key}_per_iter.skipped_iterations"))
-        times = [_num(x, f"{where}.{key}_per_iter.times_us") for x in per_iter["times_us"]]
-        result["times_us"] = times[skipped:]
-        result["skipped_iterations"] = skipped
+        at = f"{where}_per_iter"
+        per_iter = _object(per_iter, at)
+        times = per_iter.get("times_us")
+        if times is not None and not isinstance(times, list):
+            raise NcclTestsFormatError(f"{at}.times_us: {json.dumps(times)[:40]} is not a list")
+        if times:
+            skipped = _optional(per_iter, "skipped_iterations", json_integer, at, 0)
+            values = [json_number(x, f"{at}.times_us[{i}]", above=True, what="microseconds")
+                      for i, x in enumerate(times)]
+            if skipped >= len(values):
+                raise NcclTestsFormatError(f"{at}.skipped_iterations: {skipped} of {len(values)} times: none left")
+            result["times_us"] = values[skipped:]
+            result["skipped_iterations"] = skipped
     return result
 
 
 def _json_trailer(data: dict, path: str) -> Trailer:
     trailer = Trailer()
     oob = data.get("out_of_bounds")
-    if isinstance(oob, dict) and "count" in oob:
-        trailer.out_of_bounds = int(_num(oob["count"], f"{path}: field out_of_bounds.count"))
+    if oob is not None:
+        oob = _object(oob, f"{path}: field out_of_bounds")
+        trailer.out_of_bounds = json_integer(_get(data, ["out_of_bounds", "count"], path),
+                                             f"{path}: field out_of_bounds.count")
         trailer.oob_where = "field out_of_bounds"
     # JSON version 1 spelt it "average_bus_bandwidith" / "bandwidith" (fixed in nccl-tests 85ca91d)
     for key, value in (("average_bus_bandwidth", "bandwidth"), ("average_bus_bandwidith", "bandwidith")):
         avg = data.get(key)
-        if isinstance(avg, dict) and value in avg:
-            trailer.avg_busbw_gbps = _num(avg[value], f"{path}: field {key}.{value}")
-            trailer.avg_busbw_half_ulp, trailer.avg_where = JSON_PRINTED_HALF_ULP, f"field {key}"
+        if avg is None:
+            continue
+        avg = _object(avg, f"{path}: field {key}")
+        if value not in avg:
+            raise NcclTestsFormatError(f"{path}: field {key}.{value} is missing")
+        trailer.avg_busbw_gbps = json_number(avg[value], f"{path}: field {key}.{value}", what="GB/s")
+        trailer.avg_busbw_half_ulp, trailer.avg_where = JSON_PRINTED_HALF_ULP, f"field {key}"
     return trailer
+
+
+def _json_root(value: Any, where: str) -> int:
+    """nccl-tests writes the root as a string ("%6i"); a JSON integer is read too."""
+    if isinstance(value, str) and _ROOT.fullmatch(value.strip()):
+        return int(value.strip())
+    if isinstance(value, int) and not isinstance(value, bool):
+        return json_integer(value, where, low=-1, what="a rank or -1")
+    raise NcclTestsFormatError(f"{where}: {json.dumps(value)[:40]} is not a rank or -1")
+
+
+def _json_row(entry: Any, i: int, path: str) -> Row:
+    where = f"{path}: results[{i}]"
+    entry = _object(entry, where)
+
+    def need(key: str) -> Any:
+        return _get({"results": {i: entry}}, ["results", i, key], path)
+
+    dtype = need("type")
+    if not isinstance(dtype, str) or dtype not in DTYPES:
+        raise NcclTestsFormatError(f"{where}.type: unknown data type {json.dumps(dtype)[:40]}")
+    size = json_integer(need("size"), f"{where}.size", what="bytes")
+    count = json_integer(need("count"), f"{where}.count", what="elements")
+    redop = json_text(entry.get("redop", ""), f"{where}.redop", "a reduction name")
+    in_place, out_of_place = _json_side(entry, "in_place", where), _json_side(entry, "out_of_place", where)
+    if in_place is None and out_of_place is None:
+        raise NcclTestsFormatError(f"{where}: neither in_place nor out_of_place figures")
+    actual = _optional(entry, "actual_iterations", lambda v, w: json_integer(v, w, low=1, what="iterations"), where)
+    return Row(0, where, size, count, dtype, redop, _json_root(entry.get("root", ""), f"{where}.root"), in_place,
+               out_of_place, actual)
+
+
+def _json_device(d: Any, i: int, path: str) -> dict:
+    where = f"{path}: field config.devices[{i}]"
+    d = _object(d, where)
+    return {"index": _optional(d, "rank", json_integer, where),
+            "host": _optional(d, "hostname", lambda v, w: json_text(v, w, "a host name", empty=False), where),
+            "device": _optional(d, "device", json_integer, where),
+            "pci": _optional(d, "device_hex", lambda v, w: json_text(v, w, "a PCI address"), where),
+            "name": _optional(d, "device_info", lambda v, w: json_text(v, w, "a device name"), where)}
+
+
+def _words(value: Any, where: str) -> list[str]:
+    """The command line nccl-tests records (``args``): a list of strings."""
+    if not isinstance(value, list):
+        raise NcclTestsFormatError(f"{where}: {json.dumps(value)[:40]} is not a list of the command's words")
+    return [json_text(word, f"{where}[{i}]", "a word of the command") for i, word in enumerate(value)]
+
+
+def _config_count(config: dict, key: str, path: str, default: int, low: int) -> int:
+    return _optional(config, key, lambda v, w: json_integer(v, w, low=low), f"{path}: field config", default)
 
 
 def parse_json(text: str, path: str) -> Parsed:
@@ -375,54 +449,44 @@ def parse_json(text: str, path: str) -> Parsed:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise NcclTestsFormatError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg}, column {exc.colno})") from None
+    except RecursionError:
+        raise NcclTestsFormatError(f"{path}: nested too deep to be nccl-tests output") from None
     if not isinstance(data, dict):
         raise NcclTestsFormatError(f"{path}:1: the JSON output of nccl-tests is an object")
     version = _get(data, ["version"], path)
-    if version not in JSON_VERSIONS:
+    if isinstance(version, bool) or version not in JSON_VERSIONS:
         raise NcclTestsFormatError(f"{path}: field version: {version!r} is not a known nccl-tests JSON version "
                                    f"({', '.join(map(str, JSON_VERSIONS))})")
-    config = _get(data, ["config"], path)
-    iters = int(_num(_get(data, ["config", "iterations"], path), f"{path}: field config.iterations"))
+    config = _object(_get(data, ["config"], path), f"{path}: field config")
+    iters = json_integer(_get(data, ["config", "iterations"], path), f"{path}: field config.iterations", low=1)
     results = _get(data, ["results"], path)
     if not isinstance(results, list) or not results:
         raise NcclTestsFormatError(f"{path}: field results: no result entries")
-    rows = []
-    for i, entry in enumerate(results):
-        where = f"{path}: results[{i}]"
-        dtype = _get(data, ["results", i, "type"], path)
-        if dtype not in DTYPES:
-            raise NcclTestsFormatError(f"{where}.type: unknown data type {dtype!r}")
-        root_text = str(entry.get("root", "")).strip()
-        if not re.fullmatch(r"-?\d+", root_text):
-            raise NcclTestsFormatError(f"{where}.root: {entry.get('root')!r} is not a rank or -1")
-        actual = entry.get("actual_iterations")
-        rows.append(Row(0, where, int(_num(_get(data, ["results", i, "size"], path), f"{where}.size")),
-                        int(_num(_get(data, ["results", i, "count"], path), f"{where}.count")), dtype,
-                        str(entry.get("redop", "")), int(root_text), _json_side(entry, "in_place", where),
-                        _json_side(entry, "out_of_place", where),
-                        None if actual is None else int(_num(actual, f"{where}.actual_iterations"))))
+    if len(results) > MAX_ROWS:
+        raise NcclTestsFormatError(f"{path}: field results: {len(results)} entries; an import holds at most "
+                                   f"{MAX_ROWS} (the most cases a critpath run holds)")
+    rows = [_json_row(entry, i, path) for i, entry in enumerate(results)]
     # writeDeviceReport: one devices entry per process (the first line of its "#  Rank" block), so
     # the rank count is processes x threads x GPUs per thread.
-    listed = config.get("devices") or []
-    nthreads = int(_num(config.get("nthreads", 1), f"{path}: field config.nthreads"))
-    ngpus = int(_num(config.get("ngpus", 1), f"{path}: field config.ngpus"))
-    devices = [{"index": d.get("rank"), "host": d.get("hostname"), "device": d.get("device"),
-                "pci": d.get("device_hex"), "name": d.get("device_info")} for d in listed]
+    listed = config.get("devices")
+    if listed is None:
+        listed = []
+    elif not isinstance(listed, list):
+        raise NcclTestsFormatError(f"{path}: field config.devices: {json.dumps(listed)[:40]} is not a list of processes")
+    devices = [_json_device(d, i, path) for i, d in enumerate(listed)]
+    nthreads = _config_count(config, "nthreads", path, 1, low=1)
+    ngpus = _config_count(config, "ngpus", path, 1, low=1)
     ranks = max(1, len(listed)) * nthreads * ngpus
     ranks_from = f"{len(listed)} processes in config.devices x nthreads {nthreads} x ngpus {ngpus}"
-    args = data.get("args") or []
-    code = data.get("nccl_version")
-    validation = config.get("validation")
-    warmup = int(_num(config.get("warmup_iters", 0), f"{path}: field config.warmup_iters"))
-    agg = int(_num(config.get("aggregated_iterations", 1), f"{path}: field config.aggregated_iterations"))
+    args = _optional(data, "args", _words, f"{path}: field", [])
+    code = _optional(data, "nccl_version", lambda v, w: json_integer(v, w, what="an NCCL_VERSION_CODE"),
+                     f"{path}: field")
+    validation = _optional(config, "validation", lambda v, w: v if isinstance(v, bool) else
+                           json_integer(v, w, high=1, what="0 or 1"), f"{path}: field config")
+    warmup = _config_count(config, "warmup_iters", path, 0, low=0)
+    agg = _config_count(config, "aggregated_iterations", path, 1, low=1)
+    started = _optional(data, "start_time", lambda v, w: json_text(v, w, "a time"), f"{path}: field", "unknown")
     return Parsed(rows, iters, warmup, agg,
-                  ranks, ranks_from, "json", devices, nccl_version_text(code) if isinstance(code, int) else None,
-                  None, str(data.get("start_time", "unknown")),
-                  binary=(str(args[0]), "field args[0]") if args else None,
+                  ranks, ranks_from, "json", devices, None if code is None else nccl_version_text(code),
+                  None, started, binary=(args[0], "field args[0]") if args else None,
                   validation=None if validation is None else bool(validation), trailer=_json_trailer(data, path))
-
-
-def parse(text: str, path: str) -> Parsed:
-    if text.lstrip().startswith("{"):
-        return parse_json(text, path)
-    return parse_text(text, path)

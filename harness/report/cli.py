@@ -5,13 +5,14 @@ several runs give a comparison with the plots overlaid (--out, default reports/c
 """
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Sequence
 
 from harness.claims import baselines
-from harness.core.options import EXIT_OK, EXIT_USAGE
+from harness.core import atomic
+from harness.core.claim import claim_dir
+from harness.core.options import EXIT_OK, EXIT_USAGE, print_error
 from harness.core.store import load_run
 from harness.document.blocks import Block, Heading, Image, to_html, to_markdown
 from harness.history.view import HistoryError, history_blocks
@@ -31,23 +32,21 @@ def register(sub) -> None:
 
 
 def write_report(report: Report, out: Path) -> tuple[Path, Path]:
-    out.mkdir(parents=True, exist_ok=True)
+    with claim_dir(out, "report"):
+        return _write_report(report, out)
+
+
+def _write_report(report: Report, out: Path) -> tuple[Path, Path]:
     plots = out / "plots"
     images = [b for b in report.blocks if isinstance(b, Image)]
     if images:
         plots.mkdir(exist_ok=True)
     for image in images:
-        _atomic_write(plots / f"{image.name}.png", image.png)
+        atomic.write_bytes(plots / f"{image.name}.png", image.png)
     md, html = out / "report.md", out / "report.html"
-    _atomic_write(md, to_markdown(report.blocks).encode())
-    _atomic_write(html, to_html(report.blocks, report.title).encode())
+    atomic.write_text(md, to_markdown(report.blocks))
+    atomic.write_text(html, to_html(report.blocks, report.title))
     return md, html
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
 
 
 def make_report(run_dirs: Sequence[Path], labels: Sequence[str] = (), baselines_dir: Path = baselines.DEFAULT_DIR,
@@ -76,7 +75,7 @@ def cmd_report(args) -> int:
     try:
         report = make_report(args.run_dirs, args.label, args.baselines, args.asv_results)
     except (baselines.BaselineError, HistoryError) as exc:
-        print(f"critpath report: error: {exc}", file=sys.stderr)
+        print_error("report", exc)
         return EXIT_USAGE
     if args.out:
         out = args.out

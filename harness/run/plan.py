@@ -7,6 +7,7 @@ only the rank that writes opens a ``RunJournal``, which holds the run's ID and d
 """
 from __future__ import annotations
 
+import sys
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -14,10 +15,12 @@ from typing import Optional
 
 from harness.core import registry
 from harness.core.case import Case
+from harness.core.claim import Claim, claim_dir
+from harness.core.escape import for_terminal
 from harness.core.family import GridOptions
 from harness.core.options import UsageError
 from harness.core.records import Record, utc_now_iso
-from harness.core.store import RunDir, new_run_id, run_files
+from harness.core.store import MAX_RUN_CASES, RunDir, new_run_id, run_files
 from harness.run.timing import PlanPolicy
 
 PROFILE_POLICY = {
@@ -27,11 +30,10 @@ PROFILE_POLICY = {
     "full": PlanPolicy(warmup=10, target_s=1.0, min_iters=200, max_iters=20000, tail_budget_s=10.0),
 }
 
-# More cases than this in one run is a typo in a sweep, not a plan: refused, naming the cap.
 # Ranks of one job (--world, WORLD_SIZE, SLURM_NTASKS): beyond the largest machines this project
 # models (docs/scale.md), a typo.
 MAX_WORLD = 65536
-MAX_CASES = 10_000
+# More cases than MAX_RUN_CASES in one run is a typo in a sweep, not a plan: refused, naming the cap.
 
 
 @dataclass(frozen=True)
@@ -95,17 +97,23 @@ def plan_run(opts: RunOptions, world: int, backend: str) -> RunPlan:
 def select_cases(opts: RunOptions, grid: GridOptions) -> list[Case]:
     if opts.case_ids:
         try:
-            cases = [registry.parse(cid) for cid in opts.case_ids]
+            named = [registry.parse(cid) for cid in opts.case_ids]
         except ValueError as exc:
             raise UsageError(str(exc)) from None
+        # A case named twice is run once, where it was first named: one record per case ID.
+        cases = list({case.id: case for case in named}.values())
+        if len(cases) < len(named):
+            twice = [c.id for c in cases if sum(n.id == c.id for n in named) > 1]
+            print(for_terminal(f"critpath run: --case named {len(named) - len(cases)} case(s) again "
+                               f"({', '.join(twice[:3])}); each runs once"), file=sys.stderr)
     else:
         try:
             families = registry.select(opts.families)
         except KeyError as exc:
             raise UsageError(exc.args[0]) from None
         cases = registry.cases(families, grid)
-    if len(cases) > MAX_CASES:
-        raise UsageError(f"{len(cases)} cases selected; a run holds at most {MAX_CASES} (narrow --sizes or --families)")
+    if len(cases) > MAX_RUN_CASES:
+        raise UsageError(f"{len(cases)} cases selected; a run holds at most {MAX_RUN_CASES} (narrow --sizes or --families)")
     return cases
 
 
@@ -113,8 +121,9 @@ class RunJournal:
     """The run directory of a plan while it runs: each record on disk as it comes, and run.json
     saying how far the run got, so a run killed at any point leaves a directory that says so."""
 
-    def __init__(self, plan: RunPlan, run_dir: RunDir) -> None:
+    def __init__(self, plan: RunPlan, run_dir: RunDir, claim: Optional[Claim] = None) -> None:
         self.plan = plan
+        self.claim = claim  # held from open to end
         self.run_dir = run_dir
         self.run_id = run_dir.run_id
         self.started_at = utc_now_iso("seconds")
@@ -123,21 +132,28 @@ class RunJournal:
     @classmethod
     def open(cls, plan: RunPlan) -> "RunJournal":
         """A new run ID and its directory: the one asked for, else reports/<run-id>; never one that
-        already holds a run."""
+        already holds a run, nor one another process is writing (claimed before it is looked into,
+        so two runs started at once into one --out cannot both find it empty)."""
         run_id = new_run_id()
         path = plan.out or Path("reports") / run_id
+        claim = claim_dir(path, "run")
         taken = run_files(path)
         if taken:
+            claim.release()
             raise UsageError(f"{path} already holds a run ({taken[0]}); choose another --out")
-        return cls(plan, RunDir(path, run_id))
+        return cls(plan, RunDir(path, run_id), claim)
 
     @property
     def path(self) -> Path:
         return self.run_dir.path
 
     def start(self, fingerprint: dict) -> None:
-        self.run_dir.write_fingerprint(fingerprint)
-        self.run_dir.write_meta(self.meta("running"))
+        try:
+            self.run_dir.write_fingerprint(fingerprint)
+            self.run_dir.write_meta(self.meta("running"))
+        except BaseException:
+            self._release()  # a start that failed (a full disk) leaves the directory as it found it
+            raise
 
     def keep(self, record: Record) -> None:
         self.run_dir.append(record)  # on disk before anything else happens
@@ -145,7 +161,14 @@ class RunJournal:
         self.run_dir.write_meta(self.meta("running"))  # how far it got, if it is killed next
 
     def end(self, state: str) -> None:
-        self.run_dir.write_meta(self.meta(state))
+        try:
+            self.run_dir.write_meta(self.meta(state))
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        if self.claim is not None:
+            self.claim.release()
 
     def meta(self, state: str) -> dict:
         """run.json: how far the run got."""

@@ -4,6 +4,8 @@ from __future__ import annotations
 from rich.console import Console
 from rich.progress import Progress
 
+from harness.core.escape import for_terminal
+
 
 class LiveProgress:
     """A rich ``Progress`` that is only drawn on a terminal; ``line`` prints above the bar there,
@@ -25,4 +27,4 @@ class LiveProgress:
 
     def line(self, text: str) -> None:
         target = self.progress.console if self.live else self.console
-        target.print(text, markup=False, highlight=False, soft_wrap=True)
+        target.print(for_terminal(text), markup=False, highlight=False, soft_wrap=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
+from harness.core.escape import for_terminal
 from harness.core.records import Record
 from harness.run.plan import RunJournal
 from harness.run.progress import LiveProgress
@@ -39,8 +40,9 @@ class Reporter(LiveProgress):
         line = f"[{self.done}/{self.total}] {record.case_id} {record.label} {figure}".rstrip()
         if record.error is not None:
             line += f" ({record.error.kind}: {record.error.message.splitlines()[0] if record.error.message else ''})"
+        line = for_terminal(line)  # an error message is whatever the case printed, escape sequences too
         if self.live:
-            self.progress.console.log(line) if not record.ok else None
+            self.progress.console.log(line, markup=False, highlight=False) if not record.ok else None
         else:
             self.console.print(line, markup=False, highlight=False)
 

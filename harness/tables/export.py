@@ -13,6 +13,10 @@ import json
 import sys
 from pathlib import Path
 
+from harness.core import atomic
+from harness.core.escape import for_csv, for_terminal
+from harness.core.options import print_error
+from harness.core.store import run_files
 from harness.tables.frame import load_runs, records_of, samples_of
 
 FORMATS = ("csv", "json", "parquet")
@@ -30,19 +34,33 @@ def require(fmt: str) -> None:
 
 
 def write(df, fmt: str, out: Path) -> None:
+    """``df`` as ``fmt`` into ``out``, atomically: an export that fails leaves the old file whole."""
     out = Path(out)
     if fmt == "csv":
-        df.to_csv(out, index=False)
+        text = df.select_dtypes(include=["string", "object"]).columns
+        df = df.assign(**{c: df[c].map(lambda v: for_csv(v) if isinstance(v, str) else v) for c in text})
+        with atomic.atomic_file(out, "w") as f:
+            df.to_csv(f, index=False)
     elif fmt == "json":
         doc = json.loads(df.to_json(orient="table", index=False))
         doc["figures"] = df.attrs.get("figures", {})
         doc["runs"] = df.attrs.get("runs", [])
-        out.write_text(json.dumps(doc, indent=1) + "\n")
+        atomic.write_json(out, doc, indent=1, sort_keys=False)
     elif fmt == "parquet":
         require(fmt)
-        df.to_parquet(out, index=False)
+        with atomic.atomic_file(out) as f:
+            df.to_parquet(f, index=False)
     else:
         raise ValueError(f"unknown format {fmt!r}; one of {', '.join(FORMATS)}")
+
+
+def inputs_of(run_dirs) -> list[Path]:
+    """Every file an export reads: each run's records, run.json and fingerprint.json (a results
+    file given alone is itself the input)."""
+    files = []
+    for path in map(Path, run_dirs):
+        files += run_files(path) if path.is_dir() else [path]
+    return files
 
 
 def register(sub) -> None:
@@ -59,8 +77,9 @@ def cmd_export(args) -> int:
     try:
         require(args.fmt)
     except ExportUnavailable as exc:
-        print(f"critpath export: error: {exc}", file=sys.stderr)
+        print_error("export", exc)
         return 2
+    atomic.refuse_inputs(args.out, inputs_of(args.run_dirs))
     runs = load_runs(args.run_dirs)  # an invalid record raises here, naming file and line
     df = samples_of(runs) if args.samples else records_of(runs)
     write(df, args.fmt, args.out)
@@ -68,7 +87,8 @@ def cmd_export(args) -> int:
     print(f"wrote {len(df)} {what} of {len(runs)} run(s) to {args.out} ({args.fmt})")
     for run in runs:
         if not run.records:  # no row can carry it: say so here
-            print(f"{run.path}: no records{'; ' + run.incomplete if run.incomplete else ''}", file=sys.stderr)
+            print(for_terminal(f"{run.path}: no records{'; ' + run.incomplete if run.incomplete else ''}"),
+                  file=sys.stderr)
         elif run.incomplete:
-            print(f"{run.path}: {run.incomplete} (its rows are marked incomplete)", file=sys.stderr)
+            print(for_terminal(f"{run.path}: {run.incomplete} (its rows are marked incomplete)"), file=sys.stderr)
     return 0

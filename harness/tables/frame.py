@@ -23,6 +23,7 @@ import numpy as np
 
 from harness.core import registry
 from harness.core.declarations import declared
+from harness.core.escape import for_file
 from harness.core.figures import is_mean_only
 from harness.core.store import LoadedRun, load_run, run_of
 
@@ -192,7 +193,10 @@ def records_of(runs: list[LoadedRun]):
     import pandas as pd  # 0.4 s: paid where a frame is built, not by every command that imports tables
 
     figures = figure_declarations(runs)
-    rows = [_record_row(run, record) for run in runs for record in run.records]
+    # A record's text can hold what no UTF-8 file can (a lone surrogate in an error message): the
+    # frame holds it visibly escaped, so every export and the report can write it.
+    rows = [{k: for_file(v) if isinstance(v, str) else v for k, v in _record_row(run, record).items()}
+            for run in runs for record in run.records]
     params = sorted({k for row in rows for k in row if k.startswith(PARAM_PREFIX)})
     nccl = NCCL_COLUMNS if any(NCCL_PREFIX + "file" in row for row in rows) else {}
     columns = [*RUN_COLUMNS, *CASE_COLUMNS, *params, *SUMMARY_COLUMNS, *CHECK_COLUMNS, *figures, *nccl, NOTE_COLUMN]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from harness.core.escape import for_terminal
 from harness.core.options import EXIT_FAILED, EXIT_OK
 from harness.core.store import FINGERPRINT, RUN_META, ResultsFileError, load_records, read_json, run_of
 from harness.tables.frame import records_of
@@ -37,10 +38,10 @@ def cmd_show(args) -> int:
         if len(args.run_dirs) == 1:
             print_tables(records, frame=frames[0])
         for item in skipped:
-            print(f"skipped {run_dir}: line {item.line}: {item.reason}", file=sys.stderr)
+            print(for_terminal(f"skipped {run_dir}: line {item.line}: {item.reason}"), file=sys.stderr)
         incomplete = run.incomplete
         if incomplete:  # a killed or empty run is not shown as a whole one
-            print(f"{run_dir}: {incomplete}", file=sys.stderr)
+            print(for_terminal(f"{run_dir}: {incomplete}"), file=sys.stderr)
         whole = whole and all(r.ok for r in records) and not skipped and not incomplete
     if len(args.run_dirs) > 1:
         print_comparison(frames, labels, records=runs)

@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from harness.core import registry
+from harness.core.escape import for_terminal
 from harness.core.records import Record
 from harness.nccltests.show import imported, imported_notes
 from harness.tables.family import MISSING, TextTable, comparison_table, family_table, imported_tables, split_imports
@@ -17,14 +18,14 @@ from harness.tables.frame import frame_of
 
 def rich_table(table: TextTable, title: str = "") -> Table:
     """A frame-derived table (harness.tables.family) for the terminal: status cells coloured."""
-    out = Table(title=title or table.title or None, title_justify="left")
+    out = Table(title=escape(for_terminal(title or table.title)) or None, title_justify="left")
     status = [i for i, h in enumerate(table.headers) if h == "status" or h.startswith("status ")]
     for i, header in enumerate(table.headers):
         # a case ID wraps rather than losing its tail (the parameters that tell two cases apart)
-        out.add_column(header, justify="left" if i in status or header == "case" else "right",
+        out.add_column(escape(for_terminal(header)), justify="left" if i in status or header == "case" else "right",
                        overflow="fold")  # a number cut to "2684354…" reads like a value
     for row in table.rows:
-        cells = [escape(c) for c in row]
+        cells = [escape(for_terminal(c)) for c in row]
         for i in status:
             if row[i] != MISSING:
                 colour = "green" if row[i] == "ok" else "red"
@@ -51,7 +52,7 @@ def _unverified(name: str, group: list[Record], console: Console) -> None:
         for why in set(record.unverifiable.values()):
             reasons[why] += 1
     for why, count in reasons.items():
-        console.print(f"{name}: figures of {count} of {len(group)} records not verified: {why}",
+        console.print(for_terminal(f"{name}: figures of {count} of {len(group)} records not verified: {why}"),
                       markup=False, highlight=False, style="yellow")
 
 
@@ -66,7 +67,8 @@ def print_tables(records: Iterable[Record], console: Console | None = None, fram
         group = [r for r in records if imported(r).get("file") == table.source]
         console.print(rich_table(table))
         for line in imported_notes(group):
-            console.print(line, markup=False, highlight=False, style="red" if line.startswith("DISAGREES") else None)
+            console.print(for_terminal(line), markup=False, highlight=False,
+                          style="red" if line.startswith("DISAGREES") else None)
         _unverified(group[0].family, group, console)
     for name in measured["family"].drop_duplicates():
         console.print(rich_table(family_table(measured[measured["family"] == name], registry.FAMILIES.get(name)),
@@ -79,7 +81,8 @@ def _family_notes(name: str, group: list[Record], console: Console, prefix: str 
     for record in group:
         if record.error is not None:
             # Error text comes from exceptions (gloo prints [file:line]); never parse it as markup.
-            console.print(f"{prefix}{record.case_id}: {record.status}: {record.error.kind}: {record.error.message}",
+            console.print(for_terminal(f"{prefix}{record.case_id}: {record.status}: {record.error.kind}: "
+                                       f"{record.error.message}"),
                           markup=False, highlight=False, style="red")
     _unverified(prefix + name, group, console)
 
@@ -94,6 +97,6 @@ def print_comparison(frames: list, labels: list[str], console: Console | None = 
         table = comparison_table([df[df["family"] == name] for df in frames], labels, registry.FAMILIES.get(name))
         console.print(rich_table(table, _title(name)))
         for note in table.notes:
-            console.print(note, markup=False, highlight=False)
+            console.print(for_terminal(note), markup=False, highlight=False)
         for label, run in zip(labels, records or ()):
             _family_notes(name, [r for r in run if r.family == name], console, prefix=f"{label}: ")

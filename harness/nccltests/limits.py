@@ -1,0 +1,18 @@
+"""How much nccl-tests output one import reads: each limit names itself in the error that enforces it.
+
+The text log is read line by line, so its size costs time, not memory; the JSON file is parsed
+whole, so its size is memory. Rows become records, and an import holds at most as many as a
+critpath run (``MAX_RUN_CASES``): an nccl-tests sweep from 1 B to 16 GB by factors of 2 prints 35.
+"""
+from harness.core.store import MAX_RUN_CASES
+
+MAX_ROWS = MAX_RUN_CASES
+# A text log with NCCL_DEBUG=INFO lines between the rows of a large job: tens of megabytes.
+MAX_TEXT_BYTES = 256 << 20
+# -J output, per-iteration times included (writePerIterReport): 10,000 rows of 600 times is 60 MB.
+MAX_JSON_BYTES = 64 << 20
+# No line nccl-tests or NCCL prints comes near this; a longer one is not a log line.
+MAX_LINE_BYTES = 1 << 20
+# Records are written this many at a time, with one fsync each: run.json, written after the last,
+# is what says the import is whole.
+RECORDS_PER_BATCH = 1000

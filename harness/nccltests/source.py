@@ -1,0 +1,91 @@
+"""Opening an nccl-tests output: a regular file within the import's limits, read as it is parsed.
+
+The text log is handed to the parser one line at a time, so only its rows are held however long
+the log is; the ``-J`` JSON file is read whole, bounded by its own limit. Both are hashed as they
+are read: the digest names the import's run (``nccl-tests-<stem>-<digest>``) without a second read.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import BinaryIO, Iterator
+
+from harness.core.inputfile import open_regular
+from harness.nccltests.limits import MAX_JSON_BYTES, MAX_LINE_BYTES, MAX_TEXT_BYTES
+from harness.nccltests.parse import Parsed, parse_json, parse_text
+from harness.nccltests.values import NcclTestsFormatError
+
+WHAT = "nccl-tests output"
+
+
+class _Reader:
+    """The file's lines as bytes, each at most MAX_LINE_BYTES, the whole at most ``limit``."""
+
+    def __init__(self, f: BinaryIO, path: Path) -> None:
+        self.f, self.path = f, path
+        self.hasher = hashlib.sha256()
+        self.read_bytes = 0
+        self.lines = 0
+
+    def _count(self, data: bytes, limit: int) -> bytes:
+        self.hasher.update(data)
+        self.read_bytes += len(data)
+        if self.read_bytes > limit:
+            raise NcclTestsFormatError(f"{self.path}: more than {limit} bytes; {WHAT} is at most {limit} bytes "
+                                       "(harness/nccltests/limits.py)")
+        return data
+
+    def line(self, limit: int) -> bytes:
+        raw = self.f.readline(MAX_LINE_BYTES + 1)
+        self.lines += 1
+        if len(raw) > MAX_LINE_BYTES:
+            raise NcclTestsFormatError(f"{self.path}:{self.lines}: a line of more than {MAX_LINE_BYTES} bytes; "
+                                       f"no line of {WHAT} is that long")
+        return self._count(raw, limit)
+
+    def rest(self, limit: int) -> bytes:
+        return self._count(self.f.read(limit - self.read_bytes + 1), limit)
+
+    @property
+    def digest(self) -> str:
+        return self.hasher.hexdigest()
+
+
+def _text_lines(reader: _Reader) -> Iterator[str]:
+    """The log's lines as ``str.splitlines`` of the whole decoded file gives them (a lone CR ends a
+    line too), so line numbers are the same however the file is read."""
+    while raw := reader.line(MAX_TEXT_BYTES):
+        yield from raw.decode("utf-8", errors="replace").splitlines()
+
+
+def _is_json(f: BinaryIO) -> bool:
+    """The first byte that is not white space is "{" (the file is regular, so it can be read again)."""
+    while chunk := f.read(1 << 16):
+        if chunk.strip():
+            f.seek(0)
+            return chunk.lstrip().startswith(b"{")
+    f.seek(0)
+    return False
+
+
+def read_output(path: Path) -> tuple[Parsed, str]:
+    """The output at ``path`` parsed (its collective not yet detected), and its SHA-256."""
+    path = Path(path)
+    try:
+        f = open_regular(path, WHAT)
+    except OSError as exc:  # absent, or unreadable: InputFileError (a FIFO, a device) is a CannotRun
+        raise NcclTestsFormatError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    with f:
+        size = os.fstat(f.fileno()).st_size
+        json_file = _is_json(f)
+        limit = MAX_JSON_BYTES if json_file else MAX_TEXT_BYTES
+        if size > limit:  # refused before it is read; a file that grows as it is read is caught by _Reader
+            raise NcclTestsFormatError(f"{path}: {size} bytes; {WHAT} ({'JSON' if json_file else 'text'}) is at "
+                                       f"most {limit} bytes (harness/nccltests/limits.py)")
+        reader = _Reader(f, path)
+        if json_file:
+            parsed = parse_json(reader.rest(MAX_JSON_BYTES).decode("utf-8", errors="replace"), str(path))
+        else:
+            parsed = parse_text(_text_lines(reader), str(path))
+        return parsed, reader.digest

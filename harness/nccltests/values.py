@@ -1,0 +1,94 @@
+"""The checks every value read from nccl-tests output passes before it becomes part of a record.
+
+nccl-tests prints counts as integers (``%d``, ``%ld``) and figures as finite decimals, so a value
+that is not one (a fraction of a wrong element, a NaN time, ``1e400`` iterations, a string where a
+number belongs, a boolean) was not written by nccl-tests: it is refused with the file, the line
+or JSON record, and the field, never rounded or taken as absent. ``NcclTestsFormatError`` is the
+one error of the importer; the command turns it into exit 2.
+"""
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Optional
+
+_INTEGER = re.compile(r"\d+")
+# The figures nccl-tests prints: "%7.2f", "%6.2f", "%.6lf", "%5.0le", "%g" (no nan, no inf)
+_DECIMAL = re.compile(r"-?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?")
+
+
+class NcclTestsFormatError(ValueError):
+    """Input that is not nccl-tests output; the message names file and line (or JSON field)."""
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"a boolean ({str(value).lower()})"
+    if isinstance(value, (list, dict)):
+        return f"{'a list' if isinstance(value, list) else 'an object'}"
+    return repr(value)
+
+
+def _in_range(value: float, where: str, low: Optional[float], high: Optional[float], what: str) -> None:
+    if low is not None and value < low:
+        raise NcclTestsFormatError(f"{where}: {value:g} is less than {low:g}, not {what}")
+    if high is not None and value > high:
+        raise NcclTestsFormatError(f"{where}: {value:g} is more than {high:g}, not {what}")
+
+
+def json_integer(value: Any, where: str, low: int = 0, high: Optional[int] = None,
+                 what: str = "a count") -> int:
+    """A JSON integer in [low, high]: 8 and 8.0 both are (JSON does not tell them apart), 8.5 is not."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise NcclTestsFormatError(f"{where}: {_kind(value)} is not an integer ({what})")
+    if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
+        raise NcclTestsFormatError(f"{where}: {value!r} is not an integer ({what})")
+    _in_range(value, where, low, high, what)
+    return int(value)
+
+
+def json_number(value: Any, where: str, low: Optional[float] = 0.0, above: bool = False,
+                what: str = "a figure") -> float:
+    """A finite JSON number >= low (> low when ``above``)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise NcclTestsFormatError(f"{where}: {_kind(value)} is not a number ({what})")
+    number = float(value)
+    if not math.isfinite(number):
+        raise NcclTestsFormatError(f"{where}: {value!r} is not a finite number ({what})")
+    if above and low is not None and number <= low:
+        raise NcclTestsFormatError(f"{where}: {number:g} is not more than {low:g} ({what})")
+    _in_range(number, where, low, None, what)
+    return number
+
+
+def json_text(value: Any, where: str, what: str = "a name", empty: bool = True) -> str:
+    if not isinstance(value, str):
+        raise NcclTestsFormatError(f"{where}: {_kind(value)} is not a string ({what})")
+    if not empty and not value.strip():
+        raise NcclTestsFormatError(f"{where}: an empty string is not {what}")
+    return value
+
+
+def text_integer(token: str, where: str, field: str, low: int = 0) -> int:
+    """A count as nccl-tests prints it: digits only (no sign, point, exponent or underscore)."""
+    if not _INTEGER.fullmatch(token):
+        raise NcclTestsFormatError(f"{where}: {field} is {token!r}, not a whole number of at least {low}")
+    number = int(token)
+    if number < low:
+        raise NcclTestsFormatError(f"{where}: {field} is {token!r}, less than {low}")
+    return number
+
+
+def text_number(token: str, where: str, field: str, low: Optional[float] = 0.0, above: bool = False) -> float:
+    """A figure as nccl-tests prints it: a finite decimal (``nan``, ``inf`` and ``1e400`` are not)."""
+    if not _DECIMAL.fullmatch(token):
+        raise NcclTestsFormatError(f"{where}: {field} is {token!r}, not a number")
+    number = float(token)
+    if not math.isfinite(number):
+        raise NcclTestsFormatError(f"{where}: {field} is {token!r}, not a finite number")
+    if low is not None and (number < low or (above and number <= low)):
+        bound = f"more than {low:g}" if above else f"at least {low:g}"
+        raise NcclTestsFormatError(f"{where}: {field} is {token}, not {bound}")
+    return number

@@ -1,0 +1,347 @@
+"""Imports of nccl-tests output that is hostile or cut short: a run directory is read as whole
+only when its records say so, an imported figure is checked against the row it came from, every
+value of the input is type- and range-checked, and the importer is bounded."""
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+from harness.core.store import RESULTS, RUN_META, load_run
+from harness.nccltests import limits
+from harness.nccltests.importer import NcclTestsFormatError, import_file, parse_file
+
+ROOT = Path(__file__).resolve().parents[1]
+NT = Path(__file__).parent / "fixtures" / "nccl_tests"
+sys.path.insert(0, str(ROOT / "examples"))
+from nccltests_biglog import write_log  # examples/ is on the path from here
+
+PROFILE = ("schema: critpath.accept/1\nname: imported\nworld: 8\n"
+           "checks:\n  - {name: busbw 128M, family: allreduce, select: {size_bytes: 134217728}, "
+           "statistic: busbw_gbps, min: 380, source: t}\n")
+
+
+def _profile(tmp_path: Path) -> Path:
+    path = tmp_path / "profile.yaml"
+    path.write_text(PROFILE)
+    return path
+
+
+def _json(tmp_path: Path, edit, name: str = "all_reduce.json") -> Path:
+    data = json.loads((NT / "all_reduce_h100.json").read_text())
+    edit(data)
+    path = tmp_path / name
+    path.write_text(json.dumps(data))  # NaN and Infinity as Python's json writes them
+    return path
+
+
+def _reads_incomplete(run: Path, tmp_path: Path, capsys) -> None:
+    """Every reader of ``run`` says it is not whole: show, report, accept, compare."""
+    capsys.readouterr()
+    assert main(["show", str(run)]) == 1
+    assert "incomplete" in capsys.readouterr().err
+    assert main(["report", str(run), "--out", str(tmp_path / "report")]) in (0, 1)
+    assert "INCOMPLETE RUN" in (tmp_path / "report" / "report.md").read_text()
+    assert main(["accept", "--profile", str(_profile(tmp_path)), "--run", str(run), "--no-report",
+                 "--out", str(tmp_path / "acc")]) == 2
+    assert "COULD NOT VERIFY  the run: incomplete" in capsys.readouterr().out
+    assert main(["compare", str(run), str(run), "--out", str(tmp_path / "cmp")]) == 2
+    assert "incomplete" in capsys.readouterr().err
+
+
+# -- 4: a killed or crashed import reads as incomplete, from its records ---------------------------
+
+_STOP_AFTER_FIRST_BATCH = """
+import os, signal, sys
+real = os.fsync
+def fsync(fd):
+    real(fd)
+    if os.readlink(f"/proc/self/fd/{fd}").endswith("/results.jsonl"):
+        os.kill(os.getpid(), signal.SIGSTOP)  # the first batch is on disk: wait here to be killed
+os.fsync = fsync
+from harness.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="reads /proc/self/fd")
+def test_an_import_killed_after_its_first_batch_reads_as_incomplete_everywhere(tmp_path, capsys):
+    log, run = tmp_path / "all_reduce.txt", tmp_path / "run"
+    write_log(log, 2 * limits.RECORDS_PER_BATCH + 7)
+    # A real critpath import, stopped by itself at a deterministic point (right after its first
+    # fsync of results.jsonl), then SIGKILLed: no timing decides what is on disk.
+    proc = subprocess.Popen([sys.executable, "-c", _STOP_AFTER_FIRST_BATCH, "import-nccl-tests", str(log),
+                             "--out", str(run)], env={**os.environ, "PYTHONPATH": str(ROOT)})
+    _, status = os.waitpid(proc.pid, os.WUNTRACED)
+    assert os.WIFSTOPPED(status), "the import ended before its first batch was on disk"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    written = (run / RESULTS).read_text().count("\n")
+    assert written == limits.RECORDS_PER_BATCH
+    assert json.loads((run / RUN_META).read_text())["state"] == "importing"
+    assert load_run(run).incomplete == f"incomplete: {written} cases, run.json says importing"
+    _reads_incomplete(run, tmp_path, capsys)
+
+
+def test_an_import_whose_run_json_claims_more_than_its_records_is_incomplete(tmp_path, capsys):
+    # What the old importer left when killed: run.json "imported" and cases_ok written first.
+    run = tmp_path / "run"
+    assert main(["import-nccl-tests", str(NT / "all_reduce_h100.txt"), "--out", str(run)]) == 0
+    lines = (run / RESULTS).read_text().splitlines(keepends=True)
+    (run / RESULTS).write_text("".join(lines[:4]))
+    assert load_run(run).incomplete == "incomplete: 4 of 9 cases, run.json says imported"
+    _reads_incomplete(run, tmp_path, capsys)
+
+
+def test_a_run_directory_without_run_json_is_not_whole(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(["import-nccl-tests", str(NT / "all_reduce_h100.txt"), "--out", str(run)]) == 0
+    (run / RUN_META).unlink()
+    assert load_run(run).incomplete == "incomplete: 9 cases and no run.json, which a whole run writes last"
+    assert main(["show", str(run)]) == 1
+    # a results file given alone has nothing beside it to say, and is shown as it is
+    assert main(["show", str(run / RESULTS)]) == 0
+
+
+def test_the_import_writes_its_records_before_the_run_json_that_claims_them(tmp_path):
+    run = tmp_path / "run"
+    import_file(NT / "all_reduce_h100.txt", run)
+    meta = json.loads((run / RUN_META).read_text())
+    assert meta["state"] == "imported" and meta["cases_total"] == 9 == meta["cases_ok"]
+    assert (run / RUN_META).stat().st_mtime_ns >= (run / RESULTS).stat().st_mtime_ns
+    assert len(meta["source_sha256"]) == 64
+    assert load_run(run).incomplete == ""
+
+
+def test_a_json_row_with_a_nan_figure_is_refused_and_leaves_nothing(tmp_path, capsys):
+    def nan_algbw(data):
+        data["results"][3]["in_place"]["alg_bw"] = float("nan")
+    path = _json(tmp_path, nan_algbw)
+    assert main(["import-nccl-tests", str(path), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: results[3].in_place.alg_bw: nan is not a finite number (GB/s)" in err
+    assert not (tmp_path / "run").exists()
+
+
+# -- 4: diagnose calls a node without valid records "no evidence", never healthy --------------------
+
+def test_diagnose_says_no_evidence_for_a_node_without_records(tmp_path, capsys):
+    good = tmp_path / "good"
+    assert main(["import-nccl-tests", str(NT / "all_reduce_h100.txt"), "--out", str(good)]) == 0
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / RUN_META).write_text(json.dumps({"schema": "critpath.run/1", "state": "finished", "cases_total": 0}))
+    (empty / "fingerprint.json").write_text(json.dumps({"host": "node09"}))
+    capsys.readouterr()
+    code = main(["diagnose", str(good), str(empty), "--json", str(tmp_path / "d.json")])
+    out = capsys.readouterr().out
+    assert "no evidence: node09 (node09): no valid record measured it" in out
+    verdicts = {n["node"]: n["verdict"] for n in json.loads((tmp_path / "d.json").read_text())["nodes"]}
+    assert verdicts == {"node01": "healthy", "node09": "no evidence"}
+    assert code == 2
+
+
+# -- 5: an edited imported figure is refused, naming the record and the field ---------------------
+
+@pytest.mark.parametrize("field, edit", [
+    ("metrics.busbw_gbps", lambda r: r["metrics"].update(busbw_gbps=9999.0)),
+    ("metrics.time_us", lambda r: r["metrics"].update(time_us=1.0)),
+    ("metrics.p99_us", lambda r: r["metrics"].update(p99_us=1.0)),
+    ("metrics.algbw_gbps", lambda r: r["metrics"].pop("algbw_gbps")),
+    ("samples_ns", lambda r: (r.update(samples_ns=[1000]), r.update(summary=None))),
+])
+def test_an_edited_imported_figure_is_refused_by_acceptance(tmp_path, capsys, field, edit):
+    run = tmp_path / "run"
+    assert main(["import-nccl-tests", str(NT / "all_reduce_h100.txt"), "--out", str(run)]) == 0
+    lines = (run / RESULTS).read_text().splitlines()
+    record = json.loads(lines[-1])
+    edit(record)
+    lines[-1] = json.dumps(record)
+    (run / RESULTS).write_text("\n".join(lines) + "\n")
+    capsys.readouterr()
+    assert main(["accept", "--profile", str(_profile(tmp_path)), "--run", str(run), "--no-report"]) == 2
+    out = capsys.readouterr().out
+    assert "acceptance imported: COULD NOT VERIFY" in out
+    assert (f"results.jsonl:9: allreduce/algo=native,backend=nccl,dtype=float32,size_bytes=134217728,world=8: "
+            f"field {field}") in out
+    assert main(["show", str(run)]) == 2
+
+
+def test_the_tampered_busbw_names_what_its_row_says(tmp_path):
+    run = tmp_path / "run"
+    import_file(NT / "all_reduce_h100.txt", run)
+    text = (run / RESULTS).read_text()
+    assert text.count('"busbw_gbps":436.08}') == 1
+    (run / RESULTS).write_text(text.replace('"busbw_gbps":436.08}', '"busbw_gbps":9999.0}'))
+    with pytest.raises(Exception, match=r"field metrics.busbw_gbps: 9999.0 but its imported row "
+                                         r"\(all_reduce_h100.txt line 26, extra.imported.in_place\) says 436.08"):
+        load_run(run)
+
+
+# -- 7: a wrong count is a whole number, never rounded --------------------------------------------
+
+@pytest.mark.parametrize("token", ["0.5", "-1", "1e0", "nan", "+0", "1_0"])
+def test_a_text_wrong_count_that_is_not_a_whole_number_is_refused(tmp_path, token):
+    lines = (NT / "all_reduce_h100.txt").read_text().splitlines(keepends=True)
+    assert lines[25].rstrip().endswith("436.08       0")
+    lines[25] = lines[25].rstrip()[:-1] + token + "\n"
+    path = tmp_path / "all_reduce.txt"
+    path.write_text("".join(lines))
+    with pytest.raises(NcclTestsFormatError, match=rf"all_reduce.txt:26: in-place #wrong is '{re.escape(token)}', not a whole"):
+        parse_file(path)
+
+
+@pytest.mark.parametrize("value", [0.9, 0.5, -1, float("nan"), "1", True, [0]])
+def test_a_json_nwrong_that_is_not_a_count_is_refused(tmp_path, value):
+    path = _json(tmp_path, lambda d: d["results"][8]["in_place"].update(nwrong=value))
+    with pytest.raises(NcclTestsFormatError, match=r"all_reduce.json: results\[8\].in_place.nwrong: "):
+        parse_file(path)
+
+
+# -- 16: accept of a run killed before its first record ------------------------------------------
+
+def test_accept_of_a_run_without_records_could_not_verify(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / RUN_META).write_text(json.dumps({"schema": "critpath.run/1", "run_id": "x", "state": "running",
+                                            "cases_total": 9, "cases_ok": 0}))
+    assert main(["accept", "--profile", str(_profile(tmp_path)), "--run", str(run)]) == 2
+    out = capsys.readouterr().out
+    assert "COULD NOT VERIFY  the run: incomplete: 0 of 9 cases, run.json says running" in out
+    assert "COULD NOT VERIFY  check busbw 128M: busbw_gbps >= 380 GB/s: the run holds no records" in out
+
+
+# -- 19: every field of -J output is type- and range-checked ---------------------------------------
+
+HOSTILE = {"str": "abc", "int": 123, "nan": math.nan, "inf": math.inf, "1e400": 1e400, "neg": -1, "frac": 8.5,
+           "list": [1], "obj": {"a": 1}, "true": True, "null": None, "zero": 0, "empty": ""}
+# field -> the hostile values nccl-tests could have written there (everything else must be refused)
+FIELDS = {
+    ("config", "iterations"): {"int"},
+    ("config", "warmup_iters"): {"int", "zero", "null"},
+    ("config", "nthreads"): {"int", "null"},
+    ("config", "ngpus"): {"int", "null"},
+    ("config", "aggregated_iterations"): {"int", "null"},
+    ("config", "validation"): {"zero", "true", "null"},
+    ("config", "devices"): {"null"},
+    ("config", "devices", 0, "hostname"): {"str", "null"},
+    ("config", "devices", 0, "rank"): {"int", "zero", "null"},
+    ("config", "devices", 0, "device"): {"int", "zero", "null"},
+    ("config", "devices", 0, "device_info"): {"str", "null", "empty"},
+    ("config", "devices", 0, "device_hex"): {"str", "null", "empty"},
+    ("nccl_version",): {"int", "zero", "null"},
+    ("start_time",): {"str", "null", "empty"},
+    ("args",): {"null"},
+    ("results", 0, "size"): {"int", "zero"},
+    ("results", 0, "count"): {"int", "zero"},
+    ("results", 0, "type"): set(),
+    ("results", 0, "redop"): {"str", "empty"},
+    ("results", 0, "root"): {"neg", "zero"},
+    ("results", 0, "actual_iterations"): {"int", "null"},
+    ("results", 0, "in_place"): {"null"},
+    ("results", 0, "in_place", "time"): {"int", "frac"},
+    ("results", 0, "in_place", "alg_bw"): {"int", "zero", "frac"},
+    ("results", 0, "in_place", "bus_bw"): {"int", "zero", "frac"},
+    ("results", 0, "in_place", "nwrong"): {"int", "zero", "null"},
+    ("out_of_bounds",): {"null"},
+    ("out_of_bounds", "count"): {"int", "zero"},
+    ("average_bus_bandwidth",): {"null"},
+    ("average_bus_bandwidth", "bandwidth"): {"int", "zero", "frac"},
+}
+TRIES = [(path, name) for path in FIELDS for name in HOSTILE]
+
+
+def _set(data, path, value):
+    node = data
+    for part in path[:-1]:
+        node = node[part]
+    node[path[-1]] = value
+
+
+@pytest.mark.parametrize("path, name", TRIES, ids=[".".join(map(str, p)) + "=" + n for p, n in TRIES])
+def test_a_json_field_of_the_wrong_type_or_range_is_refused_naming_it(tmp_path, path, name):
+    value = copy.deepcopy(HOSTILE[name])
+    source = _json(tmp_path, lambda d: _set(d, path, value))
+    try:
+        parsed = parse_file(source)
+    except NcclTestsFormatError as exc:
+        message = str(exc)
+        assert message.startswith(f"{source}:"), message
+        if "evidence contradicts itself" in message or "cannot tell which collective" in message:
+            return  # a value of the right type that the rest of the file contradicts (ranks, shape, factor)
+        assert name not in FIELDS[path], f"refused a value nccl-tests can write: {exc}"
+        dotted = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".")
+        assert dotted in message, message  # file, record index and field
+        return
+    assert name in FIELDS[path], f"accepted {path}={value!r} silently"
+    import_file(source, tmp_path / "run")  # what parses also writes, with no traceback
+    assert parsed.rows
+
+
+def test_text_figures_that_are_not_finite_are_refused(tmp_path):
+    for token in ("nan", "inf", "1e400", "-nan", "0x10"):
+        lines = (NT / "all_reduce_h100.txt").read_text().splitlines(keepends=True)
+        lines[25] = lines[25].replace("538.62", token)
+        path = tmp_path / "all_reduce.txt"
+        path.write_text("".join(lines))
+        with pytest.raises(NcclTestsFormatError, match=rf"all_reduce.txt:26: in-place time \(us\) is '{token}'"):
+            parse_file(path)
+
+
+# -- 13: the importer is bounded and names its limits -----------------------------------------------
+
+def test_more_rows_than_a_run_holds_are_refused_naming_the_limit(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr("harness.nccltests.parse.MAX_ROWS", 50)
+    log = tmp_path / "all_reduce.txt"
+    write_log(log, 51)
+    assert main(["import-nccl-tests", str(log), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert f"{log}:67: more than 50 result rows; an import holds at most 50" in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_log_over_its_byte_limit_is_refused_before_it_is_read(tmp_path, monkeypatch):
+    monkeypatch.setattr("harness.nccltests.source.MAX_TEXT_BYTES", 1000)
+    log = tmp_path / "all_reduce.txt"
+    write_log(log, 20)
+    with pytest.raises(NcclTestsFormatError, match=r"bytes; nccl-tests output \(text\) is at most 1000 bytes"):
+        parse_file(log)
+
+
+def test_a_line_longer_than_any_log_line_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr("harness.nccltests.source.MAX_LINE_BYTES", 100)
+    log = tmp_path / "all_reduce.txt"
+    log.write_text("# " + "x" * 200 + "\n")
+    with pytest.raises(NcclTestsFormatError, match=r"all_reduce.txt:1: a line of more than 100 bytes"):
+        parse_file(log)
+
+
+def test_a_fifo_is_refused_without_waiting(tmp_path):
+    fifo = tmp_path / "all_reduce.txt"
+    os.mkfifo(fifo)
+    start = time.monotonic()
+    with pytest.raises(Exception, match="a FIFO, not a regular file"):
+        parse_file(fifo)
+    assert time.monotonic() - start < 5
+
+
+def test_records_are_written_in_batches_with_one_fsync_each(tmp_path, monkeypatch):
+    calls = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (calls.append(os.readlink(f"/proc/self/fd/{fd}")), real(fd)))
+    log = tmp_path / "all_reduce.txt"
+    write_log(log, 2 * limits.RECORDS_PER_BATCH + 1)
+    records = import_file(log, tmp_path / "run")
+    assert len(records) == 2 * limits.RECORDS_PER_BATCH + 1
+    assert sum(c.endswith("/results.jsonl") for c in calls) == 3  # not one per record
+    assert load_run(tmp_path / "run").incomplete == ""

@@ -1,0 +1,302 @@
+"""Outputs under hostile input and faults: every file written whole and never over an input, every
+output directory claimed by one process, every message escaped for the sink it reaches."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+import pytest
+import xmlschema
+from conftest import ROOT, derived_record
+
+from harness.cli import main
+from harness.core import atomic, escape
+from harness.core.claim import CLAIM_FILE, DirectoryClaimed, claim_dir
+from harness.core.records import ErrorInfo, Record
+from harness.core.registry import parse
+from harness.core.store import RESULTS, append_record, load_run
+from harness.gate.outputs import (
+    GateResult,
+    junit_schema_path,
+    junit_xml,
+    markdown,
+    write_outputs,
+)
+from harness.gate.stats import Outcome, Policy, Verdict
+
+# What a case's error message can hold: an OSC sequence that retitles the terminal, a NUL, a lone
+# surrogate (no UTF-8 file can hold it), markup for HTML and a markdown table's cell separator.
+HOSTILE = "boom \x1b]0;pwned\x07 nul\x00 half\ud800 <script>alert(1)</script> a|b"
+RAW = ("\x1b", "\x07", "\x00", "\ud800")
+OK_CASE = "selftest/fault_rank=0,mode=noop,world=1"
+BAD_CASE = "selftest/fault_rank=0,mode=raise,world=1"
+HOLD = """
+import sys, time
+from harness.core.claim import claim_dir
+claim_dir(sys.argv[1], "run")
+print("held", flush=True)
+sys.stdin.read()  # until the test closes it
+"""
+
+
+def hostile_run(path, host="<script>alert(2)</script>"):
+    """A finished run of two records, one failed with HOSTILE as its error, on a host so named."""
+    path.mkdir(parents=True, exist_ok=True)
+    append_record(path / RESULTS, derived_record(OK_CASE, range(1000, 1200), run_id="r1"))
+    append_record(path / RESULTS, Record.failure(parse(BAD_CASE), "r1", ErrorInfo("failed", HOSTILE, 0, ""), "gloo",
+                                                 "2026-01-01T00:00:00+00:00", 0.1))
+    atomic.write_json(path / "fingerprint.json", {"host": host})
+    atomic.write_json(path / "run.json", {"schema": "critpath.run/1", "run_id": "r1", "state": "finished",
+                                          "cases_total": 2})
+    return path
+
+
+def _no_raw(text: str) -> None:
+    for char in RAW:
+        assert char not in text, f"{char!r} reached the sink raw"
+
+
+# -- escaping, one function per sink -----------------------------------------------------------------
+
+def test_each_sink_gets_the_hostile_message_escaped_visibly():
+    terminal = escape.for_terminal(HOSTILE)
+    _no_raw(terminal)
+    assert "\\x1b]0;pwned\\x07" in terminal and "\\x00" in terminal and "\\ud800" in terminal
+    assert escape.for_terminal("a\u202eb\x9bc\x7f\nd\te") == "a\\u202eb\\x9bc\\x7f\nd\te"  # newline, tab kept
+    xml_text = escape.for_xml(HOSTILE)
+    _no_raw(xml_text)
+    ET.fromstring(ET.tostring(ET.Element("e", message=xml_text)))  # well-formed once the writer escapes <&
+    cell = escape.for_markdown_cell(HOSTILE + "\nnext")
+    _no_raw(cell)
+    assert "<script" not in cell and "&lt;script>" in cell and "a\\|b" in cell and "\n" not in cell
+    assert escape.for_markdown("p99 <= 1 ms, 1 -> 2, &amp;") == "p99 <= 1 ms, 1 -> 2, &amp;amp;"
+    html = escape.for_html(HOSTILE)
+    _no_raw(html)
+    assert "<" not in html
+    assert escape.for_file(HOSTILE).encode("utf-8")  # no UnicodeEncodeError
+
+
+# -- the gate ---------------------------------------------------------------------------------------
+
+def _gate_result(reason: str) -> GateResult:
+    result = GateResult("compare", "p50_ns", "iteration", Policy(),
+                        base={"ref": "main", "host": "<script>x</script>"}, candidate={"ref": "a|b"})
+    result.verdicts[BAD_CASE] = Verdict(Outcome.COULD_NOT_RUN, reason, 0.05, 0.01)
+    result.warnings.append(reason)
+    return result
+
+
+def test_gate_outputs_of_a_hostile_message_are_well_formed(tmp_path):
+    result = _gate_result(HOSTILE)
+    paths = write_outputs(result, tmp_path / "gate")  # was UnicodeEncodeError and a 0-byte gate.xml
+    xml_bytes = paths["junit"].read_bytes()
+    assert xml_bytes
+    xmlschema.XMLSchema(str(junit_schema_path())).validate(str(paths["junit"]))
+    assert "\\x1b]0;pwned\\x07" in ET.fromstring(xml_bytes).find(".//error").get("message")
+    md = paths["markdown"].read_text(encoding="utf-8")
+    _no_raw(md)
+    assert "<script" not in md and "a\\|b" in md
+    row = next(line for line in md.splitlines() if BAD_CASE in line)
+    assert row.count(" | ") == 7  # the message's | does not add a column
+    raw = paths["json"].read_bytes()
+    raw.decode("ascii")
+    data = json.loads(raw)
+    assert "\\ud800" in data["cases"][0]["reason"] and "\ud800" not in json.dumps(data, ensure_ascii=False)
+    assert junit_xml(result) and markdown(result)
+
+
+def test_compare_of_runs_with_a_hostile_error_writes_valid_outputs_and_escapes_the_terminal(tmp_path, capfd):
+    a, b = hostile_run(tmp_path / "a"), hostile_run(tmp_path / "b")
+    assert main(["compare", str(a), str(b), "--out", str(tmp_path / "g")]) == 2
+    out, err = capfd.readouterr()
+    _no_raw(out + err)
+    assert "\\x1b]0;pwned\\x07" in out
+    xmlschema.XMLSchema(str(junit_schema_path())).validate(str(tmp_path / "g" / "gate.xml"))
+
+
+def test_a_gate_stopped_before_its_result_records_the_sides_it_knows(tmp_path, capfd):
+    from harness.gate.cli import gate
+    from harness.gate.config import GateConfig
+    from harness.gate.request import GateOutputs, GateRequest
+    from harness.gate.schedule import Plan
+
+    outputs = GateOutputs("gate", tmp_path / "g", None)
+    request = GateRequest("no-such-ref", "worktree", None, ROOT, (OK_CASE,), None, "quick", Plan(), 2,
+                          GateConfig(), outputs)
+    assert gate(request) == 2  # the base ref does not exist: stopped before anything ran
+    data = json.loads((tmp_path / "g" / "gate.json").read_text())
+    assert data["base"] == {"ref": "no-such-ref", "measured": False}
+    assert data["candidate"] == {"ref": "worktree", "measured": False}
+    assert data["error"]
+    assert not (tmp_path / "g" / CLAIM_FILE).exists()  # given up when the gate is done
+    # refused before it read its sides: null, not an empty object that reads as a side
+    assert main(["gate", "--out", str(tmp_path / "r"), "--case", OK_CASE]) == 2
+    assert json.loads((tmp_path / "r" / "gate.json").read_text())["base"] is None
+
+
+# -- report, show, export of a run with a hostile error -------------------------------------------
+
+def test_report_escapes_the_message_and_the_host_in_markdown_and_html(tmp_path):
+    run = hostile_run(tmp_path / "run")
+    assert main(["report", str(run), "--out", str(tmp_path / "rep")]) == 0  # was UnicodeEncodeError
+    md = (tmp_path / "rep" / "report.md").read_text(encoding="utf-8")
+    html = (tmp_path / "rep" / "report.html").read_text(encoding="utf-8")
+    for text in (md, html):
+        _no_raw(text)
+        assert "<script" not in text
+    assert "&lt;script>alert(2)" in md and "\\x1b]0;pwned\\x07" in md
+
+
+def test_show_prints_no_escape_sequence(tmp_path, capfd):
+    run = hostile_run(tmp_path / "run")
+    assert main(["show", str(run)]) == 1  # a failed case
+    out, err = capfd.readouterr()
+    _no_raw(out + err)
+    assert "\\x1b]0;pwned\\x07" in out
+
+
+def test_run_progress_lines_escape_the_error():
+    from rich.console import Console
+
+    from harness.run.reporter import Reporter
+
+    console = Console(record=True, force_terminal=False, width=300)
+    record = Record.failure(parse(BAD_CASE), "r1", ErrorInfo("failed", HOSTILE, 0, ""), "gloo",
+                            "2026-01-01T00:00:00+00:00", 0.1)
+    with Reporter(console, 1) as reporter:
+        reporter.finished(record)
+    text = console.export_text()
+    _no_raw(text)
+    assert "\\x1b]0;pwned\\x07" in text
+
+
+def test_an_error_line_on_stderr_is_escaped(tmp_path, capfd):
+    assert main(["show", str(tmp_path / "run \x1b]0;pwned\x07")]) == 2  # no such run: the path is in the message
+    err = capfd.readouterr().err
+    _no_raw(err)
+    assert "\\x1b]0;pwned\\x07" in err
+
+
+@pytest.mark.parametrize("fmt", ["csv", "json", "parquet"])
+def test_export_of_a_hostile_error_writes_valid_utf8(tmp_path, fmt):
+    pytest.importorskip("pyarrow")
+    run = hostile_run(tmp_path / "run")
+    out = tmp_path / f"x.{fmt}"
+    assert main(["export", str(run), "--format", fmt, "--out", str(out)]) == 0  # was UnicodeEncodeError
+    if fmt == "parquet":
+        import pandas as pd
+
+        assert "\\ud800" in pd.read_parquet(out)["error"].dropna().iloc[0]
+        return
+    text = out.read_bytes().decode("utf-8")
+    _no_raw(text)
+    assert "\\ud800" in text
+
+
+# -- outputs never over an input, and written whole -----------------------------------------------
+
+@pytest.mark.parametrize("how", ["same path", "symlink", "hard link"])
+def test_export_refuses_an_output_that_is_one_of_its_inputs(tmp_path, capfd, how):
+    run = hostile_run(tmp_path / "run")
+    before = (run / RESULTS).read_bytes()
+    out = {"same path": run / RESULTS, "symlink": tmp_path / "x.csv", "hard link": tmp_path / "y.csv"}[how]
+    if how == "symlink":
+        out.symlink_to(run / RESULTS)
+    elif how == "hard link":
+        os.link(run / RESULTS, out)
+    assert main(["export", str(run), "--format", "csv", "--out", str(out)]) == 2
+    assert "is an input of this command" in capfd.readouterr().err
+    assert (run / RESULTS).read_bytes() == before
+    assert len(load_run(run).records) == 2
+
+
+def test_an_export_that_fails_midway_leaves_the_old_file_whole(tmp_path, monkeypatch):
+    run = hostile_run(tmp_path / "run")
+    out = tmp_path / "x.csv"
+    out.write_text("the export of yesterday\n")
+
+    def full(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(atomic.os, "fsync", full)
+    assert main(["export", str(run), "--format", "csv", "--out", str(out)]) == 2
+    assert out.read_text() == "the export of yesterday\n"
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+# -- output directories claimed atomically ----------------------------------------------------------
+
+@pytest.fixture
+def held(tmp_path):
+    """A directory held by another live process, as a second `critpath run --out D` would find it."""
+    out = tmp_path / "out"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(out)], cwd=ROOT, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert holder.stdout.readline().strip() == "held"
+    yield out, holder
+    holder.stdin.close()
+    holder.wait(timeout=30)
+
+
+@pytest.mark.parametrize("argv", [["run", "--case", OK_CASE, "--iters", "5"],
+                                  ["gate", "--base", "HEAD", "--case", OK_CASE],
+                                  ["compare", "A", "B"],
+                                  ["import-nccl-tests"], ["history", "HEAD", "--repo", str(ROOT)], ["report"]])
+def test_a_second_writer_of_a_claimed_out_is_refused_naming_the_holder(held, capfd, argv, tmp_path):
+    out, holder = held
+    if argv[0] == "import-nccl-tests":
+        argv = [argv[0], str(sorted((ROOT / "tests" / "fixtures" / "nccl_tests").iterdir())[0])]
+    elif argv[0] == "report":
+        argv = [argv[0], str(hostile_run(tmp_path / "run"))]
+    assert main([*argv, "--out", str(out)]) == 2
+    err = capfd.readouterr().err
+    assert f"{out} is in use by critpath run (pid {holder.pid} on " in err and "started 20" in err
+    assert sorted(p.name for p in out.iterdir()) == [CLAIM_FILE]  # nothing written beside the holder
+
+
+def test_a_claim_of_a_killed_process_does_not_block_a_retry(tmp_path):
+    out = tmp_path / "out"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(out)], cwd=ROOT, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert holder.stdout.readline().strip() == "held"
+    with pytest.raises(DirectoryClaimed):
+        claim_dir(out, "run")
+    holder.send_signal(signal.SIGKILL)
+    holder.wait(timeout=30)
+    assert (out / CLAIM_FILE).exists()  # a SIGKILLed holder cannot tidy up ...
+    with claim_dir(out, "run") as claim:  # ... and its claim died with it
+        assert claim.contents() == []
+    assert not (out / CLAIM_FILE).exists()  # given up at the end of the block
+
+
+def test_a_run_that_holds_the_claim_refuses_a_second_one_in_the_same_process_only_once(tmp_path):
+    out = tmp_path / "out"
+    with claim_dir(out, "report") as first:
+        with claim_dir(out, "report") as again:  # this process held it already: a no-op
+            assert again.fd == first.fd
+        assert (out / CLAIM_FILE).exists()  # the inner block did not give it up
+    assert not out.exists()
+
+
+def test_a_results_file_holding_two_runs_is_not_shown_as_one(tmp_path, capfd):
+    run = tmp_path / "run"
+    run.mkdir()
+    append_record(run / RESULTS, derived_record(OK_CASE, range(1000, 1200), run_id="r1"))
+    append_record(run / RESULTS, derived_record(OK_CASE, range(1000, 1200), run_id="r2"))
+    atomic.write_json(run / "run.json", {"schema": "critpath.run/1", "run_id": "r2", "state": "finished",
+                                         "cases_total": 1})
+    assert main(["show", str(run)]) == 1
+    assert "mixed: records of 2 runs in one results file (r1, r2)" in capfd.readouterr().err
+
+
+def test_a_case_named_twice_runs_once_and_says_so(tmp_path, capfd):
+    out = tmp_path / "run"
+    assert main(["run", "--case", OK_CASE, "--case", "selftest/world=1,mode=noop,fault_rank=0", "--iters", "5",
+                 "--out", str(out)]) == 0
+    assert [r.case_id for r in load_run(out).records] == [OK_CASE]
+    assert "--case named 1 case(s) again" in capfd.readouterr().err
+    assert not (out / CLAIM_FILE).exists()

@@ -1,0 +1,298 @@
+"""Each tree runs its own code, refs are checked as refs, and a tree that cannot start, or a gate
+killed outright, never reads as a regression or leaves a worktree behind.
+
+The editable install that shadows a tree is made here, not taken from the machine: a site
+directory with setuptools' own editable finder for ``harness``, pointing at this checkout (the
+"candidate"), loaded through a ``.pth`` as pip's editable install loads it. So the tests hold
+whether or not the venv running them has critpath installed editable.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, git as _git
+
+from harness.cli import main
+from harness.gate.outputs import EXIT_COULD_NOT_RUN
+from harness.gate.owned import OWNER_FILE, Owner, owner_of
+from harness.gate.schedule import side_kind
+from harness.gate.trees import Tree, TreeError, probe, resolve, sweep_orphans
+
+NOOP = "selftest/fault_rank=0,mode=noop,world=1"
+HANG = "selftest/fault_rank=0,mode=hang,world=1"
+OLD_COMMIT = "023b459"  # 0.1's flat layout: no harness/core, no harness/run, no critpath worker
+
+
+def _worktrees(repo: Path) -> list[str]:
+    return [line.split()[1] for line in _git(repo, "worktree", "list", "--porcelain").splitlines()
+            if line.startswith("worktree ")]
+
+
+@pytest.fixture
+def tiny_repo(tmp_path) -> Path:
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    repo = tmp_path / "tiny"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    (repo / "README").write_text("x\n")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "one")
+    return repo
+
+
+# -- refs are refs ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("spec", ["--output={out}", "--output={out}..HEAD", "HEAD..--output={out}"])
+def test_a_history_range_that_is_an_option_is_refused_and_git_writes_nothing(tiny_repo, tmp_path, capsys, spec):
+    written = tmp_path / "written-by-git"
+    spec = spec.format(out=written)
+    code = main(["history", "--repo", str(tiny_repo), "--out", str(tmp_path / "h"), "--", spec])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert not written.exists()  # git log --output=FILE wrote here before
+    assert "is not a ref" in err and "--output=" in err
+
+
+def test_an_unknown_ref_in_a_history_range_is_one_line_naming_it(tiny_repo, tmp_path, capsys):
+    code = main(["history", "--repo", str(tiny_repo), "--out", str(tmp_path / "h"), "nosuch..HEAD"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert err.count("\n") == 0, err  # git's advice ("Use '--' to separate paths") was printed under it
+    assert "'nosuch' does not name a commit" in err
+
+
+@pytest.mark.parametrize("ref", ["--output=FILE", "-q", "", "HEAD --output=FILE"])
+def test_a_ref_that_git_could_read_as_an_option_names_no_commit(tiny_repo, ref):
+    with pytest.raises(TreeError, match="not a ref|does not name a commit"):
+        resolve(tiny_repo, ref.replace("FILE", str(tiny_repo / "written")))
+    assert not (tiny_repo / "written").exists()
+    assert len(resolve(tiny_repo, "HEAD")) == 40
+
+
+# -- each tree imports only its own harness ---------------------------------------------------
+
+
+@pytest.fixture
+def editable_install(tmp_path, monkeypatch) -> Path:
+    """A site directory whose .pth installs setuptools' editable finder mapping ``harness`` to this
+    checkout, as ``pip install -e`` does; on PYTHONPATH, a ``sitecustomize`` adds it as a site dir."""
+    editable_wheel = pytest.importorskip("setuptools.command.editable_wheel")
+    site = tmp_path / "editable-site"
+    site.mkdir()
+    name = "__editable___critpath_test_finder"
+    (site / f"{name}.py").write_text(editable_wheel._finder_template(name, {"harness": str(ROOT / "harness")}, {}))
+    (site / "__editable__.critpath-test.pth").write_text(f"import {name}; {name}.install()\n")
+    (site / "sitecustomize.py").write_text("import os, site, sys\n"
+                                           "site.addsitedir(os.path.dirname(os.path.abspath(__file__)))\n"
+                                           "sys.critpath_test_site = True\n")
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    return site
+
+
+@pytest.fixture
+def old_tree(tmp_path) -> Path:
+    """A tree of the 0.1 layout: harness/registry.py, and no harness/core, harness/run or worker."""
+    root = tmp_path / "old"
+    (root / "harness").mkdir(parents=True)
+    (root / "harness" / "__init__.py").write_text("")
+    (root / "harness" / "registry.py").write_text("def parse(case_id):\n    return case_id\n")
+    return root
+
+
+def test_the_fake_editable_install_does_shadow_a_tree_without_the_bootstrap(editable_install, old_tree):
+    # The premise of the tests below: a tree first on a plain PYTHONPATH imports the modules it
+    # lacks from the editable checkout (the gate's trees did exactly this).
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(old_tree), os.environ["PYTHONPATH"]])}
+    out = subprocess.run([sys.executable, "-c", "import harness.run; print(harness.run.__file__)"], cwd=old_tree,
+                         env=env, capture_output=True, text=True, check=True)
+    assert not Path(out.stdout.strip()).is_relative_to(old_tree)  # the checkout's (or the venv's own editable one)
+
+
+def test_a_process_of_a_tree_cannot_import_what_the_tree_lacks(editable_install, old_tree):
+    tree = Tree("base", "old", old_tree, None)
+    code = ("import sys, harness\n"
+            "assert sys.critpath_test_site  # the interpreter's own sitecustomize still ran\n"
+            "try:\n    import harness.run\nexcept ImportError:\n    print('absent')\n"
+            "else:\n    print(harness.run.__file__)\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=old_tree, env=tree.env(), capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "absent"
+
+
+def test_an_old_base_probes_as_old_and_both_sides_fall_back_to_a_run_per_round(editable_install, old_tree):
+    found = probe(Tree("base", "old", old_tree, None), ["selftest/mode=noop"])
+    assert found.worker_protocol is None  # was 1: the candidate's harness.run.rounds, through the finder
+    assert Path(found.harness_file).is_relative_to(old_tree)
+    assert side_kind({"base": found.worker_protocol, "candidate": 1}) == "run"
+
+
+def test_the_probe_refuses_a_tree_that_loads_harness_code_from_elsewhere(tmp_path, old_tree):
+    # A tree whose package reaches out of itself (here on purpose) is caught by the probe.
+    (old_tree / "harness" / "registry.py").write_text(
+        "import importlib.util, sys\n"
+        f"spec = importlib.util.spec_from_file_location('harness.elsewhere', {str(ROOT / 'harness/core/sizes.py')!r})\n"
+        "sys.modules[spec.name] = importlib.util.module_from_spec(spec)\n"
+        "spec.loader.exec_module(sys.modules[spec.name])\n"
+        "def parse(case_id):\n    return case_id\n")
+    with pytest.raises(TreeError, match="imports harness.elsewhere from "):
+        probe(Tree("base", "old", old_tree, None), [])
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_a_gate_against_a_base_from_before_the_worker_falls_back_and_runs_its_own_code(editable_install, tmp_path):
+    """``critpath gate --base 023b459``: that tree has no harness/core, harness/run or worker; its
+    probe used the candidate's registry ("'Param' object has no attribute 'check'")."""
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    known = subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{OLD_COMMIT}^{{commit}}"], capture_output=True)
+    if known.returncode != 0:
+        pytest.skip(f"{OLD_COMMIT} is not in this clone's history")
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "--quiet", "--", str(ROOT), str(clone)], check=True, capture_output=True)
+    out = tmp_path / "gate"
+    code = main(["gate", "--repo", str(clone), "--base", OLD_COMMIT, "--candidate", "HEAD", "--case", NOOP,
+                 "--max-pairs", "1", "--iters", "200", "--out", str(out)])
+    data = json.loads((out / "gate.json").read_text())
+    assert data["extra"]["side_kind"] == "run", data
+    (case,) = data["cases"]
+    assert "unknown in base" not in case["reason"] and "worker" not in case["reason"], case
+    fingerprints = sorted((out / "base").glob("gen-*/round-*/fingerprint.json"))
+    assert fingerprints, "the base ran no round"
+    commit = json.loads(fingerprints[0].read_text())["git"]["commit"]
+    assert commit.startswith(OLD_COMMIT)  # the base's own fingerprint module, reading its own tree
+    assert code == EXIT_COULD_NOT_RUN  # one pair cannot decide anything: could not run, not a regression
+
+
+# -- a tree that cannot start is could_not_run --------------------------------------------------
+
+
+def _break(repo: Path, path: str) -> None:
+    target = repo / path
+    if path.endswith("__main__.py"):
+        target.unlink()
+    else:
+        target.write_text(target.read_text() + "\ndef broken(:\n")
+
+
+def test_a_gate_run_from_a_checkout_whose_cli_does_not_import_could_not_run(tmp_repo, tmp_path):
+    # CI runs the gate from the candidate's own checkout: when that cli.py is broken the gate
+    # itself cannot start, and exited 1 (a regression) with a traceback.
+    _break(tmp_repo, "harness/cli.py")
+    env = {**os.environ, "PYTHONPATH": str(tmp_repo)}
+    out = subprocess.run([sys.executable, "-m", "harness", "gate", "--base", "HEAD", "--case", NOOP,
+                          "--out", str(tmp_path / "gate")], cwd=tmp_repo, env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == EXIT_COULD_NOT_RUN, out.stderr
+    assert "cannot start" in out.stderr and "cli.py" in out.stderr and "SyntaxError" in out.stderr
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("path, said", [("harness/cli.py", "SyntaxError"), ("harness/__init__.py", "SyntaxError"),
+                                        ("harness/__main__.py", "harness.__main__")])
+def test_a_candidate_that_cannot_start_could_not_run_with_its_stderr(tmp_repo, tmp_path, path, said):
+    _break(tmp_repo, path)
+    _git(tmp_repo, "commit", "-q", "-am", f"broken {path}")
+    out = tmp_path / "gate"
+    code = main(["gate", "--repo", str(tmp_repo), "--base", "HEAD~1", "--candidate", "HEAD", "--case", NOOP,
+                 "--max-pairs", "2", "--iters", "100", "--out", str(out)])
+    data = json.loads((out / "gate.json").read_text())
+    assert code == EXIT_COULD_NOT_RUN
+    reasons = [data["error"] or ""] + [c["reason"] for c in data["cases"]]
+    assert any("candidate" in r and said in r for r in reasons), reasons
+
+
+# -- worktrees a killed gate or history left ----------------------------------------------------
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def _marked_worktree(repo: Path, where: Path, owner: Owner) -> Path:
+    where.mkdir()
+    owner.write(where)
+    _git(repo, "worktree", "add", "--detach", "--quiet", "--", str(where / "tree"), "HEAD")
+    return where / "tree"
+
+
+def test_the_sweep_removes_only_worktrees_of_critpath_processes_that_are_gone(tiny_repo, tmp_path):
+    me = Owner.me("critpath gate")
+    dead = _marked_worktree(tiny_repo, tmp_path / "dead", Owner("critpath gate", _dead_pid(), me.host, "0"))
+    reused = _marked_worktree(tiny_repo, tmp_path / "reused", Owner("critpath history", me.pid, me.host, "1"))
+    alive = _marked_worktree(tiny_repo, tmp_path / "alive", me)
+    elsewhere = _marked_worktree(tiny_repo, tmp_path / "elsewhere", Owner("critpath gate", 1, "another-host", None))
+    by_hand = tmp_path / "by-hand"
+    _git(tiny_repo, "worktree", "add", "--detach", "--quiet", str(by_hand), "HEAD")
+    assert me.started is None or owner_of(alive).alive()
+
+    removed = sweep_orphans(tiny_repo)
+
+    left = set(_worktrees(tiny_repo))
+    assert {str(alive), str(elsewhere), str(by_hand)} <= left
+    assert str(dead) not in left and not dead.parent.exists()
+    assert len(removed) == 1 + (me.started is not None)  # a reused pid is told apart by its start time
+    if me.started is not None:
+        assert str(reused) not in left
+    assert (alive.parent / OWNER_FILE).exists()
+
+
+def _wait_for(condition, what: str, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} did not happen within {timeout_s:.0f} s"
+        time.sleep(0.1)
+
+
+@pytest.mark.integration
+def test_a_worktree_of_a_sigkilled_gate_is_swept_by_the_next_gate(tmp_repo, tmp_path, capsys):
+    out = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "gate", "--repo", str(tmp_repo), "--base", "HEAD",
+                             "--case", HANG, "--timeout", "120", "--budget", "300", "--out", str(out)], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for(lambda: list(out.glob("base/gen-000/worker.log")), "the base worker's start")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+    (left,) = [Path(p) for p in _worktrees(tmp_repo) if Path(p) != tmp_repo]
+    assert left.is_dir() and owner_of(left).pid == proc.pid
+
+    code = main(["gate", "--repo", str(tmp_repo), "--base", "no-such-ref", "--case", NOOP,
+                 "--out", str(tmp_path / "next")])
+    assert code == EXIT_COULD_NOT_RUN
+    assert _worktrees(tmp_repo) == [str(tmp_repo)]
+    assert not left.parent.exists()
+    assert f"removed the worktree {left}" in capsys.readouterr().err
+
+
+@pytest.mark.integration
+def test_a_worktree_of_a_sigkilled_history_is_swept_by_the_next_history(tmp_repo, tmp_path, capsys):
+    out = tmp_path / "history"
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "history", "--repo", str(tmp_repo), "--case", HANG,
+                             "--timeout", "120", "--out", str(out), "HEAD"], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for(lambda: len(_worktrees(tmp_repo)) == 2 and list(out.glob("runs/*")), "the commit's run")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+    (left,) = [Path(p) for p in _worktrees(tmp_repo) if Path(p) != tmp_repo]
+    assert owner_of(left).command == "critpath history"
+
+    code = main(["history", "--repo", str(tmp_repo), "--out", str(out), "nosuch..HEAD"])
+    assert code == 2
+    assert _worktrees(tmp_repo) == [str(tmp_repo)]
+    assert f"removed the worktree {left}" in capsys.readouterr().err
