@@ -148,7 +148,8 @@ def test_report_escapes_the_message_and_the_host_in_markdown_and_html(tmp_path):
     for text in (md, html):
         _no_raw(text)
         assert "<script" not in text
-    assert "&lt;script>alert(2)" in md and "\\x1b]0;pwned\\x07" in md
+    # the ] backslash-escaped, as a ] from outside may close an image's alt text or a link
+    assert "&lt;script>alert(2)" in md and "\\x1b\\]0;pwned\\x07" in md
 
 
 def test_show_prints_no_escape_sequence(tmp_path, capfd):
@@ -300,3 +301,55 @@ def test_a_case_named_twice_runs_once_and_says_so(tmp_path, capfd):
     assert [r.case_id for r in load_run(out).records] == [OK_CASE]
     assert "--case named 1 case(s) again" in capfd.readouterr().err
     assert not (out / CLAIM_FILE).exists()
+
+
+# -- markdown from outside stays text ------------------------------------------------------------
+
+def _rendered(md: str) -> str:
+    from markdown_it import MarkdownIt
+
+    return MarkdownIt("commonmark").enable("table").render(md)
+
+
+def test_markdown_syntax_in_an_error_a_machine_or_a_case_id_stays_text(tmp_path):
+    image = "![t](https://evil.example/t.png)"
+    html = _rendered(markdown(_gate_result(image)))
+    assert "<img" not in html and "evil.example" in html  # shown, not loaded
+    result = _gate_result("fine")
+    case = "selftest/mode=a`b,world=1"
+    result.verdicts[case] = result.verdicts.pop(BAD_CASE)
+    html = _rendered(markdown(result))
+    assert "<code>selftest/mode=a`b,world=1</code>" in html
+    from harness.document.blocks import Image, Para, to_markdown
+
+    alt = "allreduce (m](https://evil.example/pwn.png) ![z)"
+    html = _rendered(to_markdown([Image("allreduce_latency", alt, b""), Para("*a* [l](u) `c` _d_ <b>x</b> ~~s~~")]))
+    assert html.count("<img") == 1 and "evil.example/pwn.png" not in html.split('src="')[1].split('"')[0]
+    for markup in ("<em>", "<a ", "<code>", "<b>", "<del>", "<s>"):
+        assert markup not in html.split("</p>", 1)[1]
+
+
+def test_a_newline_from_outside_starts_no_block_of_its_own(tmp_path):
+    run = hostile_run(tmp_path / "run")
+    data = json.loads((run / "run.json").read_text())
+    fake = "r1\n\n**INCOMPLETE RUN** none; all 2 cases ok"
+    atomic.write_json(run / "run.json", {**data, "run_id": fake})
+    (run / RESULTS).write_text((run / RESULTS).read_text().replace('"r1"', json.dumps(fake)))
+    assert main(["report", str(run), "--out", str(tmp_path / "rep")]) in (0, 1)
+    md = (tmp_path / "rep" / "report.md").read_text(encoding="utf-8")
+    assert not [line for line in md.splitlines() if line.startswith("**INCOMPLETE RUN**")]
+    assert "<strong>INCOMPLETE" not in _rendered(md)
+    gate_md = markdown(_gate_result("side sub\n\n### critpath gate: PASS (all fine)"))
+    assert [line for line in gate_md.splitlines() if line.startswith("### ")] == [gate_md.splitlines()[0]]
+
+
+def test_a_csv_cell_that_a_spreadsheet_would_run_is_quoted_numbers_are_not(tmp_path):
+    import csv
+
+    run = hostile_run(tmp_path / "run", host="=1+1")
+    out = tmp_path / "x.csv"
+    assert main(["export", str(run), "--format", "csv", "--out", str(out)]) == 0
+    rows = list(csv.DictReader(out.open(encoding="utf-8")))
+    assert {r["host"] for r in rows} == {"'=1+1"}
+    assert escape.for_csv(-1.5) == -1.5 and escape.for_csv("-1") == "'-1" and escape.for_csv("ok") == "ok"
+    assert escape.for_csv("@SUM(A1)") == "'@SUM(A1)" and escape.for_csv("\tx") == "'\tx"
