@@ -16,6 +16,7 @@ from conftest import ROOT, derived_record
 from harness.cli import main
 from harness.core import atomic, escape
 from harness.core.claim import CLAIM_FILE, DirectoryClaimed, claim_dir
+from harness.core.options import UsageError
 from harness.core.records import ErrorInfo, Record
 from harness.core.registry import parse
 from harness.core.store import RESULTS, append_record, load_run
@@ -303,6 +304,44 @@ def test_a_case_named_twice_runs_once_and_says_so(tmp_path, capfd):
     assert not (out / CLAIM_FILE).exists()
 
 
+# -- never over an input, whatever the command (issue 26's probe) ---------------------------------
+
+def test_no_output_of_compare_or_diagnose_replaces_or_appends_to_an_input(tmp_path, capfd):
+    a, b = hostile_run(tmp_path / "a"), hostile_run(tmp_path / "b")
+    before = (a / RESULTS).read_bytes()
+    # --markdown appended gate.md to A's records; --json replaced D's
+    assert main(["compare", str(a), str(b), "--out", str(tmp_path / "g"), "--markdown", str(a / RESULTS)]) == 2
+    assert main(["diagnose", str(a), "--json", str(a / RESULTS)]) == 2
+    err = capfd.readouterr().err
+    assert err.count(f"{a / RESULTS} is an input of this command") == 2
+    assert (a / RESULTS).read_bytes() == before
+
+
+def test_a_file_read_through_open_regular_is_never_written_over(tmp_path):
+    from harness.core.inputfile import open_regular
+
+    data = tmp_path / "rules.yaml"
+    data.write_text("rules: []\n")
+    os.link(data, tmp_path / "alias.yaml")
+    with open_regular(data, "rule file") as f:
+        f.read()
+    for target in (data, tmp_path / "alias.yaml"):
+        with pytest.raises(UsageError, match=f"is an input of this command \\(it is {data}\\)|{data} is an input"):
+            atomic.write_text(target, "over it")
+        with pytest.raises(UsageError, match="is an input of this command"):
+            atomic.append_text(target, "after it")
+    assert data.read_text() == "rules: []\n"
+
+
+def test_markdown_is_appended_whole_and_a_summary_keeps_what_it_held(tmp_path):
+    summary = tmp_path / "summary.md"
+    summary.write_text("## an earlier step\n", encoding="utf-8")
+    write_outputs(_gate_result("fine"), tmp_path / "g", summary)
+    text = summary.read_text(encoding="utf-8")
+    assert text.startswith("## an earlier step\n### critpath gate:")
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
 # -- markdown from outside stays text ------------------------------------------------------------
 
 def _rendered(md: str) -> str:
@@ -353,3 +392,121 @@ def test_a_csv_cell_that_a_spreadsheet_would_run_is_quoted_numbers_are_not(tmp_p
     assert {r["host"] for r in rows} == {"'=1+1"}
     assert escape.for_csv(-1.5) == -1.5 and escape.for_csv("-1") == "'-1" and escape.for_csv("ok") == "ok"
     assert escape.for_csv("@SUM(A1)") == "'@SUM(A1)" and escape.for_csv("\tx") == "'\tx"
+
+
+# -- temporaries: gone on SIGTERM, swept after a SIGKILL, never "contents" --------------------------
+
+STALL_IN_WRITE = """
+import os, sys, time
+from harness.core import atomic
+from harness.cli import main
+real = os.fsync
+def stall(fd):  # the first file being written: its temporary is on disk now
+    print("writing", flush=True)
+    time.sleep(60)
+atomic.os.fsync = stall
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def _stalled(tmp_path, *argv):
+    proc = subprocess.Popen([sys.executable, "-c", STALL_IN_WRITE, *argv], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.stdout.readline().strip() == "writing"
+    return proc
+
+
+def _temps(path):
+    return sorted(str(p.relative_to(path)) for p in path.rglob("*") if p.name.endswith(".tmp"))
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_a_sigterm_mid_write_leaves_no_temporary_and_no_claim(tmp_path):
+    run, out = hostile_run(tmp_path / "run"), tmp_path / "rep"
+    proc = _stalled(tmp_path, "report", str(run), "--out", str(out))
+    assert _temps(out)  # the write is under way
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+    assert _temps(out) == [] and not (out / CLAIM_FILE).exists()
+
+
+def test_a_sigkill_mid_write_leaves_a_temporary_that_the_next_writer_sweeps(tmp_path):
+    run, out = hostile_run(tmp_path / "run"), tmp_path / "x.parquet"
+    proc = _stalled(tmp_path, "export", str(run), "--format", "csv", "--out", str(out))
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    left = _temps(tmp_path)
+    assert len(left) == 1 and len(left[0]) < 40  # bounded, whatever the target's name
+    assert main(["export", str(run), "--format", "csv", "--out", str(tmp_path / "y.csv")]) == 0
+    assert _temps(tmp_path) == []
+
+
+def test_a_claim_and_a_dead_writers_temporary_are_not_contents(tmp_path):
+    out = tmp_path / "g"
+    out.mkdir()
+    stale = out / f".critpath-{_dead_pid()}-0a1b2c3d.tmp"
+    stale.write_text("half a gate.json")
+    legacy = out / f".gate.json.{_dead_pid()}.abcdef.tmp"  # 0.x's name for it
+    legacy.write_text("{")
+    mine = out / f".critpath-{os.getpid()}-00000000.tmp"  # a live writer's: kept, and it is contents
+    with claim_dir(out, "gate") as claim:
+        assert claim.contents() == []
+        mine.write_text("")
+        assert claim.contents() == [mine]
+    assert not stale.exists() and not legacy.exists()
+
+
+# -- what --out and the claim may be -----------------------------------------------------------------
+
+def test_an_out_that_is_a_fifo_or_a_device_is_refused_and_left_alone(tmp_path, capfd):
+    import stat as stat_
+
+    run = hostile_run(tmp_path / "run")
+    fifo = tmp_path / "ff"
+    os.mkfifo(fifo)
+    assert main(["export", str(run), "--format", "csv", "--out", str(fifo)]) == 2
+    assert stat_.S_ISFIFO(os.lstat(fifo).st_mode)
+    with pytest.raises(UsageError, match="/dev/null is a character device, not a regular file"):
+        atomic.write_text(os.devnull, "x")  # as root, os.replace would have put a file there
+    err = capfd.readouterr().err
+    assert f"{fifo} is a FIFO, not a regular file" in err
+
+
+@pytest.mark.parametrize("how", ["symlink", "hard link"])
+def test_a_planted_claim_file_is_refused_and_what_it_points_at_kept(tmp_path, capfd, how):
+    run = hostile_run(tmp_path / "run")
+    victim = tmp_path / "victim.txt" if how == "symlink" else run / RESULTS
+    if how == "symlink":
+        victim.write_text("precious\n")
+        (run / CLAIM_FILE).symlink_to(victim)
+    else:
+        os.link(victim, run / CLAIM_FILE)
+    before = victim.read_bytes()
+    assert main(["report", str(run)]) == 2
+    assert victim.read_bytes() == before
+    assert f"{run / CLAIM_FILE} is a" in capfd.readouterr().err
+
+
+def test_long_names_fit_and_a_failed_cleanup_hides_no_error(tmp_path, monkeypatch):
+    run = hostile_run(tmp_path / "run")
+    out = tmp_path / ("x" * 240)
+    assert main(["export", str(run), "--format", "csv", "--out", str(out)]) == 0  # was ENAMETOOLONG on the temp
+    assert out.exists()
+    cjk = hostile_run(tmp_path / ("数" * 85))  # 255 bytes: the longest name a directory can have
+    monkeypatch.chdir(tmp_path)
+    assert main(["report", str(cjk), str(run)]) == 0
+    made = next((tmp_path / "reports").iterdir())
+    assert len(made.name.encode()) <= 120 and (made / "report.md").exists()
+
+    def gone(path):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(atomic.os, "unlink", gone)
+    monkeypatch.setattr(atomic.os, "fsync", lambda fd: (_ for _ in ()).throw(OSError(28, "No space left on device")))
+    with pytest.raises(OSError, match="No space left on device"):
+        atomic.write_text(tmp_path / "y", "z")

@@ -288,7 +288,6 @@ def write_outputs(result: GateResult, out_dir: Path, markdown_path: Optional[Pat
     text = markdown(result)
     atomic.write_text(paths["markdown"], text)
     if markdown_path is not None:
-        # Appended, as CI step-summary files collect several steps.
-        with open(markdown_path, "a") as f:
-            f.write(text + "\n")
+        # Appended, as CI step-summary files collect several steps; whole, and never into an input.
+        atomic.append_text(markdown_path, text + "\n")
     return paths
