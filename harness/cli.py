@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from typing import Optional, Sequence
 
 from harness.core.options import EXIT_OK, EXIT_USAGE, CannotRun, print_error
+from harness.core.streams import escaped_streams
 from harness.run.lifetime import interrupt_signal, raise_on_sigterm
 
 
@@ -64,8 +65,9 @@ def _modules_for(argv: Sequence[str]) -> tuple[str, ...]:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    # A SIGTERM unwinds like Ctrl-C, so temporaries and claims are removed on the way out.
-    with _sigterm_unwinds():
+    # Every byte a command prints is escaped for the terminal (harness.core.streams), and a
+    # SIGTERM unwinds like Ctrl-C, so temporaries and claims are removed on the way out.
+    with escaped_streams(), _sigterm_unwinds():
         return _main(list(sys.argv[1:] if argv is None else argv))
 
 

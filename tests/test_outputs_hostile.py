@@ -11,7 +11,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 import xmlschema
-from conftest import ROOT, derived_record
+from conftest import ROOT, derived_record, run_cli
 
 from harness.cli import main
 from harness.core import atomic, escape
@@ -459,6 +459,57 @@ def test_a_claim_and_a_dead_writers_temporary_are_not_contents(tmp_path):
         mine.write_text("")
         assert claim.contents() == [mine]
     assert not stale.exists() and not legacy.exists()
+
+
+# -- the terminal: every byte escaped, whatever prints it -------------------------------------------
+
+def test_paths_hosts_and_names_reach_the_terminal_escaped(tmp_path, capfd):
+    run = hostile_run(tmp_path / "run", host="node\x1b]0;pwned\x07\u202e\ud800")
+    out = tmp_path / "R\x1b]0;pwned\x07"
+    assert main(["report", str(run), "--out", str(out)]) == 0
+    assert main(["export", str(run), "--format", "json", "--out", str(out / "x.json")]) == 0
+    assert main(["diagnose", str(run), "--json", str(tmp_path / "d.json")]) in (0, 1, 2)  # was UnicodeEncodeError
+    assert json.loads((tmp_path / "d.json").read_text())["schema"] == "critpath.diagnosis/1"
+    profile = tmp_path / "p.yaml"
+    profile.write_text((ROOT / "baselines" / "profiles" / "cpu-ci.yaml").read_text(encoding="utf-8")
+                       .replace("name: cpu-ci", 'name: "cpu\\e]0;pwned\\a"'), encoding="utf-8")
+    assert main(["accept", "--profile", str(profile), "--run", str(run), "--no-report"]) in (1, 2)
+    printed = "".join(capfd.readouterr())
+    _no_raw(printed)
+    assert "\u202e" not in printed and "acceptance cpu\\x1b]0;pwned\\x07" in printed
+    assert "R\\x1b]0;pwned\\x07/report.md" in printed and "node\\x1b]0;pwned\\x07\\u202e\\ud800" in printed
+
+
+def test_rich_markup_and_escapes_in_a_host_are_text_and_rich_keeps_its_own_colours():
+    import io
+
+    from rich.markup import escape as markup_escape
+
+    from harness.core.console import Console
+    from harness.core.streams import EscapedStream
+
+    stream = EscapedStream(io.StringIO())
+    console = Console(file=stream, force_terminal=True, color_system="standard", width=80)
+    console.print(f"[red]{markup_escape('[bold]h')}\x1b]0;x\x07[/red]", highlight=False)
+    text = stream.raw.getvalue()
+    assert "\x1b[31m" in text  # rich's colour, as it drew it
+    assert "[bold]h\\x1b]0;x" in text and "\x07" not in text and text.count("\x1b") == 2  # (rich drops a BEL)
+
+
+def test_an_ascii_locale_gets_backslashes_not_a_traceback(tmp_path):
+    run = hostile_run(tmp_path / "run")
+    env = {"PYTHONUTF8": "0", "LC_ALL": "C", "LANG": "C", "PYTHONIOENCODING": ""}
+    shown = run_cli("show", str(run), env=env)
+    assert shown.returncode == 1 and "Traceback" not in shown.stderr, shown.stderr
+    assert "\\u2014" in shown.stdout or "\\u" in shown.stdout
+    summary = tmp_path / "s.md"
+    reason = "zero\u200bwidth"
+    result = _gate_result(reason)
+    write_outputs(result, tmp_path / "g", summary)  # files are UTF-8 whatever the locale
+    assert reason in summary.read_text(encoding="utf-8")
+    compared = run_cli("compare", str(run), str(hostile_run(tmp_path / "b")), "--out", str(tmp_path / "g2"),
+                       "--markdown", str(summary), env=env)
+    assert compared.returncode == 2 and "Traceback" not in compared.stderr, compared.stderr
 
 
 # -- what --out and the claim may be -----------------------------------------------------------------
