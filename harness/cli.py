@@ -10,10 +10,13 @@ import importlib
 import os
 import signal
 import sys
+import threading
+from contextlib import contextmanager
 from typing import Optional, Sequence
 
 from harness.core.options import EXIT_OK, EXIT_USAGE, CannotRun, print_error
-from harness.run.lifetime import interrupt_signal
+from harness.core.streams import escaped_streams
+from harness.run.lifetime import interrupt_signal, raise_on_sigterm
 
 
 def build_parser(modules: Optional[Sequence[str]] = None) -> argparse.ArgumentParser:
@@ -62,7 +65,25 @@ def _modules_for(argv: Sequence[str]) -> tuple[str, ...]:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    # Every byte a command prints is escaped for the terminal (harness.core.streams), and a
+    # SIGTERM unwinds like Ctrl-C, so temporaries and claims are removed on the way out.
+    with escaped_streams(), _sigterm_unwinds():
+        return _main(list(sys.argv[1:] if argv is None else argv))
+
+
+@contextmanager
+def _sigterm_unwinds():
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may set a handler; a test calling main from a thread
+        return
+    previous = signal.signal(signal.SIGTERM, raise_on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: list[str]) -> int:
     args = build_parser(_modules_for(argv)).parse_args(argv)
     try:
         return args.func(args)

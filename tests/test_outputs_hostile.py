@@ -11,11 +11,12 @@ import xml.etree.ElementTree as ET
 
 import pytest
 import xmlschema
-from conftest import ROOT, derived_record
+from conftest import ROOT, derived_record, run_cli
 
 from harness.cli import main
 from harness.core import atomic, escape
 from harness.core.claim import CLAIM_FILE, DirectoryClaimed, claim_dir
+from harness.core.options import UsageError
 from harness.core.records import ErrorInfo, Record
 from harness.core.registry import parse
 from harness.core.store import RESULTS, append_record, load_run
@@ -148,7 +149,8 @@ def test_report_escapes_the_message_and_the_host_in_markdown_and_html(tmp_path):
     for text in (md, html):
         _no_raw(text)
         assert "<script" not in text
-    assert "&lt;script>alert(2)" in md and "\\x1b]0;pwned\\x07" in md
+    # the ] backslash-escaped, as a ] from outside may close an image's alt text or a link
+    assert "&lt;script>alert(2)" in md and "\\x1b\\]0;pwned\\x07" in md
 
 
 def test_show_prints_no_escape_sequence(tmp_path, capfd):
@@ -300,3 +302,262 @@ def test_a_case_named_twice_runs_once_and_says_so(tmp_path, capfd):
     assert [r.case_id for r in load_run(out).records] == [OK_CASE]
     assert "--case named 1 case(s) again" in capfd.readouterr().err
     assert not (out / CLAIM_FILE).exists()
+
+
+# -- never over an input, whatever the command (issue 26's probe) ---------------------------------
+
+def test_no_output_of_compare_or_diagnose_replaces_or_appends_to_an_input(tmp_path, capfd):
+    a, b = hostile_run(tmp_path / "a"), hostile_run(tmp_path / "b")
+    before = (a / RESULTS).read_bytes()
+    # --markdown appended gate.md to A's records; --json replaced D's
+    assert main(["compare", str(a), str(b), "--out", str(tmp_path / "g"), "--markdown", str(a / RESULTS)]) == 2
+    assert main(["diagnose", str(a), "--json", str(a / RESULTS)]) == 2
+    err = capfd.readouterr().err
+    assert err.count(f"{a / RESULTS} is an input of this command") == 2
+    assert (a / RESULTS).read_bytes() == before
+
+
+def test_a_file_read_through_open_regular_is_never_written_over(tmp_path):
+    from harness.core.inputfile import open_regular
+
+    data = tmp_path / "rules.yaml"
+    data.write_text("rules: []\n")
+    os.link(data, tmp_path / "alias.yaml")
+    with open_regular(data, "rule file") as f:
+        f.read()
+    for target in (data, tmp_path / "alias.yaml"):
+        with pytest.raises(UsageError, match=f"is an input of this command \\(it is {data}\\)|{data} is an input"):
+            atomic.write_text(target, "over it")
+        with pytest.raises(UsageError, match="is an input of this command"):
+            atomic.append_text(target, "after it")
+    assert data.read_text() == "rules: []\n"
+
+
+def test_markdown_is_appended_whole_and_a_summary_keeps_what_it_held(tmp_path):
+    summary = tmp_path / "summary.md"
+    summary.write_text("## an earlier step\n", encoding="utf-8")
+    write_outputs(_gate_result("fine"), tmp_path / "g", summary)
+    text = summary.read_text(encoding="utf-8")
+    assert text.startswith("## an earlier step\n### critpath gate:")
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+# -- markdown from outside stays text ------------------------------------------------------------
+
+def _rendered(md: str) -> str:
+    from markdown_it import MarkdownIt
+
+    return MarkdownIt("commonmark").enable("table").render(md)
+
+
+def test_markdown_syntax_in_an_error_a_machine_or_a_case_id_stays_text(tmp_path):
+    image = "![t](https://evil.example/t.png)"
+    html = _rendered(markdown(_gate_result(image)))
+    assert "<img" not in html and "evil.example" in html  # shown, not loaded
+    result = _gate_result("fine")
+    case = "selftest/mode=a`b,world=1"
+    result.verdicts[case] = result.verdicts.pop(BAD_CASE)
+    html = _rendered(markdown(result))
+    assert "<code>selftest/mode=a`b,world=1</code>" in html
+    from harness.document.blocks import Image, Para, to_markdown
+
+    alt = "allreduce (m](https://evil.example/pwn.png) ![z)"
+    html = _rendered(to_markdown([Image("allreduce_latency", alt, b""), Para("*a* [l](u) `c` _d_ <b>x</b> ~~s~~")]))
+    assert html.count("<img") == 1 and "evil.example/pwn.png" not in html.split('src="')[1].split('"')[0]
+    for markup in ("<em>", "<a ", "<code>", "<b>", "<del>", "<s>"):
+        assert markup not in html.split("</p>", 1)[1]
+
+
+def test_a_newline_from_outside_starts_no_block_of_its_own(tmp_path):
+    run = hostile_run(tmp_path / "run")
+    data = json.loads((run / "run.json").read_text())
+    fake = "r1\n\n**INCOMPLETE RUN** none; all 2 cases ok"
+    atomic.write_json(run / "run.json", {**data, "run_id": fake})
+    (run / RESULTS).write_text((run / RESULTS).read_text().replace('"r1"', json.dumps(fake)))
+    assert main(["report", str(run), "--out", str(tmp_path / "rep")]) in (0, 1)
+    md = (tmp_path / "rep" / "report.md").read_text(encoding="utf-8")
+    assert not [line for line in md.splitlines() if line.startswith("**INCOMPLETE RUN**")]
+    assert "<strong>INCOMPLETE" not in _rendered(md)
+    gate_md = markdown(_gate_result("side sub\n\n### critpath gate: PASS (all fine)"))
+    assert [line for line in gate_md.splitlines() if line.startswith("### ")] == [gate_md.splitlines()[0]]
+
+
+def test_a_csv_cell_that_a_spreadsheet_would_run_is_quoted_numbers_are_not(tmp_path):
+    import csv
+
+    run = hostile_run(tmp_path / "run", host="=1+1")
+    out = tmp_path / "x.csv"
+    assert main(["export", str(run), "--format", "csv", "--out", str(out)]) == 0
+    rows = list(csv.DictReader(out.open(encoding="utf-8")))
+    assert {r["host"] for r in rows} == {"'=1+1"}
+    assert escape.for_csv(-1.5) == -1.5 and escape.for_csv("-1") == "'-1" and escape.for_csv("ok") == "ok"
+    assert escape.for_csv("@SUM(A1)") == "'@SUM(A1)" and escape.for_csv("\tx") == "'\tx"
+
+
+# -- temporaries: gone on SIGTERM, swept after a SIGKILL, never "contents" --------------------------
+
+STALL_IN_WRITE = """
+import os, sys, time
+from harness.core import atomic
+from harness.cli import main
+real = os.fsync
+def stall(fd):  # the first file being written: its temporary is on disk now
+    print("writing", flush=True)
+    time.sleep(60)
+atomic.os.fsync = stall
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def _stalled(tmp_path, *argv):
+    proc = subprocess.Popen([sys.executable, "-c", STALL_IN_WRITE, *argv], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.stdout.readline().strip() == "writing"
+    return proc
+
+
+def _temps(path):
+    return sorted(str(p.relative_to(path)) for p in path.rglob("*") if p.name.endswith(".tmp"))
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_a_sigterm_mid_write_leaves_no_temporary_and_no_claim(tmp_path):
+    run, out = hostile_run(tmp_path / "run"), tmp_path / "rep"
+    proc = _stalled(tmp_path, "report", str(run), "--out", str(out))
+    assert _temps(out)  # the write is under way
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+    assert _temps(out) == [] and not (out / CLAIM_FILE).exists()
+
+
+def test_a_sigkill_mid_write_leaves_a_temporary_that_the_next_writer_sweeps(tmp_path):
+    run, out = hostile_run(tmp_path / "run"), tmp_path / "x.parquet"
+    proc = _stalled(tmp_path, "export", str(run), "--format", "csv", "--out", str(out))
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    left = _temps(tmp_path)
+    assert len(left) == 1 and len(left[0]) < 40  # bounded, whatever the target's name
+    assert main(["export", str(run), "--format", "csv", "--out", str(tmp_path / "y.csv")]) == 0
+    assert _temps(tmp_path) == []
+
+
+def test_a_claim_and_a_dead_writers_temporary_are_not_contents(tmp_path):
+    out = tmp_path / "g"
+    out.mkdir()
+    stale = out / f".critpath-{_dead_pid()}-0a1b2c3d.tmp"
+    stale.write_text("half a gate.json")
+    legacy = out / f".gate.json.{_dead_pid()}.abcdef.tmp"  # 0.x's name for it
+    legacy.write_text("{")
+    mine = out / f".critpath-{os.getpid()}-00000000.tmp"  # a live writer's: kept, and it is contents
+    with claim_dir(out, "gate") as claim:
+        assert claim.contents() == []
+        mine.write_text("")
+        assert claim.contents() == [mine]
+    assert not stale.exists() and not legacy.exists()
+
+
+# -- the terminal: every byte escaped, whatever prints it -------------------------------------------
+
+def test_paths_hosts_and_names_reach_the_terminal_escaped(tmp_path, capfd):
+    run = hostile_run(tmp_path / "run", host="node\x1b]0;pwned\x07\u202e\ud800")
+    out = tmp_path / "R\x1b]0;pwned\x07"
+    assert main(["report", str(run), "--out", str(out)]) == 0
+    assert main(["export", str(run), "--format", "json", "--out", str(out / "x.json")]) == 0
+    assert main(["diagnose", str(run), "--json", str(tmp_path / "d.json")]) in (0, 1, 2)  # was UnicodeEncodeError
+    assert json.loads((tmp_path / "d.json").read_text())["schema"] == "critpath.diagnosis/1"
+    profile = tmp_path / "p.yaml"
+    profile.write_text((ROOT / "baselines" / "profiles" / "cpu-ci.yaml").read_text(encoding="utf-8")
+                       .replace("name: cpu-ci", 'name: "cpu\\e]0;pwned\\a"'), encoding="utf-8")
+    assert main(["accept", "--profile", str(profile), "--run", str(run), "--no-report"]) in (1, 2)
+    printed = "".join(capfd.readouterr())
+    _no_raw(printed)
+    assert "\u202e" not in printed and "acceptance cpu\\x1b]0;pwned\\x07" in printed
+    assert "R\\x1b]0;pwned\\x07/report.md" in printed and "node\\x1b]0;pwned\\x07\\u202e\\ud800" in printed
+
+
+def test_rich_markup_and_escapes_in_a_host_are_text_and_rich_keeps_its_own_colours():
+    import io
+
+    from rich.markup import escape as markup_escape
+
+    from harness.core.console import Console
+    from harness.core.streams import EscapedStream
+
+    stream = EscapedStream(io.StringIO())
+    console = Console(file=stream, force_terminal=True, color_system="standard", width=80)
+    console.print(f"[red]{markup_escape('[bold]h')}\x1b]0;x\x07[/red]", highlight=False)
+    text = stream.raw.getvalue()
+    assert "\x1b[31m" in text  # rich's colour, as it drew it
+    assert "[bold]h\\x1b]0;x" in text and "\x07" not in text and text.count("\x1b") == 2  # (rich drops a BEL)
+
+
+def test_an_ascii_locale_gets_backslashes_not_a_traceback(tmp_path):
+    run = hostile_run(tmp_path / "run")
+    env = {"PYTHONUTF8": "0", "LC_ALL": "C", "LANG": "C", "PYTHONIOENCODING": ""}
+    shown = run_cli("show", str(run), env=env)
+    assert shown.returncode == 1 and "Traceback" not in shown.stderr, shown.stderr
+    assert "\\u2014" in shown.stdout or "\\u" in shown.stdout
+    summary = tmp_path / "s.md"
+    reason = "zero\u200bwidth"
+    result = _gate_result(reason)
+    write_outputs(result, tmp_path / "g", summary)  # files are UTF-8 whatever the locale
+    assert reason in summary.read_text(encoding="utf-8")
+    compared = run_cli("compare", str(run), str(hostile_run(tmp_path / "b")), "--out", str(tmp_path / "g2"),
+                       "--markdown", str(summary), env=env)
+    assert compared.returncode == 2 and "Traceback" not in compared.stderr, compared.stderr
+
+
+# -- what --out and the claim may be -----------------------------------------------------------------
+
+def test_an_out_that_is_a_fifo_or_a_device_is_refused_and_left_alone(tmp_path, capfd):
+    import stat as stat_
+
+    run = hostile_run(tmp_path / "run")
+    fifo = tmp_path / "ff"
+    os.mkfifo(fifo)
+    assert main(["export", str(run), "--format", "csv", "--out", str(fifo)]) == 2
+    assert stat_.S_ISFIFO(os.lstat(fifo).st_mode)
+    with pytest.raises(UsageError, match="/dev/null is a character device, not a regular file"):
+        atomic.write_text(os.devnull, "x")  # as root, os.replace would have put a file there
+    err = capfd.readouterr().err
+    assert f"{fifo} is a FIFO, not a regular file" in err
+
+
+@pytest.mark.parametrize("how", ["symlink", "hard link"])
+def test_a_planted_claim_file_is_refused_and_what_it_points_at_kept(tmp_path, capfd, how):
+    run = hostile_run(tmp_path / "run")
+    victim = tmp_path / "victim.txt" if how == "symlink" else run / RESULTS
+    if how == "symlink":
+        victim.write_text("precious\n")
+        (run / CLAIM_FILE).symlink_to(victim)
+    else:
+        os.link(victim, run / CLAIM_FILE)
+    before = victim.read_bytes()
+    assert main(["report", str(run)]) == 2
+    assert victim.read_bytes() == before
+    assert f"{run / CLAIM_FILE} is a" in capfd.readouterr().err
+
+
+def test_long_names_fit_and_a_failed_cleanup_hides_no_error(tmp_path, monkeypatch):
+    run = hostile_run(tmp_path / "run")
+    out = tmp_path / ("x" * 240)
+    assert main(["export", str(run), "--format", "csv", "--out", str(out)]) == 0  # was ENAMETOOLONG on the temp
+    assert out.exists()
+    cjk = hostile_run(tmp_path / ("数" * 85))  # 255 bytes: the longest name a directory can have
+    monkeypatch.chdir(tmp_path)
+    assert main(["report", str(cjk), str(run)]) == 0
+    made = next((tmp_path / "reports").iterdir())
+    assert len(made.name.encode()) <= 120 and (made / "report.md").exists()
+
+    def gone(path):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(atomic.os, "unlink", gone)
+    monkeypatch.setattr(atomic.os, "fsync", lambda fd: (_ for _ in ()).throw(OSError(28, "No space left on device")))
+    with pytest.raises(OSError, match="No space left on device"):
+        atomic.write_text(tmp_path / "y", "z")

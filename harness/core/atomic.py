@@ -3,21 +3,103 @@
 A file is written to a temporary beside it (same directory, so the rename cannot cross a file
 system), flushed and fsynced, renamed over the target with ``os.replace``, and the directory is
 fsynced so the rename itself survives a crash. A reader sees the old file or the new one, never a
-half: a full disk or a kill leaves the old file where it was, and no temporary behind.
+half: a full disk, an exception or a SIGTERM (the command line turns it into one) leaves the old
+file where it was, and no temporary behind.
+
+Before a byte is written the target is checked: it must not be a file this process read or
+declared as an input (``harness.core.inputfile``), by identity, so a symlink or hard link to an
+input is caught too; and an existing target must be a regular file, as ``os.replace`` over a FIFO
+or ``/dev/null`` would put a file where the device or pipe was.
+
+A temporary is named ``.critpath-PID-RANDOM.tmp``: its length does not grow with the target's (a
+target of 250 bytes still has a temporary that fits NAME_MAX), and the pid in it lets the next
+writer into that directory remove one that a SIGKILL left (``sweep_stale``).
 
 Appended files (``results.jsonl``) are not written here: they grow one fsynced line at a time
-(``harness.core.store.append_record``).
+(``harness.core.store.append_record``). A text appended to a summary file (``append_text``) is
+read, extended and replaced whole.
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
+import stat
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Iterable, Iterator
 
+from harness.core.inputfile import declare_inputs, input_at, kind
 from harness.core.options import UsageError
+
+NAME_MAX = 255  # bytes in one file name (Linux, macOS): a name is cut by bytes, not characters
+
+
+def fit_name(name: str, max_bytes: int = NAME_MAX) -> str:
+    """``name`` cut to at most ``max_bytes`` of UTF-8, never inside a character: 85 CJK characters
+    are 255 bytes, so a cut by characters still fails with ENAMETOOLONG."""
+    return name.encode("utf-8", "surrogateescape")[:max_bytes].decode("utf-8", "ignore")
+
+
+# This writer's temporaries, and those of 0.x (``.NAME.PID.RANDOM.tmp``), which a kill left too.
+_TEMP = re.compile(r"\.critpath-(\d+)-[0-9a-f]+\.tmp|\..+\.(\d+)\.[0-9a-f]{6}\.tmp")
+
+
+def check_target(path: Path) -> None:
+    """UsageError when ``path`` may not be written: an input of this command, or an existing file
+    that is not a regular one. A missing path is fine."""
+    path = Path(path)
+    try:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    except OSError as exc:
+        raise OSError(exc.errno, f"could not write {path}: {exc.strerror or exc}") from None
+    seen = input_at(st)
+    if seen is not None:
+        same = "" if Path(seen) == path else f" (it is {seen})"
+        raise UsageError(f"{path} is an input of this command{same}; choose another output path")
+    if not stat.S_ISREG(st.st_mode):
+        raise UsageError(f"{path} is {kind(st.st_mode)}, not a regular file, and writing it would replace it "
+                         "with one; give the path of a new or a regular file")
+
+
+def is_stale_temp(name: str) -> bool:
+    """A temporary of a writer that is no longer alive (a SIGKILL left it)."""
+    match = _TEMP.fullmatch(name)
+    return match is not None and not _alive(int(match.group(1) or match.group(2)))
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # another user's process: alive
+    return True
+
+
+def sweep_stale(directory: Path) -> None:
+    """Remove the temporaries of dead writers in ``directory``; what cannot be removed stays."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    for name in names:
+        if is_stale_temp(name):
+            _discard(Path(directory) / name)
+
+
+def _discard(path: Path) -> None:
+    """Remove a temporary; never raises, so the error that made it go is the one reported."""
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 @contextmanager
@@ -25,22 +107,28 @@ def atomic_file(path: Path, mode: str = "wb") -> Iterator[IO]:
     """A file object that becomes ``path`` when the block ends without an error; on an error the
     target is left as it was and the temporary removed. ``mode`` is "wb" or "w" (UTF-8 text)."""
     path = Path(path)
+    check_target(path)
+    sweep_stale(path.parent)
     # O_EXCL and a random part: two writers of one target never share a temporary.
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(3)}.tmp")
+    tmp = path.with_name(f".critpath-{os.getpid()}-{secrets.token_hex(4)}.tmp")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # 0o666 less the umask, as open() gives
+    except OSError as exc:
+        raise OSError(exc.errno, f"could not write {path}: {exc.strerror or exc}") from None
+    try:
         with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8", "newline": ""})) as f:
             yield f
             f.flush()
             os.fsync(f.fileno())
+        check_target(path)  # an input read while the block ran, or a FIFO made meanwhile
         os.replace(tmp, path)
         _fsync_dir(path.parent)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
+        _discard(tmp)
         # A full disk: keep whatever was there before, and name the file.
         raise OSError(exc.errno, f"could not write {path}: {exc.strerror or exc}") from exc
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        _discard(tmp)
         raise
 
 
@@ -69,18 +157,21 @@ def write_json(path: Path, data, indent: int = 2, sort_keys: bool = True, allow_
                + "\n")
 
 
-def refuse_inputs(out: Path, inputs: Iterable[Path], option: str = "--out") -> None:
-    """Refuse to write ``out`` over a file the command reads: the same file by device and inode,
-    so a symlink or hard link to an input is caught as well as the input's own path."""
+def append_text(path: Path, text: str) -> None:
+    """``text`` added at the end of ``path`` (a CI step summary collects several steps): the old
+    content and the new are written whole into a temporary that replaces it, so a kill leaves the
+    old file as it was, never half a step."""
+    path = Path(path)
+    check_target(path)
     try:
-        target = os.stat(out)
+        old = path.read_bytes()  # a regular file: check_target refused anything else
     except FileNotFoundError:
-        return  # a new file cannot be an input
-    for path in inputs:
-        try:
-            seen = os.stat(path)
-        except FileNotFoundError:
-            continue
-        if (seen.st_dev, seen.st_ino) == (target.st_dev, target.st_ino):
-            same = "" if Path(path) == Path(out) else f" (it is {path})"
-            raise UsageError(f"{option} {out} is an input of this command{same}; choose another {option}")
+        old = b""
+    write_bytes(path, old + text.encode("utf-8"))
+
+
+def refuse_inputs(out: Path, inputs: Iterable[Path]) -> None:
+    """Refuse ``out`` before anything is read when it is one of ``inputs`` (by identity), which
+    stay declared, so any later write over one of them is refused as well."""
+    declare_inputs(inputs)
+    check_target(out)

@@ -10,6 +10,10 @@ The kernel drops the lock when its process dies, SIGKILL included, so a stale cl
 retry: the next claim takes the same file over. A holder removes the file when it is done (and the
 directory too, if it made it and left it empty); a claim that finds its file gone or replaced in
 between tries again, so two processes never hold two files of one path.
+
+The claim file is opened without following a symlink, and one that is not a regular file of one
+link is refused, never truncated: a ``.critpath-claim`` planted as a link to a results file (or to
+any file the user can write) must not have it overwritten with the claim's JSON.
 """
 from __future__ import annotations
 
@@ -20,10 +24,12 @@ import fcntl
 import json
 import os
 import socket
+import stat
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from harness.core.atomic import is_stale_temp, sweep_stale
 from harness.core.options import UsageError
 
 CLAIM_FILE = ".critpath-claim"
@@ -54,8 +60,10 @@ class Claim:
         return self.path / CLAIM_FILE
 
     def contents(self) -> list[Path]:
-        """What the directory holds besides the claim: a command that needs it empty asks this."""
-        return sorted(p for p in self.path.iterdir() if p.name != CLAIM_FILE)
+        """What the directory holds besides the claim and the temporaries of dead writers (removed
+        here): a command that needs it empty asks this, and a retry after a kill finds it empty."""
+        sweep_stale(self.path)
+        return sorted(p for p in self.path.iterdir() if p.name != CLAIM_FILE and not is_stale_temp(p.name))
 
     def release(self) -> None:
         """Give the directory up: the claim file goes, then the lock (in that order, so no
@@ -92,7 +100,7 @@ def claim_dir(path: Path, command: str) -> Claim:
     made = not path.exists()
     path.mkdir(parents=True, exist_ok=True)
     while True:
-        fd = os.open(path / CLAIM_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = _open_claim(path / CLAIM_FILE)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
@@ -115,6 +123,23 @@ def claim_dir(path: Path, command: str) -> Claim:
     claim = Claim(path, fd, made)
     _HELD[_key(path)] = claim
     return claim
+
+
+def _open_claim(file: Path) -> int:
+    """The claim file, opened for the lock: never through a symlink, never a FIFO or device (no
+    wait on one either), never a file with another name (a hard link)."""
+    try:
+        fd = os.open(file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UsageError(f"{file} is a symbolic link, not a claim critpath made; remove it") from None
+        raise OSError(exc.errno, f"could not claim {file.parent}: {file}: {exc.strerror or exc}") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
+        os.close(fd)
+        what = "not a regular file" if not stat.S_ISREG(st.st_mode) else f"a file with {st.st_nlink} links"
+        raise UsageError(f"{file} is {what}, not a claim critpath made; remove it")
+    return fd
 
 
 def _read_holder(fd: int) -> str:

@@ -6,13 +6,18 @@ file. Every input critpath reads (results, run.json, profiles, rules, gate confi
 nccl-tests logs, traces) is opened here: it must be a regular file, it is opened without waiting
 (``O_NONBLOCK``, so a FIFO is refused rather than waited on), and a whole read is bounded by a
 limit that each reader declares and that the error names.
+
+Every file opened here is remembered by its identity (device and inode), and so is every file a
+command declares as its input before it reads it (``declare_inputs``): ``harness.core.atomic``
+refuses to write over any of them, whatever path the output is given by (the same path, a
+symlink, a hard link). A command need not list its inputs for that to hold.
 """
 from __future__ import annotations
 
 import os
 import stat
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Iterable, Optional
 
 from harness.core.options import CannotRun
 
@@ -25,8 +30,33 @@ class InputFileError(CannotRun):
     the message starts with the path."""
 
 
-def _kind(mode: int) -> str:
+# (st_dev, st_ino) -> the path it was read by, for every input this process has opened or declared.
+_INPUTS: dict[tuple[int, int], Path] = {}
+
+
+def kind(mode: int) -> str:
+    """What a file that is not a regular one is, in words: "a FIFO", "a directory"."""
     return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+def _remember(st: os.stat_result, path: Path) -> None:
+    _INPUTS.setdefault((st.st_dev, st.st_ino), path)
+
+
+def declare_inputs(paths: Iterable[Path]) -> None:
+    """Input files a command knows before it reads them (a run's: ``store.run_inputs``)."""
+    for path in map(Path, paths):
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue  # what cannot be read is not an input; its reader says why
+        if stat.S_ISREG(st.st_mode):
+            _remember(st, path)
+
+
+def input_at(st: os.stat_result) -> Optional[Path]:
+    """The path an input with this identity was read by, or None when it is none."""
+    return _INPUTS.get((st.st_dev, st.st_ino))
 
 
 def open_regular(path: Path, what: str) -> BinaryIO:
@@ -40,9 +70,10 @@ def open_regular(path: Path, what: str) -> BinaryIO:
     except OSError as exc:
         raise InputFileError(f"{path}: cannot open the {what}: {exc.strerror or exc}") from None
     try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise InputFileError(f"{path}: {_kind(mode)}, not a regular file: a {what} is read from a file")
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise InputFileError(f"{path}: {kind(st.st_mode)}, not a regular file: a {what} is read from a file")
+        _remember(st, path)
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
     except BaseException:

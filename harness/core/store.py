@@ -14,7 +14,7 @@ import secrets
 import socket
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Iterator, Optional, Sequence
+from typing import Iterable, Iterator, Optional, Sequence
 
 from harness.core import atomic
 from harness.core.inputfile import InputFileError, open_regular, read_bounded
@@ -257,6 +257,15 @@ RUN_FILES = (RESULTS, RUN_META, FINGERPRINT)
 def run_files(path: Path) -> list[Path]:
     """The files that make ``path`` a run directory (a failed start's temporaries do not)."""
     return [Path(path) / name for name in RUN_FILES if (Path(path) / name).exists()]
+
+
+def run_inputs(paths: Iterable[Path]) -> list[Path]:
+    """Every file a reader of these runs reads: each run's records, run.json and fingerprint.json
+    (a results file given alone is itself the input)."""
+    files: list[Path] = []
+    for path in map(Path, paths):
+        files += run_files(path) if path.is_dir() else [path]
+    return files
 
 
 class RunDir:

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rich.markup import escape
 from rich.table import Table
 
 from harness.core import atomic
+from harness.core.inputfile import declare_inputs
+from harness.core.store import run_inputs
 from harness.core.options import print_error
 from harness.diagnose.evaluate import HEALTHY, NO_EVIDENCE, Diagnosis, diagnose
 from harness.diagnose.observe import DiagnoseInputError, Fleet, read_fleet
@@ -41,8 +44,8 @@ def _node_table(result: Diagnosis):
         found = result.node_findings(node)
         verdict = result.verdict(node)
         colour = {"healthy": "green", "suspect": "yellow", "failed": "red", NO_EVIDENCE: "magenta"}[verdict]
-        table.add_row(node, host, f"[{colour}]{verdict}[/{colour}]", str(len(found)),
-                      ", ".join(sorted({f.rule.name for f in found})) or "-")
+        table.add_row(escape(node), escape(host), f"[{colour}]{verdict}[/{colour}]", str(len(found)),
+                      escape(", ".join(sorted({f.rule.name for f in found})) or "-"))
     return table
 
 
@@ -63,8 +66,8 @@ def _pair_table(fleet: Fleet, result: Diagnosis, rules: list[Rule]):
                      (x.scope == "node" and x.subject[0] in f.subject and x.rail == f.rail))]
             flagged = ", ".join(f"{x.rule.name}: {'link' if x.scope == 'link' else 'node ' + x.subject[0]}"
                                 for x in hits) or "-"
-            table.add_row(f.case_id.split("/", 1)[1], " <-> ".join(f.subject), "-" if f.rail is None else str(f.rail),
-                          name, f"{f.values[name]:.4g}", flagged)
+            table.add_row(escape(f.case_id.split("/", 1)[1]), escape(" <-> ".join(f.subject)),
+                          "-" if f.rail is None else str(f.rail), escape(name), f"{f.values[name]:.4g}", escape(flagged))
     return table
 
 
@@ -88,6 +91,8 @@ def _to_json(result: Diagnosis) -> dict:
 
 
 def cmd_diagnose(args) -> int:
+    # Known before they are read: --json may not replace a run's file or the rules.
+    declare_inputs([*run_inputs(args.run_dirs), args.rules])
     try:
         rules = load(args.rules)
         fleet = read_fleet(args.run_dirs)

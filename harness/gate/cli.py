@@ -17,10 +17,10 @@ from harness.core.claim import claim_dir
 from harness.core.comparable import mismatch
 from harness.core.escape import for_terminal
 from harness.core.figures import FigureUnavailable
+from harness.core.inputfile import declare_inputs
 from harness.core.options import at_least, comma_separated, number_in, positive, print_error, seconds
-from harness.core.records import MAX_SAMPLES
-from harness.core.records import Record
-from harness.core.store import RESULTS, ResultsFileError, load_records, run_incompleteness
+from harness.core.records import MAX_SAMPLES, Record
+from harness.core.store import RESULTS, ResultsFileError, load_records, run_incompleteness, run_inputs
 from harness.gate.config import ALPHA_RANGE, MAX_MIN_EFFECT, ConfigError, GateConfig, load_baselines, load_config
 from harness.gate.outputs import EXIT_COULD_NOT_RUN, GateResult
 from harness.gate.paired import DESIGN, SPENDING, paired_verdicts, recheck_verdicts
@@ -300,6 +300,7 @@ def _load_side(path: Path) -> list[list[Record]]:
         runs = sorted(p.parent for p in path.rglob(RESULTS))
     if not runs:
         raise ResultsFileError(f"{path}: no run directory (results.jsonl) found")
+    declare_inputs(run_inputs(runs))  # known before they are read: no output of this compare may replace them
     loaded = []
     for run in runs:
         records = load_records(run)

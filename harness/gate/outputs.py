@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Optional
 
 from harness.core import atomic
-from harness.core.escape import for_file, for_markdown, for_markdown_cell, for_xml
+from harness.core.escape import for_code_span, for_file, for_markdown, for_markdown_cell, for_xml
 from harness.gate.stats import Outcome, Policy, Verdict
 
 EXIT_PASS, EXIT_REGRESSION, EXIT_COULD_NOT_RUN = 0, 1, 2
@@ -250,8 +250,8 @@ def markdown(result: GateResult) -> str:
                + (f", {result.repeats} repeats per side" if result.repeats else "")
                + f"; Holm-adjusted {TESTS.get(result.mode, TESTS['compare'])} at alpha {result.policy.alpha:g}; "
                f"{result.wall_s:.0f} s.")
-    base, cand = (for_markdown_cell(str(ref)[:12]) for ref in (base, cand))
-    lines.append(f"{result.mode}: base `{base}` vs candidate `{cand}`"
+    base, cand = (for_code_span(str(ref)[:12]) for ref in (base, cand))
+    lines.append(f"{result.mode}: base {base} vs candidate {cand}"
                  + (" (with uncommitted changes)" if result.candidate.get("dirty") else "") + how)
     lines.append("")
     for w in result.warnings:
@@ -273,7 +273,7 @@ def markdown(result: GateResult) -> str:
                 cells = [_pct(c.ratio), f"[{_pct(c.ci_low)}, {_pct(c.ci_high)}]", _test_text(v), n]
             note = _note(v, result)
             verdict_text = v.outcome.replace("_", " ") + (" (likely regression)" if v.likely_regression else "")
-            lines.append(f"| `{for_markdown_cell(case_id)}` | **{verdict_text}** | " + " | ".join(cells)
+            lines.append(f"| {for_code_span(case_id, in_table=True)} | **{verdict_text}** | " + " | ".join(cells)
                          + f" | {v.min_effect * 100:g} % | {for_markdown_cell(note)} |")
     lines.append("")
     return "\n".join(lines)
@@ -288,7 +288,6 @@ def write_outputs(result: GateResult, out_dir: Path, markdown_path: Optional[Pat
     text = markdown(result)
     atomic.write_text(paths["markdown"], text)
     if markdown_path is not None:
-        # Appended, as CI step-summary files collect several steps.
-        with open(markdown_path, "a") as f:
-            f.write(text + "\n")
+        # Appended, as CI step-summary files collect several steps; whole, and never into an input.
+        atomic.append_text(markdown_path, text + "\n")
     return paths

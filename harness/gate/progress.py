@@ -5,9 +5,9 @@ from __future__ import annotations
 import sys
 from typing import Sequence, TextIO
 
-from rich.console import Console
 from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
 
+from harness.core.console import Console
 from harness.gate.paired import probe_lines
 from harness.gate.schedule import Plan
 from harness.run.progress import LiveProgress

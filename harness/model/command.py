@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 import numpy as np
-from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from harness.core import atomic
 from harness.core.claim import claim_dir
+from harness.core.console import Console
 from harness.core.options import print_error, size_sweep
 from harness.core.sizes import MAX_SIZES, format_size, parse_sizes
 from harness.model import alphabeta as ab
@@ -190,7 +191,8 @@ def cmd_model(args) -> int:
     if not args.no_plots:
         written = plots.write_all(out, profile, scales, sizes, algos, times_s, crossover, nccl, fits)
         console.print("modelled figures: " + ", ".join(str(p) for p in written))
-    console.print(f"modelled results in {out} (source: model; profile {profile.path or profile.name})")
+    console.print(f"modelled results in {out} (source: model; profile {profile.path or profile.name})", markup=False,
+                  highlight=False)
     return 0
 
 
@@ -248,7 +250,7 @@ def _print_summary(console, profile, scales, sizes, algos, times_s, crossover, n
             f"fit {f.algo} worlds {','.join(map(str, f.worlds))} ({f.statistic}): alpha {f.alpha_us:.1f} us, "
             f"beta {f.beta_ns_per_byte:.3f} ns/B ({f.bandwidth_gbytes_s:.3g} GB/s); rel. error rms fit "
             f"{f.rms_rel_error_fit:.0%}, {held}", markup=False, highlight=False)
-    table = Table(title=f"modelled ring/tree crossover per scale (profile {profile.name})")
+    table = Table(title=f"modelled ring/tree crossover per scale (profile {escape(profile.name)})")
     table.add_column("ranks", justify="right")
     table.add_column("nodes", justify="right")
     for key in crossover:

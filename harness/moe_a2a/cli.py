@@ -10,8 +10,9 @@ from pathlib import Path
 from rich.table import Table
 
 from harness.core import atomic
+from harness.core.inputfile import declare_inputs
 from harness.core.options import at_least, number_in, positive, print_error
-from harness.core.store import load_records
+from harness.core.store import load_records, run_inputs
 from harness.moe_a2a import sim
 from harness.moe_a2a.config import mitigation_label, workload_label
 from harness.tables.terminal import wide_console
@@ -142,6 +143,7 @@ def _print_claims(console, results) -> None:
 
 def _sim_from_run(run_dir: Path, drift_ms: float, windows_ms: tuple[float, ...], model, console) -> int:
     """The model fitted to ``run_dir``'s uniform case, beside what that run measured."""
+    declare_inputs(run_inputs([run_dir]))  # --json may not replace the run's files
     records = load_records(run_dir)
     try:
         fitted, basis = sim.fit_from_run(records, model)
@@ -210,6 +212,7 @@ def _relative(records) -> list[dict]:
 
 
 def cmd_report(args) -> int:
+    declare_inputs(run_inputs([args.run_dir]))  # --json may not replace the run's files
     rows = _relative(load_records(args.run_dir))
     if not rows:
         print_error("moe-report", f"{args.run_dir} holds no passing moe_a2a records")

@@ -12,8 +12,9 @@ from typing import Sequence
 from harness.claims import baselines
 from harness.core import atomic
 from harness.core.claim import claim_dir
+from harness.core.inputfile import declare_inputs
 from harness.core.options import EXIT_OK, EXIT_USAGE, print_error
-from harness.core.store import load_run
+from harness.core.store import load_run, run_inputs
 from harness.document.blocks import Block, Heading, Image, to_html, to_markdown
 from harness.history.view import HistoryError, history_blocks
 from harness.report.build import Report, build
@@ -72,6 +73,7 @@ def cmd_report(args) -> int:
     if not args.run_dirs and args.out is None:
         print("critpath report: error: a history report needs --out DIR", file=sys.stderr)
         return EXIT_USAGE
+    declare_inputs(run_inputs(args.run_dirs))  # known before they are read: no output may replace one
     try:
         report = make_report(args.run_dirs, args.label, args.baselines, args.asv_results)
     except (baselines.BaselineError, HistoryError) as exc:
@@ -82,7 +84,7 @@ def cmd_report(args) -> int:
     elif len(args.run_dirs) == 1:
         out = args.run_dirs[0]
     else:
-        out = Path("reports") / ("compare-" + "-".join(p.name for p in args.run_dirs))[:120]
+        out = Path("reports") / atomic.fit_name("compare-" + "-".join(p.name for p in args.run_dirs), 120)
     md, html = write_report(report, out)
     print(f"{md}\n{html}")
     return EXIT_OK

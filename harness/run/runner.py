@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from rich.console import Console
-
+from harness.core.console import Console
 from harness.run.joined import joined_plan, joined_rank, run_joined
 from harness.run.local import local_plan, run_local
 from harness.run.plan import RunOptions

@@ -16,7 +16,7 @@ from pathlib import Path
 from harness.core import atomic
 from harness.core.escape import for_csv, for_terminal
 from harness.core.options import print_error
-from harness.core.store import run_files
+from harness.core.store import run_inputs
 from harness.tables.frame import load_runs, records_of, samples_of
 
 FORMATS = ("csv", "json", "parquet")
@@ -54,15 +54,6 @@ def write(df, fmt: str, out: Path) -> None:
         raise ValueError(f"unknown format {fmt!r}; one of {', '.join(FORMATS)}")
 
 
-def inputs_of(run_dirs) -> list[Path]:
-    """Every file an export reads: each run's records, run.json and fingerprint.json (a results
-    file given alone is itself the input)."""
-    files = []
-    for path in map(Path, run_dirs):
-        files += run_files(path) if path.is_dir() else [path]
-    return files
-
-
 def register(sub) -> None:
     p = sub.add_parser("export", help="stored runs as one table: csv, json or parquet")
     p.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
@@ -79,7 +70,7 @@ def cmd_export(args) -> int:
     except ExportUnavailable as exc:
         print_error("export", exc)
         return 2
-    atomic.refuse_inputs(args.out, inputs_of(args.run_dirs))
+    atomic.refuse_inputs(args.out, run_inputs(args.run_dirs))
     runs = load_runs(args.run_dirs)  # an invalid record raises here, naming file and line
     df = samples_of(runs) if args.samples else records_of(runs)
     write(df, args.fmt, args.out)

@@ -4,11 +4,11 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Iterable, Optional
 
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from harness.core import registry
+from harness.core.console import Console
 from harness.core.escape import for_terminal
 from harness.core.records import Record
 from harness.nccltests.show import imported, imported_notes
