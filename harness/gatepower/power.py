@@ -37,7 +37,8 @@ import scipy  # scipy.stats loads on first use (scipy's lazy loading): gate-powe
 
 from harness.core import atomic, registry
 from harness.core.claim import claim_dir
-from harness.core.options import comma_separated, print_error
+from harness.core.git import run_git
+from harness.core.options import absolute, comma_separated, print_error
 from harness.gate.outputs import EXIT_COULD_NOT_RUN, EXIT_REGRESSION, fails_build
 from harness.gate.schedule import Plan, Schedule
 from harness.gate.sequential import estimate_se, hodges_lehmann, min_detectable_effect
@@ -238,8 +239,7 @@ def _closest(tried: list[tuple[float, float]], target: float) -> tuple[float, fl
 
 
 def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
-                          timeout=120).stdout.strip()
+    return run_git(repo, *args, check=True).stdout.strip()
 
 
 def _prepare(request: PowerRequest, out: Path) -> dict:
@@ -310,7 +310,7 @@ def _gate_trial(doc: dict, cell: Cell, trial: int, out: Path) -> dict:
             "--candidate", cell.candidate, "--budget", str(settings["budget_s"]),
             "--min-effect", str(settings["min_effect"]), "--out", str(trial_dir)]
     for case_id in cell.case_ids:
-        args += ["--case", case_id]
+        args.append(f"--case={case_id}")  # one word: never read as an option
     if settings["statistic"]:
         args += ["--statistic", settings["statistic"]]
     rounds = cell.rounds or settings["rounds"]
@@ -363,7 +363,7 @@ def _tool_trees(doc: dict, out: Path) -> dict:
     for sha in {doc["aa"], *(b["sha"] for b in doc["branches"].values())}:
         path = out / "tool-trees" / sha[:12]
         if not path.exists():
-            _git(Path(doc["clone"]), "worktree", "add", "--quiet", "--detach", str(path), sha)
+            _git(Path(doc["clone"]), "worktree", "add", "--quiet", "--detach", "--", str(path), sha)
         trees[sha] = path
     return trees
 
@@ -738,7 +738,7 @@ def cmd_power(args) -> int:
         return 2
     request = PowerRequest(tuple(args.case_ids), tuple(args.groups), tuple(args.slowdowns), args.trials, args.budget,
                            args.min_effect, args.statistic, args.rounds, tuple(args.rounds_sweep), tuple(args.tools),
-                           args.tool_trials, args.out, args.resume)
+                           args.tool_trials, absolute(args.out), args.resume)  # gates run from clones: absolute
     previous = signal.signal(signal.SIGTERM, raise_on_sigterm)
     try:
         doc = measure(request)
