@@ -457,6 +457,7 @@ def test_a_candidate_that_prints_at_exit_is_probed_and_measured(tmp_repo, tmp_pa
 @pytest.mark.slow
 @pytest.mark.integration
 def test_a_commit_whose_probe_output_cannot_be_read_fails_alone_and_the_range_goes_on(tmp_repo, tmp_path, capsys):
+    _git(tmp_repo, "branch", "-M", "main")  # the branch asv.conf.json names
     _commit_change(tmp_repo, "harness/__init__.py", '\nimport sys\nif sys.argv[0] == "-c":\n    sys.exit(0)\n', "bad")
     _git(tmp_repo, "checkout", "HEAD~1", "--", "harness/__init__.py")
     _git(tmp_repo, "commit", "-q", "-m", "good2")
@@ -549,3 +550,68 @@ def test_user_text_that_a_child_would_read_as_an_option_is_refused_up_front(tiny
         main([*argv, "--repo", str(tiny_repo), "--out", str(tmp_path / "out")])
     assert stopped.value.code == 2
     assert "is not a" in capsys.readouterr().err
+
+
+# -- asv's benchmark processes import only the measured commit's code ---------------------------
+
+_WHERE_BENCH = '''import os
+try:
+    import harness.microbench as m
+    where = m.__file__
+except ImportError as exc:
+    where = "ImportError"
+with open(os.environ["WHERE_FILE"], "a") as f:
+    f.write(os.path.basename(os.environ.get("CRITPATH_ASV_RUN", "")) + " " + where + "\\n")
+
+
+def track_where():
+    return 1
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_asvs_benchmark_processes_do_not_import_a_module_the_commit_lacks(editable_install, tmp_repo, tmp_path,
+                                                                          monkeypatch):
+    # asv adds ASV_PYTHONPATH to sys.path after the interpreter started, so the own_tree
+    # sitecustomize never ran there: a commit without harness/microbench.py imported the
+    # installed checkout's in the benchmark.
+    _git(tmp_repo, "branch", "-M", "main")  # the branch asv.conf.json names
+    (tmp_repo / "benchmarks" / "bench_a_where.py").write_text(_WHERE_BENCH)  # first: discovery stops at an error
+    _git(tmp_repo, "add", "-A")
+    _git(tmp_repo, "commit", "-q", "-m", "where")
+    _git(tmp_repo, "rm", "-q", "harness/microbench.py")
+    _git(tmp_repo, "commit", "-q", "-m", "no microbench")
+    with_module, without = _git(tmp_repo, "rev-parse", "HEAD~1"), _git(tmp_repo, "rev-parse", "HEAD")
+    where = tmp_path / "where.txt"
+    monkeypatch.setenv("WHERE_FILE", str(where))
+    main(["history", "--repo", str(tmp_repo), "--case", NOOP, "--out", str(tmp_path / "h"), "HEAD~2..HEAD"])
+    seen = [line.split(" ", 1) for line in where.read_text().splitlines()]
+    assert {sha for sha, _ in seen} == {with_module, without}, seen
+    for sha, imported in seen:
+        if sha == without:
+            assert imported == "ImportError", seen
+        else:
+            assert "critpath-gate-history-" in imported and imported.endswith("/tree/harness/microbench.py"), seen
+
+
+def test_the_tree_variable_is_declared_alike_on_both_sides_of_the_import_boundary():
+    sys.path.insert(0, str(trees.OWN_TREE))
+    try:
+        import critpath_own_tree
+    finally:
+        sys.path.remove(str(trees.OWN_TREE))
+    assert critpath_own_tree.TREE_ENV == trees.TREE_ENV
+
+
+def test_gate_power_gets_its_out_as_an_absolute_path(tmp_path, monkeypatch):
+    # A relative --out (the default reports/gate-power) was joined again inside the clone by
+    # `git -C clone worktree add`: "No such file '../gp/base-tree'", made at gp/gp/base-tree.
+    from harness.gatepower import power
+
+    seen = []
+    monkeypatch.setattr(power, "measure", lambda request: seen.append(request) or {})
+    monkeypatch.setattr(power, "table", lambda doc: "")
+    monkeypatch.chdir(tmp_path)
+    main(["gate-power", "--case", NOOP, "--out", "gp"])
+    assert seen and seen[0].out == tmp_path / "gp"
