@@ -410,11 +410,11 @@ def test_git_dir_in_the_environment_does_not_override_the_repo(tiny_repo, tmp_pa
     assert [p.name for p in registered_worktrees(tiny_repo)] == [tiny_repo.name]
 
 
-def test_every_git_variable_git_lists_as_local_is_dropped():
+def test_every_git_variable_git_lists_as_local_is_dropped_but_configuration():
     local = subprocess.run(["git", "rev-parse", "--local-env-vars"], capture_output=True, text=True,
                            check=True).stdout.split()
-    env = git_env({name: "x" for name in local + ["GIT_CONFIG_KEY_0", "PATH"]})
-    assert env == {"PATH": "x"}
+    env = git_env({name: "x" for name in local + ["GIT_NAMESPACE", "GIT_CEILING_DIRECTORIES", "PATH"]})
+    assert env == {"PATH": "x", **{name: "x" for name in local if name.startswith("GIT_CONFIG")}}
 
 
 # -- output a tree gives that the gate cannot read is could_not_run -----------------------------

@@ -14,14 +14,15 @@ import subprocess
 from pathlib import Path
 from typing import Mapping, Optional
 
-# `git rev-parse --local-env-vars` (git 2.43), and GIT_NAMESPACE and GIT_CEILING_DIRECTORIES, which
-# also change which repository or refs a command sees.
+# `git rev-parse --local-env-vars` (git 2.43) but its configuration variables, and GIT_NAMESPACE and
+# GIT_CEILING_DIRECTORIES, which also change which repository or refs a command sees. The
+# configuration ones (GIT_CONFIG_PARAMETERS, GIT_CONFIG_COUNT, ...: a `git -c` or a CI's identity)
+# choose no repository, and stay.
 REPOSITORY_ENV = (
-    "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_CONFIG", "GIT_CONFIG_PARAMETERS", "GIT_CONFIG_COUNT",
-    "GIT_OBJECT_DIRECTORY", "GIT_DIR", "GIT_WORK_TREE", "GIT_IMPLICIT_WORK_TREE", "GIT_GRAFT_FILE",
-    "GIT_INDEX_FILE", "GIT_NO_REPLACE_OBJECTS", "GIT_REPLACE_REF_BASE", "GIT_PREFIX",
-    "GIT_INTERNAL_SUPER_PREFIX", "GIT_SHALLOW_FILE", "GIT_COMMON_DIR", "GIT_NAMESPACE",
-    "GIT_CEILING_DIRECTORIES",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_OBJECT_DIRECTORY", "GIT_DIR", "GIT_WORK_TREE",
+    "GIT_IMPLICIT_WORK_TREE", "GIT_GRAFT_FILE", "GIT_INDEX_FILE", "GIT_NO_REPLACE_OBJECTS",
+    "GIT_REPLACE_REF_BASE", "GIT_PREFIX", "GIT_INTERNAL_SUPER_PREFIX", "GIT_SHALLOW_FILE", "GIT_COMMON_DIR",
+    "GIT_NAMESPACE", "GIT_CEILING_DIRECTORIES",
 )
 
 
@@ -31,9 +32,6 @@ def git_env(base: Optional[Mapping[str, str]] = None) -> dict:
     env = dict(os.environ if base is None else base)
     for name in REPOSITORY_ENV:
         env.pop(name, None)
-    # GIT_CONFIG_KEY_n / GIT_CONFIG_VALUE_n go with GIT_CONFIG_COUNT, dropped above.
-    for name in [n for n in env if n.startswith(("GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_"))]:
-        del env[name]
     return env
 
 

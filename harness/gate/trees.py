@@ -9,8 +9,10 @@ imports only its own ``harness``, never a module it lacks from the installed che
 below confirms it: every ``harness`` module the probe loaded must come from the side's tree.
 
 A ref is the user's text: it is refused when it starts with ``-`` and checked as a commit
-(``rev-parse --verify --end-of-options REF^{commit}``) before git sees it anywhere else, so no
-ref is ever read as an option.
+(``rev-parse --verify --end-of-options REF``, then that object peeled to a commit) before git sees
+it anywhere else, so no ref is ever read as an option. Every git call runs under
+``harness.core.git``'s environment, so a hook's ``GIT_DIR`` or ``GIT_INDEX_FILE`` never wins over
+the repository named.
 """
 from __future__ import annotations
 
