@@ -14,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -21,10 +22,13 @@ import pytest
 from conftest import ROOT, git as _git
 
 from harness.cli import main
+from harness.core.git import git_env
+from harness.run import fingerprint
 from harness.gate.outputs import EXIT_COULD_NOT_RUN
 from harness.gate.owned import OWNER_FILE, Owner, owner_of
+from harness.gate import trees
 from harness.gate.schedule import side_kind
-from harness.gate.trees import Tree, TreeError, probe, resolve, sweep_orphans
+from harness.gate.trees import Tree, TreeError, checkout, probe, registered_worktrees, resolve, sweep_orphans
 
 NOOP = "selftest/fault_rank=0,mode=noop,world=1"
 HANG = "selftest/fault_rank=0,mode=hang,world=1"
@@ -36,17 +40,20 @@ def _worktrees(repo: Path) -> list[str]:
             if line.startswith("worktree ")]
 
 
+def _one_commit_repo(repo: Path, text: str = "x\n") -> Path:
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    (repo / "README").write_text(text)
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "one")
+    return repo
+
+
 @pytest.fixture
 def tiny_repo(tmp_path) -> Path:
     if shutil.which("git") is None:
         pytest.skip("git is not installed")
-    repo = tmp_path / "tiny"
-    repo.mkdir()
-    _git(repo, "init", "-q")
-    (repo / "README").write_text("x\n")
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-q", "-m", "one")
-    return repo
+    return _one_commit_repo(tmp_path / "tiny")
 
 
 # -- refs are refs ------------------------------------------------------------------------------
@@ -221,6 +228,15 @@ def _dead_pid() -> int:
     return proc.pid
 
 
+@pytest.fixture
+def temp_dir(tmp_path, monkeypatch) -> Path:
+    """The temp dir the gate makes its worktrees in, and the sweep looks in: this test's own."""
+    where = tmp_path / "tmp"
+    where.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(where))
+    return where
+
+
 def _marked_worktree(repo: Path, where: Path, owner: Owner) -> Path:
     where.mkdir()
     owner.write(where)
@@ -228,12 +244,17 @@ def _marked_worktree(repo: Path, where: Path, owner: Owner) -> Path:
     return where / "tree"
 
 
-def test_the_sweep_removes_only_worktrees_of_critpath_processes_that_are_gone(tiny_repo, tmp_path):
+def _ours(temp_dir: Path, name: str) -> Path:
+    return temp_dir / f"critpath-gate-{name}-x1y2"  # where checkout's tempfile.mkdtemp puts one
+
+
+def test_the_sweep_removes_only_worktrees_of_critpath_processes_that_are_gone(tiny_repo, temp_dir):
+    tmp_path = temp_dir.parent
     me = Owner.me("critpath gate")
-    dead = _marked_worktree(tiny_repo, tmp_path / "dead", Owner("critpath gate", _dead_pid(), me.host, "0"))
-    reused = _marked_worktree(tiny_repo, tmp_path / "reused", Owner("critpath history", me.pid, me.host, "1"))
-    alive = _marked_worktree(tiny_repo, tmp_path / "alive", me)
-    elsewhere = _marked_worktree(tiny_repo, tmp_path / "elsewhere", Owner("critpath gate", 1, "another-host", None))
+    dead = _marked_worktree(tiny_repo, _ours(temp_dir, "dead"), Owner("critpath gate", _dead_pid(), me.host, "0"))
+    reused = _marked_worktree(tiny_repo, _ours(temp_dir, "reused"), Owner("critpath history", me.pid, me.host, "1"))
+    alive = _marked_worktree(tiny_repo, _ours(temp_dir, "alive"), me)
+    elsewhere = _marked_worktree(tiny_repo, _ours(temp_dir, "elsewhere"), Owner("critpath gate", 1, "another-host", None))
     by_hand = tmp_path / "by-hand"
     _git(tiny_repo, "worktree", "add", "--detach", "--quiet", str(by_hand), "HEAD")
     assert me.started is None or owner_of(alive).alive()
@@ -296,3 +317,301 @@ def test_a_worktree_of_a_sigkilled_history_is_swept_by_the_next_history(tmp_repo
     assert code == 2
     assert _worktrees(tmp_repo) == [str(tmp_repo)]
     assert f"removed the worktree {left}" in capsys.readouterr().err
+
+
+# -- a sweep removes only what the project made ---------------------------------------------------
+
+
+def test_an_owner_file_beside_a_checkout_the_project_did_not_make_deletes_nothing(tiny_repo, temp_dir):
+    # An owner file with a dead pid beside the main checkout, and beside a worktree made by hand:
+    # the sweep removed the parent of each, the clone's .git and the user's files with it.
+    dead = Owner("critpath gate", _dead_pid(), Owner.me("x").host, "0")
+    dead.write(tiny_repo.parent)
+    (tiny_repo.parent / "important.txt").write_text("keep\n")
+    by_hand = temp_dir / "mine"  # under the temp dir, but not a directory the gate makes
+    by_hand_tree = _marked_worktree(tiny_repo, by_hand, dead)
+    named_like_ours = tiny_repo.parent / "critpath-gate-base-abc"  # the prefix, but not under the temp dir
+    like_ours_tree = _marked_worktree(tiny_repo, named_like_ours, dead)
+
+    assert sweep_orphans(tiny_repo) == []
+
+    assert (tiny_repo / ".git").is_dir() and (tiny_repo.parent / "important.txt").exists()
+    assert set(_worktrees(tiny_repo)) == {str(tiny_repo), str(by_hand_tree), str(like_ours_tree)}
+    assert by_hand_tree.is_dir() and like_ours_tree.is_dir()
+
+
+@pytest.mark.parametrize("text, field", [('{"command": "critpath gate", "pid": 1099511627776, "host": "%s", '
+                                          '"started": "0"}', "pid"),
+                                         ('{"command": "rm -rf", "pid": 1, "host": "%s", "started": null}', "command"),
+                                         ('{"command": "critpath gate", "pid": "7", "host": "%s", "started": null}',
+                                          "pid"),
+                                         ("[1, 2]", "fields"), ("{", "JSON")])
+def test_a_malformed_owner_file_is_left_alone_with_a_warning(tiny_repo, temp_dir, text, field):
+    # A pid of 2**40 raised OverflowError in os.kill: every later gate and history crashed.
+    where = _ours(temp_dir, "odd")
+    tree = _marked_worktree(tiny_repo, where, Owner.me("critpath gate"))
+    (where / OWNER_FILE).write_text(text % Owner.me("x").host if "%s" in text else text)
+
+    said = sweep_orphans(tiny_repo)
+
+    assert len(said) == 1 and "left the worktree" in said[0] and field in said[0], said
+    assert str(tree) in _worktrees(tiny_repo) and (where / OWNER_FILE).exists()
+
+
+def test_a_worktree_locked_while_git_added_it_is_removed_and_only_what_went_is_reported(tiny_repo, temp_dir):
+    # A gate killed during `git worktree add` leaves the worktree locked ("initializing"): a single
+    # --force and prune skip it; the sweep said "removed" anyway, deleted the owner file, and the
+    # worktree stayed registered for ever.
+    dead = Owner("critpath gate", _dead_pid(), Owner.me("x").host, "0")
+    tree = _marked_worktree(tiny_repo, _ours(temp_dir, "locked"), dead)
+    _git(tiny_repo, "worktree", "lock", "--reason", "initializing", "--", str(tree))
+
+    said = sweep_orphans(tiny_repo)
+
+    assert said == [f"removed the worktree {tree}, left by {dead.describe()}, which is no longer running"]
+    assert _worktrees(tiny_repo) == [str(tiny_repo)] and not tree.parent.exists()
+
+
+def test_a_worktree_whose_path_holds_a_newline_is_swept(tiny_repo, tmp_path, monkeypatch):
+    newline_tmp = tmp_path / "tmp\nwith a newline"
+    newline_tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(newline_tmp))
+    dead = Owner("critpath gate", _dead_pid(), Owner.me("x").host, "0")
+    tree = _marked_worktree(tiny_repo, _ours(newline_tmp, "nl"), dead)
+
+    assert len(sweep_orphans(tiny_repo)) == 1
+    assert not tree.parent.exists()
+    assert "with a newline" not in _git(tiny_repo, "worktree", "list", "--porcelain")
+
+
+# -- git runs on the repository it is told, whatever the environment says -----------------------
+
+
+def test_git_index_file_in_the_environment_does_not_reach_the_users_index(tiny_repo, monkeypatch):
+    # A git hook exports GIT_INDEX_FILE: `git worktree add` then wrote the base tree into the
+    # user's index (git status: "D n" and "?? n").
+    (tiny_repo / "n").write_text("n\n")
+    _git(tiny_repo, "add", "n")
+    _git(tiny_repo, "commit", "-q", "-m", "two")
+    monkeypatch.setenv("GIT_INDEX_FILE", str(tiny_repo / ".git" / "index"))
+    with checkout(tiny_repo, "HEAD~1", "base") as tree:
+        assert not (tree.path / "n").exists()
+    monkeypatch.delenv("GIT_INDEX_FILE")
+    assert _git(tiny_repo, "status", "--porcelain") == ""
+
+
+def test_git_dir_in_the_environment_does_not_override_the_repo(tiny_repo, tmp_path, monkeypatch):
+    other = _one_commit_repo(tmp_path / "other", "other\n")
+    monkeypatch.setenv("GIT_DIR", str(other / ".git"))
+    with checkout(tiny_repo, "HEAD", "base") as tree:
+        assert (tree.path / "README").read_text() == "x\n"
+        assert tree.commit == _git(tiny_repo, "--git-dir", str(tiny_repo / ".git"), "rev-parse", "HEAD")
+    assert fingerprint.git_commit(tiny_repo)["commit"] == tree.commit
+    assert [p.name for p in registered_worktrees(tiny_repo)] == [tiny_repo.name]
+
+
+def test_every_git_variable_git_lists_as_local_is_dropped_but_configuration():
+    local = subprocess.run(["git", "rev-parse", "--local-env-vars"], capture_output=True, text=True,
+                           check=True).stdout.split()
+    env = git_env({name: "x" for name in local + ["GIT_NAMESPACE", "GIT_CEILING_DIRECTORIES", "PATH"]})
+    assert env == {"PATH": "x", **{name: "x" for name in local if name.startswith("GIT_CONFIG")}}
+
+
+# -- output a tree gives that the gate cannot read is could_not_run -----------------------------
+
+GATE_FAST = ["--case", NOOP, "--budget", "4", "--max-pairs", "3"]  # ends "budget too small ... pairs" when it ran
+
+
+def _commit_change(repo: Path, path: str, text: str, message: str) -> None:
+    target = repo / path
+    target.write_text(target.read_text() + text)
+    _git(repo, "commit", "-q", "-am", message)
+
+
+@pytest.mark.parametrize("text", ['\nimport sys\nif sys.argv[0] == "-c":\n    sys.exit(0)\n',
+                                  '\nimport atexit\natexit.register(print, "critpath-probe-result: {")\n'])
+def test_a_candidate_whose_probe_output_cannot_be_read_could_not_run(tmp_repo, tmp_path, text):
+    # json.loads of the last line raised IndexError (no output): exit 1, which CI reads as a regression.
+    _commit_change(tmp_repo, "harness/__init__.py", text, "odd output")
+    out = tmp_path / "gate"
+    code = main(["gate", "--repo", str(tmp_repo), "--base", "HEAD~1", "--candidate", "HEAD", *GATE_FAST,
+                 "--out", str(out)])
+    data = json.loads((out / "gate.json").read_text())
+    assert code == EXIT_COULD_NOT_RUN
+    assert "candidate" in data["error"] and "no result the gate can read" in data["error"], data["error"]
+
+
+@pytest.mark.integration
+def test_a_candidate_that_prints_at_exit_is_probed_and_measured(tmp_repo, tmp_path):
+    # The probe read the last line of output as its JSON: an atexit print made it JSONDecodeError,
+    # exit 1. Its result is now marked, so what else a tree prints does not matter.
+    _commit_change(tmp_repo, "harness/__init__.py", '\nimport atexit\natexit.register(print, "x")\n', "prints")
+    out = tmp_path / "gate"
+    code = main(["gate", "--repo", str(tmp_repo), "--base", "HEAD~1", "--candidate", "HEAD", *GATE_FAST,
+                 "--out", str(out)])
+    data = json.loads((out / "gate.json").read_text())
+    assert code == EXIT_COULD_NOT_RUN and not data["error"], data
+    assert "budget too small" in data["cases"][0]["reason"]  # it ran
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_a_commit_whose_probe_output_cannot_be_read_fails_alone_and_the_range_goes_on(tmp_repo, tmp_path, capsys):
+    _git(tmp_repo, "branch", "-M", "main")  # the branch asv.conf.json names
+    _commit_change(tmp_repo, "harness/__init__.py", '\nimport sys\nif sys.argv[0] == "-c":\n    sys.exit(0)\n', "bad")
+    _git(tmp_repo, "checkout", "HEAD~1", "--", "harness/__init__.py")
+    _git(tmp_repo, "commit", "-q", "-m", "good2")
+    code = main(["history", "--repo", str(tmp_repo), "--case", NOOP, "--out", str(tmp_path / "h"), "HEAD~2..HEAD"])
+    said = capsys.readouterr().out
+    assert code == 1, said  # a commit that could not be recorded
+    assert "1 filed, 0 skipped, 1 could not be recorded" in said, said
+    assert "bad: failed" in said and "no result the gate can read" in said, said
+
+
+def test_a_tree_that_hangs_in_critpath_list_could_not_run_naming_the_tree(tmp_repo, tmp_path, monkeypatch):
+    # subprocess.TimeoutExpired escaped list_cases: exit 1 after 120 s.
+    monkeypatch.setattr(trees, "GIT_TIMEOUT_S", 3)
+    _commit_change(tmp_repo, "harness/__init__.py", "\nimport time\ntime.sleep(400)\n", "hangs")
+    out = tmp_path / "gate"
+    code = main(["gate", "--repo", str(tmp_repo), "--base", "HEAD~1", "--candidate", "HEAD", "--families", "selftest",
+                 "--budget", "4", "--out", str(out)])
+    error = json.loads((out / "gate.json").read_text())["error"]
+    assert code == EXIT_COULD_NOT_RUN
+    assert "candidate (HEAD)" in error and "took over 3 s" in error, error
+
+
+# -- paths are the user's -----------------------------------------------------------------------
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("given", [["--out", "rel/gate"], []])
+def test_a_gate_with_a_relative_out_run_from_another_directory_keeps_the_bases_records(tmp_repo, tmp_path,
+                                                                                        monkeypatch, given):
+    # Workers ran in the temporary worktree with --out unresolved: they wrote there, and every
+    # case was "base round 0 ... has no record" (the README's usage, without --out, never worked).
+    cwd = tmp_path / "elsewhere"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    code = main(["gate", "--repo", str(tmp_repo), "--base", "HEAD", *GATE_FAST, *given])
+    (out,) = [cwd / "rel" / "gate"] if given else list((cwd / "reports").glob("gate-*"))
+    data = json.loads((out / "gate.json").read_text())
+    reasons = " ".join(c["reason"] for c in data["cases"])
+    assert code == EXIT_COULD_NOT_RUN and not data["error"], data
+    assert "has no record" not in reasons and "budget too small" in reasons and "pairs" in reasons, reasons
+    assert list(out.glob("base/gen-000/*")), "the base's records are under --out"
+
+
+# -- the command starts even when the package does not ---------------------------------------
+
+
+def test_the_start_guards_exit_code_is_the_projects_exit_usage():
+    from harness.__main__ import EXIT_USAGE as written_out
+    from harness.core.options import EXIT_USAGE
+
+    assert written_out == EXIT_USAGE == EXIT_COULD_NOT_RUN
+
+
+def test_a_checkout_whose_options_module_does_not_import_exits_2(tmp_repo):
+    _break(tmp_repo, "harness/core/options.py")
+    out = subprocess.run([sys.executable, "-m", "harness", "--help"], cwd=tmp_repo,
+                         env={**os.environ, "PYTHONPATH": str(tmp_repo)}, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stderr
+    assert "cannot start" in out.stderr and "options.py" in out.stderr
+
+
+# -- refs, and words that name more than one thing ------------------------------------------------
+
+
+def test_a_text_search_ref_names_its_commit(tiny_repo):
+    (tiny_repo / "README").write_text("y\n")
+    _git(tiny_repo, "commit", "-q", "-am", "second one")
+    head = _git(tiny_repo, "rev-parse", "HEAD")
+    assert resolve(tiny_repo, ":/second") == head
+    assert resolve(tiny_repo, ":/^one") == _git(tiny_repo, "rev-parse", "HEAD~1")
+    tree = _git(tiny_repo, "rev-parse", "HEAD^{tree}")
+    with pytest.raises(TreeError, match="does not name a commit"):
+        resolve(tiny_repo, tree)
+
+
+def test_worktree_is_refused_when_a_branch_is_named_worktree_too(tiny_repo, tmp_path, capsys):
+    _git(tiny_repo, "branch", "worktree")
+    code = main(["gate", "--repo", str(tiny_repo), "--base", "HEAD", "--candidate", "worktree", "--case", NOOP,
+                 "--out", str(tmp_path / "gate")])
+    err = capsys.readouterr().err
+    assert code == EXIT_COULD_NOT_RUN
+    assert "ambiguous" in err and "refs/heads/worktree" in err, err
+
+
+@pytest.mark.parametrize("argv", [["history", "--machine=-x", "HEAD"], ["history", "--case=--help", "HEAD"],
+                                  ["gate", "--base", "HEAD", "--families=-x"], ["gate", "--base", "HEAD", "--case=-h"]])
+def test_user_text_that_a_child_would_read_as_an_option_is_refused_up_front(tiny_repo, tmp_path, capsys, argv):
+    # It reached asv ("expected one argument"), the tree's critpath run and critpath list.
+    with pytest.raises(SystemExit) as stopped:
+        main([*argv, "--repo", str(tiny_repo), "--out", str(tmp_path / "out")])
+    assert stopped.value.code == 2
+    assert "is not a" in capsys.readouterr().err
+
+
+# -- asv's benchmark processes import only the measured commit's code ---------------------------
+
+_WHERE_BENCH = '''import os
+try:
+    import harness.microbench as m
+    where = m.__file__
+except ImportError as exc:
+    where = "ImportError"
+with open(os.environ["WHERE_FILE"], "a") as f:
+    f.write(os.path.basename(os.environ.get("CRITPATH_ASV_RUN", "")) + " " + where + "\\n")
+
+
+def track_where():
+    return 1
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_asvs_benchmark_processes_do_not_import_a_module_the_commit_lacks(editable_install, tmp_repo, tmp_path,
+                                                                          monkeypatch):
+    # asv adds ASV_PYTHONPATH to sys.path after the interpreter started, so the own_tree
+    # sitecustomize never ran there: a commit without harness/microbench.py imported the
+    # installed checkout's in the benchmark.
+    _git(tmp_repo, "branch", "-M", "main")  # the branch asv.conf.json names
+    (tmp_repo / "benchmarks" / "bench_a_where.py").write_text(_WHERE_BENCH)  # first: discovery stops at an error
+    _git(tmp_repo, "add", "-A")
+    _git(tmp_repo, "commit", "-q", "-m", "where")
+    _git(tmp_repo, "rm", "-q", "harness/microbench.py")
+    _git(tmp_repo, "commit", "-q", "-m", "no microbench")
+    with_module, without = _git(tmp_repo, "rev-parse", "HEAD~1"), _git(tmp_repo, "rev-parse", "HEAD")
+    where = tmp_path / "where.txt"
+    monkeypatch.setenv("WHERE_FILE", str(where))
+    main(["history", "--repo", str(tmp_repo), "--case", NOOP, "--out", str(tmp_path / "h"), "HEAD~2..HEAD"])
+    seen = [line.split(" ", 1) for line in where.read_text().splitlines()]
+    assert {sha for sha, _ in seen} == {with_module, without}, seen
+    for sha, imported in seen:
+        if sha == without:
+            assert imported == "ImportError", seen
+        else:
+            assert "critpath-gate-history-" in imported and imported.endswith("/tree/harness/microbench.py"), seen
+
+
+def test_the_tree_variable_is_declared_alike_on_both_sides_of_the_import_boundary():
+    sys.path.insert(0, str(trees.OWN_TREE))
+    try:
+        import critpath_own_tree
+    finally:
+        sys.path.remove(str(trees.OWN_TREE))
+    assert critpath_own_tree.TREE_ENV == trees.TREE_ENV
+
+
+def test_gate_power_gets_its_out_as_an_absolute_path(tmp_path, monkeypatch):
+    # A relative --out (the default reports/gate-power) was joined again inside the clone by
+    # `git -C clone worktree add`: "No such file '../gp/base-tree'", made at gp/gp/base-tree.
+    from harness.gatepower import power
+
+    seen = []
+    monkeypatch.setattr(power, "measure", lambda request: seen.append(request) or {})
+    monkeypatch.setattr(power, "table", lambda doc: "")
+    monkeypatch.chdir(tmp_path)
+    main(["gate-power", "--case", NOOP, "--out", "gp"])
+    assert seen and seen[0].out == tmp_path / "gp"

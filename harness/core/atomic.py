@@ -46,9 +46,10 @@ def fit_name(name: str, max_bytes: int = NAME_MAX) -> str:
 _TEMP = re.compile(r"\.critpath-(\d+)-[0-9a-f]+\.tmp|\..+\.(\d+)\.[0-9a-f]{6}\.tmp")
 
 
-def check_target(path: Path) -> None:
+def check_target(path: Path, updates: bool = False) -> None:
     """UsageError when ``path`` may not be written: an input of this command, or an existing file
-    that is not a regular one. A missing path is fine."""
+    that is not a regular one. A missing path is fine. ``updates``: the command's own state
+    document, which it reads and writes back by design (gate-power's power.json), may be replaced."""
     path = Path(path)
     try:
         st = os.stat(path)
@@ -57,7 +58,7 @@ def check_target(path: Path) -> None:
     except OSError as exc:
         raise OSError(exc.errno, f"could not write {path}: {exc.strerror or exc}") from None
     seen = input_at(st)
-    if seen is not None:
+    if seen is not None and not updates:
         same = "" if Path(seen) == path else f" (it is {seen})"
         raise UsageError(f"{path} is an input of this command{same}; choose another output path")
     if not stat.S_ISREG(st.st_mode):
@@ -103,11 +104,12 @@ def _discard(path: Path) -> None:
 
 
 @contextmanager
-def atomic_file(path: Path, mode: str = "wb") -> Iterator[IO]:
+def atomic_file(path: Path, mode: str = "wb", updates: bool = False) -> Iterator[IO]:
     """A file object that becomes ``path`` when the block ends without an error; on an error the
-    target is left as it was and the temporary removed. ``mode`` is "wb" or "w" (UTF-8 text)."""
+    target is left as it was and the temporary removed. ``mode`` is "wb" or "w" (UTF-8 text);
+    ``updates`` as for ``check_target``."""
     path = Path(path)
-    check_target(path)
+    check_target(path, updates)
     sweep_stale(path.parent)
     # O_EXCL and a random part: two writers of one target never share a temporary.
     tmp = path.with_name(f".critpath-{os.getpid()}-{secrets.token_hex(4)}.tmp")
@@ -120,7 +122,7 @@ def atomic_file(path: Path, mode: str = "wb") -> Iterator[IO]:
             yield f
             f.flush()
             os.fsync(f.fileno())
-        check_target(path)  # an input read while the block ran, or a FIFO made meanwhile
+        check_target(path, updates)  # an input read while the block ran, or a FIFO made meanwhile
         os.replace(tmp, path)
         _fsync_dir(path.parent)
     except OSError as exc:
@@ -140,21 +142,22 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def write_bytes(path: Path, data: bytes) -> None:
-    with atomic_file(path, "wb") as f:
+def write_bytes(path: Path, data: bytes, updates: bool = False) -> None:
+    with atomic_file(path, "wb", updates) as f:
         f.write(data)
 
 
-def write_text(path: Path, text: str) -> None:
+def write_text(path: Path, text: str, updates: bool = False) -> None:
     """``text`` as UTF-8; a lone surrogate is an error here, so callers escape their text for its
     sink first (``harness.core.escape``)."""
-    write_bytes(path, text.encode("utf-8"))
+    write_bytes(path, text.encode("utf-8"), updates)
 
 
-def write_json(path: Path, data, indent: int = 2, sort_keys: bool = True, allow_nan: bool = True) -> None:
+def write_json(path: Path, data, indent: int = 2, sort_keys: bool = True, allow_nan: bool = True,
+               updates: bool = False) -> None:
     """``data`` as JSON; ASCII-only, so any string (a lone surrogate too) gives valid UTF-8."""
     write_text(path, json.dumps(data, indent=indent, sort_keys=sort_keys, allow_nan=allow_nan, ensure_ascii=True)
-               + "\n")
+               + "\n", updates)
 
 
 def append_text(path: Path, text: str) -> None:

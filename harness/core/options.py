@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+import re
 import sys
+from pathlib import Path
 from typing import Optional
 
 from harness.core.escape import for_terminal
@@ -28,6 +31,13 @@ class UsageError(CannotRun):
     """Bad options or environment."""
 
 
+def absolute(path: Optional[Path]) -> Optional[Path]:
+    """A path option as the user meant it: against the directory the command was started in. Read
+    once, when a request is built: below it, processes run in other directories (a tree's
+    worktree, a clone), where a relative path names somewhere else."""
+    return None if path is None else Path(os.path.abspath(path))
+
+
 def print_error(command: str, message: object) -> None:
     """``critpath COMMAND: error: MESSAGE`` on stderr; the message may quote a file, a path or a
     case's error, so it is escaped for the terminal."""
@@ -44,6 +54,42 @@ def seconds(text: str) -> float:
     if not math.isfinite(value) or not 0 < value <= MAX_SECONDS:
         raise argparse.ArgumentTypeError(f"must be a finite number of seconds in (0, {MAX_SECONDS:g}], got {text}")
     return value
+
+
+# The grammars of the names a command passes on to another process (a tree's critpath, asv):
+# checked here, so no user text reaches a child as one of its options.
+FAMILY_NAME = re.compile(r"[a-z][a-z0-9_]*")  # a family module's name
+MACHINE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # a host name, as asv's machine names are
+
+
+def families_option(text: str) -> tuple[str, ...]:
+    """``--families a,b``: comma-separated family names; a word that is no family name is refused
+    (a tree that does not have the family says so itself)."""
+    names = comma_separated(text)
+    bad = [name for name in names if not FAMILY_NAME.fullmatch(name)]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(f"{bad[0] if bad else text!r} is not a family name "
+                                         f"(lower-case letters, digits, '_')")
+    return names
+
+
+def machine_option(text: str) -> str:
+    if not MACHINE_NAME.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a machine name (letters, digits, '.', '_', '-', "
+                                         f"starting with a letter or digit)")
+    return text
+
+
+def case_id_option(text: str) -> str:
+    """A case ID by the case-ID grammar (``family/key=value,...``), whichever tree defines it:
+    the family may be one this checkout does not have, so its keys are checked by the tree."""
+    family, sep, body = text.partition("/")
+    items = body.split(",") if body else []
+    if not sep or not FAMILY_NAME.fullmatch(family) or not all(
+            key and eq and not any(ch.isspace() for ch in item)
+            for item in items for key, eq, _ in [item.partition("=")]):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a case ID (family/key=value,...)")
+    return text
 
 
 def comma_separated(text: str) -> tuple[str, ...]:

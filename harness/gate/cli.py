@@ -18,7 +18,8 @@ from harness.core.comparable import mismatch
 from harness.core.escape import for_terminal
 from harness.core.figures import FigureUnavailable
 from harness.core.inputfile import declare_inputs
-from harness.core.options import at_least, comma_separated, number_in, positive, print_error, seconds
+from harness.core.options import (absolute, at_least, case_id_option, families_option, number_in, positive,
+                                  print_error, seconds)
 from harness.core.records import MAX_SAMPLES, Record
 from harness.core.store import RESULTS, ResultsFileError, load_records, run_incompleteness, run_inputs
 from harness.gate.config import ALPHA_RANGE, MAX_MIN_EFFECT, ConfigError, GateConfig, load_baselines, load_config
@@ -32,7 +33,7 @@ from harness.gate.schedule import MAX_BUDGET_S, MAX_PAIRS, MAX_ROUNDS, Plan, Sch
 from harness.gate.sequential import CaseSpec, SequentialGate
 from harness.gate.stats import CaseInput, Outcome, Unit, verdicts
 from harness.gate.trees import (BASE, CANDIDATE, WORKTREE, TreeError, checkout, list_cases, probe, repo_root,
-                                sweep_orphans)
+                                sweep_orphans, worktree_ambiguity)
 from harness.gate.values import failure_text, iteration_values, validate_statistic
 from harness.run.lifetime import interrupt_signal, raise_on_sigterm
 
@@ -70,11 +71,11 @@ def register(sub) -> None:
                                    "--budget seconds: regressed, improved, unchanged, inconclusive, could not run. "
                                    "Exit 0 pass, 1 regression (or a likely one at the budget), 2 could not run.")
     p.add_argument("--base", metavar="REF", help="git ref of the base (checked out in a temporary git worktree)")
-    p.add_argument("--candidate", metavar="REF", default=WORKTREE,
+    p.add_argument("--candidate", metavar="REF",
                    help="git ref of the candidate, or 'worktree' (default): this checkout with its edits")
     p.add_argument("--against", type=Path, metavar="FILE", help="compare the candidate with a baseline table (YAML) instead of a base ref")
-    p.add_argument("--case", dest="case_ids", action="append", default=[], metavar="ID", help="case ID (repeatable)")
-    p.add_argument("--families", type=comma_separated, help="comma-separated families (their quick grid, or --full)")
+    p.add_argument("--case", dest="case_ids", action="append", default=[], metavar="ID", type=case_id_option, help="case ID (repeatable)")
+    p.add_argument("--families", type=families_option, help="comma-separated families (their quick grid, or --full)")
     p.add_argument("--full", action="store_true", help="with --families: the full grid")
     p.add_argument("--budget", type=positive(float, MAX_BUDGET_S), default=Plan.budget_s, metavar="SECONDS",
                    help=f"wall time for measuring (default {Plan.budget_s:g}, at most {MAX_BUDGET_S:g}); the gate stops "
@@ -113,17 +114,37 @@ def _directions(direction: Callable[[str], str], case_ids, problems: dict) -> di
 
 
 def cmd_gate(args) -> int:
-    outputs = GateOutputs("gate", args.out, args.markdown, args.fail_on_inconclusive, args.allow_inconclusive)
+    # Every path against the user's directory, here: a tree's processes run in its worktree.
+    outputs = GateOutputs("gate", absolute(args.out), absolute(args.markdown), args.fail_on_inconclusive,
+                          args.allow_inconclusive)
     try:
-        config = load_config(args.config).overridden(args.alpha, args.min_effect, args.statistic, args.direction)
+        config = load_config(absolute(args.config)).overridden(args.alpha, args.min_effect, args.statistic, args.direction)
         for case_id in [] if args.against else args.case_ids:
             config.direction(case_id)  # a statistic with no direction for a named case: refused before any worktree
     except (ConfigError, ValueError) as exc:
         return outputs.error("against" if args.against else "ab", str(exc))
+    ambiguous = _ambiguous_worktree(args)
+    if ambiguous:
+        return outputs.error("against" if args.against else "ab", ambiguous)
     plan = Plan(budget_s=args.budget, rounds=args.rounds, window_s=args.window, iters=args.iters,
                 case_timeout_s=args.timeout, max_pairs=args.max_pairs)
-    return gate(GateRequest(args.base, args.candidate, args.against, args.repo, tuple(args.case_ids), args.families,
+    return gate(GateRequest(args.base, args.candidate or WORKTREE, absolute(args.against), absolute(args.repo),
+                            tuple(args.case_ids), args.families,
                             "full" if args.full else "quick", plan, args.repeats, config, outputs))
+
+
+def _ambiguous_worktree(args) -> str:
+    """Why a ``worktree`` the user wrote could mean a ref too, or "" (the default candidate is the
+    working tree whatever refs exist)."""
+    for option, given in (("--base", args.base), ("--candidate", args.candidate)):
+        if given == WORKTREE:
+            try:
+                why = worktree_ambiguity(absolute(args.repo), option)
+            except TreeError:
+                return ""  # not a checkout: the gate says so itself
+            if why:
+                return why
+    return ""
 
 
 def gate(request: GateRequest) -> int:
@@ -153,6 +174,9 @@ def _gate_into(request: GateRequest, out: Path) -> int:
             result = _run_ab(request, out)
     except (TreeError, ConfigError) as exc:
         result = outputs.result(mode, config.statistic, config.policy, error=str(exc), **request.unmeasured())
+    except Exception as exc:  # noqa: BLE001 -- whatever a tree does to the gate, it could not run; exit 1 is a regression
+        result = outputs.result(mode, config.statistic, config.policy, **request.unmeasured(),
+                                error=f"the gate could not run: {type(exc).__name__}: {exc}")
     except KeyboardInterrupt as exc:
         interrupted = interrupt_signal(exc)
         result = outputs.result(mode, config.statistic, config.policy, **request.unmeasured(),
@@ -312,12 +336,12 @@ def _load_side(path: Path) -> list[list[Record]]:
 
 
 def cmd_compare(args) -> int:
-    outputs = GateOutputs("compare", args.out, args.markdown, args.fail_on_inconclusive)
+    outputs = GateOutputs("compare", absolute(args.out), absolute(args.markdown), args.fail_on_inconclusive)
     try:
-        config = load_config(args.config).overridden(args.alpha, args.min_effect, args.statistic, args.direction)
+        config = load_config(absolute(args.config)).overridden(args.alpha, args.min_effect, args.statistic, args.direction)
     except (ConfigError, ValueError) as exc:
         return outputs.error("compare", str(exc))
-    return compare(CompareRequest(args.run_a, args.run_b, config, outputs))
+    return compare(CompareRequest(absolute(args.run_a), absolute(args.run_b), config, outputs))
 
 
 def compare(request: CompareRequest) -> int:

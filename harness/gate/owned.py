@@ -6,6 +6,9 @@ made inside a directory of its own that holds ``OWNER_FILE`` (the command, pid, 
 time and the host), written before ``git worktree add``; each gate and history starts by removing
 the registered worktrees whose owner on this host is gone. A worktree without the file, one whose
 owner lives, and one that another host made (a shared filesystem) are never touched.
+
+The file is anyone's to write, so it is read as untrusted: one that does not parse with the
+fields and types ``Owner.me`` writes is not critpath's (``Malformed``), and its worktree is left.
 """
 from __future__ import annotations
 
@@ -17,6 +20,8 @@ from pathlib import Path
 from typing import Optional
 
 OWNER_FILE = "critpath-owner.json"  # beside the worktree, in the temporary directory that holds it
+COMMAND_PREFIX = "critpath "  # every owner is a critpath command
+PID_MAX = 1 << 22  # Linux's largest pid_max: a larger pid is no process's (and overflows os.kill)
 
 
 def _proc_stat(pid: int) -> Optional[tuple[str, str]]:
@@ -66,11 +71,39 @@ class Owner:
         (directory / OWNER_FILE).write_text(json.dumps(asdict(self)) + "\n")
 
 
-def owner_of(worktree: Path) -> Optional[Owner]:
-    """The owner recorded beside ``worktree``, or None for a worktree critpath did not make."""
+class Malformed(ValueError):
+    """An owner file that is not one critpath wrote; the message says which field is wrong."""
+
+
+def parse_owner(text: str) -> Owner:
+    """The owner an owner file's text records; Malformed naming the field that is not as
+    ``Owner.write`` writes it."""
     try:
-        data = json.loads((worktree.parent / OWNER_FILE).read_text())
-        return Owner(str(data["command"]), int(data["pid"]), str(data["host"]), data.get("started"))
-    except (OSError, ValueError, KeyError, TypeError):
+        data = json.loads(text)
+    except ValueError as exc:
+        raise Malformed(f"not JSON: {exc}") from None
+    if not isinstance(data, dict) or set(data) != {"command", "pid", "host", "started"}:
+        raise Malformed("expected exactly the fields command, pid, host, started")
+    command, pid, host, started = data["command"], data["pid"], data["host"], data["started"]
+    if not isinstance(command, str) or not command.startswith(COMMAND_PREFIX):
+        raise Malformed(f"command {command!r} is not a critpath command")
+    if type(pid) is not int or not 0 < pid <= PID_MAX:
+        raise Malformed(f"pid {pid!r} is not a process id (1 to {PID_MAX})")
+    if not isinstance(host, str) or not host:
+        raise Malformed(f"host {host!r} is not a host name")
+    if started is not None and not (isinstance(started, str) and started.isdigit()):
+        raise Malformed(f"started {started!r} is not a start time in clock ticks")
+    return Owner(command, pid, host, started)
+
+
+def owner_of(worktree: Path) -> Optional[Owner]:
+    """The owner recorded beside ``worktree``; None when there is no owner file; Malformed when
+    there is one that critpath did not write."""
+    try:
+        text = (worktree.parent / OWNER_FILE).read_text()
+    except FileNotFoundError:
         return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise Malformed(f"unreadable: {exc}") from None
+    return parse_owner(text)
 

@@ -64,7 +64,7 @@ def run_process(tree: Tree, case_ids: Sequence[str], run_dir: Path, run_args: Se
                 timeout_s: float, python: str = sys.executable) -> tuple[int, float, str]:
     args = [python, "-m", "harness", "run"]
     for case_id in case_ids:
-        args += ["--case", case_id]
+        args.append(f"--case={case_id}")  # one word: never read as an option
     args += ["--out", str(run_dir), *run_args]
     log = run_dir.with_suffix(".log")
     start = time.perf_counter()

@@ -11,7 +11,7 @@ from typing import Optional
 
 from harness.core.claim import claim_dir
 from harness.core.escape import for_terminal
-from harness.core.options import print_error
+from harness.core.options import absolute, print_error
 from harness.gate.config import GateConfig
 from harness.gate.outputs import GateResult, write_outputs
 from harness.gate.schedule import Plan
@@ -19,7 +19,9 @@ from harness.gate.stats import Outcome, Policy, Unit
 
 
 def _default_out(kind: str) -> Path:
-    return Path("reports") / f"{kind}-{_dt.datetime.now(_dt.timezone.utc):%Y%m%d-%H%M%S}"
+    # Absolute, as every path of a request is (harness.core.options.absolute): the sides' processes
+    # write their records here from their own worktrees.
+    return absolute(Path("reports")) / f"{kind}-{_dt.datetime.now(_dt.timezone.utc):%Y%m%d-%H%M%S}"
 
 
 @dataclass(frozen=True)

@@ -234,7 +234,7 @@ class RunSide:
         run_dir = self.out_dir / f"round-{number:03d}"
         args = [self.python, "-m", "harness", "run"]
         for c in cases:
-            args += ["--case", c.case_id]
+            args.append(f"--case={c.case_id}")  # one word: a case ID is never read as an option
         # One process runs every case with one --iters: the largest fixed count asked for.
         fixed = [c.iters for c in cases if c.iters]
         if fixed:

@@ -9,8 +9,10 @@ imports only its own ``harness``, never a module it lacks from the installed che
 below confirms it: every ``harness`` module the probe loaded must come from the side's tree.
 
 A ref is the user's text: it is refused when it starts with ``-`` and checked as a commit
-(``rev-parse --verify --end-of-options REF^{commit}``) before git sees it anywhere else, so no
-ref is ever read as an option.
+(``rev-parse --verify --end-of-options REF``, then that object peeled to a commit) before git sees
+it anywhere else, so no ref is ever read as an option. Every git call runs under
+``harness.core.git``'s environment, so a hook's ``GIT_DIR`` or ``GIT_INDEX_FILE`` never wins over
+the repository named.
 """
 from __future__ import annotations
 
@@ -25,13 +27,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
-from harness.gate.owned import Owner, owner_of
+from harness.core.git import run_git
+from harness.gate.owned import OWNER_FILE, Malformed, Owner, owner_of
 
 WORKTREE = "worktree"  # --candidate worktree: the checkout the command runs from, edits included
 BASE, CANDIDATE = "base", "candidate"  # the two sides' labels, in records' paths and results
 GIT_TIMEOUT_S = 120
 # Leads the PYTHONPATH of every process of a tree; holds only sitecustomize.py (see its docstring).
 OWN_TREE = Path(__file__).resolve().with_name("own_tree")
+TREE_ENV = "CRITPATH_OWN_TREE"  # = critpath_own_tree.TREE_ENV (there, it cannot import harness); a test holds them equal
 
 
 def python_path(tree: Path, old: Optional[str] = None) -> str:
@@ -57,10 +61,16 @@ class Tree:
 
     def env(self, base_env: Optional[dict] = None) -> dict:
         """The environment of every process started from this tree (asv's, which replaces
-        PYTHONPATH by ASV_PYTHONPATH, gets ``python_path()`` there)."""
+        PYTHONPATH by ASV_PYTHONPATH, gets ``asv_env()``)."""
         env = dict(os.environ if base_env is None else base_env)
         env["PYTHONPATH"] = self.python_path(env.get("PYTHONPATH"))
+        env[TREE_ENV] = str(self.path)
         return env
+
+    def asv_env(self) -> dict:
+        """What asv's benchmark processes need to run this tree's code: its path, and the tree that
+        ``benchmarks/__init__.py`` checks ``harness`` is imported from."""
+        return {"ASV_PYTHONPATH": self.python_path(), TREE_ENV: str(self.path)}
 
     def to_dict(self) -> dict:
         return {"label": self.label, "ref": self.ref, "path": str(self.path), "commit": self.commit, "dirty": self.dirty}
@@ -68,8 +78,7 @@ class Tree:
 
 def _git(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
     try:
-        return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
-                              timeout=GIT_TIMEOUT_S, check=check)
+        return run_git(repo, *args, timeout=GIT_TIMEOUT_S, check=check)
     except FileNotFoundError:
         raise TreeError("git is not installed; the gate needs it to check out the base") from None
     except subprocess.CalledProcessError as exc:
@@ -84,13 +93,28 @@ def repo_root(start: Path) -> Path:
 
 
 def resolve(repo: Path, ref: str) -> str:
-    """The commit ``ref`` names, as a full SHA; TreeError naming the ref when it names none."""
+    """The commit ``ref`` names, as a full SHA; TreeError naming the ref when it names none.
+    Resolved first as it is, then the object it names peeled to a commit: a suffix appended to
+    the user's text would be read inside ``:/regex`` (and ``REF^{commit}`` refused ``:/text``)."""
     if not ref or ref.startswith("-"):
         raise TreeError(f"ref {ref!r} is not a ref: a ref cannot be empty or start with '-'")
-    result = _git(repo, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}", check=False)
-    if result.returncode != 0 or not result.stdout.strip():
+    named = _git(repo, "rev-parse", "--verify", "--quiet", "--end-of-options", ref, check=False).stdout.strip()
+    result = _git(repo, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{named}^{{commit}}", check=False)
+    if not named or result.returncode != 0 or not result.stdout.strip():
         raise TreeError(f"ref {ref!r} does not name a commit in {repo}")
     return result.stdout.strip()
+
+
+def worktree_ambiguity(repo: Path, option: str) -> str:
+    """Why ``option worktree`` is ambiguous in ``repo`` (a branch or tag is named ``worktree``
+    too), or "" when it is not."""
+    listed = _git(repo, "for-each-ref", "--format=%(refname)", "--", f"refs/heads/{WORKTREE}",
+                  f"refs/tags/{WORKTREE}", check=False).stdout.split()
+    if not listed:
+        return ""
+    return (f"{option} {WORKTREE} is ambiguous in {repo}: it names the working tree, and {listed[0]} exists too; "
+            f"give {option} {listed[0]} for the ref, or rename it to name the working tree"
+            + (" (the default of --candidate)" if option == "--candidate" else ""))
 
 
 def working_tree(repo: Path, label: str) -> Tree:
@@ -99,10 +123,26 @@ def working_tree(repo: Path, label: str) -> Tree:
     return Tree(label, WORKTREE, repo, head, dirty)
 
 
+TREE_PREFIX = "critpath-gate-"  # of every directory ``checkout`` makes, under the temp dir
+TREE_NAME = "tree"  # the worktree, inside that directory, beside the owner file
+
+
 def _remove(repo: Path, path: Path) -> None:
-    if path.exists():
-        _git(repo, "worktree", "remove", "--force", "--", str(path), check=False)
-    shutil.rmtree(path.parent, ignore_errors=True)
+    """Remove the worktree at ``path`` and the directory ``checkout`` made for it, nothing above.
+    ``-f -f``: a gate killed during ``git worktree add`` leaves it locked ("initializing"), and a
+    single ``--force`` (and ``prune``) skips a locked worktree."""
+    _git(repo, "worktree", "unlock", "--", str(path), check=False)
+    _git(repo, "worktree", "remove", "-f", "-f", "--", str(path), check=False)
+    if _made_here(path) and not path.exists():  # a tree git could not remove keeps its owner file: retried next time
+        shutil.rmtree(path.parent, ignore_errors=True)
+
+
+def _made_here(path: Path) -> bool:
+    """Whether ``path`` is where ``checkout`` puts a worktree: ``TREE_NAME`` in a ``TREE_PREFIX``
+    directory directly under the temp dir. Nothing else is ever deleted by the sweep."""
+    parent = path.parent
+    return (path.name == TREE_NAME and parent.name.startswith(TREE_PREFIX)
+            and os.path.realpath(parent.parent) == os.path.realpath(tempfile.gettempdir()))
 
 
 @contextlib.contextmanager
@@ -113,8 +153,8 @@ def checkout(repo: Path, ref: str, label: str, command: str = "critpath gate") -
         yield working_tree(repo, label)
         return
     sha = resolve(repo, ref)
-    parent = Path(tempfile.mkdtemp(prefix=f"critpath-gate-{label}-"))
-    path = parent / "tree"
+    parent = Path(tempfile.mkdtemp(prefix=f"{TREE_PREFIX}{label}-"))
+    path = parent / TREE_NAME
     try:
         Owner.me(command).write(parent)  # before the worktree exists: no moment leaves it unmarked
         _git(repo, "worktree", "add", "--detach", "--quiet", "--", str(path), sha)
@@ -124,27 +164,47 @@ def checkout(repo: Path, ref: str, label: str, command: str = "critpath gate") -
         _git(repo, "worktree", "prune", check=False)
 
 
+def registered_worktrees(repo: Path) -> list[Path]:
+    """The worktrees git lists for ``repo``, the main one first. ``-z``: a path may hold a newline
+    (a ``TMPDIR`` with one), which the line format cannot carry."""
+    listed = _git(repo, "worktree", "list", "--porcelain", "-z", check=False).stdout
+    return [Path(field[len("worktree "):]) for field in listed.split("\0") if field.startswith("worktree ")]
+
+
 def sweep_orphans(repo: Path) -> list[str]:
     """Remove the worktrees of ``repo`` that a critpath process made and that outlived it (it was
-    killed outright); what was removed, as sentences. Worktrees it did not make, and those whose
-    owner lives, are left alone."""
-    listed = _git(repo, "worktree", "list", "--porcelain", check=False).stdout
-    removed = []
-    for line in listed.splitlines():
-        if not line.startswith("worktree "):
+    killed outright); what was removed (or could not be), as sentences. Only a worktree where
+    ``checkout`` puts one, other than the main one, beside a well-formed owner file whose owner is
+    gone, is removed; one whose owner file is malformed is left, with a warning."""
+    listed = registered_worktrees(repo)
+    said, tried = [], []
+    for path in listed[1:]:  # the first is the main worktree: never ours
+        if not _made_here(path) or os.path.realpath(path) == os.path.realpath(repo):
             continue
-        path = Path(line[len("worktree "):])
-        owner = owner_of(path)
+        try:
+            owner = owner_of(path)
+        except Malformed as exc:
+            said.append(f"left the worktree {path} alone: its {OWNER_FILE} is not critpath's ({exc})")
+            continue
         if owner is not None and not owner.alive():
             _remove(repo, path)
-            removed.append(f"removed the worktree {path}, left by {owner.describe()}, which is no longer running")
-    if removed:
+            tried.append((path, owner))
+    if tried:
         _git(repo, "worktree", "prune", check=False)
-    return removed
+        left = set(registered_worktrees(repo))
+        for path, owner in tried:
+            if path in left or path.exists():
+                said.append(f"could not remove the worktree {path}, left by {owner.describe()}; "
+                            f"remove it with: git worktree remove -f -f -- {path}")
+            else:
+                said.append(f"removed the worktree {path}, left by {owner.describe()}, which is no longer running")
+    return said
 
 
+PROBE_MARK = "critpath-probe-result: "  # leads the probe's one line of JSON, whatever else the tree prints
 _PROBE = r"""
 import importlib, json, sys
+MARK = sys.argv.pop(1)
 import harness
 try:
     from harness.core import registry
@@ -165,8 +225,8 @@ for where in ("harness.run.rounds", "harness.rounds"):  # the worker's module, t
         pass
 loaded = {name: module.__file__ for name, module in list(sys.modules.items())
           if (name == "harness" or name.startswith("harness.")) and getattr(module, "__file__", None)}
-print(json.dumps({"harness_file": harness.__file__, "unknown": unknown, "worker_protocol": protocol,
-                  "loaded": loaded}))
+print("\n" + MARK + json.dumps({"harness_file": harness.__file__, "unknown": unknown, "worker_protocol": protocol,
+                  "loaded": loaded}), flush=True)
 """
 
 
@@ -179,29 +239,60 @@ class Probe:
 
 def probe(tree: Tree, case_ids: Sequence[str], python: str = sys.executable) -> Probe:
     """Import the side's ``harness`` from its tree and parse every case ID there."""
+    where = f"{tree.label} ({tree.ref})"
     try:
-        result = subprocess.run([python, "-c", _PROBE, *case_ids], cwd=tree.path, env=tree.env(),
+        result = subprocess.run([python, "-c", _PROBE, PROBE_MARK, *case_ids], cwd=tree.path, env=tree.env(),
                                 capture_output=True, text=True, timeout=GIT_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        raise TreeError(f"{tree.label} ({tree.ref}): probing the tree took over {GIT_TIMEOUT_S} s") from None
+        raise TreeError(f"{where}: probing the tree took over {GIT_TIMEOUT_S} s") from None
+    except OSError as exc:
+        raise TreeError(f"{where}: cannot start {python}: {exc}") from None
     if result.returncode != 0:
         tail = (result.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise TreeError(f"{tree.label} ({tree.ref}): cannot import harness from {tree.path}: {tail}")
-    data = json.loads(result.stdout.strip().splitlines()[-1])
+        raise TreeError(f"{where}: cannot import harness from {tree.path}: {tail}")
+    data = _probe_result(result.stdout)
+    if data is None:
+        tail = (result.stdout.strip().splitlines() or ["(no output)"])[-1][:200]
+        raise TreeError(f"{where}: the probe of {tree.path} gave no result the gate can read (importing harness "
+                        f"there exits early or rewrites the output?); last output line: {tail!r}")
     found = Path(data["harness_file"]).resolve()
     root = tree.path.resolve()
     foreign = sorted(name for name, path in data["loaded"].items() if root not in Path(path).resolve().parents)
     if root not in found.parents or foreign:
-        where = data["loaded"].get(foreign[0]) if foreign else found
-        raise TreeError(f"{tree.label} ({tree.ref}): imports {foreign[0] if foreign else 'harness'} from {where}, "
+        at = data["loaded"].get(foreign[0]) if foreign else found
+        raise TreeError(f"{where}: imports {foreign[0] if foreign else 'harness'} from {at}, "
                         f"not from {tree.path}; is another copy shadowing it on sys.path?")
-    return Probe(str(found), dict(data["unknown"]), data.get("worker_protocol"))
+    return Probe(str(found), dict(data["unknown"]), data["worker_protocol"])
+
+
+def _probe_result(stdout: str) -> Optional[dict]:
+    """The probe's result from its output: the last line after ``PROBE_MARK`` that holds the
+    fields with their types, or None (a tree whose import prints, exits early, or lies)."""
+    for line in reversed(stdout.splitlines()):
+        if not line.startswith(PROBE_MARK):
+            continue
+        try:
+            data = json.loads(line[len(PROBE_MARK):])
+        except ValueError:
+            return None
+        ok = (isinstance(data, dict) and isinstance(data.get("harness_file"), str)
+              and isinstance(data.get("unknown"), dict) and isinstance(data.get("loaded"), dict)
+              and all(isinstance(v, str) for v in data["loaded"].values())
+              and (data.get("worker_protocol") is None or type(data.get("worker_protocol")) is int))
+        return data if ok else None
+    return None
 
 
 def list_cases(tree: Tree, families: Sequence[str], profile: str, python: str = sys.executable) -> list[str]:
     """The case IDs of ``families`` as this tree's ``critpath list`` gives them."""
-    args = [python, "-m", "harness", "list", "--families", ",".join(families), f"--{profile}"]
-    result = subprocess.run(args, cwd=tree.path, env=tree.env(), capture_output=True, text=True, timeout=GIT_TIMEOUT_S)
+    args = [python, "-m", "harness", "list", f"--families={','.join(families)}", f"--{profile}"]  # one word: never an option
+    try:
+        result = subprocess.run(args, cwd=tree.path, env=tree.env(), capture_output=True, text=True,
+                                timeout=GIT_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise TreeError(f"{tree.label} ({tree.ref}): critpath list in {tree.path} took over {GIT_TIMEOUT_S} s") from None
+    except OSError as exc:
+        raise TreeError(f"{tree.label} ({tree.ref}): cannot start {python}: {exc}") from None
     if result.returncode != 0:
         tail = (result.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise TreeError(f"{tree.label} ({tree.ref}): critpath list --families {','.join(families)}: {tail}")

@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from harness.core.git import git_env, run_git
 from harness.core.options import UsageError
 from harness.core.registry import WRAPS_PACKAGE
 
@@ -196,8 +197,7 @@ def from_environment(family, env: Mapping[str, str] = os.environ):
 
 def _git(repo: Path, *args: str) -> str:
     try:
-        result = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
-                                timeout=GIT_TIMEOUT_S, check=True)
+        result = run_git(repo, *args, timeout=GIT_TIMEOUT_S, check=True)
     except subprocess.CalledProcessError as exc:
         raise InjectError(f"git {' '.join(args)}: {exc.stderr.strip() or exc}") from None
     return result.stdout.strip()
@@ -206,7 +206,7 @@ def _git(repo: Path, *args: str) -> str:
 def clone(repo: Path, dest: Path) -> Path:
     """A private clone of ``repo`` (its committed history only) at ``dest``."""
     subprocess.run(["git", "clone", "--quiet", "--no-checkout", "--", str(repo), str(dest)], check=True,
-                   capture_output=True, timeout=GIT_TIMEOUT_S)
+                   capture_output=True, timeout=GIT_TIMEOUT_S, env=git_env())
     _git(dest, "config", "user.name", "critpath gate-power")
     _git(dest, "config", "user.email", "gate-power@localhost")
     return dest

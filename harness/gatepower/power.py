@@ -37,8 +37,9 @@ import scipy  # scipy.stats loads on first use (scipy's lazy loading): gate-powe
 
 from harness.core import atomic, registry
 from harness.core.claim import claim_dir
+from harness.core.git import run_git
 from harness.core.inputfile import read_bounded
-from harness.core.options import at_least, comma_separated, number_in, positive, print_error
+from harness.core.options import absolute, at_least, comma_separated, number_in, positive, print_error
 from harness.gate.config import MAX_MIN_EFFECT
 from harness.gate.outputs import EXIT_COULD_NOT_RUN, EXIT_REGRESSION, fails_build
 from harness.gate.schedule import MAX_BUDGET_S, MAX_ROUNDS, Plan, Schedule
@@ -256,8 +257,7 @@ def _closest(tried: list[tuple[float, float]], target: float) -> tuple[float, fl
 
 
 def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
-                          timeout=120).stdout.strip()
+    return run_git(repo, *args, check=True).stdout.strip()
 
 
 def _prepare(request: PowerRequest, out: Path) -> dict:
@@ -308,8 +308,9 @@ def _prepare(request: PowerRequest, out: Path) -> dict:
 
 
 def _save(out: Path, doc: dict, name: str = "power.json") -> None:
-    """Written whole, then renamed: an interrupted write leaves the previous file as it was."""
-    atomic.write_json(out / name, doc, indent=1, sort_keys=False)
+    """Written whole, then renamed: an interrupted write leaves the previous file as it was. It is
+    the campaign's own state, read back by --resume and --report, so it may replace what was read."""
+    atomic.write_json(out / name, doc, indent=1, sort_keys=False, updates=True)
 
 
 def _load(path: Path) -> dict:
@@ -328,7 +329,7 @@ def _gate_trial(doc: dict, cell: Cell, trial: int, out: Path) -> dict:
             "--candidate", cell.candidate, "--budget", str(settings["budget_s"]),
             "--min-effect", str(settings["min_effect"]), "--out", str(trial_dir)]
     for case_id in cell.case_ids:
-        args += ["--case", case_id]
+        args.append(f"--case={case_id}")  # one word: never read as an option
     if settings["statistic"]:
         args += ["--statistic", settings["statistic"]]
     rounds = cell.rounds or settings["rounds"]
@@ -381,7 +382,7 @@ def _tool_trees(doc: dict, out: Path) -> dict:
     for sha in {doc["aa"], *(b["sha"] for b in doc["branches"].values())}:
         path = out / "tool-trees" / sha[:12]
         if not path.exists():
-            _git(Path(doc["clone"]), "worktree", "add", "--quiet", "--detach", str(path), sha)
+            _git(Path(doc["clone"]), "worktree", "add", "--quiet", "--detach", "--", str(path), sha)
         trees[sha] = path
     return trees
 
@@ -756,7 +757,7 @@ def cmd_power(args) -> int:
         return 2
     request = PowerRequest(tuple(args.case_ids), tuple(args.groups), tuple(args.slowdowns), args.trials, args.budget,
                            args.min_effect, args.statistic, args.rounds, tuple(args.rounds_sweep), tuple(args.tools),
-                           args.tool_trials, args.out, args.resume)
+                           args.tool_trials, absolute(args.out), args.resume)  # gates run from clones: absolute
     previous = signal.signal(signal.SIGTERM, raise_on_sigterm)
     try:
         doc = measure(request)

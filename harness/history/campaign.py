@@ -39,7 +39,9 @@ from typing import Optional, Sequence
 from harness.core import atomic
 from harness.core.claim import claim_dir
 from harness.core.escape import for_terminal
-from harness.core.options import EXIT_FAILED, EXIT_OK, EXIT_USAGE, comma_separated, print_error, seconds
+from harness.core.git import run_git
+from harness.core.options import (EXIT_FAILED, EXIT_OK, EXIT_USAGE, absolute, case_id_option, families_option,
+                                  machine_option, print_error, seconds)
 from harness.core.store import RESULTS, ResultsFileError, load_records, run_incompleteness
 from harness.gate.trees import TreeError, checkout, probe, repo_root, resolve, sweep_orphans
 from harness.history.view import case_values
@@ -89,13 +91,13 @@ def register(sub) -> None:
     p = sub.add_parser("history", help="record asv history over a range of commits (each commit's own code)")
     p.add_argument("range", metavar="A..B", help="git range (commits after A up to B, as git log A..B) or one ref")
     p.add_argument("--repo", type=Path, default=Path.cwd(), help="git checkout whose commits to record (default: .)")
-    p.add_argument("--families", type=comma_separated, help="comma-separated families (default: every default family)")
-    p.add_argument("--case", dest="case_ids", action="append", default=[], metavar="ID",
+    p.add_argument("--families", type=families_option, help="comma-separated families (default: every default family)")
+    p.add_argument("--case", dest="case_ids", action="append", default=[], metavar="ID", type=case_id_option,
                    help="record exactly this case (repeatable); overrides --families")
     p.add_argument("--results", type=Path, help="asv results directory (default: the repo's asv.conf.json "
                    "results_dir; with --find, OUT/find-results)")
     p.add_argument("--out", type=Path, help="run directories and logs (default: REPO/.asv/history)")
-    p.add_argument("--machine", help="asv machine name (default: asv's, this host's)")
+    p.add_argument("--machine", type=machine_option, help="asv machine name (default: asv's, this host's)")
     p.add_argument("--timeout", type=seconds, default=120.0, metavar="SECONDS", help="per-case limit (default 120)")
     p.add_argument("--rerun", action="store_true", help="measure commits asv already holds again")
     p.add_argument("--find", metavar="FIGURE", help="bisect for the largest step of FIGURE (p50_us, p99_us or a "
@@ -107,7 +109,7 @@ def register(sub) -> None:
 
 
 def _git(repo: Path, *args: str) -> str:
-    result = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=120)
+    result = run_git(repo, *args)
     if result.returncode != 0:
         raise HistoryRunError(f"git {' '.join(args)}: {result.stderr.strip()}")
     return result.stdout
@@ -172,7 +174,7 @@ def _asv(args: Sequence[str], log, env: Optional[dict] = None, cwd: Optional[Pat
 
 def machine_name(config: Path, given: Optional[str], log) -> str:
     """asv needs a machine recorded before it files results; ``asv machine --yes`` records this host."""
-    args = ["machine", "--yes", "--config", str(config)] + (["--machine", given] if given else [])
+    args = ["machine", "--yes", "--config", str(config)] + ([f"--machine={given}"] if given else [])
     if _asv(args, log) != 0:
         raise HistoryRunError(f"asv machine --yes failed; see {log.name}")
     if given:
@@ -240,9 +242,9 @@ def _run_args(request: HistoryRequest, run_dir: Path) -> list[str]:
             "--timeout", str(request.timeout_s), "--out", str(run_dir)]
     if request.case_ids:
         for case_id in request.case_ids:
-            argv += ["--case", case_id]
+            argv.append(f"--case={case_id}")  # one word: never read as an option
     elif request.families:
-        argv += ["--families", ",".join(request.families)]
+        argv.append(f"--families={','.join(request.families)}")
     return argv
 
 
@@ -293,11 +295,13 @@ def record_commit(request: HistoryRequest, commit: Commit, say) -> Filed:
             with log_path.open("a") as log:
                 code = _asv(["run", "--config", str(config), "--environment", f"existing:{sys.executable}",
                              "--set-commit-hash", commit.sha, "--bench", bench_regex({r.family for r in records}),
-                             "--machine", machine,
-                             "--show-stderr"], log, env={"ASV_PYTHONPATH": tree.python_path(), RUN_ENV: str(run_dir)},
+                             f"--machine={machine}",
+                             "--show-stderr"], log, env={**tree.asv_env(), RUN_ENV: str(run_dir)},
                             cwd=tree.path)
     except TreeError as exc:
         return Filed(commit, "failed", time.monotonic() - start, str(exc))
+    except Exception as exc:  # noqa: BLE001 -- one commit that breaks the tooling is that commit's failure, not the range's
+        return Filed(commit, "failed", time.monotonic() - start, f"{type(exc).__name__}: {exc}")
     wanted = {r.case_id for r in records}
     missing = wanted - recorded_cases(results, machine, commit.sha)
     if missing:
@@ -348,7 +352,7 @@ def cmd_history(args) -> int:
         commits = commits_in(repo, args.range, include_start=bool(args.find))
         out = (args.out or repo / ".asv" / "history").resolve()
         claim_dir(out, "history")  # held while it measures: a second history into OUT is refused
-        results = args.results or (out / "find-results" if args.find else None)
+        results = absolute(args.results) or (out / "find-results" if args.find else None)
         config, results = asv_config(repo, results, out)
         with (out / "asv-machine.log").open("a") as log:
             machine = machine_name(config, args.machine, log)

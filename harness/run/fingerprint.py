@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Optional
 
 import harness
+from harness.core.git import run_git
 from harness.run import nodefacts
 
 # Variables that change what a collective or the allocator does.
@@ -60,13 +61,8 @@ def library_versions() -> dict:
 
 def git_commit(root: Path = PROJECT_ROOT) -> dict:
     try:
-        commit = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True, text=True, timeout=10, check=True,
-        ).stdout.strip()
+        commit = run_git(root, "rev-parse", "HEAD", timeout=10, check=True).stdout.strip()
+        dirty = run_git(root, "status", "--porcelain", "--untracked-files=no", timeout=10, check=True).stdout.strip()
         return {"commit": commit, "dirty": bool(dirty)}
     except (OSError, subprocess.SubprocessError):
         return {"commit": None, "dirty": None, "reason": "not a git checkout; version " + str(_version("critpath"))}

@@ -1,28 +1,17 @@
 """Imported by Python's ``site`` at the start of every process of a tree that the gate, history or
 gate-power starts: this directory leads their PYTHONPATH (``harness.gate.trees.Tree.env``), and
-their children inherit it (rank pools, servers, asv's benchmark processes).
-
-An editable install of critpath (``pip install -e``) puts a finder on ``sys.meta_path`` that
-serves any ``harness.X`` that a tree lacks from the installed checkout: a base tree from before
-a package existed would import the candidate's (or main's) module and measure, or probe, the
-wrong code. The tree itself comes first on the path, so its own ``harness`` is found before the
-finder is asked; what is left is to take that finder away. Every other import (torch, numpy)
-is found as before. Nothing here may import ``harness``: it runs before the tree is imported.
+their children inherit it (rank pools, servers). It takes an editable install's finder for
+``harness`` away (``critpath_own_tree``, beside it, says why). Nothing here may import
+``harness``: it runs before the tree is imported.
 """
 import importlib.machinery
 import importlib.util
 import os
 import sys
 
-PACKAGE = "harness"
+import critpath_own_tree
+
 _HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def _serves_package(finder) -> bool:
-    # setuptools' editable finder is a class in a module __editable___<dist>_finder whose MAPPING
-    # names the top-level packages it serves.
-    mapping = getattr(sys.modules.get(getattr(finder, "__module__", None) or ""), "MAPPING", None)
-    return isinstance(mapping, dict) and PACKAGE in mapping
 
 
 def _run_shadowed_sitecustomize() -> None:
@@ -40,4 +29,4 @@ def _run_shadowed_sitecustomize() -> None:
 try:
     _run_shadowed_sitecustomize()
 finally:  # after it, in case it installed a finder too
-    sys.meta_path[:] = [finder for finder in sys.meta_path if not _serves_package(finder)]
+    critpath_own_tree.drop_editable_finders()
