@@ -166,6 +166,11 @@ def value(record: Any, name: str) -> float:
             raise FigureUnavailable(f"{record.case_id} is imported with its mean only; no {name}")
         return sample_value(record.samples_ns, name)
     if name in record.metrics:
+        # Read but not recomputed when the record was loaded (harness.core.verify): no measurement,
+        # so nothing (acceptance, comparison, a claim) may pass or fail on it.
+        unverified = getattr(record, "unverifiable", {}).get(name)
+        if unverified:
+            raise FigureUnavailable(f"{record.case_id}: field metrics.{name} is not verified: {unverified}")
         if record.samples_ns:  # a record without samples has nothing to count its percentiles by
             require_samples(name, len(record.samples_ns))
         return float(record.metrics[name])
