@@ -139,6 +139,8 @@ def test_one_case_flagging_a_subject_is_not_enough_under_min_cases(tmp_path):
     _pairs_run(tmp_path / "run", lambda a, b, rail: 100.0, sizes=(8,))
     _pairs_run(tmp_path / "slow", lambda a, b, rail: 1500.0 if 3 in (a, b) else 100.0, sizes=(4096,))
     (tmp_path / "slow" / "results.jsonl").open("a").write((tmp_path / "run" / "results.jsonl").read_text())
+    # one run of both cases: its run.json plans both
+    RunDir(tmp_path / "slow", "diag-test").write_meta({"schema": "critpath.run/1", "state": "finished", "cases_total": 2})
     result = _diagnose([tmp_path / "slow"])
     assert result.findings == []
     assert any("flagged in 1 case(s), fewer than min_cases 2" in n for n in result.notes.lines())

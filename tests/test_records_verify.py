@@ -65,16 +65,19 @@ def test_what_cannot_be_recomputed_is_listed_with_the_reason(tmp_path):
     other_version = derived_record(AR, SAMPLES, family_version=7)
     no_reports = derived_record("rpc/codec=raw,mode=pingpong,payload_bytes=64,transport=uds", SAMPLES,
                                 metrics={"msgs_per_s": 1.0}, extra={})
-    row = {"time_us": 123.456, "algbw_gbps": 254.8, "busbw_gbps": 446.0, "wrong": 0}
+    row = {"time_us": 123.456, "algbw_gbps": 254.8, "busbw_gbps": 446.0, "wrong": None}
     imported = derived_record(AR.replace("gloo", "nccl").replace("tree", "native"), [123456],
                               metrics={k: row[k] for k in ("time_us", "algbw_gbps", "busbw_gbps")},
                               extra={"imported": {"source": "nccl-tests", "samples": "mean_only",
-                                                  "placement": "in_place", "in_place": row}})
+                                                  "placement": "in_place", "in_place": row,
+                                                  "collective": "all_reduce", "redop": "sum", "root": -1,
+                                                  "count": 1024, "type": "float", "ranks": 2}}, check=None)
     old, bare, log = load_records(_file(tmp_path, other_version, no_reports, imported))
     assert set(old.unverifiable) == set(old.metrics)
     assert "recorded by allreduce version 7; this critpath has version 1" in old.unverifiable["busbw_gbps"]
     assert bare.unverifiable == {"msgs_per_s": "the record has no per-rank reports to recompute it from"}
-    assert log.unverifiable["busbw_gbps"].startswith("imported from nccl-tests: the figure is the source's own")
+    # an import's figures, identity and check are rebuilt from the row it keeps: checked, not listed
+    assert log.unverifiable == {}
 
 
 def test_show_refuses_an_edited_results_file_with_exit_2(tmp_path, capsys):

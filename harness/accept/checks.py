@@ -2,7 +2,8 @@
 give, and one of three verdicts (harness.accept.verdicts): pass, fail, could not verify.
 
 A check whose case the run does not hold, in a data type or from a source the check does not
-accept, or whose statistic its records cannot give could not be verified; only a measured value
+accept, whose statistic its records cannot give, or whose figure a record holds but could not have
+recomputed when it was read (``Record.unverifiable``) could not be verified; only a measured value
 that misses the profile fails. The least favourable matching record decides.
 """
 from __future__ import annotations

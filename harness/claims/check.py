@@ -165,7 +165,9 @@ def _check_values(claim: Claim, records: list[Record], run_label: str, pending: 
     values, used, skipped = [], [], []
     for r in clean:
         try:
-            values.append(figure_value(r, m.statistic))
+            # A claim is a comparison with an article, not a pass: it still reads the figures of a
+            # record of an older family version (tests/fixtures/run_mixed), until those are rerun.
+            values.append(figure_value(r, m.statistic, unverified_ok=True))
             used.append(r)
         except TooFewSamples as exc:
             # The record is selected and measured, only too briefly for this percentile: deciding
@@ -270,7 +272,7 @@ def _check_change(claim: Claim, records: list[Record], run_label: str, pending: 
             skipped.append(differs)
             continue
         try:
-            b, a = figure_value(pair[0], m.statistic), figure_value(pair[1], m.statistic)
+            b, a = (figure_value(p, m.statistic, unverified_ok=True) for p in pair)  # as for one figure
         except TooFewSamples as exc:  # as for one figure: skipping it would drop a case the claim covers
             return ClaimResult(claim, NOT_MEASURABLE, f"{pair[0].case_id} / {pair[1].case_id}: {exc}",
                                run_label=run_label)

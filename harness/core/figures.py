@@ -157,8 +157,9 @@ def sample_value(samples_ns, name: str) -> float:
     return float(ns) / TIME_SCALE[unit]
 
 
-def value(record: Any, name: str) -> float:
-    """The figure ``name`` of one record."""
+def value(record: Any, name: str, unverified_ok: bool = False) -> float:
+    """The figure ``name`` of one record; FigureUnavailable for one that could not be recomputed
+    when the record was read, unless ``unverified_ok`` (the claims check, see its call)."""
     if is_sample_statistic(name):
         if not record.samples_ns:
             raise FigureUnavailable(f"{record.case_id} has no samples")
@@ -166,6 +167,11 @@ def value(record: Any, name: str) -> float:
             raise FigureUnavailable(f"{record.case_id} is imported with its mean only; no {name}")
         return sample_value(record.samples_ns, name)
     if name in record.metrics:
+        # Read but not recomputed when the record was loaded (harness.core.verify): no measurement,
+        # so nothing (acceptance, comparison, a claim) may pass or fail on it.
+        unverified = getattr(record, "unverifiable", {}).get(name)
+        if unverified and not unverified_ok:
+            raise FigureUnavailable(f"{record.case_id}: field metrics.{name} is not verified: {unverified}")
         if record.samples_ns:  # a record without samples has nothing to count its percentiles by
             require_samples(name, len(record.samples_ns))
         return float(record.metrics[name])

@@ -6,6 +6,10 @@ stands for (``placement``). That derivation is declared here once: the importer 
 with it, and ``harness.core.verify`` rebuilds the figures from the record's own row when the
 record is read, so a figure edited in ``results.jsonl`` (busbw 436.08 -> 9999) is refused, naming
 the record and the field, instead of passing acceptance as the source's own.
+
+The row also says which case it measured, so the record's identity (family, params, world, case ID)
+and its check (#wrong of both sides) are rebuilt from it too: a record moved to another size, rank
+count or family, or whose #wrong was zeroed, contradicts its own row.
 """
 from __future__ import annotations
 
@@ -15,6 +19,28 @@ from typing import Any, Mapping, Optional
 # record figure -> the key of the row's side that it is
 FIGURES = ("time_us", "algbw_gbps", "busbw_gbps")
 MEAN_ONLY, PER_ITERATION = "mean_only", "per_iteration"
+# How an import's timer and reduction begin: a record that says so holds its row, or is refused.
+IMPORTED_BY = "nccl-tests"
+# The one family critpath measures itself that an import can stand for: an all_reduce sum, in place.
+NATIVE_FAMILY = "allreduce"
+# nccl-tests' collectives (its *_perf binaries); any other becomes no family at all.
+COLLECTIVES = ("all_reduce", "all_gather", "alltoall", "alltoallv", "broadcast", "gather", "hypercube",
+               "reduce", "reduce_scatter", "scatter", "sendrecv")
+# nccl-tests type names -> critpath dtype names
+DTYPES = {"float": "float32", "half": "float16", "bfloat16": "bfloat16", "double": "float64", "int8": "int8",
+          "uint8": "uint8", "int32": "int32", "uint32": "uint32", "int64": "int64", "uint64": "uint64",
+          "f8e4m3": "float8_e4m3", "f8e5m2": "float8_e5m2", "char": "int8", "int": "int32"}
+# Element bytes of nccl-tests' type names (src/common.cu, test_typenames; char/int: NCCL 1)
+WORD_BYTES = {"int8": 1, "uint8": 1, "char": 1, "f8e4m3": 1, "f8e5m2": 1, "half": 2, "bfloat16": 2,
+              "float": 4, "int32": 4, "uint32": 4, "int": 4, "double": 8, "int64": 8, "uint64": 8}
+# What nccl-tests prints as a row's size, in elements of count: the buffer (all_reduce, broadcast,
+# reduce, sendrecv) or the whole gathered one, count per rank times ranks (all_gather, alltoall ...);
+# alltoallv's sizes vary per rank and are not checked.
+# How far below the row's mean time the samples' mean may be: the per-iteration events and the
+# whole-loop timer are two clocks around the same work.
+MEAN_SLACK = 0.05
+SIZE_IS_COUNT = ("all_reduce", "broadcast", "reduce", "sendrecv")
+SIZE_IS_COUNT_OR_RANKS = ("all_gather", "alltoall", "gather", "hypercube", "reduce_scatter", "scatter")
 
 
 def figures_of(side: Mapping[str, Any]) -> dict[str, float]:
@@ -60,6 +86,111 @@ def contradiction(block: Mapping[str, Any], metrics: Mapping[str, Any], samples:
         if tuple(samples) != mean_samples_ns(side["time_us"]):
             return (f"field samples_ns: {list(samples)[:4]} but {row} gives the mean "
                     f"{list(mean_samples_ns(side['time_us']))}")
-    elif block.get("samples") != PER_ITERATION:
+    elif block.get("samples") == PER_ITERATION:
+        return per_iteration_contradiction(block, side, samples)
+    else:
         return f"field extra.imported.samples: {block.get('samples')!r} is neither {MEAN_ONLY} nor {PER_ITERATION}"
+    return None
+
+
+def family_params(collective: str, redop: Optional[str], root: Optional[int], dtype: str, size_bytes: int,
+                  ranks: int) -> tuple[str, dict]:
+    """The family and params of the record a row of ``collective`` becomes: critpath's allreduce is
+    in place, so an all_reduce sum is an ``allreduce`` record; any other row ``nccltests_<name>``."""
+    if collective == "all_reduce" and redop == "sum":
+        return NATIVE_FAMILY, {"algo": "native", "backend": "nccl", "dtype": dtype, "size_bytes": size_bytes,
+                               "world": ranks}
+    return f"nccltests_{collective}", {"dtype": dtype, "size_bytes": size_bytes, "world": ranks,
+                                       "redop": redop or "none", "root": -1 if root is None else root}
+
+
+def case_id_of(family: str, params: Mapping[str, Any]) -> str:
+    return family + "/" + ",".join(f"{k}={v}" for k, v in sorted(params.items()))
+
+
+def check_of(count: int, in_place: Optional[Mapping], out_of_place: Optional[Mapping]) -> Optional[tuple]:
+    """(wrong, checked, detail): nccl-tests' #wrong of both sides; None when neither side was
+    checked (N/A, or the old ``error`` column, a deviation rather than a count)."""
+    sides = [(name, s) for name, s in (("out-of-place", out_of_place), ("in-place", in_place)) if s]
+    counted = [s["wrong"] for _, s in sides if s.get("wrong") is not None]
+    if not counted:
+        return None
+    detail = ", ".join(f"{name} #wrong {'N/A' if s.get('wrong') is None else s['wrong']}" for name, s in sides)
+    return sum(counted), count * len(counted), f"nccl-tests: {detail}"
+
+
+def _whole(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def identity_contradiction(block: Mapping[str, Any], family: str, case_id: str, params: Mapping[str, Any],
+                           world: int) -> Optional[str]:
+    """What in the record's identity its imported row does not give, as "field ...: ..."; None when
+    the row gives all of it."""
+    collective, ranks, count, kind = (block.get(k) for k in ("collective", "ranks", "count", "type"))
+    if collective not in COLLECTIVES:
+        return f"field extra.imported.collective: {collective!r} is not an nccl-tests collective"
+    if not _whole(ranks) or ranks < 1:
+        return f"field extra.imported.ranks: {ranks!r} is not a rank count"
+    if not _whole(count) or count < 0:
+        return f"field extra.imported.count: {count!r} is not an element count"
+    if kind not in DTYPES:
+        return f"field extra.imported.type: {kind!r} is not an nccl-tests type"
+    size = params.get("size_bytes")
+    if not _whole(size):
+        return f"field params.size_bytes: {size!r} is not a size in bytes"
+    element = count * WORD_BYTES[kind]
+    sizes = ((element,) if collective in SIZE_IS_COUNT else (element, element * ranks)
+             if collective in SIZE_IS_COUNT_OR_RANKS else (size,))
+    if size not in sizes:
+        return (f"field params.size_bytes: {size} but its imported row's count {count} of {kind} "
+                f"({WORD_BYTES[kind]} bytes each) gives {' or '.join(map(str, sizes))}")
+    want_family, want = family_params(collective, block.get("redop"), block.get("root"), DTYPES[kind], size, ranks)
+    if family != want_family:
+        return f"field family: {family!r} but its imported row ({collective}, redop {block.get('redop')}) is {want_family!r}"
+    for key in sorted(set(want) | set(params)):
+        stored, said = params.get(key, "(absent)"), want.get(key, "(absent)")
+        if stored != said or type(stored) is not type(said):
+            return f"field params.{key}: {stored!r} but its imported row gives {said!r}"
+    if world != ranks:
+        return f"field world: {world} but its imported row was measured on {ranks} ranks"
+    if case_id != case_id_of(want_family, want):
+        return f"field case_id: {case_id!r} but its imported row is {case_id_of(want_family, want)!r}"
+    return None
+
+
+def check_contradiction(block: Mapping[str, Any], check: Any) -> Optional[str]:
+    """What in the record's check (a ``CheckResult`` or None) its imported row's #wrong does not give."""
+    want = check_of(block["count"], block.get("in_place"), block.get("out_of_place"))
+    have = None if check is None else (check.wrong, check.checked, check.detail)
+    if have != want:
+        said = "no check" if want is None else f"wrong {want[0]} of {want[1]} ({want[2]})"
+        got = "no check" if have is None else f"wrong {have[0]} of {have[1]} ({have[2]})"
+        return f"field check: {got} but its imported row's #wrong gives {said}"
+    return None
+
+
+def per_iteration_contradiction(block: Mapping[str, Any], side: Mapping[str, Any], samples: tuple) -> Optional[str]:
+    """What in per-iteration samples their row does not give. The row keeps the record's side
+    without its times (the samples are them), so what is checked is what it does keep: that the
+    format has per-iteration times at all (only ``-J`` JSON does), that there is one sample per
+    timed iteration, and that their mean is not below the row's mean time (each sample is the
+    slowest rank's time of its iteration, nccl-tests' time is the ranks' mean)."""
+    if block.get("format") != "json":
+        return (f"field extra.imported.samples: {PER_ITERATION} but its row comes from a "
+                f"{block.get('format')!r} log, which prints means only")
+    iters = block.get("iters")
+    skipped = side.get("skipped_iterations", 0)
+    if not _whole(iters) or not _whole(skipped) or len(samples) != iters - skipped:
+        return (f"field samples_ns: {len(samples)} samples but its imported row timed {iters!r} iterations"
+                f" (skipping {skipped!r})")
+    if isinstance(side.get("times_us"), list):  # a row that keeps the times gives the samples exactly
+        if tuple(samples) != samples_ns(side["times_us"]):
+            return "field samples_ns: not the times its imported row keeps"
+        return None
+    # half a nanosecond of rounding per sample, and the printed digits of the row's time
+    mean_ns, time_ns = sum(samples) / len(samples), side["time_us"] * 1e3
+    if mean_ns < time_ns * (1 - MEAN_SLACK) - 0.5:
+        return (f"field samples_ns: their mean {mean_ns:.1f} ns is below its imported row's mean time "
+                f"{time_ns:.1f} ns")
     return None

@@ -8,13 +8,15 @@ to the last whole line and raised, so what was written before stays valid.
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import json
 import os
 import secrets
 import socket
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Iterable, Iterator, Optional, Sequence
+from typing import Iterable, Iterator, Mapping, Optional, Sequence
 
 from harness.core import atomic
 from harness.core.inputfile import InputFileError, open_regular, read_bounded
@@ -29,6 +31,13 @@ MAX_RUN_CASES = 10_000
 MAX_RECORD_BYTES = 64 << 20
 FINGERPRINT = "fingerprint.json"
 RUN_META = "run.json"
+# run.json's digest of the planned case IDs (``planned_digest``): a run is whole when its records
+# are those cases, not merely as many.
+PLANNED = "cases_planned_sha256"
+# run.json's states that say the run is over (whole, if its records are its cases), and the states
+# of an import, whose records are all imported ones
+ENDED = ("finished", "imported")
+IMPORT_STATES = ("importing", "imported")
 
 
 class ResultsFileError(CannotRun):
@@ -157,12 +166,52 @@ def read_json(path: Path) -> dict:
     return data
 
 
+def planned_digest(case_ids: Iterable[str]) -> str:
+    """The digest run.json keeps of the cases a run plans (``PLANNED``): of their IDs, sorted, one a
+    line. A digest rather than the list: run.json is rewritten after every case, and 10,000 IDs
+    would make that a megabyte each time."""
+    return hashlib.sha256("\n".join(sorted(case_ids)).encode()).hexdigest()
+
+
+def _is_import(record) -> bool:
+    extra = getattr(record, "extra", None)
+    return isinstance(extra, Mapping) and "imported" in extra
+
+
+def _not_these_cases(meta: dict, records: Sequence) -> str:
+    """Why the records are not the cases run.json says the run holds, each once; "" when they are
+    (or when they are only fewer: how far the run got is ``incompleteness``'s to say)."""
+    state, total = meta.get("state"), meta.get("cases_total")
+    counted = isinstance(total, int) and not isinstance(total, bool) and total >= 1
+    if state in ENDED and not counted:
+        return f"not whole: {RUN_META}: field cases_total: {total!r} is not a count of planned cases"
+    imports = sum(_is_import(r) for r in records)
+    if state in IMPORT_STATES and imports < len(records):
+        return f"not whole: {RUN_META} says {state}, and {len(records) - imports} of its records were not imported"
+    if state not in IMPORT_STATES and imports:
+        return f"not whole: {RUN_META} says {state}, a critpath run, and {imports} of its records are imports"
+    times = Counter(getattr(r, "case_id", None) for r in records)
+    twice = [f"{case_id} ({n} times)" for case_id, n in times.items() if n > 1]
+    if twice:
+        return f"not whole: a case recorded more than once: {', '.join(twice[:3])}{' ...' if len(twice) > 3 else ''}"
+    if counted and len(records) > total:
+        return f"not whole: {len(records)} records where {RUN_META} planned {total} cases"
+    planned = meta.get(PLANNED)
+    # A run of the previous release says how many cases it planned, not which: its count decides.
+    if counted and len(records) == total and planned is not None and planned != planned_digest(
+            r.case_id for r in records):
+        return (f"not whole: its {len(records)} records are not the {total} cases {RUN_META} planned "
+                f"(field {PLANNED} differs from their IDs')")
+    return ""
+
+
 def incompleteness(meta: dict, records: Sequence, directory: bool = True) -> str:
     """Why a run is not whole ("incomplete: 37 of 87 cases, run.json says running", "mixed: records
-    of 2 runs ..."), read from its records against its run.json; "" when run.json says it finished (or was imported) and the
-    records are all there. A run directory without a run.json is not whole: ``critpath run`` and an
-    import write it, and write it last. A results file given alone (``directory`` False) has
-    nothing beside it to say, and is taken as it is."""
+    of 2 runs ...", "not whole: a case recorded more than once ..."), read from its records against
+    its run.json; "" when run.json says it finished (or was imported) and its records are exactly the
+    cases it planned, each once, all of its run. A run directory without a run.json is not whole:
+    ``critpath run`` and an import write it, and write it last. A results file given alone
+    (``directory`` False) has nothing beside it to say, and is taken as it is."""
     # One results file is one run: records of another (two runs written into one directory at
     # once, files joined by hand) make it none of them.
     run_ids = list(dict.fromkeys(getattr(r, "run_id", None) for r in records))
@@ -170,15 +219,15 @@ def incompleteness(meta: dict, records: Sequence, directory: bool = True) -> str
         return f"mixed: records of {len(run_ids)} runs in one results file ({', '.join(map(str, run_ids[:3]))})"
     if not meta:
         return f"incomplete: {len(records)} cases and no run.json, which a whole run writes last" if directory else ""
+    if run_ids and meta.get("run_id") not in (None, run_ids[0]):
+        return f"mixed: its records are of run {run_ids[0]}, its {RUN_META} of run {meta.get('run_id')}"
     state, total = meta.get("state"), meta.get("cases_total")
-    counted = isinstance(total, int) and not isinstance(total, bool)
-    if state == "finished" and (total is None or (counted and len(records) >= total)):
+    wrong = _not_these_cases(meta, records)
+    if wrong:
+        return wrong
+    if state in ENDED and len(records) == total:
         return ""
-    if state == "imported" and counted and len(records) == total:
-        return ""
-    if state == "imported" and counted and len(records) > total:
-        return f"incomplete: {len(records)} records where run.json says the import wrote {total}"
-    of = f" of {total}" if counted else ""
+    of = f" of {total}" if isinstance(total, int) and not isinstance(total, bool) else ""
     return f"incomplete: {len(records)}{of} cases, run.json says {state or 'nothing'}"
 
 

@@ -8,7 +8,10 @@ family's own ``metrics`` and must match. A contradiction is a ``RecordError`` na
 and field. An imported record's figures are rebuilt from the source row it keeps
 (``harness.core.imported``). What cannot be recomputed (the source row itself, a record of another
 family version, a family without stored reports) is not trusted silently: it is listed in
-``Record.unverifiable``, figure by figure, with the reason.
+``Record.unverifiable``, figure by figure, with the reason, and acceptance, diagnosis and
+comparison take none of it as evidence. An import's identity and check are its row's too, and a
+record that says it came from nccl-tests (its timer or reduction) without the row is refused:
+without the row nothing in it can be checked.
 """
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ from typing import Mapping
 
 from harness.core import registry
 from harness.core.case import Case, CaseIdError
-from harness.core.imported import contradiction
+from harness.core.imported import IMPORTED_BY, check_contradiction, contradiction, identity_contradiction
 from harness.core.records import Record, RecordError
 from harness.core.stats import Summary
 
@@ -26,8 +29,21 @@ from harness.core.stats import Summary
 REL_TOL = 1e-9
 
 
-def _imported(record: Record) -> bool:
-    return isinstance(record.extra, Mapping) and bool(record.extra.get("imported"))
+def _imported(record: Record, where: str) -> bool:
+    """Whether the record is an import; a RecordError when it says so without the row it came from."""
+    extra = record.extra if isinstance(record.extra, Mapping) else {}
+    if "imported" in extra:
+        if not isinstance(extra["imported"], Mapping) or not extra["imported"]:
+            raise RecordError(f"field extra.imported: {extra['imported']!r} is not the row the record was "
+                              "imported from", where)
+        return True
+    said = [f"{name} {value!r}" for name, value in (("timer", record.timer), ("reduction", record.reduction))
+            if isinstance(value, str) and value.startswith(IMPORTED_BY)]
+    if said or record.family not in registry.FAMILIES and record.family.startswith("nccltests_"):
+        why = ", ".join(said) or f"family {record.family!r}"
+        raise RecordError(f"field extra.imported: missing; the record says it was imported ({why}), and "
+                          "without its row none of its figures can be checked", where)
+    return False
 
 
 def _check_finite(record: Record, where: str) -> None:
@@ -60,17 +76,15 @@ def _check_identity(record: Record, where: str) -> Case:
 def verify(record: Record, where: str = "") -> Record:
     """``record`` with ``unverifiable`` filled in, or a RecordError naming what contradicts it."""
     _check_finite(record, where)
-    if _imported(record):
+    if _imported(record, where):
         block = record.extra["imported"]
-        if not isinstance(block, Mapping):
-            raise RecordError("field extra.imported: not an object", where)
-        # The figures are the source row's, which the record keeps: an edited figure is refused.
-        wrong = contradiction(block, record.metrics, record.samples_ns) if record.status == "ok" else None
+        # Figures, identity and check are the source row's, which the record keeps: an edit is refused.
+        wrong = (identity_contradiction(block, record.family, record.case_id, record.params, record.world)
+                 or check_contradiction(block, record.check)
+                 or (contradiction(block, record.metrics, record.samples_ns) if record.status == "ok" else None))
         if wrong:
             raise RecordError(f"{record.case_id}: {wrong}", where)
-        source = block.get("source", "an import")
-        return replace(record, unverifiable={name: f"imported from {source}: the figure is the source's own, "
-                                             "checked against the row the record keeps" for name in record.metrics})
+        return record
     case = _check_identity(record, where)
     if not record.ok:
         if record.metrics:
@@ -84,8 +98,7 @@ def verify(record: Record, where: str = "") -> Record:
         return replace(record, unverifiable={name: why for name in record.metrics})
     reports = record.extra.get("rank_reports") if isinstance(record.extra, Mapping) else None
     if family.report is not None and not isinstance(reports, list):
-        why = "the record has no per-rank reports to recompute it from"
-        return replace(record, unverifiable={name: why for name in record.metrics})
+        return _without_reports(record, family, case)
     try:
         derived = dict(family.metrics(case, Summary.of(record.samples_ns), reports or []))
     except Exception as exc:  # a family's metrics() on stored data it cannot read: say so, keep the record
@@ -97,7 +110,25 @@ def verify(record: Record, where: str = "") -> Record:
         if name not in derived:
             raise RecordError(f"field metrics.{name}: {record.metrics[name]!r} is not a figure "
                               f"{record.family} version {family.version} derives", where)
-        stored, again = float(record.metrics[name]), float(derived[name])
-        if not math.isclose(stored, again, rel_tol=REL_TOL, abs_tol=1e-12):
-            raise RecordError(f"field metrics.{name}: {stored!r} but the samples and reports give {again!r}", where)
+        if not _same(record.metrics[name], derived[name]):
+            raise RecordError(f"field metrics.{name}: {float(record.metrics[name])!r} but the samples and reports "
+                              f"give {float(derived[name])!r}", where)
     return record
+
+
+def _same(stored, again) -> bool:
+    return math.isclose(float(stored), float(again), rel_tol=REL_TOL, abs_tol=1e-12)
+
+
+def _without_reports(record: Record, family, case: Case) -> Record:
+    """A record of a family that stores per-rank reports, without them (one written before records
+    kept them). A figure its family derives from the samples alone, as stored, is verified: the
+    reports did not enter it. The others cannot be told from an edit, and are listed."""
+    why = "the record has no per-rank reports to recompute it from"
+    try:
+        derived = dict(family.metrics(case, Summary.of(record.samples_ns), []))
+    except Exception:  # metrics() that needs the reports: none of its figures can be recomputed
+        derived = {}
+    unverifiable = {name: why for name, value in record.metrics.items()
+                    if name not in derived or not _same(value, derived[name])}
+    return replace(record, unverifiable=unverifiable)

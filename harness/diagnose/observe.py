@@ -90,9 +90,11 @@ def sample_figures(samples_ns: Sequence[int], mean_only: bool = False) -> dict[s
 
 def record_figures(record: Record) -> dict[str, float]:
     """A record's declared figures and the sample statistics its samples support (a declared
-    percentile too, rtt_p999_us, only where the record's samples support it)."""
+    percentile too, rtt_p999_us, only where the record's samples support it). A figure that could not
+    be recomputed when the record was read (``Record.unverifiable``) is no evidence of a node's health."""
     n = len(record.samples_ns)
-    out = {name: float(v) for name, v in record.metrics.items() if not n or supports(name, n)}
+    out = {name: float(v) for name, v in record.metrics.items()
+           if (not n or supports(name, n)) and name not in record.unverifiable}
     if record.samples_ns:
         out.update(sample_figures(record.samples_ns, is_mean_only(record)))
     return out

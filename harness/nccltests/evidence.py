@@ -27,12 +27,10 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from harness.core.bandwidth import BUS_FACTORS
+from harness.core.imported import WORD_BYTES
 
 # nccl-tests' reduction names (src/common.cu, test_opnames)
 REDOPS = ("sum", "prod", "max", "min", "avg", "mulsum")
-# Element bytes of nccl-tests' type names (src/common.cu, test_typenames; char/int: NCCL 1)
-WORD_BYTES = {"int8": 1, "uint8": 1, "char": 1, "f8e4m3": 1, "f8e5m2": 1, "half": 2, "bfloat16": 2,
-              "float": 4, "int32": 4, "uint32": 4, "int": 4, "double": 8, "int64": 8, "uint64": 8}
 
 # busbw / algbw by its name as nccl-tests writes it: "2(n-1)/n", "(n-1)/n", "1"
 FACTORS: dict[str, Callable[[int], float]] = dict(BUS_FACTORS.values())

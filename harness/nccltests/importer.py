@@ -34,7 +34,8 @@ from typing import Iterator, Optional
 
 from harness.core.claim import claim_dir
 from harness.core.family import CheckResult
-from harness.core.imported import MEAN_ONLY, PER_ITERATION, figures_of, mean_samples_ns, samples_ns
+from harness.core.imported import (MEAN_ONLY, PER_ITERATION, case_id_of, check_of, family_params, figures_of,
+                                   mean_samples_ns, samples_ns)
 from harness.core.options import print_error
 from harness.core.records import Record
 from harness.core.store import RunDir
@@ -64,23 +65,12 @@ def _parse_file(path: Path, collective: Optional[str]) -> tuple[Parsed, str]:
 
 
 def _check(row) -> Optional[CheckResult]:
-    """nccl-tests' #wrong of both sides; None when neither side was checked (N/A, or the old
-    ``error`` column, a deviation rather than a count)."""
-    sides = [(name, s) for name, s in (("out-of-place", row.out_of_place), ("in-place", row.in_place)) if s]
-    counted = [s["wrong"] for _, s in sides if s.get("wrong") is not None]
-    if not counted:
-        return None
-    detail = ", ".join(f"{name} #wrong {'N/A' if s.get('wrong') is None else s['wrong']}" for name, s in sides)
-    return CheckResult(sum(counted), row.count * len(counted), f"nccl-tests: {detail}")
+    made = check_of(row.count, row.in_place, row.out_of_place)
+    return CheckResult(*made) if made else None
 
 
 def _family(parsed: Parsed, row) -> tuple[str, dict]:
-    dtype = DTYPES[row.dtype]
-    if parsed.collective == "all_reduce" and row.redop == "sum":
-        return "allreduce", {"algo": "native", "backend": "nccl", "dtype": dtype, "size_bytes": row.size_bytes,
-                             "world": parsed.ranks}
-    return f"nccltests_{parsed.collective}", {"dtype": dtype, "size_bytes": row.size_bytes, "world": parsed.ranks,
-                                              "redop": row.redop or "none", "root": -1 if row.root is None else row.root}
+    return family_params(parsed.collective, row.redop, row.root, DTYPES[row.dtype], row.size_bytes, parsed.ranks)
 
 
 def to_records(parsed: Parsed, run_id: str, source_name: str) -> list[Record]:
@@ -101,7 +91,7 @@ def iter_records(parsed: Parsed, run_id: str, source_name: str, trailer: dict) -
         else:
             samples, kind = mean_samples_ns(side["time_us"]), MEAN_ONLY
         family, params = _family(parsed, row)
-        case_id = family + "/" + ",".join(f"{k}={v}" for k, v in sorted(params.items()))
+        case_id = case_id_of(family, params)
         yield Record(
             run_id=run_id, case_id=case_id, family=family, family_version=1, params=params, status="ok",
             backend="nccl", world=parsed.ranks, started_at=parsed.started_at, wall_s=0.0, samples_ns=samples,

@@ -32,14 +32,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
+from harness.core.imported import DTYPES
 from harness.nccltests.evidence import Observed, ObservedRow, Side
 from harness.nccltests.limits import MAX_ROWS
 from harness.nccltests.values import NcclTestsFormatError, json_integer, json_number, json_text, text_integer, text_number
 
-# nccl-tests type names -> critpath dtype names
-DTYPES = {"float": "float32", "half": "float16", "bfloat16": "bfloat16", "double": "float64", "int8": "int8",
-          "uint8": "uint8", "int32": "int32", "uint32": "uint32", "int64": "int64", "uint64": "uint64",
-          "f8e4m3": "float8_e4m3", "f8e5m2": "float8_e5m2", "char": "int8", "int": "int32"}
 _BANNER = re.compile(r"^#\s*Collective test starting:\s*(\S+)")
 _HEADER = re.compile(r"^#\s*nThread\s+(\d+)\s+nGpus\s+(\d+).*?warmup iters:\s*(\d+)\s+iters:\s*(\d+)"
                      r"(?:\s+agg iters:\s*(\d+))?(?:\s+validation:\s*(\d+))?")

@@ -20,7 +20,7 @@ from harness.core.escape import for_terminal
 from harness.core.family import GridOptions
 from harness.core.options import UsageError
 from harness.core.records import Record, utc_now_iso
-from harness.core.store import MAX_RUN_CASES, RunDir, new_run_id, run_files
+from harness.core.store import MAX_RUN_CASES, PLANNED, RunDir, new_run_id, planned_digest, run_files
 from harness.run.timing import PlanPolicy
 
 PROFILE_POLICY = {
@@ -128,6 +128,7 @@ class RunJournal:
         self.run_id = run_dir.run_id
         self.started_at = utc_now_iso("seconds")
         self.records: list[Record] = []
+        self.planned = planned_digest(case.id for case in plan.cases)  # once: run.json is written per case
 
     @classmethod
     def open(cls, plan: RunPlan) -> "RunJournal":
@@ -181,6 +182,7 @@ class RunJournal:
             "started_at": self.started_at,
             "finished_at": utc_now_iso("seconds") if state != "running" else None,
             "cases_total": len(self.plan.cases),
+            PLANNED: self.planned,
             "cases_ok": sum(1 for r in self.records if r.ok),
             "cases_failed": sum(1 for r in self.records if not r.ok),
         }
