@@ -345,3 +345,79 @@ def test_records_are_written_in_batches_with_one_fsync_each(tmp_path, monkeypatc
     assert len(records) == 2 * limits.RECORDS_PER_BATCH + 1
     assert sum(c.endswith("/results.jsonl") for c in calls) == 3  # not one per record
     assert load_run(tmp_path / "run").incomplete == ""
+
+
+# -- D9: a JSON key given twice is refused, never the last one taken -------------------------------
+
+def _json_text(tmp_path: Path, edit, replace: tuple[str, str], name: str = "all_reduce.json") -> Path:
+    """-J output written by json.dumps, then edited as text (json.dumps cannot repeat a key)."""
+    data = json.loads((NT / "all_reduce_h100.json").read_text())
+    edit(data)
+    text = json.dumps(data, indent=1)
+    assert text.count(replace[0]) == 1
+    path = tmp_path / name
+    path.write_text(text.replace(*replace))
+    return path
+
+
+def test_a_json_nwrong_given_twice_is_refused_naming_the_key_and_line(tmp_path, capsys):
+    path = _json_text(tmp_path, lambda d: d["results"][8]["in_place"].update(nwrong="TWICE"),
+                      ('"nwrong": "TWICE"', '"nwrong": 3, "nwrong": 0'))
+    line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if '"nwrong": 3' in text)
+    assert main(["import-nccl-tests", str(path), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert re.search(rf'{re.escape(str(path))}:\d+: the key "nwrong" appears twice in one object', err), err
+    assert f"{path}:{line}: " in err  # the line of the second key
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_second_results_list_is_refused(tmp_path, capsys):
+    path = _json_text(tmp_path, lambda d: d.update(version="V"), ('"version": "V"', '"results": [], "version": 1'))
+    line = [i for i, text in enumerate(path.read_text().splitlines(), 1) if '"results":' in text][1]
+    assert main(["import-nccl-tests", str(path), "--out", str(tmp_path / "run")]) == 2
+    assert (f'{path}:{line}: the key "results" appears twice in one object (the object opened on line 1)'
+            in capsys.readouterr().err)
+
+
+# -- D8: counts and sizes are ASCII digits within what nccl-tests prints ----------------------------
+
+_SIZE_LINE = "   134217728      33554432"
+
+
+def _text_log(tmp_path: Path, old: str, new: str, name: str = "all_reduce.txt") -> Path:
+    text = (NT / "all_reduce_h100.txt").read_text()
+    assert text.count(old) == 1
+    path = tmp_path / name
+    path.write_text(text.replace(old, new))
+    return path
+
+
+@pytest.mark.parametrize("size, count, message", [
+    ("1180591620717411303424", "295147905179352825856",
+     "size (B) is '1180591620717411303424', more than 9223372036854775807"),
+    ("9223372036854775808", "2305843009213693952", "size (B) is '9223372036854775808', more than"),
+    ("1" * 5000, "2", "size (B) is '11111111111111111111'... (5000 characters), more than"),
+    ("１３４２１７７２８", "33554432", "size (B) is '１３４２１７７２８', not a whole number"),  # fullwidth digits
+    ("134217728", "３３５５４４３２", "count (elements) is '３３５５４４３２', not a whole number"),
+])
+def test_a_text_size_past_what_nccl_tests_prints_is_refused_naming_line_and_field(tmp_path, capsys, size, count,
+                                                                                 message):
+    path = _text_log(tmp_path, _SIZE_LINE, f"   {size}      {count}")
+    assert main(["import-nccl-tests", str(path), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}:26: " in err and message in err, err
+    assert "Traceback" not in err and not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("digits, message", [
+    (str(2**70), "field size: the integer 1180591620717411303424 is outside the signed 64-bit range"),
+    ("1" * 5000, "field size: the integer 11111111111111111111... (5000 digits) is outside"),
+    ("1e20", "results[8].size: 1e+20 is more than 9.22337e+18"),
+])
+def test_a_json_size_past_what_nccl_tests_prints_is_refused(tmp_path, capsys, digits, message):
+    path = _json_text(tmp_path, lambda d: d["results"][8].update(size="BIG"), ('"size": "BIG"', f'"size": {digits}'))
+    assert main(["import-nccl-tests", str(path), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and str(path) in err, err
+    assert "Traceback" not in err and not (tmp_path / "run").exists()
+

@@ -4,7 +4,13 @@ The text log is read line by line, so its size costs time, not memory; the JSON 
 whole, so its size is memory. Rows become records, and an import holds at most as many as a
 critpath run (``MAX_RUN_CASES``): an nccl-tests sweep from 1 B to 16 GB by factors of 2 prints 35.
 """
+from harness.core.jsonfile import INT64_MAX
 from harness.core.store import MAX_RUN_CASES
+
+# nccl-tests prints sizes and counts as size_t through "%ld" (and -J writes them as such), so none
+# exceeds a signed 64 bits, which is also the most numpy and pandas hold: a size of 2**70 imported
+# fine and then crashed every reader (OverflowError).
+MAX_COUNT = INT64_MAX
 
 MAX_ROWS = MAX_RUN_CASES
 # A text log with NCCL_DEBUG=INFO lines between the rows of a large job: tens of megabytes.

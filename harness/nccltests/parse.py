@@ -32,6 +32,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
+from harness.core.jsonfile import JsonFileError, loads_strict
 from harness.nccltests.evidence import Observed, ObservedRow, Side
 from harness.nccltests.limits import MAX_ROWS
 from harness.nccltests.values import NcclTestsFormatError, json_integer, json_number, json_text, text_integer, text_number
@@ -40,19 +41,21 @@ from harness.nccltests.values import NcclTestsFormatError, json_integer, json_nu
 DTYPES = {"float": "float32", "half": "float16", "bfloat16": "bfloat16", "double": "float64", "int8": "int8",
           "uint8": "uint8", "int32": "int32", "uint32": "uint32", "int64": "int64", "uint64": "uint64",
           "f8e4m3": "float8_e4m3", "f8e5m2": "float8_e5m2", "char": "int8", "int": "int32"}
-_BANNER = re.compile(r"^#\s*Collective test starting:\s*(\S+)")
+# re.ASCII throughout: a Unicode \d takes fullwidth or Arabic-Indic digits, which nccl-tests never prints
+_BANNER = re.compile(r"^#\s*Collective test starting:\s*(\S+)", re.ASCII)
 _HEADER = re.compile(r"^#\s*nThread\s+(\d+)\s+nGpus\s+(\d+).*?warmup iters:\s*(\d+)\s+iters:\s*(\d+)"
-                     r"(?:\s+agg iters:\s*(\d+))?(?:\s+validation:\s*(\d+))?")
-_RANK = re.compile(r"^#\s+Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+(\d+)\s+\[([^\]]*)\]\s+(.*)$")
-_VERSION = re.compile(r"^#\s*nccl-tests version\s+(\S+).*?nccl-library=(\d+)")
-_OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)")
-_AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(\S+)")
-_COMMAND = re.compile(r"(?:^|[\s/])(\w+_perf(?:_mpi)?)(?:\s|$)")
+                     r"(?:\s+agg iters:\s*(\d+))?(?:\s+validation:\s*(\d+))?", re.ASCII)
+_RANK = re.compile(r"^#\s+Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+(\d+)\s+\[([^\]]*)\]\s+(.*)$",
+                   re.ASCII)
+_VERSION = re.compile(r"^#\s*nccl-tests version\s+(\S+).*?nccl-library=(\d+)", re.ASCII)
+_OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)", re.ASCII)
+_AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(\S+)", re.ASCII)
+_COMMAND = re.compile(r"(?:^|[\s/])(\w+_perf(?:_mpi)?)(?:\s|$)", re.ASCII)
 # Open MPI --tag-output, Slurm srun --label
-_TAGGED = re.compile(r"^\[\d+,\d+\]<(stdout|stderr)>:")
-_LABELLED = re.compile(r"^\s*\d+: ")
-_NUMBER = re.compile(r"-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?")
-_ROOT = re.compile(r"-?\d+")
+_TAGGED = re.compile(r"^\[\d+,\d+\]<(stdout|stderr)>:", re.ASCII)
+_LABELLED = re.compile(r"^\s*\d+: ", re.ASCII)
+_NUMBER = re.compile(r"-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?", re.ASCII)
+_ROOT = re.compile(r"-?(\d+)", re.ASCII)
 _SIDE_FIGURES = ("algbw", "busbw")
 _PER_ITER = ("i_min", "i_max", "i_p99", "i_cv%")
 JSON_VERSIONS = (1, 2, 3)
@@ -215,6 +218,14 @@ def _plain_lines(lines: Iterable[str]):
         yield number, raw.strip()
 
 
+def _text_root(token: str, where: str) -> int:
+    """A rank, or -1 (nccl-tests' "%6i")."""
+    if not (m := _ROOT.fullmatch(token)):
+        raise NcclTestsFormatError(f"{where}: root is {token!r}, not a rank or -1")
+    rank = text_integer(m.group(1), where, "root")
+    return -rank if token.startswith("-") else rank
+
+
 def _row(cols: list[str], layout: _Layout, number: int, where: str) -> Row:
     if len(cols) == layout.width - 1 and "redop" in layout.optional and _NUMBER.fullmatch(cols[3]):
         cols = cols[:3] + [""] + cols[3:]  # an empty redop column (alltoall before 2.13, hypercube)
@@ -228,9 +239,7 @@ def _row(cols: list[str], layout: _Layout, number: int, where: str) -> Row:
     values = dict(zip(layout.optional, cols[3:3 + len(layout.optional)]))
     root = None
     if "root" in values:
-        if not _ROOT.fullmatch(values["root"]):
-            raise NcclTestsFormatError(f"{where}: root is {values['root']!r}, not a rank or -1")
-        root = int(values["root"])
+        root = _text_root(values["root"], where)
     base, width = 3 + len(layout.optional), len(layout.side)
     out_of_place, oop_ulps = _side(cols[base:base + width], layout, where, "out-of-place")
     in_place, ip_ulps = _side(cols[base + width:base + 2 * width], layout, where, "in-place")
@@ -267,14 +276,17 @@ def parse_text(lines: Iterable[str], path: str) -> Parsed:
                 headers.append(number)
                 header, header_where = m.groups(), f"line {number}"
             elif m := _RANK.match(line):
-                devices.append({"index": int(m.group(1)), "host": m.group(2), "device": int(m.group(3)),
+                devices.append({"index": text_integer(m.group(1), where, "Rank"), "host": m.group(2),
+                                "device": text_integer(m.group(3), where, "device"),
                                 "pci": m.group(4), "name": m.group(5).strip()})
             elif line.lstrip("# ").startswith("size ") and line.lstrip("# ").split()[:3] == ["size", "count", "type"]:
                 layout, columns_where = _layout(line.lstrip("# ").split(), where), f"line {number}"
             elif m := _VERSION.match(line):
-                tests_version, nccl_version = m.group(1), nccl_version_text(int(m.group(2)))
+                tests_version = m.group(1)
+                nccl_version = nccl_version_text(text_integer(m.group(2), where, "nccl-library"))
             elif m := _OOB.match(line):
-                trailer.out_of_bounds, trailer.oob_where = int(m.group(1)), f"line {number}"
+                trailer.out_of_bounds = text_integer(m.group(1), where, "Out of bounds values")
+                trailer.oob_where = f"line {number}"
             elif m := _AVG.match(line):
                 trailer.avg_busbw_gbps = text_number(m.group(1), where, "Avg bus bandwidth")
                 trailer.avg_busbw_half_ulp, trailer.avg_where = half_ulp(m.group(1)), f"line {number}"
@@ -300,6 +312,7 @@ def parse_text(lines: Iterable[str], path: str) -> Parsed:
     nthreads, ngpus, warmup, iters, agg, validation = header
     for name, value in (("nThread", nthreads), ("nGpus", ngpus), ("iters", iters), ("agg iters", agg or "1")):
         text_integer(value, f"{path}:{headers[0]}", name, low=1)
+    text_integer(warmup, f"{path}:{headers[0]}", "warmup iters")
     per_process = int(nthreads) * int(ngpus)
     if devices:
         ranks = len({d["index"] for d in devices})
@@ -396,7 +409,7 @@ def _json_trailer(data: dict, path: str) -> Trailer:
 def _json_root(value: Any, where: str) -> int:
     """nccl-tests writes the root as a string ("%6i"); a JSON integer is read too."""
     if isinstance(value, str) and _ROOT.fullmatch(value.strip()):
-        return int(value.strip())
+        return _text_root(value.strip(), where)
     if isinstance(value, int) and not isinstance(value, bool):
         return json_integer(value, where, low=-1, what="a rank or -1")
     raise NcclTestsFormatError(f"{where}: {json.dumps(value)[:40]} is not a rank or -1")
@@ -446,11 +459,9 @@ def _config_count(config: dict, key: str, path: str, default: int, low: int) -> 
 
 def parse_json(text: str, path: str) -> Parsed:
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise NcclTestsFormatError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg}, column {exc.colno})") from None
-    except RecursionError:
-        raise NcclTestsFormatError(f"{path}: nested too deep to be nccl-tests output") from None
+        data = loads_strict(text, path)  # a repeated key ("nwrong" twice) is refused, not the last taken
+    except JsonFileError as exc:
+        raise NcclTestsFormatError(str(exc)) from None
     if not isinstance(data, dict):
         raise NcclTestsFormatError(f"{path}:1: the JSON output of nccl-tests is an object")
     version = _get(data, ["version"], path)

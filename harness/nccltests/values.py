@@ -12,9 +12,13 @@ import math
 import re
 from typing import Any, Optional
 
-_INTEGER = re.compile(r"\d+")
+from harness.nccltests.limits import MAX_COUNT
+
+# ASCII digits only: str.isdigit and a Unicode \d take "１３４２１７７２８" (fullwidth) as a number
+_INTEGER = re.compile(r"[0-9]+")
 # The figures nccl-tests prints: "%7.2f", "%6.2f", "%.6lf", "%5.0le", "%g" (no nan, no inf)
-_DECIMAL = re.compile(r"-?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?")
+_DECIMAL = re.compile(r"-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]{1,4})?")
+_COUNT_DIGITS = len(str(MAX_COUNT))
 
 
 class NcclTestsFormatError(ValueError):
@@ -38,9 +42,10 @@ def _in_range(value: float, where: str, low: Optional[float], high: Optional[flo
         raise NcclTestsFormatError(f"{where}: {value:g} is more than {high:g}, not {what}")
 
 
-def json_integer(value: Any, where: str, low: int = 0, high: Optional[int] = None,
+def json_integer(value: Any, where: str, low: int = 0, high: int = MAX_COUNT,
                  what: str = "a count") -> int:
-    """A JSON integer in [low, high]: 8 and 8.0 both are (JSON does not tell them apart), 8.5 is not."""
+    """A JSON integer in [low, high]: 8 and 8.0 both are (JSON does not tell them apart), 8.5 is not;
+    1e20 is a whole number past what nccl-tests can print (``MAX_COUNT``)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise NcclTestsFormatError(f"{where}: {_kind(value)} is not an integer ({what})")
     if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
@@ -71,10 +76,18 @@ def json_text(value: Any, where: str, what: str = "a name", empty: bool = True) 
     return value
 
 
-def text_integer(token: str, where: str, field: str, low: int = 0) -> int:
-    """A count as nccl-tests prints it: digits only (no sign, point, exponent or underscore)."""
+def _shown(token: str) -> str:
+    return repr(token) if len(token) <= 40 else f"{token[:20]!r}... ({len(token)} characters)"
+
+
+def text_integer(token: str, where: str, field: str, low: int = 0, high: int = MAX_COUNT) -> int:
+    """A count as nccl-tests prints it: ASCII digits only (no sign, point, exponent or underscore),
+    at most ``high``; the length is checked before the digits become a number."""
     if not _INTEGER.fullmatch(token):
-        raise NcclTestsFormatError(f"{where}: {field} is {token!r}, not a whole number of at least {low}")
+        raise NcclTestsFormatError(f"{where}: {field} is {_shown(token)}, not a whole number of at least {low}")
+    if len(token.lstrip("0")) > _COUNT_DIGITS or int(token) > high:
+        raise NcclTestsFormatError(f"{where}: {field} is {_shown(token)}, more than {high}, "
+                                   "the most nccl-tests prints (harness/nccltests/limits.py)")
     number = int(token)
     if number < low:
         raise NcclTestsFormatError(f"{where}: {field} is {token!r}, less than {low}")
@@ -84,7 +97,7 @@ def text_integer(token: str, where: str, field: str, low: int = 0) -> int:
 def text_number(token: str, where: str, field: str, low: Optional[float] = 0.0, above: bool = False) -> float:
     """A figure as nccl-tests prints it: a finite decimal (``nan``, ``inf`` and ``1e400`` are not)."""
     if not _DECIMAL.fullmatch(token):
-        raise NcclTestsFormatError(f"{where}: {field} is {token!r}, not a number")
+        raise NcclTestsFormatError(f"{where}: {field} is {_shown(token)}, not a number")
     number = float(token)
     if not math.isfinite(number):
         raise NcclTestsFormatError(f"{where}: {field} is {token!r}, not a finite number")
