@@ -397,7 +397,7 @@ def _text_log(tmp_path: Path, old: str, new: str, name: str = "all_reduce.txt") 
      "size (B) is '1180591620717411303424', more than 9223372036854775807"),
     ("9223372036854775808", "2305843009213693952", "size (B) is '9223372036854775808', more than"),
     ("1" * 5000, "2", "size (B) is '11111111111111111111'... (5000 characters), more than"),
-    ("１３４２１７７２８", "33554432", "size (B) is '１３４２１７７２８', not a whole number"),  # fullwidth digits
+    ("１３４２１７７２８", "33554432", "is neither a result row"),  # fullwidth digits
     ("134217728", "３３５５４４３２", "count (elements) is '３３５５４４３２', not a whole number"),
 ])
 def test_a_text_size_past_what_nccl_tests_prints_is_refused_naming_line_and_field(tmp_path, capsys, size, count,
@@ -420,4 +420,35 @@ def test_a_json_size_past_what_nccl_tests_prints_is_refused(tmp_path, capsys, di
     err = capsys.readouterr().err
     assert message in err and str(path) in err, err
     assert "Traceback" not in err and not (tmp_path / "run").exists()
+
+
+# -- D3: a line in the table that is no row, comment or NCCL line is refused, never dropped ---------
+
+_WRONG_ROW = "   538.62  249.19  436.08       0"
+
+
+@pytest.mark.parametrize("prefix", ["+", "\x00", "x", "~"])
+def test_a_spoilt_row_in_the_table_is_refused_not_dropped(tmp_path, capsys, prefix):
+    text = (NT / "all_reduce_h100.txt").read_text().replace(_WRONG_ROW, _WRONG_ROW[:-1] + "5")
+    lines = text.splitlines(keepends=True)
+    assert lines[25].startswith(_SIZE_LINE)
+    lines[25] = prefix + lines[25].lstrip()
+    # without the trailer nothing else says that a row with 5 wrong elements is missing
+    lines = [line for line in lines if "Out of bounds" not in line and "Avg bus" not in line]
+    path = tmp_path / "all_reduce.txt"
+    path.write_text("".join(lines))
+    assert main(["import-nccl-tests", str(path), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}:26: " in err and "in the results table is neither a result row" in err, err
+    assert not (tmp_path / "run").exists()
+
+
+def test_lines_nccl_prints_between_rows_are_still_read_past(tmp_path):
+    text = (NT / "all_reduce_h100.txt").read_text()
+    noise = ("node01:4100:4100 [0] NCCL INFO comm 0x55d1 rank 0 nranks 8 - Init COMPLETE\n"
+             "node01:4100:4107 [0] NCCL WARN Cuda failure 'out of memory'\nNCCL version 2.21.5+cuda12.4\n")
+    path = _text_log(tmp_path, _SIZE_LINE, noise + _SIZE_LINE)
+    records = import_file(path, tmp_path / "run")
+    assert len(records) == 9 == len(import_file(NT / "all_reduce_h100.txt", tmp_path / "run2"))
+    assert text.count("\n") + 3 == path.read_text().count("\n")
 

@@ -54,6 +54,10 @@ _COMMAND = re.compile(r"(?:^|[\s/])(\w+_perf(?:_mpi)?)(?:\s|$)", re.ASCII)
 # Open MPI --tag-output, Slurm srun --label
 _TAGGED = re.compile(r"^\[\d+,\d+\]<(stdout|stderr)>:", re.ASCII)
 _LABELLED = re.compile(r"^\s*\d+: ", re.ASCII)
+# What NCCL itself prints to stdout while the table is written (NCCL_DEBUG=INFO or WARN): the
+# only lines besides rows and comments that nccl-tests' table can hold.
+_NCCL_LOG = re.compile(r"^(?:\S+:\d+:\d+ \[\d+\] )?NCCL (?:INFO|WARN|TRACE|ABORT)\b|^NCCL version \S+$", re.ASCII)
+_ROW_START = re.compile(r"[0-9]+", re.ASCII)
 _NUMBER = re.compile(r"-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?", re.ASCII)
 _ROOT = re.compile(r"-?(\d+)", re.ASCII)
 _SIDE_FIGURES = ("algbw", "busbw")
@@ -265,6 +269,10 @@ def parse_text(lines: Iterable[str], path: str) -> Parsed:
     nccl_version = tests_version = None
     layout, columns_where = None, ""
     trailer = Trailer()
+    # From the column header (or the first row) to the trailer: there, a line that is neither a
+    # row, a comment nor NCCL's own log is refused, so that a row a byte spoils ("+8", a NUL, a
+    # fullwidth digit) cannot drop out of the import silently.
+    in_table = False
     for number, line in _plain_lines(lines):
         where = f"{path}:{number}"
         if not line:
@@ -281,26 +289,35 @@ def parse_text(lines: Iterable[str], path: str) -> Parsed:
                                 "pci": m.group(4), "name": m.group(5).strip()})
             elif line.lstrip("# ").startswith("size ") and line.lstrip("# ").split()[:3] == ["size", "count", "type"]:
                 layout, columns_where = _layout(line.lstrip("# ").split(), where), f"line {number}"
+                in_table = header is not None
             elif m := _VERSION.match(line):
                 tests_version = m.group(1)
                 nccl_version = nccl_version_text(text_integer(m.group(2), where, "nccl-library"))
             elif m := _OOB.match(line):
                 trailer.out_of_bounds = text_integer(m.group(1), where, "Out of bounds values")
                 trailer.oob_where = f"line {number}"
+                in_table = False
             elif m := _AVG.match(line):
                 trailer.avg_busbw_gbps = text_number(m.group(1), where, "Avg bus bandwidth")
                 trailer.avg_busbw_half_ulp, trailer.avg_where = half_ulp(m.group(1)), f"line {number}"
+                in_table = False
             continue
         cols = line.split()
-        if not cols[0].isdigit():
+        if not _ROW_START.fullmatch(cols[0]):
+            if in_table and not _NCCL_LOG.match(line):
+                raise NcclTestsFormatError(
+                    f"{where}: {line[:60]!r} in the results table is neither a result row (which starts with "
+                    "the size in digits), a comment, nor a line NCCL prints: a row changed or cut, or not "
+                    "nccl-tests output")
             if header is None and binary is None and (m := _COMMAND.search(line)):
                 binary = (m.group(1), f"the command on line {number}")
-            continue  # warnings and launcher noise between table rows
+            continue  # before the table: the command, launcher and NCCL lines
         if header is None:
             raise NcclTestsFormatError(f"{where}: a result row before the '# nThread ... iters:' header, which the "
                                        "import needs (iteration and rank counts): is this the whole output of an "
                                        "nccl-tests run?")
         _add_row(rows, _row(cols, layout or _CURRENT, number, where), path)
+        in_table = True
     if len(headers) > 1:
         raise NcclTestsFormatError(f"{path}: {len(headers)} nccl-tests runs in one file (headers on lines "
                                    f"{', '.join(map(str, headers))}); import each run from a file of its own")
