@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.core.store import RESULTS, RUN_META, load_run
+from harness.core.store import MAX_RECORD_BYTES, RESULTS, RUN_META, load_run
 from harness.nccltests import limits
 from harness.nccltests.importer import NcclTestsFormatError, import_file, parse_file
 
@@ -451,4 +451,105 @@ def test_lines_nccl_prints_between_rows_are_still_read_past(tmp_path):
     records = import_file(path, tmp_path / "run")
     assert len(records) == 9 == len(import_file(NT / "all_reduce_h100.txt", tmp_path / "run2"))
     assert text.count("\n") + 3 == path.read_text().count("\n")
+
+
+# -- D6: per-iteration times agree with the row's iterations and the file's own summary -------------
+
+def _per_iter(tmp_path: Path, edit, name: str = "all_reduce_per_iter.json") -> Path:
+    data = json.loads((NT / "all_reduce_per_iter.json").read_text())
+    edit(data)
+    path = tmp_path / name
+    path.write_text(json.dumps(data))
+    return path
+
+
+def _all_times(data: dict, value: float) -> None:
+    for row in data["results"]:
+        for side in ("out_of_place_per_iter", "in_place_per_iter"):
+            row[side]["times_us"] = [value] * len(row[side]["times_us"])
+
+
+def test_per_iteration_times_that_disagree_with_their_summary_are_refused(tmp_path, capsys):
+    # every time 1.0 us: a p50 of 1 us where nccl-tests measured 23.4 us
+    path = _per_iter(tmp_path, lambda d: _all_times(d, 1.0))
+    assert main(["import-nccl-tests", str(path), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert (f"{path}: results[0].in_place_per_iter.min_us: 21.541, but the least of times_us[0:] is 1.000000: "
+            "the times or their summary were changed") in err, err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("avg_us", 20.0, "results[0].in_place_per_iter.avg_us: 20.0, but the mean of times_us[0:] is 23.580200"),
+    ("max_us", 30.0, "results[0].in_place_per_iter.max_us: 30.0, but the greatest"),
+    ("avg_us", None, "results[0].in_place_per_iter.avg_us: missing; nccl-tests writes it with times_us"),
+])
+def test_a_per_iteration_summary_that_disagrees_with_the_times_is_refused(tmp_path, key, value, message):
+    path = _per_iter(tmp_path, lambda d: d["results"][0]["in_place_per_iter"].update({key: value}))
+    with pytest.raises(NcclTestsFormatError, match=re.escape(message)):
+        parse_file(path)
+
+
+def test_per_iteration_times_are_one_per_iteration(tmp_path, capsys):
+    def more(data):
+        times = data["results"][1]["in_place_per_iter"]["times_us"]
+        data["results"][1]["in_place_per_iter"]["times_us"] = times * 50_000  # 1,000,000 where iterations is 20
+    path = _per_iter(tmp_path, more)
+    assert main(["import-nccl-tests", str(path), "--out", str(tmp_path / "run")]) == 2
+    assert (f"{path}: results[1].in_place_per_iter.times_us: 1000000 times, but the row ran 20 iterations"
+            in capsys.readouterr().err)
+    fewer = _per_iter(tmp_path, lambda d: d["results"][1]["in_place_per_iter"]["times_us"].pop(), "fewer.json")
+    with pytest.raises(NcclTestsFormatError, match=r"times_us: 19 times, but the row ran 20 iterations"):
+        parse_file(fewer)
+
+
+def test_a_time_past_what_a_sample_holds_is_refused(tmp_path):
+    path = _per_iter(tmp_path, lambda d: d["results"][0]["in_place"].update(time=1e300))
+    with pytest.raises(NcclTestsFormatError, match=r"results\[0\].in_place.time: 1e\+300 is more than"):
+        parse_file(path)
+    log = _text_log(tmp_path, "538.62  249.19", "1e300  249.19")
+    with pytest.raises(NcclTestsFormatError, match=r"all_reduce.txt:26: in-place time \(us\) is 1e300, more than"):
+        parse_file(log)
+
+
+# -- D10: what one row may hold is what one record may hold ----------------------------------------
+
+def test_a_row_with_more_times_than_a_record_holds_is_refused_before_they_are_read(tmp_path, capsys):
+    n = limits.MAX_TIMES_PER_SIDE + 1
+
+    def huge(data):
+        data["results"][1]["actual_iterations"] = n
+        data["results"][1]["in_place_per_iter"]["times_us"] = [24.5] * n
+    path = _per_iter(tmp_path, huge)
+    assert path.stat().st_size < limits.MAX_JSON_BYTES  # within the JSON limit, past the record's
+    assert main(["import-nccl-tests", str(path), "--out", str(tmp_path / "run")]) == 2
+    assert (f"{path}: results[1].in_place_per_iter.times_us: {n} times; a record holds at most "
+            f"{limits.MAX_TIMES_PER_SIDE} per side" in capsys.readouterr().err)
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_times_a_row_may_hold_make_a_record_every_reader_reads(tmp_path):
+    # The longest a time can be written: 19 digits of nanoseconds in samples_ns (in place, the
+    # record's side) and a float's longest repr in extra.imported.out_of_place.times_us.
+    longest = {"in_place": 4.123456789012345e15, "out_of_place": 1.2345678901234567e-05}
+    assert len(str(round(longest["in_place"] * 1e3))) == 19 and len(repr(longest["out_of_place"])) == 22
+
+    def record_bytes(n: int) -> int:
+        def edit(data):
+            data["config"]["iterations"] = n
+            del data["results"][1]
+            row = data["results"][0]
+            row["actual_iterations"] = n
+            for side, t in longest.items():
+                row[f"{side}_per_iter"].update(times_us=[t] * n, min_us=t, max_us=t, avg_us=t)
+        path = _per_iter(tmp_path, edit, f"all_reduce_{n}.json")
+        import_file(path, tmp_path / f"run{n}")
+        assert len(load_run(tmp_path / f"run{n}").records) == 1
+        return len((tmp_path / f"run{n}" / RESULTS).read_bytes())
+
+    small, large = record_bytes(1000), record_bytes(3000)
+    per_iteration = (large - small) / 2000
+    rest = small - 1000 * per_iteration
+    assert per_iteration <= limits._SAMPLE_JSON_BYTES and rest <= limits._RECORD_REST_BYTES, (per_iteration, rest)
+    assert limits.MAX_TIMES_PER_SIDE * limits._SAMPLE_JSON_BYTES + limits._RECORD_REST_BYTES <= MAX_RECORD_BYTES
 

@@ -34,8 +34,12 @@ from typing import Any, Iterable, Optional
 
 from harness.core.jsonfile import JsonFileError, loads_strict
 from harness.nccltests.evidence import Observed, ObservedRow, Side
-from harness.nccltests.limits import MAX_ROWS
-from harness.nccltests.values import NcclTestsFormatError, json_integer, json_number, json_text, text_integer, text_number
+from harness.nccltests.limits import MAX_ROWS, MAX_TIME_US
+from harness.nccltests.periter import per_iteration_times
+from harness.nccltests.values import (JSON_PRINTED_HALF_ULP, NcclTestsFormatError, json_integer, json_number, json_text,
+                                      text_integer, text_number)
+
+__all__ = ["JSON_PRINTED_HALF_ULP", "Parsed", "Row", "parse_json", "parse_text"]
 
 # nccl-tests type names -> critpath dtype names
 DTYPES = {"float": "float32", "half": "float16", "bfloat16": "bfloat16", "double": "float64", "int8": "int8",
@@ -63,7 +67,6 @@ _ROOT = re.compile(r"-?(\d+)", re.ASCII)
 _SIDE_FIGURES = ("algbw", "busbw")
 _PER_ITER = ("i_min", "i_max", "i_p99", "i_cv%")
 JSON_VERSIONS = (1, 2, 3)
-JSON_PRINTED_HALF_ULP = 5e-7  # "%lf": six decimals
 
 
 @dataclass
@@ -192,7 +195,8 @@ def _side(words: list[str], layout: _Layout, where: str, name: str) -> tuple[dic
     # time_printed: the time's own digits (nccl-tests prints 127.0, 5871.07 or 12646 by version
     # and magnitude), so tables show it as the log does; the number is time_us. nccl-tests never
     # prints a zero or negative mean.
-    side = {"time_us": text_number(words[0], where, f"{name} time (us)", above=True), "time_printed": words[0],
+    side = {"time_us": text_number(words[0], where, f"{name} time (us)", above=True, high=MAX_TIME_US),
+            "time_printed": words[0],
             "algbw_gbps": text_number(words[1], where, f"{name} algbw"),
             "busbw_gbps": text_number(words[2], where, f"{name} busbw"), "wrong": None}
     if layout.side[3] == "#wrong":
@@ -370,7 +374,7 @@ def _optional(obj: dict, key: str, read, where: str, default: Any = None) -> Any
     return default if value is None else read(value, f"{where}.{key}")
 
 
-def _json_side(entry: dict, key: str, where: str) -> Optional[dict]:
+def _json_side(entry: dict, key: str, where: str, iterations: int) -> Optional[dict]:
     side = entry.get(key)
     if side is None:
         return None  # writeBenchMarkLineNullBody: no out-of-place figures
@@ -378,7 +382,8 @@ def _json_side(entry: dict, key: str, where: str) -> Optional[dict]:
     side = _object(side, where)
     time_key = "time" if "time" in side else "cpu_time"
     # nccl-tests never prints a zero or negative mean time, nor a fraction of a wrong element
-    result = {"time_us": json_number(side.get(time_key), f"{where}.{time_key}", above=True, what="microseconds"),
+    result = {"time_us": json_number(side.get(time_key), f"{where}.{time_key}", above=True, high=MAX_TIME_US,
+                                     what="microseconds"),
               "algbw_gbps": json_number(side.get("alg_bw"), f"{where}.alg_bw", what="GB/s"),
               "busbw_gbps": json_number(side.get("bus_bw"), f"{where}.bus_bw", what="GB/s"),
               "wrong": _optional(side, "nwrong", json_integer, where)}
@@ -387,18 +392,9 @@ def _json_side(entry: dict, key: str, where: str) -> Optional[dict]:
         # writePerIterReport: the max over GPUs and processes per iteration; its own summary skips
         # the first skipped_iterations (-per_iter_skip), and so do the samples taken from it.
         at = f"{where}_per_iter"
-        per_iter = _object(per_iter, at)
-        times = per_iter.get("times_us")
-        if times is not None and not isinstance(times, list):
-            raise NcclTestsFormatError(f"{at}.times_us: {json.dumps(times)[:40]} is not a list")
-        if times:
-            skipped = _optional(per_iter, "skipped_iterations", json_integer, at, 0)
-            values = [json_number(x, f"{at}.times_us[{i}]", above=True, what="microseconds")
-                      for i, x in enumerate(times)]
-            if skipped >= len(values):
-                raise NcclTestsFormatError(f"{at}.skipped_iterations: {skipped} of {len(values)} times: none left")
-            result["times_us"] = values[skipped:]
-            result["skipped_iterations"] = skipped
+        times = per_iteration_times(_object(per_iter, at), at, iterations)
+        if times is not None:
+            result["times_us"], result["skipped_iterations"] = times
     return result
 
 
@@ -432,7 +428,7 @@ def _json_root(value: Any, where: str) -> int:
     raise NcclTestsFormatError(f"{where}: {json.dumps(value)[:40]} is not a rank or -1")
 
 
-def _json_row(entry: Any, i: int, path: str) -> Row:
+def _json_row(entry: Any, i: int, path: str, iters: int) -> Row:
     where = f"{path}: results[{i}]"
     entry = _object(entry, where)
 
@@ -445,10 +441,11 @@ def _json_row(entry: Any, i: int, path: str) -> Row:
     size = json_integer(need("size"), f"{where}.size", what="bytes")
     count = json_integer(need("count"), f"{where}.count", what="elements")
     redop = json_text(entry.get("redop", ""), f"{where}.redop", "a reduction name")
-    in_place, out_of_place = _json_side(entry, "in_place", where), _json_side(entry, "out_of_place", where)
+    actual = _optional(entry, "actual_iterations", lambda v, w: json_integer(v, w, low=1, what="iterations"), where)
+    in_place = _json_side(entry, "in_place", where, actual or iters)
+    out_of_place = _json_side(entry, "out_of_place", where, actual or iters)
     if in_place is None and out_of_place is None:
         raise NcclTestsFormatError(f"{where}: neither in_place nor out_of_place figures")
-    actual = _optional(entry, "actual_iterations", lambda v, w: json_integer(v, w, low=1, what="iterations"), where)
     return Row(0, where, size, count, dtype, redop, _json_root(entry.get("root", ""), f"{where}.root"), in_place,
                out_of_place, actual)
 
@@ -493,7 +490,7 @@ def parse_json(text: str, path: str) -> Parsed:
     if len(results) > MAX_ROWS:
         raise NcclTestsFormatError(f"{path}: field results: {len(results)} entries; an import holds at most "
                                    f"{MAX_ROWS} (the most cases a critpath run holds)")
-    rows = [_json_row(entry, i, path) for i, entry in enumerate(results)]
+    rows = [_json_row(entry, i, path, iters) for i, entry in enumerate(results)]
     # writeDeviceReport: one devices entry per process (the first line of its "#  Rank" block), so
     # the rank count is processes x threads x GPUs per thread.
     listed = config.get("devices")

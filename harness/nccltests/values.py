@@ -19,6 +19,8 @@ _INTEGER = re.compile(r"[0-9]+")
 # The figures nccl-tests prints: "%7.2f", "%6.2f", "%.6lf", "%5.0le", "%g" (no nan, no inf)
 _DECIMAL = re.compile(r"-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]{1,4})?")
 _COUNT_DIGITS = len(str(MAX_COUNT))
+# -J writes every double as "%lf": six decimals, each off by at most half the last
+JSON_PRINTED_HALF_ULP = 5e-7
 
 
 class NcclTestsFormatError(ValueError):
@@ -55,8 +57,8 @@ def json_integer(value: Any, where: str, low: int = 0, high: int = MAX_COUNT,
 
 
 def json_number(value: Any, where: str, low: Optional[float] = 0.0, above: bool = False,
-                what: str = "a figure") -> float:
-    """A finite JSON number >= low (> low when ``above``)."""
+                what: str = "a figure", high: Optional[float] = None) -> float:
+    """A finite JSON number >= low (> low when ``above``), and at most ``high``."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise NcclTestsFormatError(f"{where}: {_kind(value)} is not a number ({what})")
     number = float(value)
@@ -64,7 +66,7 @@ def json_number(value: Any, where: str, low: Optional[float] = 0.0, above: bool 
         raise NcclTestsFormatError(f"{where}: {value!r} is not a finite number ({what})")
     if above and low is not None and number <= low:
         raise NcclTestsFormatError(f"{where}: {number:g} is not more than {low:g} ({what})")
-    _in_range(number, where, low, None, what)
+    _in_range(number, where, low, high, what)
     return number
 
 
@@ -94,7 +96,8 @@ def text_integer(token: str, where: str, field: str, low: int = 0, high: int = M
     return number
 
 
-def text_number(token: str, where: str, field: str, low: Optional[float] = 0.0, above: bool = False) -> float:
+def text_number(token: str, where: str, field: str, low: Optional[float] = 0.0, above: bool = False,
+                high: Optional[float] = None) -> float:
     """A figure as nccl-tests prints it: a finite decimal (``nan``, ``inf`` and ``1e400`` are not)."""
     if not _DECIMAL.fullmatch(token):
         raise NcclTestsFormatError(f"{where}: {field} is {_shown(token)}, not a number")
@@ -104,4 +107,6 @@ def text_number(token: str, where: str, field: str, low: Optional[float] = 0.0, 
     if low is not None and (number < low or (above and number <= low)):
         bound = f"more than {low:g}" if above else f"at least {low:g}"
         raise NcclTestsFormatError(f"{where}: {field} is {token}, not {bound}")
+    if high is not None and number > high:
+        raise NcclTestsFormatError(f"{where}: {field} is {token}, more than {high:g} (harness/nccltests/limits.py)")
     return number
