@@ -553,3 +553,33 @@ def test_the_times_a_row_may_hold_make_a_record_every_reader_reads(tmp_path):
     assert per_iteration <= limits._SAMPLE_JSON_BYTES and rest <= limits._RECORD_REST_BYTES, (per_iteration, rest)
     assert limits.MAX_TIMES_PER_SIDE * limits._SAMPLE_JSON_BYTES + limits._RECORD_REST_BYTES <= MAX_RECORD_BYTES
 
+
+# -- D2: an import whose trailer contradicts its rows is not a whole run to any reader --------------
+
+def test_an_import_whose_trailer_contradicts_its_rows_is_not_whole_to_any_reader(tmp_path, capsys):
+    # the 128 MiB row raised from 436 to 500 GB/s busbw; the trailer's average still says 102.083
+    log = _text_log(tmp_path, "538.62  249.19  436.08       0", "470.00  285.71  499.99       0")
+    run, good = tmp_path / "run", tmp_path / "good"
+    assert main(["import-nccl-tests", str(log), "--out", str(run)]) == 1
+    assert "rows are missing, changed, or the file was edited" in capsys.readouterr().err
+    meta = json.loads((run / RUN_META).read_text())
+    assert meta["state"] == "imported" and meta["contradicted"].startswith("line 28: Avg bus bandwidth 102.083")
+    assert load_run(run).incomplete == f"contradicted: {meta['contradicted']}"
+    assert main(["show", str(run)]) == 1
+    assert "contradicted: line 28: Avg bus bandwidth" in capsys.readouterr().err
+    assert main(["report", str(run), "--out", str(tmp_path / "report")]) in (0, 1)
+    assert "INCOMPLETE RUN" in (tmp_path / "report" / "report.md").read_text()
+    assert main(["accept", "--profile", str(_profile(tmp_path)), "--run", str(run), "--no-report",
+                 "--out", str(tmp_path / "acc")]) == 2
+    assert "COULD NOT VERIFY  the run: contradicted: line 28" in capsys.readouterr().out
+    # beside a whole import of another node, the contradicted node is not called healthy
+    assert main(["import-nccl-tests", str(NT / "all_reduce_h100.txt"), "--out", str(good)]) == 0
+    (run / "fingerprint.json").write_text((run / "fingerprint.json").read_text().replace("node01", "node09"))
+    main(["diagnose", str(good), str(run), "--json", str(tmp_path / "d.json")])
+    verdicts = {n["node"]: n["verdict"] for n in json.loads((tmp_path / "d.json").read_text())["nodes"]}
+    assert verdicts["node01"] == "healthy" and verdicts["node09"] != "healthy", verdicts
+
+
+def test_an_import_whose_trailer_agrees_says_nothing_of_contradiction(tmp_path):
+    import_file(NT / "all_reduce_h100.txt", tmp_path / "run")
+    assert "contradicted" not in json.loads((tmp_path / "run" / RUN_META).read_text())

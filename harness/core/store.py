@@ -144,6 +144,8 @@ def incompleteness(meta: dict, records: Sequence, directory: bool = True) -> str
         return f"mixed: records of {len(run_ids)} runs in one results file ({', '.join(map(str, run_ids[:3]))})"
     if not meta:
         return f"incomplete: {len(records)} cases and no run.json, which a whole run writes last" if directory else ""
+    if meta.get("contradicted"):  # an import whose trailer disagrees with its rows: they are not the whole run
+        return f"contradicted: {meta['contradicted']}"
     state, total = meta.get("state"), meta.get("cases_total")
     counted = isinstance(total, int) and not isinstance(total, bool)
     if state == "finished" and (total is None or (counted and len(records) >= total)):
