@@ -446,11 +446,13 @@ def test_a_spoilt_row_in_the_table_is_refused_not_dropped(tmp_path, capsys, pref
 def test_lines_nccl_prints_between_rows_are_still_read_past(tmp_path):
     text = (NT / "all_reduce_h100.txt").read_text()
     noise = ("node01:4100:4100 [0] NCCL INFO comm 0x55d1 rank 0 nranks 8 - Init COMPLETE\n"
-             "node01:4100:4107 [0] NCCL WARN Cuda failure 'out of memory'\nNCCL version 2.21.5+cuda12.4\n")
+             "node01:4100:4107 [0] NCCL WARN Cuda failure 'out of memory'\nNCCL version 2.21.5+cuda12.4\n"
+             "[1669205421.627353] [node01:4100:0]          parser.c:1885 UCX  WARN  unused env variable: "
+             "UCX_NET_DEVICES (set UCX_WARN_UNUSED_ENV_VARS=n to suppress this)\n")
     path = _text_log(tmp_path, _SIZE_LINE, noise + _SIZE_LINE)
     records = import_file(path, tmp_path / "run")
     assert len(records) == 9 == len(import_file(NT / "all_reduce_h100.txt", tmp_path / "run2"))
-    assert text.count("\n") + 3 == path.read_text().count("\n")
+    assert text.count("\n") + 4 == path.read_text().count("\n")
 
 
 # -- D6: per-iteration times agree with the row's iterations and the file's own summary -------------

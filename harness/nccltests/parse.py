@@ -58,9 +58,11 @@ _COMMAND = re.compile(r"(?:^|[\s/])(\w+_perf(?:_mpi)?)(?:\s|$)", re.ASCII)
 # Open MPI --tag-output, Slurm srun --label
 _TAGGED = re.compile(r"^\[\d+,\d+\]<(stdout|stderr)>:", re.ASCII)
 _LABELLED = re.compile(r"^\s*\d+: ", re.ASCII)
-# What NCCL itself prints to stdout while the table is written (NCCL_DEBUG=INFO or WARN): the
-# only lines besides rows and comments that nccl-tests' table can hold.
-_NCCL_LOG = re.compile(r"^(?:\S+:\d+:\d+ \[\d+\] )?NCCL (?:INFO|WARN|TRACE|ABORT)\b|^NCCL version \S+$", re.ASCII)
+# What NCCL itself prints while the table is written (NCCL_DEBUG=INFO or WARN), and UCX's warnings
+# when a launcher merges stderr into the log: the only lines besides rows and comments that the
+# table of an nccl-tests log holds.
+_NCCL_LOG = re.compile(r"^(?:\S+:\d+:\d+ \[\d+\] )?NCCL (?:INFO|WARN|TRACE|ABORT)\b|^NCCL version \S+$"
+                       r"|^\[\d+\.\d+\] \[\S+\] +\S+ UCX +[A-Z]+ ", re.ASCII)
 _ROW_START = re.compile(r"[0-9]+", re.ASCII)
 _NUMBER = re.compile(r"-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?", re.ASCII)
 _ROOT = re.compile(r"-?(\d+)", re.ASCII)
