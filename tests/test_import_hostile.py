@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.core.store import RESULTS, RUN_META, load_run
+from harness.core.store import MAX_RECORD_BYTES, RESULTS, RUN_META, load_run
 from harness.nccltests import limits
 from harness.nccltests.importer import NcclTestsFormatError, import_file, parse_file
 
@@ -45,18 +45,18 @@ def _json(tmp_path: Path, edit, name: str = "all_reduce.json") -> Path:
     return path
 
 
-def _reads_incomplete(run: Path, tmp_path: Path, capsys) -> None:
-    """Every reader of ``run`` says it is not whole: show, report, accept, compare."""
+def _reads_incomplete(run: Path, tmp_path: Path, capsys, why: str = "incomplete") -> None:
+    """Every reader of ``run`` says it is not whole, and ``why``: show, report, accept, compare."""
     capsys.readouterr()
     assert main(["show", str(run)]) == 1
-    assert "incomplete" in capsys.readouterr().err
+    assert why in capsys.readouterr().err
     assert main(["report", str(run), "--out", str(tmp_path / "report")]) in (0, 1)
     assert "INCOMPLETE RUN" in (tmp_path / "report" / "report.md").read_text()
     assert main(["accept", "--profile", str(_profile(tmp_path)), "--run", str(run), "--no-report",
                  "--out", str(tmp_path / "acc")]) == 2
-    assert "COULD NOT VERIFY  the run: incomplete" in capsys.readouterr().out
+    assert f"COULD NOT VERIFY  the run: {why}" in capsys.readouterr().out
     assert main(["compare", str(run), str(run), "--out", str(tmp_path / "cmp")]) == 2
-    assert "incomplete" in capsys.readouterr().err
+    assert why in capsys.readouterr().err
 
 
 # -- 4: a killed or crashed import reads as incomplete, from its records ---------------------------
@@ -347,3 +347,237 @@ def test_records_are_written_in_batches_with_one_fsync_each(tmp_path, monkeypatc
     assert len(records) == 2 * limits.RECORDS_PER_BATCH + 1
     assert sum(c.endswith("/results.jsonl") for c in calls) == 3  # not one per record
     assert load_run(tmp_path / "run").incomplete == ""
+
+
+# -- D9: a JSON key given twice is refused, never the last one taken -------------------------------
+
+def _json_text(tmp_path: Path, edit, replace: tuple[str, str], name: str = "all_reduce.json") -> Path:
+    """-J output written by json.dumps, then edited as text (json.dumps cannot repeat a key)."""
+    data = json.loads((NT / "all_reduce_h100.json").read_text())
+    edit(data)
+    text = json.dumps(data, indent=1)
+    assert text.count(replace[0]) == 1
+    path = tmp_path / name
+    path.write_text(text.replace(*replace))
+    return path
+
+
+def test_a_json_nwrong_given_twice_is_refused_naming_the_key_and_line(tmp_path, capsys):
+    path = _json_text(tmp_path, lambda d: d["results"][8]["in_place"].update(nwrong="TWICE"),
+                      ('"nwrong": "TWICE"', '"nwrong": 3, "nwrong": 0'))
+    line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if '"nwrong": 3' in text)
+    assert main(["import-nccl-tests", str(path), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert re.search(rf'{re.escape(str(path))}:\d+: the key "nwrong" appears twice in one object', err), err
+    assert f"{path}:{line}: " in err  # the line of the second key
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_second_results_list_is_refused(tmp_path, capsys):
+    path = _json_text(tmp_path, lambda d: d.update(version="V"), ('"version": "V"', '"results": [], "version": 1'))
+    line = [i for i, text in enumerate(path.read_text().splitlines(), 1) if '"results":' in text][1]
+    assert main(["import-nccl-tests", str(path), "--out", str(tmp_path / "run")]) == 2
+    assert (f'{path}:{line}: the key "results" appears twice in one object (the object opened on line 1)'
+            in capsys.readouterr().err)
+
+
+# -- D8: counts and sizes are ASCII digits within what nccl-tests prints ----------------------------
+
+_SIZE_LINE = "   134217728      33554432"
+
+
+def _text_log(tmp_path: Path, old: str, new: str, name: str = "all_reduce.txt") -> Path:
+    text = (NT / "all_reduce_h100.txt").read_text()
+    assert text.count(old) == 1
+    path = tmp_path / name
+    path.write_text(text.replace(old, new))
+    return path
+
+
+@pytest.mark.parametrize("size, count, message", [
+    ("1180591620717411303424", "295147905179352825856",
+     "size (B) is '1180591620717411303424', more than 9223372036854775807"),
+    ("9223372036854775808", "2305843009213693952", "size (B) is '9223372036854775808', more than"),
+    ("1" * 5000, "2", "size (B) is '11111111111111111111'... (5000 characters), more than"),
+    ("１３４２１７７２８", "33554432", "is neither a result row"),  # fullwidth digits
+    ("134217728", "３３５５４４３２", "count (elements) is '３３５５４４３２', not a whole number"),
+])
+def test_a_text_size_past_what_nccl_tests_prints_is_refused_naming_line_and_field(tmp_path, capsys, size, count,
+                                                                                 message):
+    path = _text_log(tmp_path, _SIZE_LINE, f"   {size}      {count}")
+    assert main(["import-nccl-tests", str(path), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}:26: " in err and message in err, err
+    assert "Traceback" not in err and not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("digits, message", [
+    (str(2**70), "field size: the integer 1180591620717411303424 is outside the signed 64-bit range"),
+    ("1" * 5000, "field size: the integer 11111111111111111111... (5000 digits) is outside"),
+    ("1e20", "results[8].size: 1e+20 is more than 9.22337e+18"),
+])
+def test_a_json_size_past_what_nccl_tests_prints_is_refused(tmp_path, capsys, digits, message):
+    path = _json_text(tmp_path, lambda d: d["results"][8].update(size="BIG"), ('"size": "BIG"', f'"size": {digits}'))
+    assert main(["import-nccl-tests", str(path), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and str(path) in err, err
+    assert "Traceback" not in err and not (tmp_path / "run").exists()
+
+
+# -- D3: a line in the table that is no row, comment or NCCL line is refused, never dropped ---------
+
+_WRONG_ROW = "   538.62  249.19  436.08       0"
+
+
+@pytest.mark.parametrize("prefix", ["+", "\x00", "x", "~"])
+def test_a_spoilt_row_in_the_table_is_refused_not_dropped(tmp_path, capsys, prefix):
+    text = (NT / "all_reduce_h100.txt").read_text().replace(_WRONG_ROW, _WRONG_ROW[:-1] + "5")
+    lines = text.splitlines(keepends=True)
+    assert lines[25].startswith(_SIZE_LINE)
+    lines[25] = prefix + lines[25].lstrip()
+    # without the trailer nothing else says that a row with 5 wrong elements is missing
+    lines = [line for line in lines if "Out of bounds" not in line and "Avg bus" not in line]
+    path = tmp_path / "all_reduce.txt"
+    path.write_text("".join(lines))
+    assert main(["import-nccl-tests", str(path), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}:26: " in err and "in the results table is neither a result row" in err, err
+    assert not (tmp_path / "run").exists()
+
+
+def test_lines_nccl_prints_between_rows_are_still_read_past(tmp_path):
+    text = (NT / "all_reduce_h100.txt").read_text()
+    noise = ("node01:4100:4100 [0] NCCL INFO comm 0x55d1 rank 0 nranks 8 - Init COMPLETE\n"
+             "node01:4100:4107 [0] NCCL WARN Cuda failure 'out of memory'\nNCCL version 2.21.5+cuda12.4\n"
+             "[1669205421.627353] [node01:4100:0]          parser.c:1885 UCX  WARN  unused env variable: "
+             "UCX_NET_DEVICES (set UCX_WARN_UNUSED_ENV_VARS=n to suppress this)\n")
+    path = _text_log(tmp_path, _SIZE_LINE, noise + _SIZE_LINE)
+    records = import_file(path, tmp_path / "run")
+    assert len(records) == 9 == len(import_file(NT / "all_reduce_h100.txt", tmp_path / "run2"))
+    assert text.count("\n") + 4 == path.read_text().count("\n")
+
+
+# -- D6: per-iteration times agree with the row's iterations and the file's own summary -------------
+
+def _per_iter(tmp_path: Path, edit, name: str = "all_reduce_per_iter.json") -> Path:
+    data = json.loads((NT / "all_reduce_per_iter.json").read_text())
+    edit(data)
+    path = tmp_path / name
+    path.write_text(json.dumps(data))
+    return path
+
+
+def _all_times(data: dict, value: float) -> None:
+    for row in data["results"]:
+        for side in ("out_of_place_per_iter", "in_place_per_iter"):
+            row[side]["times_us"] = [value] * len(row[side]["times_us"])
+
+
+def test_per_iteration_times_that_disagree_with_their_summary_are_refused(tmp_path, capsys):
+    # every time 1.0 us: a p50 of 1 us where nccl-tests measured 23.4 us
+    path = _per_iter(tmp_path, lambda d: _all_times(d, 1.0))
+    assert main(["import-nccl-tests", str(path), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert (f"{path}: results[0].in_place_per_iter.min_us: 21.541, but the least of times_us[0:] is 1.000000: "
+            "the times or their summary were changed") in err, err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("avg_us", 20.0, "results[0].in_place_per_iter.avg_us: 20.0, but the mean of times_us[0:] is 23.580200"),
+    ("max_us", 30.0, "results[0].in_place_per_iter.max_us: 30.0, but the greatest"),
+    ("avg_us", None, "results[0].in_place_per_iter.avg_us: missing; nccl-tests writes it with times_us"),
+])
+def test_a_per_iteration_summary_that_disagrees_with_the_times_is_refused(tmp_path, key, value, message):
+    path = _per_iter(tmp_path, lambda d: d["results"][0]["in_place_per_iter"].update({key: value}))
+    with pytest.raises(NcclTestsFormatError, match=re.escape(message)):
+        parse_file(path)
+
+
+def test_per_iteration_times_are_one_per_iteration(tmp_path, capsys):
+    def more(data):
+        times = data["results"][1]["in_place_per_iter"]["times_us"]
+        data["results"][1]["in_place_per_iter"]["times_us"] = times * 50_000  # 1,000,000 where iterations is 20
+    path = _per_iter(tmp_path, more)
+    assert main(["import-nccl-tests", str(path), "--out", str(tmp_path / "run")]) == 2
+    assert (f"{path}: results[1].in_place_per_iter.times_us: 1000000 times, but the row ran 20 iterations"
+            in capsys.readouterr().err)
+    fewer = _per_iter(tmp_path, lambda d: d["results"][1]["in_place_per_iter"]["times_us"].pop(), "fewer.json")
+    with pytest.raises(NcclTestsFormatError, match=r"times_us: 19 times, but the row ran 20 iterations"):
+        parse_file(fewer)
+
+
+def test_a_time_past_what_a_sample_holds_is_refused(tmp_path):
+    path = _per_iter(tmp_path, lambda d: d["results"][0]["in_place"].update(time=1e300))
+    with pytest.raises(NcclTestsFormatError, match=r"results\[0\].in_place.time: 1e\+300 is more than"):
+        parse_file(path)
+    log = _text_log(tmp_path, "538.62  249.19", "1e300  249.19")
+    with pytest.raises(NcclTestsFormatError, match=r"all_reduce.txt:26: in-place time \(us\) is 1e300, more than"):
+        parse_file(log)
+
+
+# -- D10: what one row may hold is what one record may hold ----------------------------------------
+
+def test_a_row_with_more_times_than_a_record_holds_is_refused_before_they_are_read(tmp_path, capsys):
+    n = limits.MAX_TIMES_PER_SIDE + 1
+
+    def huge(data):
+        data["results"][1]["actual_iterations"] = n
+        data["results"][1]["in_place_per_iter"]["times_us"] = [24.5] * n
+    path = _per_iter(tmp_path, huge)
+    assert path.stat().st_size < limits.MAX_JSON_BYTES  # within the JSON limit, past the record's
+    assert main(["import-nccl-tests", str(path), "--out", str(tmp_path / "run")]) == 2
+    assert (f"{path}: results[1].in_place_per_iter.times_us: {n} times; a record holds at most "
+            f"{limits.MAX_TIMES_PER_SIDE} per side" in capsys.readouterr().err)
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_times_a_row_may_hold_make_a_record_every_reader_reads(tmp_path):
+    # The longest a time can be written: 19 digits of nanoseconds in samples_ns (in place, the
+    # record's side) and a float's longest repr in extra.imported.out_of_place.times_us.
+    longest = {"in_place": 4.123456789012345e15, "out_of_place": 1.2345678901234567e-05}
+    assert len(str(round(longest["in_place"] * 1e3))) == 19 and len(repr(longest["out_of_place"])) == 22
+
+    def record_bytes(n: int) -> int:
+        def edit(data):
+            data["config"]["iterations"] = n
+            del data["results"][1]
+            row = data["results"][0]
+            row["actual_iterations"] = n
+            for side, t in longest.items():
+                row[f"{side}_per_iter"].update(times_us=[t] * n, min_us=t, max_us=t, avg_us=t)
+        path = _per_iter(tmp_path, edit, f"all_reduce_{n}.json")
+        import_file(path, tmp_path / f"run{n}")
+        assert len(load_run(tmp_path / f"run{n}").records) == 1
+        return len((tmp_path / f"run{n}" / RESULTS).read_bytes())
+
+    small, large = record_bytes(1000), record_bytes(3000)
+    per_iteration = (large - small) / 2000
+    rest = small - 1000 * per_iteration
+    assert per_iteration <= limits._SAMPLE_JSON_BYTES and rest <= limits._RECORD_REST_BYTES, (per_iteration, rest)
+    assert limits.MAX_TIMES_PER_SIDE * limits._SAMPLE_JSON_BYTES + limits._RECORD_REST_BYTES <= MAX_RECORD_BYTES
+
+
+# -- D2: an import whose trailer contradicts its rows is not a whole run to any reader --------------
+
+def test_an_import_whose_trailer_contradicts_its_rows_is_not_whole_to_any_reader(tmp_path, capsys):
+    # the 128 MiB row raised from 436 to 500 GB/s busbw; the trailer's average still says 102.083
+    log = _text_log(tmp_path, "538.62  249.19  436.08       0", "470.00  285.71  499.99       0")
+    run, good = tmp_path / "run", tmp_path / "good"
+    assert main(["import-nccl-tests", str(log), "--out", str(run)]) == 1
+    assert "rows are missing, changed, or the file was edited" in capsys.readouterr().err
+    meta = json.loads((run / RUN_META).read_text())
+    assert meta["state"] == "imported" and meta["contradicted"].startswith("line 28: Avg bus bandwidth 102.083")
+    assert load_run(run).incomplete == f"contradicted: {meta['contradicted']}"
+    _reads_incomplete(run, tmp_path, capsys, "contradicted: line 28: Avg bus bandwidth 102.083")
+    # beside a whole import of another node, the contradicted node is not called healthy
+    assert main(["import-nccl-tests", str(NT / "all_reduce_h100.txt"), "--out", str(good)]) == 0
+    (run / "fingerprint.json").write_text((run / "fingerprint.json").read_text().replace("node01", "node09"))
+    main(["diagnose", str(good), str(run), "--json", str(tmp_path / "d.json")])
+    verdicts = {n["node"]: n["verdict"] for n in json.loads((tmp_path / "d.json").read_text())["nodes"]}
+    assert verdicts["node01"] == "healthy" and verdicts["node09"] != "healthy", verdicts
+
+
+def test_an_import_whose_trailer_agrees_says_nothing_of_contradiction(tmp_path):
+    import_file(NT / "all_reduce_h100.txt", tmp_path / "run")
+    assert "contradicted" not in json.loads((tmp_path / "run" / RUN_META).read_text())

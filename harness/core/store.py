@@ -221,6 +221,8 @@ def incompleteness(meta: dict, records: Sequence, directory: bool = True) -> str
         return f"incomplete: {len(records)} cases and no run.json, which a whole run writes last" if directory else ""
     if run_ids and meta.get("run_id") not in (None, run_ids[0]):
         return f"mixed: its records are of run {run_ids[0]}, its {RUN_META} of run {meta.get('run_id')}"
+    if meta.get("contradicted"):  # an import whose trailer disagrees with its rows: they are not the whole run
+        return f"contradicted: {meta['contradicted']}"
     state, total = meta.get("state"), meta.get("cases_total")
     wrong = _not_these_cases(meta, records)
     if wrong:

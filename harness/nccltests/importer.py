@@ -17,7 +17,9 @@ What the import can and cannot say:
   and only then from the file name; ``--collective`` is checked against the output. Ambiguous or
   contradicting evidence is refused (exit 2) with the evidence listed.
 - The trailer (``Out of bounds values``, ``Avg bus bandwidth``) is kept and checked against the
-  rows (harness.nccltests.trailer); a disagreement is reported and the command exits 1.
+  rows (harness.nccltests.trailer); a disagreement is reported, the command exits 1, and run.json
+  says ``contradicted`` with the disagreement: every reader then takes the run as not whole
+  (harness.core.store.incompleteness), so its rows decide no acceptance and no diagnosis.
 - Every value is checked before anything is written (harness.nccltests.values): a count that is
   not a whole number, a figure that is not finite, a string where a number belongs is refused with
   file, line (or JSON record) and field, exit 2. The input is bounded (harness.nccltests.limits).
@@ -38,7 +40,7 @@ from harness.core.imported import (MEAN_ONLY, PER_ITERATION, case_id_of, check_o
                                    mean_samples_ns, samples_ns)
 from harness.core.options import print_error
 from harness.core.records import Record
-from harness.core.store import RunDir
+from harness.core.store import PLANNED, RunDir, planned_digest
 from harness.nccltests.evidence import COLLECTIVES, FOUND, Ambiguous, detect, ranks_text
 from harness.nccltests.limits import RECORDS_PER_BATCH
 from harness.nccltests.parse import DTYPES, NcclTestsFormatError, Parsed, nccl_version_text
@@ -166,14 +168,19 @@ def _import(path: Path, out: Path, collective: Optional[str], run_id: Optional[s
     run_dir.write_meta({**meta, "state": "importing"})
     run_dir.write_fingerprint(fingerprint_of(parsed, path.name))
     total = ok = 0
+    case_ids: list[str] = []
     for batch in _batches(iter_records(parsed, run_id, path.name, trailer), RECORDS_PER_BATCH):
         run_dir.append_many(batch)
         total += len(batch)
         ok += sum(r.ok for r in batch)
+        case_ids.extend(r.case_id for r in batch)
         yield from batch
-    # Last, and atomically: the claim that every record is on disk, which readers check against them.
+    # Last, and atomically: the claim that every record is on disk, which readers check against them;
+    # and, when the trailer disagrees with the rows, that they are not the whole story of the run.
+    contradicted = {"contradicted": "; ".join(trailer["problems"])} if trailer["problems"] else {}
+    # The cases it wrote are what it planned: a record swapped for another case reads as not whole.
     run_dir.write_meta({**meta, "state": "imported", "cases_total": total, "cases_ok": ok,
-                        "cases_failed": total - ok})
+                        "cases_failed": total - ok, PLANNED: planned_digest(case_ids), **contradicted})
 
 
 def register(sub) -> None:

@@ -33,27 +33,39 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
 from harness.core.imported import DTYPES
+from harness.core.jsonfile import JsonFileError, loads_strict
 from harness.nccltests.evidence import Observed, ObservedRow, Side
-from harness.nccltests.limits import MAX_ROWS
-from harness.nccltests.values import NcclTestsFormatError, json_integer, json_number, json_text, text_integer, text_number
+from harness.nccltests.limits import MAX_ROWS, MAX_TIME_US
+from harness.nccltests.periter import per_iteration_times
+from harness.nccltests.values import (JSON_PRINTED_HALF_ULP, NcclTestsFormatError, json_integer, json_number, json_text,
+                                      text_integer, text_number)
 
-_BANNER = re.compile(r"^#\s*Collective test starting:\s*(\S+)")
+__all__ = ["JSON_PRINTED_HALF_ULP", "Parsed", "Row", "parse_json", "parse_text"]
+
+# re.ASCII throughout: a Unicode \d takes fullwidth or Arabic-Indic digits, which nccl-tests never prints
+_BANNER = re.compile(r"^#\s*Collective test starting:\s*(\S+)", re.ASCII)
 _HEADER = re.compile(r"^#\s*nThread\s+(\d+)\s+nGpus\s+(\d+).*?warmup iters:\s*(\d+)\s+iters:\s*(\d+)"
-                     r"(?:\s+agg iters:\s*(\d+))?(?:\s+validation:\s*(\d+))?")
-_RANK = re.compile(r"^#\s+Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+(\d+)\s+\[([^\]]*)\]\s+(.*)$")
-_VERSION = re.compile(r"^#\s*nccl-tests version\s+(\S+).*?nccl-library=(\d+)")
-_OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)")
-_AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(\S+)")
-_COMMAND = re.compile(r"(?:^|[\s/])(\w+_perf(?:_mpi)?)(?:\s|$)")
+                     r"(?:\s+agg iters:\s*(\d+))?(?:\s+validation:\s*(\d+))?", re.ASCII)
+_RANK = re.compile(r"^#\s+Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+(\d+)\s+\[([^\]]*)\]\s+(.*)$",
+                   re.ASCII)
+_VERSION = re.compile(r"^#\s*nccl-tests version\s+(\S+).*?nccl-library=(\d+)", re.ASCII)
+_OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)", re.ASCII)
+_AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(\S+)", re.ASCII)
+_COMMAND = re.compile(r"(?:^|[\s/])(\w+_perf(?:_mpi)?)(?:\s|$)", re.ASCII)
 # Open MPI --tag-output, Slurm srun --label
-_TAGGED = re.compile(r"^\[\d+,\d+\]<(stdout|stderr)>:")
-_LABELLED = re.compile(r"^\s*\d+: ")
-_NUMBER = re.compile(r"-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?")
-_ROOT = re.compile(r"-?\d+")
+_TAGGED = re.compile(r"^\[\d+,\d+\]<(stdout|stderr)>:", re.ASCII)
+_LABELLED = re.compile(r"^\s*\d+: ", re.ASCII)
+# What NCCL itself prints while the table is written (NCCL_DEBUG=INFO or WARN), and UCX's warnings
+# when a launcher merges stderr into the log: the only lines besides rows and comments that the
+# table of an nccl-tests log holds.
+_NCCL_LOG = re.compile(r"^(?:\S+:\d+:\d+ \[\d+\] )?NCCL (?:INFO|WARN|TRACE|ABORT)\b|^NCCL version \S+$"
+                       r"|^\[\d+\.\d+\] \[\S+\] +\S+ UCX +[A-Z]+ ", re.ASCII)
+_ROW_START = re.compile(r"[0-9]+", re.ASCII)
+_NUMBER = re.compile(r"-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?", re.ASCII)
+_ROOT = re.compile(r"-?(\d+)", re.ASCII)
 _SIDE_FIGURES = ("algbw", "busbw")
 _PER_ITER = ("i_min", "i_max", "i_p99", "i_cv%")
 JSON_VERSIONS = (1, 2, 3)
-JSON_PRINTED_HALF_ULP = 5e-7  # "%lf": six decimals
 
 
 @dataclass
@@ -182,7 +194,8 @@ def _side(words: list[str], layout: _Layout, where: str, name: str) -> tuple[dic
     # time_printed: the time's own digits (nccl-tests prints 127.0, 5871.07 or 12646 by version
     # and magnitude), so tables show it as the log does; the number is time_us. nccl-tests never
     # prints a zero or negative mean.
-    side = {"time_us": text_number(words[0], where, f"{name} time (us)", above=True), "time_printed": words[0],
+    side = {"time_us": text_number(words[0], where, f"{name} time (us)", above=True, high=MAX_TIME_US),
+            "time_printed": words[0],
             "algbw_gbps": text_number(words[1], where, f"{name} algbw"),
             "busbw_gbps": text_number(words[2], where, f"{name} busbw"), "wrong": None}
     if layout.side[3] == "#wrong":
@@ -212,6 +225,14 @@ def _plain_lines(lines: Iterable[str]):
         yield number, raw.strip()
 
 
+def _text_root(token: str, where: str) -> int:
+    """A rank, or -1 (nccl-tests' "%6i")."""
+    if not (m := _ROOT.fullmatch(token)):
+        raise NcclTestsFormatError(f"{where}: root is {token!r}, not a rank or -1")
+    rank = text_integer(m.group(1), where, "root")
+    return -rank if token.startswith("-") else rank
+
+
 def _row(cols: list[str], layout: _Layout, number: int, where: str) -> Row:
     if len(cols) == layout.width - 1 and "redop" in layout.optional and _NUMBER.fullmatch(cols[3]):
         cols = cols[:3] + [""] + cols[3:]  # an empty redop column (alltoall before 2.13, hypercube)
@@ -225,9 +246,7 @@ def _row(cols: list[str], layout: _Layout, number: int, where: str) -> Row:
     values = dict(zip(layout.optional, cols[3:3 + len(layout.optional)]))
     root = None
     if "root" in values:
-        if not _ROOT.fullmatch(values["root"]):
-            raise NcclTestsFormatError(f"{where}: root is {values['root']!r}, not a rank or -1")
-        root = int(values["root"])
+        root = _text_root(values["root"], where)
     base, width = 3 + len(layout.optional), len(layout.side)
     out_of_place, oop_ulps = _side(cols[base:base + width], layout, where, "out-of-place")
     in_place, ip_ulps = _side(cols[base + width:base + 2 * width], layout, where, "in-place")
@@ -253,6 +272,10 @@ def parse_text(lines: Iterable[str], path: str) -> Parsed:
     nccl_version = tests_version = None
     layout, columns_where = None, ""
     trailer = Trailer()
+    # From the column header (or the first row) to the trailer: there, a line that is neither a
+    # row, a comment nor NCCL's own log is refused, so that a row a byte spoils ("+8", a NUL, a
+    # fullwidth digit) cannot drop out of the import silently.
+    in_table = False
     for number, line in _plain_lines(lines):
         where = f"{path}:{number}"
         if not line:
@@ -264,28 +287,40 @@ def parse_text(lines: Iterable[str], path: str) -> Parsed:
                 headers.append(number)
                 header, header_where = m.groups(), f"line {number}"
             elif m := _RANK.match(line):
-                devices.append({"index": int(m.group(1)), "host": m.group(2), "device": int(m.group(3)),
+                devices.append({"index": text_integer(m.group(1), where, "Rank"), "host": m.group(2),
+                                "device": text_integer(m.group(3), where, "device"),
                                 "pci": m.group(4), "name": m.group(5).strip()})
             elif line.lstrip("# ").startswith("size ") and line.lstrip("# ").split()[:3] == ["size", "count", "type"]:
                 layout, columns_where = _layout(line.lstrip("# ").split(), where), f"line {number}"
+                in_table = header is not None
             elif m := _VERSION.match(line):
-                tests_version, nccl_version = m.group(1), nccl_version_text(int(m.group(2)))
+                tests_version = m.group(1)
+                nccl_version = nccl_version_text(text_integer(m.group(2), where, "nccl-library"))
             elif m := _OOB.match(line):
-                trailer.out_of_bounds, trailer.oob_where = int(m.group(1)), f"line {number}"
+                trailer.out_of_bounds = text_integer(m.group(1), where, "Out of bounds values")
+                trailer.oob_where = f"line {number}"
+                in_table = False
             elif m := _AVG.match(line):
                 trailer.avg_busbw_gbps = text_number(m.group(1), where, "Avg bus bandwidth")
                 trailer.avg_busbw_half_ulp, trailer.avg_where = half_ulp(m.group(1)), f"line {number}"
+                in_table = False
             continue
         cols = line.split()
-        if not cols[0].isdigit():
+        if not _ROW_START.fullmatch(cols[0]):
+            if in_table and not _NCCL_LOG.match(line):
+                raise NcclTestsFormatError(
+                    f"{where}: {line[:60]!r} in the results table is neither a result row (which starts with "
+                    "the size in digits), a comment, nor a line NCCL prints: a row changed or cut, or not "
+                    "nccl-tests output")
             if header is None and binary is None and (m := _COMMAND.search(line)):
                 binary = (m.group(1), f"the command on line {number}")
-            continue  # warnings and launcher noise between table rows
+            continue  # before the table: the command, launcher and NCCL lines
         if header is None:
             raise NcclTestsFormatError(f"{where}: a result row before the '# nThread ... iters:' header, which the "
                                        "import needs (iteration and rank counts): is this the whole output of an "
                                        "nccl-tests run?")
         _add_row(rows, _row(cols, layout or _CURRENT, number, where), path)
+        in_table = True
     if len(headers) > 1:
         raise NcclTestsFormatError(f"{path}: {len(headers)} nccl-tests runs in one file (headers on lines "
                                    f"{', '.join(map(str, headers))}); import each run from a file of its own")
@@ -297,6 +332,7 @@ def parse_text(lines: Iterable[str], path: str) -> Parsed:
     nthreads, ngpus, warmup, iters, agg, validation = header
     for name, value in (("nThread", nthreads), ("nGpus", ngpus), ("iters", iters), ("agg iters", agg or "1")):
         text_integer(value, f"{path}:{headers[0]}", name, low=1)
+    text_integer(warmup, f"{path}:{headers[0]}", "warmup iters")
     per_process = int(nthreads) * int(ngpus)
     if devices:
         ranks = len({d["index"] for d in devices})
@@ -337,7 +373,7 @@ def _optional(obj: dict, key: str, read, where: str, default: Any = None) -> Any
     return default if value is None else read(value, f"{where}.{key}")
 
 
-def _json_side(entry: dict, key: str, where: str) -> Optional[dict]:
+def _json_side(entry: dict, key: str, where: str, iterations: int) -> Optional[dict]:
     side = entry.get(key)
     if side is None:
         return None  # writeBenchMarkLineNullBody: no out-of-place figures
@@ -345,7 +381,8 @@ def _json_side(entry: dict, key: str, where: str) -> Optional[dict]:
     side = _object(side, where)
     time_key = "time" if "time" in side else "cpu_time"
     # nccl-tests never prints a zero or negative mean time, nor a fraction of a wrong element
-    result = {"time_us": json_number(side.get(time_key), f"{where}.{time_key}", above=True, what="microseconds"),
+    result = {"time_us": json_number(side.get(time_key), f"{where}.{time_key}", above=True, high=MAX_TIME_US,
+                                     what="microseconds"),
               "algbw_gbps": json_number(side.get("alg_bw"), f"{where}.alg_bw", what="GB/s"),
               "busbw_gbps": json_number(side.get("bus_bw"), f"{where}.bus_bw", what="GB/s"),
               "wrong": _optional(side, "nwrong", json_integer, where)}
@@ -354,18 +391,9 @@ def _json_side(entry: dict, key: str, where: str) -> Optional[dict]:
         # writePerIterReport: the max over GPUs and processes per iteration; its own summary skips
         # the first skipped_iterations (-per_iter_skip), and so do the samples taken from it.
         at = f"{where}_per_iter"
-        per_iter = _object(per_iter, at)
-        times = per_iter.get("times_us")
-        if times is not None and not isinstance(times, list):
-            raise NcclTestsFormatError(f"{at}.times_us: {json.dumps(times)[:40]} is not a list")
-        if times:
-            skipped = _optional(per_iter, "skipped_iterations", json_integer, at, 0)
-            values = [json_number(x, f"{at}.times_us[{i}]", above=True, what="microseconds")
-                      for i, x in enumerate(times)]
-            if skipped >= len(values):
-                raise NcclTestsFormatError(f"{at}.skipped_iterations: {skipped} of {len(values)} times: none left")
-            result["times_us"] = values[skipped:]
-            result["skipped_iterations"] = skipped
+        times = per_iteration_times(_object(per_iter, at), at, iterations)
+        if times is not None:
+            result["times_us"], result["skipped_iterations"] = times
     return result
 
 
@@ -393,13 +421,13 @@ def _json_trailer(data: dict, path: str) -> Trailer:
 def _json_root(value: Any, where: str) -> int:
     """nccl-tests writes the root as a string ("%6i"); a JSON integer is read too."""
     if isinstance(value, str) and _ROOT.fullmatch(value.strip()):
-        return int(value.strip())
+        return _text_root(value.strip(), where)
     if isinstance(value, int) and not isinstance(value, bool):
         return json_integer(value, where, low=-1, what="a rank or -1")
     raise NcclTestsFormatError(f"{where}: {json.dumps(value)[:40]} is not a rank or -1")
 
 
-def _json_row(entry: Any, i: int, path: str) -> Row:
+def _json_row(entry: Any, i: int, path: str, iters: int) -> Row:
     where = f"{path}: results[{i}]"
     entry = _object(entry, where)
 
@@ -412,10 +440,11 @@ def _json_row(entry: Any, i: int, path: str) -> Row:
     size = json_integer(need("size"), f"{where}.size", what="bytes")
     count = json_integer(need("count"), f"{where}.count", what="elements")
     redop = json_text(entry.get("redop", ""), f"{where}.redop", "a reduction name")
-    in_place, out_of_place = _json_side(entry, "in_place", where), _json_side(entry, "out_of_place", where)
+    actual = _optional(entry, "actual_iterations", lambda v, w: json_integer(v, w, low=1, what="iterations"), where)
+    in_place = _json_side(entry, "in_place", where, actual or iters)
+    out_of_place = _json_side(entry, "out_of_place", where, actual or iters)
     if in_place is None and out_of_place is None:
         raise NcclTestsFormatError(f"{where}: neither in_place nor out_of_place figures")
-    actual = _optional(entry, "actual_iterations", lambda v, w: json_integer(v, w, low=1, what="iterations"), where)
     return Row(0, where, size, count, dtype, redop, _json_root(entry.get("root", ""), f"{where}.root"), in_place,
                out_of_place, actual)
 
@@ -443,11 +472,9 @@ def _config_count(config: dict, key: str, path: str, default: int, low: int) -> 
 
 def parse_json(text: str, path: str) -> Parsed:
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise NcclTestsFormatError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg}, column {exc.colno})") from None
-    except RecursionError:
-        raise NcclTestsFormatError(f"{path}: nested too deep to be nccl-tests output") from None
+        data = loads_strict(text, path)  # a repeated key ("nwrong" twice) is refused, not the last taken
+    except JsonFileError as exc:
+        raise NcclTestsFormatError(str(exc)) from None
     if not isinstance(data, dict):
         raise NcclTestsFormatError(f"{path}:1: the JSON output of nccl-tests is an object")
     version = _get(data, ["version"], path)
@@ -462,7 +489,7 @@ def parse_json(text: str, path: str) -> Parsed:
     if len(results) > MAX_ROWS:
         raise NcclTestsFormatError(f"{path}: field results: {len(results)} entries; an import holds at most "
                                    f"{MAX_ROWS} (the most cases a critpath run holds)")
-    rows = [_json_row(entry, i, path) for i, entry in enumerate(results)]
+    rows = [_json_row(entry, i, path, iters) for i, entry in enumerate(results)]
     # writeDeviceReport: one devices entry per process (the first line of its "#  Rank" block), so
     # the rank count is processes x threads x GPUs per thread.
     listed = config.get("devices")

@@ -12,9 +12,15 @@ import math
 import re
 from typing import Any, Optional
 
-_INTEGER = re.compile(r"\d+")
+from harness.nccltests.limits import MAX_COUNT
+
+# ASCII digits only: str.isdigit and a Unicode \d take "１３４２１７７２８" (fullwidth) as a number
+_INTEGER = re.compile(r"[0-9]+")
 # The figures nccl-tests prints: "%7.2f", "%6.2f", "%.6lf", "%5.0le", "%g" (no nan, no inf)
-_DECIMAL = re.compile(r"-?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?")
+_DECIMAL = re.compile(r"-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]{1,4})?")
+_COUNT_DIGITS = len(str(MAX_COUNT))
+# -J writes every double as "%lf": six decimals, each off by at most half the last
+JSON_PRINTED_HALF_ULP = 5e-7
 
 
 class NcclTestsFormatError(ValueError):
@@ -38,9 +44,10 @@ def _in_range(value: float, where: str, low: Optional[float], high: Optional[flo
         raise NcclTestsFormatError(f"{where}: {value:g} is more than {high:g}, not {what}")
 
 
-def json_integer(value: Any, where: str, low: int = 0, high: Optional[int] = None,
+def json_integer(value: Any, where: str, low: int = 0, high: int = MAX_COUNT,
                  what: str = "a count") -> int:
-    """A JSON integer in [low, high]: 8 and 8.0 both are (JSON does not tell them apart), 8.5 is not."""
+    """A JSON integer in [low, high]: 8 and 8.0 both are (JSON does not tell them apart), 8.5 is not;
+    1e20 is a whole number past what nccl-tests can print (``MAX_COUNT``)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise NcclTestsFormatError(f"{where}: {_kind(value)} is not an integer ({what})")
     if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
@@ -50,8 +57,8 @@ def json_integer(value: Any, where: str, low: int = 0, high: Optional[int] = Non
 
 
 def json_number(value: Any, where: str, low: Optional[float] = 0.0, above: bool = False,
-                what: str = "a figure") -> float:
-    """A finite JSON number >= low (> low when ``above``)."""
+                what: str = "a figure", high: Optional[float] = None) -> float:
+    """A finite JSON number >= low (> low when ``above``), and at most ``high``."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise NcclTestsFormatError(f"{where}: {_kind(value)} is not a number ({what})")
     number = float(value)
@@ -59,7 +66,7 @@ def json_number(value: Any, where: str, low: Optional[float] = 0.0, above: bool 
         raise NcclTestsFormatError(f"{where}: {value!r} is not a finite number ({what})")
     if above and low is not None and number <= low:
         raise NcclTestsFormatError(f"{where}: {number:g} is not more than {low:g} ({what})")
-    _in_range(number, where, low, None, what)
+    _in_range(number, where, low, high, what)
     return number
 
 
@@ -71,24 +78,35 @@ def json_text(value: Any, where: str, what: str = "a name", empty: bool = True) 
     return value
 
 
-def text_integer(token: str, where: str, field: str, low: int = 0) -> int:
-    """A count as nccl-tests prints it: digits only (no sign, point, exponent or underscore)."""
+def _shown(token: str) -> str:
+    return repr(token) if len(token) <= 40 else f"{token[:20]!r}... ({len(token)} characters)"
+
+
+def text_integer(token: str, where: str, field: str, low: int = 0, high: int = MAX_COUNT) -> int:
+    """A count as nccl-tests prints it: ASCII digits only (no sign, point, exponent or underscore),
+    at most ``high``; the length is checked before the digits become a number."""
     if not _INTEGER.fullmatch(token):
-        raise NcclTestsFormatError(f"{where}: {field} is {token!r}, not a whole number of at least {low}")
+        raise NcclTestsFormatError(f"{where}: {field} is {_shown(token)}, not a whole number of at least {low}")
+    if len(token.lstrip("0")) > _COUNT_DIGITS or int(token) > high:
+        raise NcclTestsFormatError(f"{where}: {field} is {_shown(token)}, more than {high}, "
+                                   "the most nccl-tests prints (harness/nccltests/limits.py)")
     number = int(token)
     if number < low:
         raise NcclTestsFormatError(f"{where}: {field} is {token!r}, less than {low}")
     return number
 
 
-def text_number(token: str, where: str, field: str, low: Optional[float] = 0.0, above: bool = False) -> float:
+def text_number(token: str, where: str, field: str, low: Optional[float] = 0.0, above: bool = False,
+                high: Optional[float] = None) -> float:
     """A figure as nccl-tests prints it: a finite decimal (``nan``, ``inf`` and ``1e400`` are not)."""
     if not _DECIMAL.fullmatch(token):
-        raise NcclTestsFormatError(f"{where}: {field} is {token!r}, not a number")
+        raise NcclTestsFormatError(f"{where}: {field} is {_shown(token)}, not a number")
     number = float(token)
     if not math.isfinite(number):
         raise NcclTestsFormatError(f"{where}: {field} is {token!r}, not a finite number")
     if low is not None and (number < low or (above and number <= low)):
         bound = f"more than {low:g}" if above else f"at least {low:g}"
         raise NcclTestsFormatError(f"{where}: {field} is {token}, not {bound}")
+    if high is not None and number > high:
+        raise NcclTestsFormatError(f"{where}: {field} is {token}, more than {high:g} (harness/nccltests/limits.py)")
     return number
