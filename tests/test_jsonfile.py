@@ -45,3 +45,16 @@ def test_an_integer_past_64_bits_is_refused_naming_its_key_and_line(digits):
 
 def test_the_64_bit_extremes_are_integers():
     assert loads_strict(f"[{2**63 - 1}, {-(2**63)}]", "f.json") == [2**63 - 1, -(2**63)]
+
+
+def test_a_record_line_or_run_json_with_a_key_twice_is_refused_by_the_store(tmp_path):
+    from harness.core.store import ResultsFileError, iter_records, read_json
+
+    results = tmp_path / "results.jsonl"
+    results.write_text('{"schema": "critpath.record/1", "schema": "x"}\n')
+    with pytest.raises(ResultsFileError, match=r'results\.jsonl:1: the key "schema" appears twice'):
+        list(iter_records(results))
+    meta = tmp_path / "run.json"
+    meta.write_text('{\n "state": "running",\n "state": "finished"\n}\n')
+    with pytest.raises(ResultsFileError, match=r'run\.json:3: the key "state" appears twice'):
+        read_json(meta)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
-import json
 import os
 import secrets
 import socket
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Iterable, Iterator, Mapping, Optional, Sequence
 
 from harness.core import atomic
+from harness.core.jsonfile import JsonFileError, loads_strict
 from harness.core.inputfile import InputFileError, open_regular, read_bounded
 from harness.core.options import CannotRun
 from harness.core.records import Record, RecordError
@@ -124,11 +124,9 @@ def iter_records(path: Path, skip_invalid: bool = False, skipped: list | None = 
             if problem:
                 raise RecordError(problem, where)
             try:
-                data = json.loads(blob)
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                raise RecordError(f"not valid JSON ({exc})", where) from None
-            except RecursionError:
-                raise RecordError("nested too deep to be a record", where) from None
+                data = loads_strict(blob, where)
+            except JsonFileError as exc:
+                raise RecordError(exc.why, where) from None
             if not isinstance(data, dict):
                 raise RecordError("a record must be a JSON object", where)
             yield verify(Record.from_dict(data, where), where)
@@ -154,13 +152,9 @@ def read_json(path: Path) -> dict:
     except InputFileError as exc:
         raise ResultsFileError(str(exc)) from None
     try:
-        data = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise ResultsFileError(f"{path}: not UTF-8 (offset {exc.start})") from None
-    except json.JSONDecodeError as exc:
-        raise ResultsFileError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
-    except RecursionError:
-        raise ResultsFileError(f"{path}: nested too deep to be a critpath file") from None
+        data = loads_strict(raw, str(path))
+    except JsonFileError as exc:
+        raise ResultsFileError(str(exc)) from None
     if not isinstance(data, dict):
         raise ResultsFileError(f"{path}:1: expected a JSON object, got {type(data).__name__}")
     return data
