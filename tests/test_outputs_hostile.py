@@ -211,7 +211,9 @@ def test_export_refuses_an_output_that_is_one_of_its_inputs(tmp_path, capfd, how
     elif how == "hard link":
         os.link(run / RESULTS, out)
     assert main(["export", str(run), "--format", "csv", "--out", str(out)]) == 2
-    assert "is an input of this command" in capfd.readouterr().err
+    # A symlink is refused as a link before its target is looked at: either way, not written.
+    why = "is a symbolic link" if how == "symlink" else "is an input of this command"
+    assert why in capfd.readouterr().err
     assert (run / RESULTS).read_bytes() == before
     assert len(load_run(run).records) == 2
 
@@ -451,14 +453,47 @@ def test_a_claim_and_a_dead_writers_temporary_are_not_contents(tmp_path):
     out.mkdir()
     stale = out / f".critpath-{_dead_pid()}-0a1b2c3d.tmp"
     stale.write_text("half a gate.json")
-    legacy = out / f".gate.json.{_dead_pid()}.abcdef.tmp"  # 0.x's name for it
-    legacy.write_text("{")
     mine = out / f".critpath-{os.getpid()}-00000000.tmp"  # a live writer's: kept, and it is contents
     with claim_dir(out, "gate") as claim:
         assert claim.contents() == []
         mine.write_text("")
         assert claim.contents() == [mine]
-    assert not stale.exists() and not legacy.exists()
+    assert not stale.exists()
+
+
+def test_a_users_file_shaped_like_an_old_temporary_is_never_swept(tmp_path):
+    """0.x named its temporaries ``.NAME.PID.RANDOM.tmp``: a pattern loose enough that the sweep
+    deleted a user's ``.thesis.2024.abcdef.tmp`` beside an export."""
+    run, out = hostile_run(tmp_path / "run"), tmp_path / "ud"
+    out.mkdir()
+    mine = [out / ".thesis.2024.abcdef.tmp", out / f".backup.{_dead_pid()}.deadbe.tmp", out / ".critpath-4000000-00.tmp"]
+    for path in mine:
+        path.write_text("data")
+    assert main(["export", str(run), "--format", "csv", "--out", str(out / "x.csv")]) == 0
+    assert all(path.read_text() == "data" for path in mine)
+
+
+def test_an_output_that_is_a_symlink_is_refused_and_the_link_kept(tmp_path, capfd):
+    """The rename replaced the link (``/dev/stdout``, a CI step summary) with a file holding the
+    output, where nobody looked."""
+    run = hostile_run(tmp_path / "run")
+    summary = tmp_path / "summary.md"
+    summary.write_text("earlier steps\n")
+    link = tmp_path / "summary_link.md"
+    link.symlink_to(summary)
+    assert main(["export", str(run), "--format", "csv", "--out", str(link)]) == 2
+    assert main(["compare", str(run), str(run), "--out", str(tmp_path / "g"), "--markdown", str(link)]) == 2
+    assert capfd.readouterr().err.count("is a symbolic link") == 2
+    assert link.is_symlink() and summary.read_text() == "earlier steps\n"
+    assert not (tmp_path / "g" / "gate.json").exists()  # refused before any output was written
+
+
+def test_markdown_into_one_of_the_gates_own_outputs_is_refused(tmp_path, capfd):
+    run, out = hostile_run(tmp_path / "run"), tmp_path / "g"
+    for name in ("gate.json", "gate.md", "gate.xml"):
+        assert main(["compare", str(run), str(run), "--out", str(out), "--markdown", str(out / name)]) == 2
+        assert "is one of the gate's own outputs" in capfd.readouterr().err
+    assert not (out / "gate.json").exists()
 
 
 # -- the terminal: every byte escaped, whatever prints it -------------------------------------------

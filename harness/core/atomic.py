@@ -42,8 +42,9 @@ def fit_name(name: str, max_bytes: int = NAME_MAX) -> str:
     return name.encode("utf-8", "surrogateescape")[:max_bytes].decode("utf-8", "ignore")
 
 
-# This writer's temporaries, and those of 0.x (``.NAME.PID.RANDOM.tmp``), which a kill left too.
-_TEMP = re.compile(r"\.critpath-(\d+)-[0-9a-f]+\.tmp|\..+\.(\d+)\.[0-9a-f]{6}\.tmp")
+# This writer's temporaries, exactly as it names them. 0.x's (``.NAME.PID.RANDOM.tmp``) are not
+# swept: that shape is loose enough to be a user's own file (``.thesis.2024.abcdef.tmp``).
+_TEMP = re.compile(r"\.critpath-(\d+)-[0-9a-f]{8}\.tmp")
 
 
 def check_target(path: Path, updates: bool = False) -> None:
@@ -54,9 +55,16 @@ def check_target(path: Path, updates: bool = False) -> None:
     try:
         st = os.stat(path)
     except (FileNotFoundError, NotADirectoryError):
+        if os.path.islink(path):  # dangling: the rename would put a file where the link was
+            raise UsageError(f"{path} is a symbolic link to nothing; give the path of a new or a regular file") from None
         return
     except OSError as exc:
         raise OSError(exc.errno, f"could not write {path}: {exc.strerror or exc}") from None
+    if os.path.islink(path):
+        # The rename replaces the link, not what it points at (/dev/stdout, a CI step summary):
+        # the output would land where nobody looks and the link would be gone.
+        raise UsageError(f"{path} is a symbolic link (to {os.readlink(path)}); the output would replace the link, "
+                         "not what it points at: give the path it points at, or a new file")
     seen = input_at(st)
     if seen is not None and not updates:
         same = "" if Path(seen) == path else f" (it is {seen})"
@@ -69,7 +77,7 @@ def check_target(path: Path, updates: bool = False) -> None:
 def is_stale_temp(name: str) -> bool:
     """A temporary of a writer that is no longer alive (a SIGKILL left it)."""
     match = _TEMP.fullmatch(name)
-    return match is not None and not _alive(int(match.group(1) or match.group(2)))
+    return match is not None and not _alive(int(match.group(1)))
 
 
 def _alive(pid: int) -> bool:

@@ -22,6 +22,7 @@ from typing import Optional
 
 from harness.core import atomic
 from harness.core.escape import for_code_span, for_file, for_markdown, for_markdown_cell, for_xml
+from harness.core.options import UsageError
 from harness.gate.stats import Outcome, Policy, Verdict
 
 EXIT_PASS, EXIT_REGRESSION, EXIT_COULD_NOT_RUN = 0, 1, 2
@@ -283,6 +284,13 @@ def write_outputs(result: GateResult, out_dir: Path, markdown_path: Optional[Pat
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {"json": out_dir / "gate.json", "junit": out_dir / "gate.xml", "markdown": out_dir / "gate.md"}
+    if markdown_path is not None:
+        # Checked before anything is written, so a refused --markdown leaves no outputs behind; and
+        # never one of the gate's own files, which the append would make two documents in one.
+        if Path(markdown_path).resolve() in {p.resolve() for p in paths.values()}:
+            raise UsageError(f"--markdown {markdown_path} is one of the gate's own outputs in {out_dir}; "
+                             "give a file outside it")
+        atomic.check_target(markdown_path)
     write_json(result, paths["json"])
     atomic.write_text(paths["junit"], junit_xml(result))
     text = markdown(result)
