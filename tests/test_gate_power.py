@@ -196,3 +196,18 @@ def test_resume_carries_on_the_named_cells_and_refuses_a_name_it_does_not_hold(t
     stored = [Cell(**{**c, "case_ids": tuple(c["case_ids"])}) for c in cells]
     assert [c.case_ids for c in _chosen(stored, Namespace(case_ids=[other], groups=[]), tmp_path)] == [(other,)]
     assert _chosen(stored, Namespace(case_ids=[], groups=[]), tmp_path) == stored
+
+
+def test_an_interrupt_before_the_first_trial_does_not_promise_a_resume(tmp_path, monkeypatch, capsys):
+    """SIGTERM while gate-power prepared said the trials were in power.json and --resume carried
+    on; there was no power.json, and --resume then failed."""
+    import harness.gatepower.power as power
+    from harness.cli import main
+
+    def interrupted(request):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(power, "measure", interrupted)
+    code = main(["gate-power", "--case", RPC, "--trials", "1", "--out", str(tmp_path / "gp")])
+    err = capsys.readouterr().err
+    assert code == 128 + 2 and "nothing to resume" in err and "--resume carries on" not in err

@@ -615,3 +615,34 @@ def test_gate_power_gets_its_out_as_an_absolute_path(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     main(["gate-power", "--case", NOOP, "--out", "gp"])
     assert seen and seen[0].out == tmp_path / "gp"
+
+
+def test_asv_under_history_and_gate_power_does_not_see_a_hooks_git_dir(tmp_path, monkeypatch):
+    """asv runs git itself: a GIT_DIR a hook exported made history's asv read another repository
+    ("NoSuchNameError", the commit not filed) and gate-power's asv trial likewise."""
+    from harness.gatepower import tools
+    from harness.history import campaign
+
+    monkeypatch.setenv("GIT_DIR", str(tmp_path / "other" / ".git"))
+    monkeypatch.setenv("GIT_INDEX_FILE", str(tmp_path / "index"))
+    seen = []
+
+    class Popen:
+        def __init__(self, args, env=None, **_):
+            seen.append(env)
+
+        def wait(self, timeout=None):
+            return 0
+
+    monkeypatch.setattr(campaign.subprocess, "Popen", Popen)
+    monkeypatch.setattr(campaign, "_wait", lambda proc: 0)
+    with open(tmp_path / "log", "w") as log:
+        campaign._asv(["machine", "--yes"], log, env={"ASV_PYTHONPATH": "x"})
+    monkeypatch.setattr(tools, "_run", lambda args, cwd, env: seen.append(env) or "")
+    (tmp_path / "scratch" / "asv_benchmarks").mkdir(parents=True)  # what _asv_config makes
+    monkeypatch.setattr(tools, "_asv_config", lambda scratch, repo: scratch / "asv.conf.json")
+    monkeypatch.setattr(tools, "_asv_verdict", lambda out, factor: None)
+    tools.asv_trial(tmp_path / "scratch", tmp_path, "selftest/x=1", {"base": ("a", tmp_path), "candidate": ("b", tmp_path)})
+    assert len(seen) >= 4
+    assert all("GIT_DIR" not in env and "GIT_INDEX_FILE" not in env for env in seen)
+    assert seen[0]["ASV_PYTHONPATH"] == "x"

@@ -766,8 +766,10 @@ def cmd_power(args) -> int:
         return 2
     except KeyboardInterrupt as exc:
         signum = interrupt_signal(exc)
-        print(f"critpath gate-power: interrupted by {signal.Signals(signum).name}; the trials measured so far are in "
-              f"{request.out / 'power.json'} (--resume carries on)", file=sys.stderr)
+        stored = request.out / "power.json"
+        where = (f"the trials measured so far are in {stored} (--resume carries on)" if stored.is_file() else
+                 f"it stopped before its first trial was stored: nothing to resume; remove {request.out} to start again")
+        print(f"critpath gate-power: interrupted by {signal.Signals(signum).name}; {where}", file=sys.stderr)
         return 128 + signum
     finally:
         signal.signal(signal.SIGTERM, previous)

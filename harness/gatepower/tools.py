@@ -15,7 +15,6 @@ tree, and decides with its own rule:
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from harness.core.git import git_env
 from harness.gate.trees import python_path
 
 TOOL_TIMEOUT_S = 900
@@ -114,7 +114,7 @@ def asv_trial(scratch: Path, repo: Path, case_id: str, trees: dict, factor: floa
     config = _asv_config(scratch, repo)
     (scratch / "asv_benchmarks" / "__init__.py").write_text("")
     (scratch / "asv_benchmarks" / "bench_step.py").write_text(ASV_BENCHMARK.format(case_id=case_id))
-    env = dict(os.environ)
+    env = git_env()  # asv runs git on the clone: a hook's GIT_DIR must not choose another repository
     _run([python, "-m", "asv", "machine", "--yes", "--config", str(config)], scratch, env)
     for side in ("base", "candidate"):
         sha, tree = trees[side]
@@ -152,7 +152,7 @@ def pytest_benchmark_trial(scratch: Path, case_id: str, trees: dict, percent: fl
     for side in ("base", "candidate"):
         _, tree = trees[side]
         out = scratch / f"{side}.json"
-        env = {**os.environ, "PYTHONPATH": python_path(Path(tree))}
+        env = {**git_env(), "PYTHONPATH": python_path(Path(tree))}
         _run([python, "-m", "pytest", str(test), "-q", "-p", "no:cacheprovider", "--benchmark-only",
               f"--benchmark-json={out}", "-o", "addopts=", "--rootdir", str(scratch)], scratch, env)
         stats[side] = json.loads(out.read_text())["benchmarks"][0]["stats"]

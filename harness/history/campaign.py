@@ -39,7 +39,7 @@ from typing import Optional, Sequence
 from harness.core import atomic
 from harness.core.claim import claim_dir
 from harness.core.escape import for_terminal
-from harness.core.git import run_git
+from harness.core.git import git_env, run_git
 from harness.core.options import (EXIT_FAILED, EXIT_OK, EXIT_USAGE, absolute, case_id_option, families_option,
                                   machine_option, print_error, seconds)
 from harness.core.store import RESULTS, ResultsFileError, load_records, run_incompleteness
@@ -167,7 +167,7 @@ def asv_config(repo: Path, results: Optional[Path], out: Path) -> tuple[Path, Pa
 
 def _asv(args: Sequence[str], log, env: Optional[dict] = None, cwd: Optional[Path] = None) -> int:
     proc = subprocess.Popen([sys.executable, "-m", "asv", *args], stdout=log, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})}, cwd=cwd,
+                            stdin=subprocess.DEVNULL, env=git_env({**os.environ, **(env or {})}), cwd=cwd,
                             start_new_session=True, preexec_fn=_orphan_guard)
     return _wait(proc)
 
