@@ -357,7 +357,7 @@ def test_time_each_holds_only_what_it_timed(monkeypatch):
 
 # -- 15: a rule's regex that backtracks -------------------------------------------------------------
 
-@pytest.mark.parametrize("pattern", [r"^(([a-z_/0-9]+)+)+!$", "(a+)+", "(x*y)*", "(a|b+)*", "(?:a{2,3})+"])
+@pytest.mark.parametrize("pattern", [r"^(([a-z_/0-9]+)+)+!$", "(a+)+", "(x*y)*", "(a|b+)*", "(?:a{2,3})+", "(ab?)+", "(.|.|.|.)*Z", "(?:.|.|.|.)*Z", "(?:ab)*"])
 def test_a_rule_regex_with_a_quantifier_inside_a_quantifier_is_refused_naming_the_line(tmp_path, pattern):
     path = tmp_path / "rules.yaml"
     path.write_text("schema: critpath.diagnose/1\nrules:\n  r:\n    function: failure_check\n    verdict: failed\n"
@@ -368,7 +368,8 @@ def test_a_rule_regex_with_a_quantifier_inside_a_quantifier_is_refused_naming_th
     assert time.perf_counter() - started < 5
 
 
-@pytest.mark.parametrize("pattern", [".*/busbw_gbps", "allreduce/.*", "p(50|99)_us", "(ab?)+", "(?:a{2})*", "(a+)?"])
+@pytest.mark.parametrize("pattern", [".*/busbw_gbps", "allreduce/.*", "p(50|99)_us", "(a+)?", "a{3}/.*_us",
+                                     "(?:allreduce|allgather)/(?:p50|p99)_us", ".*/p99_us|.*/p999_us"])
 def test_ordinary_rule_regexes_still_load(pattern):
     assert rules._metric_pattern(pattern).pattern == pattern
 
@@ -419,3 +420,106 @@ def test_critpath_run_under_a_garbage_environment_exits_2_with_one_line(tmp_path
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.strip().count("\n") == 0 and next(iter(env)) in result.stderr
+
+
+# -- D1: a YAML file within the byte cap that takes minutes to load --------------------------------
+
+@pytest.mark.parametrize("reader", [load_profile, load_config, load_baselines, rules.load])
+def test_a_400_kb_flow_list_is_refused_by_its_node_count_in_a_second_in_every_reader(tmp_path, reader):
+    path = tmp_path / "big.yaml"
+    path.write_text("x: [" + "1," * 200_000 + "1]\n")  # 36 s and 306 MB before, parsed three times
+    started = time.perf_counter()
+    with pytest.raises(Exception, match=f"big.yaml:1: more than MAX_NODES = {yamlfile.MAX_NODES} values"):
+        reader(path)
+    assert time.perf_counter() - started < 5
+
+
+def test_a_yaml_file_over_one_mib_is_refused_before_it_is_parsed(tmp_path):
+    path = tmp_path / "big.yaml"
+    path.write_text("x: [" + "1," * (2 << 20) + "1]\n")  # 4 MiB: over 150 s before
+    started = time.perf_counter()
+    with pytest.raises(yamlfile.YamlFileError, match=f"a YAML file is at most {yamlfile.MAX_YAML_BYTES} bytes"):
+        yamlfile.load(path)
+    assert time.perf_counter() - started < 1 and yamlfile.MAX_YAML_BYTES == 1 << 20
+
+
+def test_every_shipped_yaml_file_loads_within_the_limits():
+    files = [p for p in ROOT.rglob("*.yaml") if ".git" not in p.parts]
+    assert len(files) > 5
+    for path in files:
+        yamlfile.load(path)
+
+
+# -- D4/D5: YAML integers too big, and YAML 1.1's numbers --------------------------------------------
+
+@pytest.mark.parametrize("digits", [20, 400, 5000])
+def test_a_yaml_integer_outside_64_bits_is_refused_at_load_naming_the_line(tmp_path, digits):
+    path = _profile(tmp_path, "max: " + "9" * digits)  # OverflowError / ValueError tracebacks before
+    with pytest.raises(ProfileError, match=r"profile.yaml:8: integer '9{20}.* is outside 64 bits") as err:
+        load_profile(path)
+    assert len(str(err.value)) < 300  # the number is not echoed whole
+    table = tmp_path / "table.yaml"
+    table.write_text(f"baselines:\n  - case_id: '{NOOP}'\n    value: {'9' * digits}\n")
+    with pytest.raises(ConfigError, match=r"table.yaml:3: integer .* is outside 64 bits"):
+        load_baselines(table)
+    gate = tmp_path / "gate.yaml"
+    gate.write_text(f"min_effect:\n  default: {'9' * digits}\n")
+    with pytest.raises(ConfigError, match=r"gate.yaml:2: integer .* is outside 64 bits"):
+        load_config(gate)
+
+
+def test_the_64_bit_bounds_themselves_load(tmp_path):
+    path = tmp_path / "n.yaml"
+    path.write_text("a: 9223372036854775807\nb: -9223372036854775808\nc: 0o17\nd: 0x10\ne: 0\nf: -0\n")
+    assert yamlfile.load(path)[0] == {"a": (1 << 63) - 1, "b": -(1 << 63), "c": 15, "d": 16, "e": 0, "f": 0}
+
+
+@pytest.mark.parametrize("text,value", [("1:20", "1:20"), ("1_000", "1_000"), ("0b11", "0b11"), ("1.5e3", 1500.0),
+                                        ("4e11", 4e11), ("012.5", 12.5)])
+def test_yaml_numbers_are_read_as_yaml_1_2_core_schema_reads_them(tmp_path, text, value):
+    path = tmp_path / "n.yaml"
+    path.write_text(f"a: {text}\n")  # 1:20 was 80 (sexagesimal), 1_000 was 1000
+    assert yamlfile.load(path)[0] == {"a": value}
+
+
+@pytest.mark.parametrize("text", ["017", "0100", "-007"])
+def test_a_yaml_integer_with_a_leading_zero_is_refused_not_read_as_octal(tmp_path, text):
+    path = _profile(tmp_path, f"max: {text}")  # 017 was 15, 0100 was 64
+    with pytest.raises(ProfileError, match=r"profile.yaml:8: .* a number with a leading zero is refused .*0o"):
+        load_profile(path)
+
+
+def test_a_sexagesimal_threshold_is_refused_as_not_a_number(tmp_path):
+    with pytest.raises(ProfileError, match=r"profile.yaml:8: "):
+        load_profile(_profile(tmp_path, "max: 1:20"))  # was max 80
+
+
+def test_a_yaml_value_a_constructor_refuses_is_an_error_naming_the_line(tmp_path):
+    path = tmp_path / "d.yaml"
+    path.write_text("a: 1\nb: 2020-13-45\n")
+    with pytest.raises(yamlfile.YamlFileError, match=r"d.yaml:2: not a value critpath reads"):
+        yamlfile.load(path)
+
+
+# -- D2/D3: regexes whose matching is unbounded, or that the engine cannot compile ------------------
+
+@pytest.mark.parametrize("pattern,why", [(".*.*.*.*.*.*.*.*.*.*Z", "MAX_FREE_REPEATS"), (".*a.*b.*c", "MAX_FREE_REPEATS"),
+                                         ("(a|a)(a|a)(a|a)(a|a)(a|a)Z", "MAX_ALTERNATIVES"),
+                                         ("a?a?a?a?a?a?aaaaaaZ", "MAX_ALTERNATIVES"),
+                                         ("a{4294967295}", "is not a regex"), ("a{1,4294967295}", "is not a regex")])
+def test_a_rule_regex_whose_matching_is_not_bounded_is_refused_naming_the_line(tmp_path, pattern, why):
+    path = tmp_path / "rules.yaml"
+    path.write_text("schema: critpath.diagnose/1\nrules:\n  r:\n    function: failure_check\n    verdict: failed\n"
+                    f"    categories: c\n    metrics:\n      - '{pattern}'\n")
+    with pytest.raises(rules.RuleFileError, match=rf"rules.yaml:8: field rules.r.metrics.0: .*{why}"):
+        rules.load(path)
+
+
+@pytest.mark.parametrize("pattern", ["(?:a|a)(?:a|a)(?:a|a)(?:a|a)[a-z]*a[a-z]*aZ", ".*.*Z", "(.*|x)?.*Z",
+                                     ".{0,1000}.{0,1000}Z", "(?:x|.*)(?:y|.*)Z"])
+def test_the_worst_accepted_rule_regexes_match_the_longest_name_in_well_under_a_second(pattern):
+    compiled = rules._metric_pattern(pattern)
+    started = time.perf_counter()
+    for name in ("a" * rules.MAX_MATCHED_CHARS, "." * rules.MAX_MATCHED_CHARS):
+        compiled.fullmatch(name)
+    assert time.perf_counter() - started < 1
