@@ -523,3 +523,35 @@ def test_the_worst_accepted_rule_regexes_match_the_longest_name_in_well_under_a_
     for name in ("a" * rules.MAX_MATCHED_CHARS, "." * rules.MAX_MATCHED_CHARS):
         compiled.fullmatch(name)
     assert time.perf_counter() - started < 1
+
+
+# -- D7: a fingerprint.json field of the wrong type --------------------------------------------------
+
+def _run_with_fingerprint(path: Path, fingerprint: dict) -> Path:
+    from harness.core.store import RunDir
+    import numpy as np
+
+    run = RunDir(path, "r")
+    case_id = "allreduce/algo=ring,backend=gloo,dtype=float32,size_bytes=65536,world=2"
+    run.append(derived_record(case_id, np.full(200, 100_000, dtype=np.int64), run_id="r", reports=[{}, {}]))
+    run.write_fingerprint(fingerprint)
+    run.write_meta({"schema": "critpath.run/1", "state": "finished", "cases_total": 1})
+    return path
+
+
+@pytest.mark.parametrize("fingerprint,field", [
+    ({"layout": "zz"}, "layout"), ({"host": ["x"]}, "host"), ({"layout": {"node_keys": "ab"}}, "layout.node_keys"),
+    ({"layout": {"node_keys": [1, 2]}}, "layout.node_keys"), ({"layout": {"node_keys": ["a"], "hosts": 3}}, "layout.hosts"),
+    ({"layout": {"node_keys": ["a"], "node_of_rank": ["x"]}}, "layout.node_of_rank"),
+    ({"layout": {"node_keys": ["a"], "node_of_rank": [0, 7]}}, "layout.node_of_rank"),
+    ({"gpus": []}, "gpus"), ({"gpus": {"devices": [1]}}, "gpus.devices"),
+    ({"gpus": {"devices": [{"host": 5}]}}, "gpus.devices.0.host")])
+def test_a_wrongly_typed_fingerprint_field_exits_2_naming_file_and_field(tmp_path, capsys, fingerprint, field):
+    runs = [_run_with_fingerprint(tmp_path / f"r{i}", {"host": f"h{i}"}) for i in range(2)]
+    _run_with_fingerprint(tmp_path / "bad", fingerprint)  # an AttributeError traceback, exit 1, before
+    code = main(["diagnose", *map(str, runs), str(tmp_path / "bad")])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert f"bad/fingerprint.json: field {field}: must be" in err or f"bad/fingerprint.json: field {field}: a node" in err
+    for command in (["show", str(tmp_path / "bad")], ["report", str(tmp_path / "bad"), "--out", str(tmp_path / "rep")]):
+        assert main(command) in (0, 2)  # show and report read the fingerprint without a traceback
