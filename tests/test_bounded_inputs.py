@@ -555,3 +555,39 @@ def test_a_wrongly_typed_fingerprint_field_exits_2_naming_file_and_field(tmp_pat
     assert f"bad/fingerprint.json: field {field}: must be" in err or f"bad/fingerprint.json: field {field}: a node" in err
     for command in (["show", str(tmp_path / "bad")], ["report", str(tmp_path / "bad"), "--out", str(tmp_path / "rep")]):
         assert main(command) in (0, 2)  # show and report read the fingerprint without a traceback
+
+
+# -- D8/D9 and list options: repeated values --------------------------------------------------------
+
+def test_3000_cases_each_named_twice_are_deduplicated_in_linear_time(capsys):
+    from harness.run.plan import select_cases
+
+    ids = [f"selftest/fault_rank=0,mode=noop,spin_iters={i},world=1" for i in range(3000)]
+    started = time.perf_counter()
+    cases = select_cases(SimpleNamespace(case_ids=tuple(ids * 2)), None)  # over 100 s before
+    assert time.perf_counter() - started < 10
+    assert [c.id for c in cases] == ids
+    assert "--case named 3000 case(s) again" in capsys.readouterr().err
+
+
+def test_more_case_values_than_a_run_holds_are_refused_before_any_is_parsed():
+    from harness.core.store import MAX_RUN_CASES
+    from harness.run.plan import select_cases
+
+    with pytest.raises(UsageError, match=f"--case given {MAX_RUN_CASES + 1} times; a run holds at most {MAX_RUN_CASES}"):
+        select_cases(SimpleNamespace(case_ids=("x",) * (MAX_RUN_CASES + 1)), None)
+
+
+@pytest.mark.parametrize("argv,expected", [
+    (["run", "--families", "selftest,selftest", "--world", "1"], "argument --families: 'selftest' is given twice"),
+    (["list", "--families", ",".join(["allreduce"] * 12000)], "more than MAX_LIST_ITEMS = 1024"),
+    (["list", "--families", "allreduce,allreduce"], "'allreduce' is given twice"),
+    (["gate-power", "--slowdowns", ""], "argument --slowdowns: expected one or more comma-separated values"),
+    (["gate-power", "--rounds-sweep", ",,"], "argument --rounds-sweep: expected one or more comma-separated values"),
+    (["moe-sim", "--worlds", "8,8,8"], "argument --worlds: '8' is given twice"),
+])
+def test_a_list_option_that_is_empty_too_long_or_repeats_a_value_is_refused(argv, expected, capsys, tmp_path):
+    with pytest.raises(SystemExit) as exit_:
+        main([*argv, "--out", str(tmp_path / "o")] if argv[0] == "run" else argv)
+    assert exit_.value.code == 2
+    assert expected in capsys.readouterr().err

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+from harness.core.echo import shown
 from harness.core.escape import for_terminal
 from harness.core.sizes import parse_sizes
 
@@ -92,9 +93,27 @@ def case_id_option(text: str) -> str:
     return text
 
 
+# More items than any list option needs (families, tools, worlds, slowdowns): beyond it, a typo
+# or a script gone wrong (12,000 families listed 660,000 lines).
+MAX_LIST_ITEMS = 1024
+
+
 def comma_separated(text: str) -> tuple[str, ...]:
-    """``a, b,,c`` -> ("a", "b", "c"): names (families, tools) or numbers still to be parsed."""
-    return tuple(part.strip() for part in text.split(",") if part.strip())
+    """``a, b,,c`` -> ("a", "b", "c"): names (families, tools) or numbers still to be parsed. An
+    empty list, an item given twice (a family run twice, a world modelled twice) and more than
+    MAX_LIST_ITEMS items are refused, so every list option reads alike."""
+    items = text.split(",", MAX_LIST_ITEMS)
+    if len(items) > MAX_LIST_ITEMS:
+        raise argparse.ArgumentTypeError(f"more than MAX_LIST_ITEMS = {MAX_LIST_ITEMS} comma-separated items")
+    parts = tuple(part.strip() for part in items if part.strip())
+    if not parts:
+        raise argparse.ArgumentTypeError(f"expected one or more comma-separated values, got {shown(text)}")
+    seen: set = set()
+    for part in parts:
+        if part in seen:
+            raise argparse.ArgumentTypeError(f"{shown(part)} is given twice")
+        seen.add(part)
+    return parts
 
 
 def _number(kind, text: str):
