@@ -591,3 +591,18 @@ def test_a_list_option_that_is_empty_too_long_or_repeats_a_value_is_refused(argv
         main([*argv, "--out", str(tmp_path / "o")] if argv[0] == "run" else argv)
     assert exit_.value.code == 2
     assert expected in capsys.readouterr().err
+
+
+# -- D6: a JSON integer of 5,000 digits in a run's files ---------------------------------------------
+
+@pytest.mark.parametrize("name,line", [("results.jsonl", 1), ("run.json", None), ("fingerprint.json", None)])
+def test_a_5000_digit_json_integer_in_a_run_exits_2_naming_the_line_in_show_and_diagnose(tmp_path, capsys, name, line):
+    runs = [_run_with_fingerprint(tmp_path / f"r{i}", {"host": f"h{i}"}) for i in range(2)]
+    bad = _run_with_fingerprint(tmp_path / "bad", {"host": "bad"})
+    text = (bad / name).read_text().rstrip()
+    (bad / name).write_text(text[:-1] + f', "zz": {"9" * 5000}}}\n')  # past Python's int digit limit
+    for command in (["show", str(bad)], ["diagnose", *map(str, runs), str(bad)]):
+        assert main(command) == 2
+        err = capsys.readouterr().err
+        assert f"bad/{name}:{line or ''}" in err and "field zz: the integer 9" in err and "(5000 digits)" in err
+        assert len(err) < 600
