@@ -606,3 +606,82 @@ def test_a_5000_digit_json_integer_in_a_run_exits_2_naming_the_line_in_show_and_
         err = capsys.readouterr().err
         assert f"bad/{name}:{line or ''}" in err and "field zz: the integer 9" in err and "(5000 digits)" in err
         assert len(err) < 600
+
+
+# -- D10: message sizes bounded, 0 refused, the sizes grammar names its token -------------------------
+
+@pytest.mark.parametrize("argv,expected", [
+    (["run", "--families", "allreduce", "--world", "1", "--sizes", "1000G"], "size '1000G' must be 1 to 16G bytes"),
+    (["run", "--sizes", "0,8"], "size '0' must be 1 to 16G bytes"),
+    (["run", "--sizes", "0:8:x2"], "size '0' must be 1 to 16G bytes"),
+    (["run", "--sizes", "1:1G:x"], "factor 'x' must be x2 to x999999"),
+    (["run", "--sizes", "1:1G:x٣"], "factor 'x٣' must be x2 to x999999"),
+    (["run", "--sizes", "٣"], "not a size: '٣'"),
+    (["model", "--sizes", "999999999999999G"], "size '999999999999999G' must be 1 to 1048576G bytes"),
+    (["run", "--sizes", ",".join(["8"] * 5000)], "gives more than 4096 sizes"),
+])
+def test_a_size_out_of_range_or_malformed_is_refused_naming_the_token(argv, expected, capsys, tmp_path):
+    with pytest.raises(SystemExit) as exit_:
+        main([*argv, "--out", str(tmp_path / "o")])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert expected in err and len(err.splitlines()[-1]) < 300
+
+
+def test_the_declared_size_bounds_themselves_are_accepted():
+    from harness.core.sizes import MAX_MODEL_SIZE_BYTES, MAX_RUN_SIZE_BYTES, parse_sizes
+
+    assert parse_sizes("16G") == (MAX_RUN_SIZE_BYTES,)
+    assert parse_sizes("1G:1048576G:x1024", MAX_MODEL_SIZE_BYTES)[-1] == MAX_MODEL_SIZE_BYTES
+
+
+# -- minor: counts in range, ASCII digits, echoed input cut short -----------------------------------
+
+def test_a_profile_with_more_nodes_than_ranks_can_exist_is_refused(tmp_path):
+    path = _profile(tmp_path, "max: 3")
+    path.write_text(path.read_text().replace("world: 1\n", "world: 1\nnodes: 1000000000\n"))
+    with pytest.raises(ProfileError, match=r"profile.yaml:4: field nodes: .*65536"):
+        load_profile(path)
+
+
+@pytest.mark.parametrize("argv", [["run", "--world", "٣"], ["run", "--world", "²"], ["run", "--iters", "١٠"],
+                                  ["run", "--timeout", "٣"]])
+def test_a_number_option_takes_ascii_digits_only(argv, capsys, tmp_path):
+    with pytest.raises(SystemExit) as exit_:
+        main([*argv, "--out", str(tmp_path / "o")])
+    assert exit_.value.code == 2 and "invalid" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("env,expected", [({"RANK": "٣", "WORLD_SIZE": "8"}, "RANK='٣': expected an integer"),
+                                          ({"RANK": "0", "WORLD_SIZE": "²"}, "WORLD_SIZE='²': expected an integer")])
+def test_a_launcher_variable_takes_ascii_digits_only(env, expected):
+    from harness.run.joined import joined_rank
+
+    with pytest.raises(UsageError, match=expected):
+        joined_rank(env)
+
+
+def test_a_node_rank_variable_in_other_digits_is_no_node_rank():
+    from harness.run import fingerprint
+
+    var = fingerprint.NODE_RANK_VARS[0]
+    assert "²".isdigit()  # and int("²") raises ValueError: the rank's identity must not
+    assert fingerprint.rank_identity(0, 0, {var: "²"})["node_rank"] is None
+    assert fingerprint.rank_identity(0, 0, {var: "3"})["node_rank"] == 3
+
+
+def test_an_echoed_input_is_cut_short():
+    from harness.core.echo import MAX_ECHOED_CHARS, shown
+
+    assert shown("k" * (1 << 20)).endswith(f"({(1 << 20) + 2} characters)") and len(shown("k" * (1 << 20))) < 100
+    assert shown(10 ** 5000).startswith("an integer of about 5001 digits")
+    assert shown("short") == "'short'" and shown(12) == "12" and MAX_ECHOED_CHARS == 80
+
+
+def test_a_one_mib_duplicate_key_is_not_echoed_whole(tmp_path):
+    path = tmp_path / "k.yaml"
+    key = "k" * 1000  # a plain key is at most 1024 characters in YAML
+    path.write_text(f"? {key * 500}\n: 1\n? {key * 500}\n: 2\n")
+    with pytest.raises(yamlfile.YamlFileError, match="duplicate key") as err:
+        yamlfile.load(path)
+    assert len(str(err.value)) < 400

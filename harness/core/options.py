@@ -13,7 +13,7 @@ from typing import Optional
 
 from harness.core.echo import shown
 from harness.core.escape import for_terminal
-from harness.core.sizes import parse_sizes
+from harness.core.sizes import MAX_MODEL_SIZE_BYTES, MAX_RUN_SIZE_BYTES, parse_sizes
 
 # A bound no case needs; beyond it a timer's arithmetic overflows (threading.Timer, time.monotonic).
 MAX_SECONDS = 7 * 24 * 3600.0
@@ -49,9 +49,9 @@ def seconds(text: str) -> float:
     """A finite, positive number of seconds, at most a week: nan and inf are refused here, not as an
     OverflowError inside a case."""
     try:
-        value = float(text)
+        value = float(text) if text.isascii() else float("not ascii")  # float('٣') is 3.0
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"invalid seconds: expected seconds, got {shown(text)}") from None
     if not math.isfinite(value) or not 0 < value <= MAX_SECONDS:
         raise argparse.ArgumentTypeError(f"must be a finite number of seconds in (0, {MAX_SECONDS:g}], got {text}")
     return value
@@ -118,8 +118,8 @@ def comma_separated(text: str) -> tuple[str, ...]:
 
 def _number(kind, text: str):
     """``text`` as ``kind``; ArgumentTypeError for what is not one, or not finite (nan, inf, 1e400)."""
-    try:
-        value = kind(text)
+    try:  # ASCII only: int() and float() also read '٣' as 3
+        value = kind(text) if text.isascii() else kind("not ascii")
     except (ValueError, OverflowError):
         raise argparse.ArgumentTypeError(f"invalid {kind.__name__} value: {text!r}") from None
     if not math.isfinite(value):
@@ -166,9 +166,14 @@ def number_in(low: float, high: float, kind=float):
     return _named(parse, kind)
 
 
-def size_sweep(text: str) -> tuple[int, ...]:
+def size_sweep(text: str, largest: int = MAX_RUN_SIZE_BYTES) -> tuple[int, ...]:
     """A size sweep as nccl-tests writes it (``8:64M:x2``, ``1K:8K:+1K``, ``8,1K,1M``), in bytes."""
     try:
-        return parse_sizes(text)
+        return parse_sizes(text, largest)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def model_size_sweep(text: str) -> tuple[int, ...]:
+    """A size sweep for the model, which allocates nothing: up to MAX_MODEL_SIZE_BYTES."""
+    return size_sweep(text, MAX_MODEL_SIZE_BYTES)
