@@ -357,7 +357,7 @@ def test_time_each_holds_only_what_it_timed(monkeypatch):
 
 # -- 15: a rule's regex that backtracks -------------------------------------------------------------
 
-@pytest.mark.parametrize("pattern", [r"^(([a-z_/0-9]+)+)+!$", "(a+)+", "(x*y)*", "(a|b+)*", "(?:a{2,3})+"])
+@pytest.mark.parametrize("pattern", [r"^(([a-z_/0-9]+)+)+!$", "(a+)+", "(x*y)*", "(a|b+)*", "(?:a{2,3})+", "(ab?)+", "(.|.|.|.)*Z", "(?:.|.|.|.)*Z", "(?:ab)*"])
 def test_a_rule_regex_with_a_quantifier_inside_a_quantifier_is_refused_naming_the_line(tmp_path, pattern):
     path = tmp_path / "rules.yaml"
     path.write_text("schema: critpath.diagnose/1\nrules:\n  r:\n    function: failure_check\n    verdict: failed\n"
@@ -368,7 +368,8 @@ def test_a_rule_regex_with_a_quantifier_inside_a_quantifier_is_refused_naming_th
     assert time.perf_counter() - started < 5
 
 
-@pytest.mark.parametrize("pattern", [".*/busbw_gbps", "allreduce/.*", "p(50|99)_us", "(ab?)+", "(?:a{2})*", "(a+)?"])
+@pytest.mark.parametrize("pattern", [".*/busbw_gbps", "allreduce/.*", "p(50|99)_us", "(a+)?", "a{3}/.*_us",
+                                     "(?:allreduce|allgather)/(?:p50|p99)_us", ".*/p99_us|.*/p999_us"])
 def test_ordinary_rule_regexes_still_load(pattern):
     assert rules._metric_pattern(pattern).pattern == pattern
 
@@ -419,3 +420,268 @@ def test_critpath_run_under_a_garbage_environment_exits_2_with_one_line(tmp_path
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.strip().count("\n") == 0 and next(iter(env)) in result.stderr
+
+
+# -- D1: a YAML file within the byte cap that takes minutes to load --------------------------------
+
+@pytest.mark.parametrize("reader", [load_profile, load_config, load_baselines, rules.load])
+def test_a_400_kb_flow_list_is_refused_by_its_node_count_in_a_second_in_every_reader(tmp_path, reader):
+    path = tmp_path / "big.yaml"
+    path.write_text("x: [" + "1," * 200_000 + "1]\n")  # 36 s and 306 MB before, parsed three times
+    started = time.perf_counter()
+    with pytest.raises(Exception, match=f"big.yaml:1: more than MAX_NODES = {yamlfile.MAX_NODES} values"):
+        reader(path)
+    assert time.perf_counter() - started < 5
+
+
+def test_a_yaml_file_over_one_mib_is_refused_before_it_is_parsed(tmp_path):
+    path = tmp_path / "big.yaml"
+    path.write_text("x: [" + "1," * (2 << 20) + "1]\n")  # 4 MiB: over 150 s before
+    started = time.perf_counter()
+    with pytest.raises(yamlfile.YamlFileError, match=f"a YAML file is at most {yamlfile.MAX_YAML_BYTES} bytes"):
+        yamlfile.load(path)
+    assert time.perf_counter() - started < 1 and yamlfile.MAX_YAML_BYTES == 1 << 20
+
+
+def test_every_shipped_yaml_file_loads_within_the_limits():
+    files = [p for p in ROOT.rglob("*.yaml") if ".git" not in p.parts]
+    assert len(files) > 5
+    for path in files:
+        yamlfile.load(path)
+
+
+# -- D4/D5: YAML integers too big, and YAML 1.1's numbers --------------------------------------------
+
+@pytest.mark.parametrize("digits", [20, 400, 5000])
+def test_a_yaml_integer_outside_64_bits_is_refused_at_load_naming_the_line(tmp_path, digits):
+    path = _profile(tmp_path, "max: " + "9" * digits)  # OverflowError / ValueError tracebacks before
+    with pytest.raises(ProfileError, match=r"profile.yaml:8: integer '9{20}.* is outside 64 bits") as err:
+        load_profile(path)
+    assert len(str(err.value)) < 300  # the number is not echoed whole
+    table = tmp_path / "table.yaml"
+    table.write_text(f"baselines:\n  - case_id: '{NOOP}'\n    value: {'9' * digits}\n")
+    with pytest.raises(ConfigError, match=r"table.yaml:3: integer .* is outside 64 bits"):
+        load_baselines(table)
+    gate = tmp_path / "gate.yaml"
+    gate.write_text(f"min_effect:\n  default: {'9' * digits}\n")
+    with pytest.raises(ConfigError, match=r"gate.yaml:2: integer .* is outside 64 bits"):
+        load_config(gate)
+
+
+def test_the_64_bit_bounds_themselves_load(tmp_path):
+    path = tmp_path / "n.yaml"
+    path.write_text("a: 9223372036854775807\nb: -9223372036854775808\nc: 0o17\nd: 0x10\ne: 0\nf: -0\n")
+    assert yamlfile.load(path)[0] == {"a": (1 << 63) - 1, "b": -(1 << 63), "c": 15, "d": 16, "e": 0, "f": 0}
+
+
+@pytest.mark.parametrize("text,value", [("1:20", "1:20"), ("1_000", "1_000"), ("0b11", "0b11"), ("1.5e3", 1500.0),
+                                        ("4e11", 4e11), ("012.5", 12.5)])
+def test_yaml_numbers_are_read_as_yaml_1_2_core_schema_reads_them(tmp_path, text, value):
+    path = tmp_path / "n.yaml"
+    path.write_text(f"a: {text}\n")  # 1:20 was 80 (sexagesimal), 1_000 was 1000
+    assert yamlfile.load(path)[0] == {"a": value}
+
+
+@pytest.mark.parametrize("text", ["017", "0100", "-007"])
+def test_a_yaml_integer_with_a_leading_zero_is_refused_not_read_as_octal(tmp_path, text):
+    path = _profile(tmp_path, f"max: {text}")  # 017 was 15, 0100 was 64
+    with pytest.raises(ProfileError, match=r"profile.yaml:8: .* a number with a leading zero is refused .*0o"):
+        load_profile(path)
+
+
+def test_a_sexagesimal_threshold_is_refused_as_not_a_number(tmp_path):
+    with pytest.raises(ProfileError, match=r"profile.yaml:8: "):
+        load_profile(_profile(tmp_path, "max: 1:20"))  # was max 80
+
+
+def test_a_yaml_value_a_constructor_refuses_is_an_error_naming_the_line(tmp_path):
+    path = tmp_path / "d.yaml"
+    path.write_text("a: 1\nb: 2020-13-45\n")
+    with pytest.raises(yamlfile.YamlFileError, match=r"d.yaml:2: not a value critpath reads"):
+        yamlfile.load(path)
+
+
+# -- D2/D3: regexes whose matching is unbounded, or that the engine cannot compile ------------------
+
+@pytest.mark.parametrize("pattern,why", [(".*.*.*.*.*.*.*.*.*.*Z", "MAX_FREE_REPEATS"), (".*a.*b.*c", "MAX_FREE_REPEATS"),
+                                         ("(a|a)(a|a)(a|a)(a|a)(a|a)Z", "MAX_ALTERNATIVES"),
+                                         ("a?a?a?a?a?a?aaaaaaZ", "MAX_ALTERNATIVES"),
+                                         ("a{4294967295}", "is not a regex"), ("a{1,4294967295}", "is not a regex")])
+def test_a_rule_regex_whose_matching_is_not_bounded_is_refused_naming_the_line(tmp_path, pattern, why):
+    path = tmp_path / "rules.yaml"
+    path.write_text("schema: critpath.diagnose/1\nrules:\n  r:\n    function: failure_check\n    verdict: failed\n"
+                    f"    categories: c\n    metrics:\n      - '{pattern}'\n")
+    with pytest.raises(rules.RuleFileError, match=rf"rules.yaml:8: field rules.r.metrics.0: .*{why}"):
+        rules.load(path)
+
+
+@pytest.mark.parametrize("pattern", ["(?:a|a)(?:a|a)(?:a|a)(?:a|a)[a-z]*a[a-z]*aZ", ".*.*Z", "(.*|x)?.*Z",
+                                     ".{0,1000}.{0,1000}Z", "(?:x|.*)(?:y|.*)Z"])
+def test_the_worst_accepted_rule_regexes_match_the_longest_name_in_well_under_a_second(pattern):
+    compiled = rules._metric_pattern(pattern)
+    started = time.perf_counter()
+    for name in ("a" * rules.MAX_MATCHED_CHARS, "." * rules.MAX_MATCHED_CHARS):
+        compiled.fullmatch(name)
+    assert time.perf_counter() - started < 1
+
+
+# -- D7: a fingerprint.json field of the wrong type --------------------------------------------------
+
+def _run_with_fingerprint(path: Path, fingerprint: dict) -> Path:
+    from harness.core.store import RunDir
+    import numpy as np
+
+    run = RunDir(path, "r")
+    case_id = "allreduce/algo=ring,backend=gloo,dtype=float32,size_bytes=65536,world=2"
+    run.append(derived_record(case_id, np.full(200, 100_000, dtype=np.int64), run_id="r", reports=[{}, {}]))
+    run.write_fingerprint(fingerprint)
+    run.write_meta({"schema": "critpath.run/1", "state": "finished", "cases_total": 1})
+    return path
+
+
+@pytest.mark.parametrize("fingerprint,field", [
+    ({"layout": "zz"}, "layout"), ({"host": ["x"]}, "host"), ({"layout": {"node_keys": "ab"}}, "layout.node_keys"),
+    ({"layout": {"node_keys": [1, 2]}}, "layout.node_keys"), ({"layout": {"node_keys": ["a"], "hosts": 3}}, "layout.hosts"),
+    ({"layout": {"node_keys": ["a"], "node_of_rank": ["x"]}}, "layout.node_of_rank"),
+    ({"layout": {"node_keys": ["a"], "node_of_rank": [0, 7]}}, "layout.node_of_rank"),
+    ({"gpus": []}, "gpus"), ({"gpus": {"devices": [1]}}, "gpus.devices"),
+    ({"gpus": {"devices": [{"host": 5}]}}, "gpus.devices.0.host")])
+def test_a_wrongly_typed_fingerprint_field_exits_2_naming_file_and_field(tmp_path, capsys, fingerprint, field):
+    runs = [_run_with_fingerprint(tmp_path / f"r{i}", {"host": f"h{i}"}) for i in range(2)]
+    _run_with_fingerprint(tmp_path / "bad", fingerprint)  # an AttributeError traceback, exit 1, before
+    code = main(["diagnose", *map(str, runs), str(tmp_path / "bad")])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert f"bad/fingerprint.json: field {field}: must be" in err or f"bad/fingerprint.json: field {field}: a node" in err
+    for command in (["show", str(tmp_path / "bad")], ["report", str(tmp_path / "bad"), "--out", str(tmp_path / "rep")]):
+        assert main(command) in (0, 2)  # show and report read the fingerprint without a traceback
+
+
+# -- D8/D9 and list options: repeated values --------------------------------------------------------
+
+def test_3000_cases_each_named_twice_are_deduplicated_in_linear_time(capsys):
+    from harness.run.plan import select_cases
+
+    ids = [f"selftest/fault_rank=0,mode=noop,spin_iters={i},world=1" for i in range(3000)]
+    started = time.perf_counter()
+    cases = select_cases(SimpleNamespace(case_ids=tuple(ids * 2)), None)  # over 100 s before
+    assert time.perf_counter() - started < 10
+    assert [c.id for c in cases] == ids
+    assert "--case named 3000 case(s) again" in capsys.readouterr().err
+
+
+def test_more_case_values_than_a_run_holds_are_refused_before_any_is_parsed():
+    from harness.core.store import MAX_RUN_CASES
+    from harness.run.plan import select_cases
+
+    with pytest.raises(UsageError, match=f"--case given {MAX_RUN_CASES + 1} times; a run holds at most {MAX_RUN_CASES}"):
+        select_cases(SimpleNamespace(case_ids=("x",) * (MAX_RUN_CASES + 1)), None)
+
+
+@pytest.mark.parametrize("argv,expected", [
+    (["run", "--families", "selftest,selftest", "--world", "1"], "argument --families: 'selftest' is given twice"),
+    (["list", "--families", ",".join(["allreduce"] * 12000)], "more than MAX_LIST_ITEMS = 1024"),
+    (["list", "--families", "allreduce,allreduce"], "'allreduce' is given twice"),
+    (["gate-power", "--slowdowns", ""], "argument --slowdowns: expected one or more comma-separated values"),
+    (["gate-power", "--rounds-sweep", ",,"], "argument --rounds-sweep: expected one or more comma-separated values"),
+    (["moe-sim", "--worlds", "8,8,8"], "argument --worlds: '8' is given twice"),
+])
+def test_a_list_option_that_is_empty_too_long_or_repeats_a_value_is_refused(argv, expected, capsys, tmp_path):
+    with pytest.raises(SystemExit) as exit_:
+        main([*argv, "--out", str(tmp_path / "o")] if argv[0] == "run" else argv)
+    assert exit_.value.code == 2
+    assert expected in capsys.readouterr().err
+
+
+# -- D6: a JSON integer of 5,000 digits in a run's files ---------------------------------------------
+
+@pytest.mark.parametrize("name,line", [("results.jsonl", 1), ("run.json", None), ("fingerprint.json", None)])
+def test_a_5000_digit_json_integer_in_a_run_exits_2_naming_the_line_in_show_and_diagnose(tmp_path, capsys, name, line):
+    runs = [_run_with_fingerprint(tmp_path / f"r{i}", {"host": f"h{i}"}) for i in range(2)]
+    bad = _run_with_fingerprint(tmp_path / "bad", {"host": "bad"})
+    text = (bad / name).read_text().rstrip()
+    (bad / name).write_text(text[:-1] + f', "zz": {"9" * 5000}}}\n')  # past Python's int digit limit
+    for command in (["show", str(bad)], ["diagnose", *map(str, runs), str(bad)]):
+        assert main(command) == 2
+        err = capsys.readouterr().err
+        assert f"bad/{name}:{line or ''}" in err and "field zz: the integer 9" in err and "(5000 digits)" in err
+        assert len(err) < 600
+
+
+# -- D10: message sizes bounded, 0 refused, the sizes grammar names its token -------------------------
+
+@pytest.mark.parametrize("argv,expected", [
+    (["run", "--families", "allreduce", "--world", "1", "--sizes", "1000G"], "size '1000G' must be 1 to 16G bytes"),
+    (["run", "--sizes", "0,8"], "size '0' must be 1 to 16G bytes"),
+    (["run", "--sizes", "0:8:x2"], "size '0' must be 1 to 16G bytes"),
+    (["run", "--sizes", "1:1G:x"], "factor 'x' must be x2 to x999999"),
+    (["run", "--sizes", "1:1G:x٣"], "factor 'x٣' must be x2 to x999999"),
+    (["run", "--sizes", "٣"], "not a size: '٣'"),
+    (["model", "--sizes", "999999999999999G"], "size '999999999999999G' must be 1 to 1048576G bytes"),
+    (["run", "--sizes", ",".join(["8"] * 5000)], "gives more than 4096 sizes"),
+])
+def test_a_size_out_of_range_or_malformed_is_refused_naming_the_token(argv, expected, capsys, tmp_path):
+    with pytest.raises(SystemExit) as exit_:
+        main([*argv, "--out", str(tmp_path / "o")])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert expected in err and len(err.splitlines()[-1]) < 300
+
+
+def test_the_declared_size_bounds_themselves_are_accepted():
+    from harness.core.sizes import MAX_MODEL_SIZE_BYTES, MAX_RUN_SIZE_BYTES, parse_sizes
+
+    assert parse_sizes("16G") == (MAX_RUN_SIZE_BYTES,)
+    assert parse_sizes("1G:1048576G:x1024", MAX_MODEL_SIZE_BYTES)[-1] == MAX_MODEL_SIZE_BYTES
+
+
+# -- minor: counts in range, ASCII digits, echoed input cut short -----------------------------------
+
+def test_a_profile_with_more_nodes_than_ranks_can_exist_is_refused(tmp_path):
+    path = _profile(tmp_path, "max: 3")
+    path.write_text(path.read_text().replace("world: 1\n", "world: 1\nnodes: 1000000000\n"))
+    with pytest.raises(ProfileError, match=r"profile.yaml:4: field nodes: .*65536"):
+        load_profile(path)
+
+
+@pytest.mark.parametrize("argv", [["run", "--world", "٣"], ["run", "--world", "²"], ["run", "--iters", "١٠"],
+                                  ["run", "--timeout", "٣"]])
+def test_a_number_option_takes_ascii_digits_only(argv, capsys, tmp_path):
+    with pytest.raises(SystemExit) as exit_:
+        main([*argv, "--out", str(tmp_path / "o")])
+    assert exit_.value.code == 2 and "invalid" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("env,expected", [({"RANK": "٣", "WORLD_SIZE": "8"}, "RANK='٣': expected an integer"),
+                                          ({"RANK": "0", "WORLD_SIZE": "²"}, "WORLD_SIZE='²': expected an integer")])
+def test_a_launcher_variable_takes_ascii_digits_only(env, expected):
+    from harness.run.joined import joined_rank
+
+    with pytest.raises(UsageError, match=expected):
+        joined_rank(env)
+
+
+def test_a_node_rank_variable_in_other_digits_is_no_node_rank():
+    from harness.run import fingerprint
+
+    var = fingerprint.NODE_RANK_VARS[0]
+    assert "²".isdigit()  # and int("²") raises ValueError: the rank's identity must not
+    assert fingerprint.rank_identity(0, 0, {var: "²"})["node_rank"] is None
+    assert fingerprint.rank_identity(0, 0, {var: "3"})["node_rank"] == 3
+
+
+def test_an_echoed_input_is_cut_short():
+    from harness.core.echo import MAX_ECHOED_CHARS, shown
+
+    assert shown("k" * (1 << 20)).endswith(f"({(1 << 20) + 2} characters)") and len(shown("k" * (1 << 20))) < 100
+    assert shown(10 ** 5000).startswith("an integer of about 5001 digits")
+    assert shown("short") == "'short'" and shown(12) == "12" and MAX_ECHOED_CHARS == 80
+
+
+def test_a_one_mib_duplicate_key_is_not_echoed_whole(tmp_path):
+    path = tmp_path / "k.yaml"
+    key = "k" * 1000  # a plain key is at most 1024 characters in YAML
+    path.write_text(f"? {key * 500}\n: 1\n? {key * 500}\n: 2\n")
+    with pytest.raises(yamlfile.YamlFileError, match="duplicate key") as err:
+        yamlfile.load(path)
+    assert len(str(err.value)) < 400

@@ -39,8 +39,8 @@ PROFILE_SCHEMA = {
         "description": {"type": "string"},
         "world": {"type": "integer", "minimum": 1, "maximum": MAX_WORLD},
         "backend": {"enum": ["gloo", "nccl"]},
-        "nodes": {"type": "integer", "minimum": 1},
-        "ranks_per_node": {"type": "integer", "minimum": 1},
+        "nodes": {"type": "integer", "minimum": 1, "maximum": MAX_WORLD},  # a node holds a rank or more
+        "ranks_per_node": {"type": "integer", "minimum": 1, "maximum": MAX_WORLD},
         "run": {
             "type": "object", "additionalProperties": False,
             "properties": {

@@ -11,8 +11,9 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+from harness.core.echo import shown
 from harness.core.escape import for_terminal
-from harness.core.sizes import parse_sizes
+from harness.core.sizes import MAX_MODEL_SIZE_BYTES, MAX_RUN_SIZE_BYTES, parse_sizes
 
 # A bound no case needs; beyond it a timer's arithmetic overflows (threading.Timer, time.monotonic).
 MAX_SECONDS = 7 * 24 * 3600.0
@@ -48,9 +49,9 @@ def seconds(text: str) -> float:
     """A finite, positive number of seconds, at most a week: nan and inf are refused here, not as an
     OverflowError inside a case."""
     try:
-        value = float(text)
+        value = float(text) if text.isascii() else float("not ascii")  # float('٣') is 3.0
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"invalid seconds: expected seconds, got {shown(text)}") from None
     if not math.isfinite(value) or not 0 < value <= MAX_SECONDS:
         raise argparse.ArgumentTypeError(f"must be a finite number of seconds in (0, {MAX_SECONDS:g}], got {text}")
     return value
@@ -92,15 +93,33 @@ def case_id_option(text: str) -> str:
     return text
 
 
+# More items than any list option needs (families, tools, worlds, slowdowns): beyond it, a typo
+# or a script gone wrong (12,000 families listed 660,000 lines).
+MAX_LIST_ITEMS = 1024
+
+
 def comma_separated(text: str) -> tuple[str, ...]:
-    """``a, b,,c`` -> ("a", "b", "c"): names (families, tools) or numbers still to be parsed."""
-    return tuple(part.strip() for part in text.split(",") if part.strip())
+    """``a, b,,c`` -> ("a", "b", "c"): names (families, tools) or numbers still to be parsed. An
+    empty list, an item given twice (a family run twice, a world modelled twice) and more than
+    MAX_LIST_ITEMS items are refused, so every list option reads alike."""
+    items = text.split(",", MAX_LIST_ITEMS)
+    if len(items) > MAX_LIST_ITEMS:
+        raise argparse.ArgumentTypeError(f"more than MAX_LIST_ITEMS = {MAX_LIST_ITEMS} comma-separated items")
+    parts = tuple(part.strip() for part in items if part.strip())
+    if not parts:
+        raise argparse.ArgumentTypeError(f"expected one or more comma-separated values, got {shown(text)}")
+    seen: set = set()
+    for part in parts:
+        if part in seen:
+            raise argparse.ArgumentTypeError(f"{shown(part)} is given twice")
+        seen.add(part)
+    return parts
 
 
 def _number(kind, text: str):
     """``text`` as ``kind``; ArgumentTypeError for what is not one, or not finite (nan, inf, 1e400)."""
-    try:
-        value = kind(text)
+    try:  # ASCII only: int() and float() also read '٣' as 3
+        value = kind(text) if text.isascii() else kind("not ascii")
     except (ValueError, OverflowError):
         raise argparse.ArgumentTypeError(f"invalid {kind.__name__} value: {text!r}") from None
     if not math.isfinite(value):
@@ -147,9 +166,14 @@ def number_in(low: float, high: float, kind=float):
     return _named(parse, kind)
 
 
-def size_sweep(text: str) -> tuple[int, ...]:
+def size_sweep(text: str, largest: int = MAX_RUN_SIZE_BYTES) -> tuple[int, ...]:
     """A size sweep as nccl-tests writes it (``8:64M:x2``, ``1K:8K:+1K``, ``8,1K,1M``), in bytes."""
     try:
-        return parse_sizes(text)
+        return parse_sizes(text, largest)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def model_size_sweep(text: str) -> tuple[int, ...]:
+    """A size sweep for the model, which allocates nothing: up to MAX_MODEL_SIZE_BYTES."""
+    return size_sweep(text, MAX_MODEL_SIZE_BYTES)

@@ -4,58 +4,80 @@ from __future__ import annotations
 
 import re
 
+from harness.core.echo import shown
+
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 # A sweep longer than this is a typo (1:1G:+1 would be a billion cases): refused before it is built.
 MAX_SIZES = 4096
-_SIZE = re.compile(r"^\s*(\d+)\s*([KMG]?)(I?B)?\s*$", re.IGNORECASE)
+# The largest message a run allocates: a GPU's memory holds a few buffers of it (an H200 has
+# 141 GB); 1000G tried to allocate a terabyte and failed every case on memory.
+MAX_RUN_SIZE_BYTES = 16 << 30
+# The largest message the alpha-beta model is asked about: no allocation, but a finite bound keeps
+# its arithmetic exact in float (2**53) and a typo of 999999999999999G out.
+MAX_MODEL_SIZE_BYTES = 1 << 50
+# ASCII digits only: \d takes '٣' (3) and int() reads it.
+_SIZE = re.compile(r"^\s*([0-9]{1,20})\s*([KMG]?)(I?B)?\s*$", re.IGNORECASE | re.ASCII)
 
 
-def parse_size(text: str) -> int:
+def parse_size(text: str, largest: int = MAX_RUN_SIZE_BYTES) -> int:
+    """One size in bytes, 1 to ``largest``; ValueError naming the token otherwise."""
     m = _SIZE.match(text)
     if not m:
-        raise ValueError(f"not a size: {text!r} (examples: 8, 4K, 64M, 1G)")
-    return int(m.group(1)) * _UNITS[m.group(2).upper()]
+        raise ValueError(f"not a size: {shown(text.strip())} (examples: 8, 4K, 64M, 1G)")
+    size = int(m.group(1)) * _UNITS[m.group(2).upper()]
+    if not 1 <= size <= largest:
+        raise ValueError(f"size {shown(text.strip())} must be 1 to {format_size(largest)} bytes")
+    return size
 
 
-def parse_sizes(spec: str) -> tuple[int, ...]:
-    """Expand a size spec into byte counts, ascending and without duplicates."""
+def parse_sizes(spec: str, largest: int = MAX_RUN_SIZE_BYTES) -> tuple[int, ...]:
+    """Expand a size spec into byte counts, ascending and without duplicates, each 1 to ``largest``."""
+    def parse_size(text: str) -> int:
+        return _parse_size(text, largest)
+
     if ":" not in spec:
-        sizes = [parse_size(part) for part in spec.split(",") if part.strip()]
+        parts = spec.split(",", MAX_SIZES)
+        if len(parts) > MAX_SIZES:
+            raise ValueError(f"size spec {shown(spec)} gives more than {MAX_SIZES} sizes; at most {MAX_SIZES}")
+        sizes = [parse_size(part) for part in parts if part.strip()]
     else:
         parts = spec.split(":")
         if len(parts) != 3:
-            raise ValueError(f"size sweep {spec!r} must be START:END:xFACTOR or START:END:+STEP")
+            raise ValueError(f"size sweep {shown(spec)} must be START:END:xFACTOR or START:END:+STEP")
         start, end = parse_size(parts[0]), parse_size(parts[1])
         step = parts[2].strip()
         if start < 1 or end < start:
-            raise ValueError(f"size sweep {spec!r}: need 1 <= START <= END")
+            raise ValueError(f"size sweep {shown(spec)}: need 1 <= START <= END")
         sizes = []
         size = start
         if step[:1].lower() == "x":
-            factor = int(step[1:])
+            factor = int(step[1:]) if re.fullmatch(r"[0-9]{1,6}", step[1:], re.ASCII) else 0
             if factor < 2:
-                raise ValueError(f"size sweep {spec!r}: factor must be >= 2")
+                raise ValueError(f"size sweep {shown(spec)}: factor {shown(step)} must be x2 to x999999")
             while size <= end:
                 sizes.append(size)
                 size *= factor
         elif step[:1] == "+":
             increment = parse_size(step[1:])
             if increment < 1:
-                raise ValueError(f"size sweep {spec!r}: step must be >= 1")
+                raise ValueError(f"size sweep {shown(spec)}: step must be >= 1")
             count = (end - start) // increment + 1
             if count > MAX_SIZES:
-                raise ValueError(f"size sweep {spec!r} gives {count} sizes; at most {MAX_SIZES} (use a larger "
+                raise ValueError(f"size sweep {shown(spec)} gives {count} sizes; at most {MAX_SIZES} (use a larger "
                                  "step or a factor, xN)")
             while size <= end:
                 sizes.append(size)
                 size += increment
         else:
-            raise ValueError(f"size sweep {spec!r}: step must start with x (factor) or + (increment)")
+            raise ValueError(f"size sweep {shown(spec)}: step must start with x (factor) or + (increment)")
     if not sizes:
-        raise ValueError(f"size spec {spec!r} gives no sizes")
+        raise ValueError(f"size spec {shown(spec)} gives no sizes")
     if len(sizes) > MAX_SIZES:
-        raise ValueError(f"size spec {spec!r} gives {len(sizes)} sizes; at most {MAX_SIZES}")
+        raise ValueError(f"size spec {shown(spec)} gives {len(sizes)} sizes; at most {MAX_SIZES}")
     return tuple(sorted(set(sizes)))
+
+
+_parse_size = parse_size
 
 
 def format_size(n: int) -> str:

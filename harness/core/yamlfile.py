@@ -9,10 +9,13 @@ not UTF-8. Here every one of those is a ``YamlFileError`` naming the file and li
 - aliases (``*name``) are refused: none of critpath's files needs them;
 - the file must be UTF-8;
 - the file is a regular file of at most ``MAX_YAML_BYTES``, nested at most ``MAX_DEPTH`` deep (the
-  composer recurses once per level: 400 levels were a RecursionError), checked on the parser's
-  events before a node is composed;
-- a float written without a dot (``4e11``, ``1e-6``) is a number, as YAML 1.2 reads it, not the
-  string YAML 1.1 makes of it: a threshold must not turn into text because of how it was written.
+  constructor recurses once per level: 400 levels were a RecursionError) and holding at most
+  ``MAX_NODES`` values, all checked as the node tree is composed, before anything is constructed;
+- the text is parsed once (by libyaml where PyYAML has it) and composed once: a 400 kB flow list
+  parsed three times in pure Python took 36 s and 306 MB;
+- numbers are YAML 1.2 core schema's: ``4e11`` is a float (YAML 1.1 makes it text), ``1:20`` and
+  ``1_000`` are text (not 80 and 1000), ``0o17`` is octal and ``017`` is refused (YAML 1.1 reads it
+  as 15); an integer outside 64 bits is refused, as in critpath's JSON.
 
 ``refuse_unknown`` is the one way a reader refuses a key it does not know: the line, what is
 known, and the nearest known name.
@@ -26,29 +29,104 @@ from typing import Any, Iterable, Optional, Sequence
 
 import yaml
 
+from harness.core.echo import shown
 from harness.core.inputfile import InputFileError, read_bounded
 
-# critpath's largest YAML (a baselines file) is about 40 kB; a profile or a rule file a few kB.
-MAX_YAML_BYTES = 4 << 20
+# critpath's largest YAML (a baselines file) is about 16 kB; a profile or a rule file a few kB.
+MAX_YAML_BYTES = 1 << 20
 # Deeper than any of critpath's files needs (they nest 4 or 5 levels), far short of the recursion limit.
 MAX_DEPTH = 32
-# YAML 1.2's float (core schema), which YAML 1.1 narrows to numbers with a dot.
-_FLOAT_1_2 = re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$")
+# The most nodes (scalars and collections) one file may hold: the largest baselines file has about
+# 2,000. Construction is Python work per node, so the count, not the bytes, bounds time and memory.
+MAX_NODES = 100_000
+# YAML 1.2 core schema numbers. YAML 1.1 (PyYAML's default) reads 1:20 as 80 (sexagesimal), 017 as
+# 15 (octal) and 1_000 as 1000; here they are text, which a field that wants a number refuses.
+_INT_1_2 = re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$")
+_FLOAT_1_2 = re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+                        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$")
+# Integers are 64-bit, as in critpath's JSON: a longer one is a typo or an attack, and Python's
+# float() of it overflows while int() of 4,300 digits or more raises.
+INT_MIN, INT_MAX = -(1 << 63), (1 << 63) - 1
+_INT_DIGITS = len(str(INT_MAX))
 
 
 class YamlFileError(ValueError):
     """A YAML file that cannot be read as critpath's; the message starts with ``file:line:``."""
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses aliases and duplicate keys, and reads ``4e11`` as a float."""
+class _Resolver(yaml.resolver.Resolver):
+    """PyYAML's resolver with YAML 1.2 core schema ints and floats in place of YAML 1.1's."""
+
+    yaml_implicit_resolvers = {
+        first: [(tag, regexp) for tag, regexp in resolvers
+                if tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")]
+        for first, resolvers in yaml.resolver.Resolver.yaml_implicit_resolvers.items()}
+
+
+_Resolver.add_implicit_resolver("tag:yaml.org,2002:int", _INT_1_2, list("-+0123456789"))
+_Resolver.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_1_2, list("-+0123456789."))
+
+# libyaml's parser (C) where PyYAML was built with it: the pure-Python scanner is what made a
+# 400 kB file take 36 s. The composer stays Python, over the C parser's events, because it is
+# where aliases, depth and the node count are refused before anything is built.
+try:
+    from yaml.cyaml import CParser as _Parser
+except ImportError:  # PyYAML built without libyaml: slower, as bounded
+    from yaml.parser import Parser as _Parser
+
+
+class _StrictLoader(yaml.composer.Composer, _Parser, yaml.constructor.SafeConstructor, _Resolver):
+    """Parse once, compose once (refusing aliases, depth and count beyond their limits), construct
+    from that tree; duplicate keys refused, numbers read as YAML 1.2 reads them."""
+
+    def __init__(self, stream) -> None:
+        _Parser.__init__(self, stream)
+        yaml.composer.Composer.__init__(self)
+        yaml.constructor.SafeConstructor.__init__(self)
+        _Resolver.__init__(self)
+        self._depth = self._nodes = 0
 
     def compose_node(self, parent, index):
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
-            raise _Refused(event.start_mark.line + 1, f"an alias (*{event.anchor}) is not accepted: write the value "
-                                                      "out (aliases can expand without bound)")
+        event = self.peek_event()
+        line = event.start_mark.line + 1
+        if isinstance(event, yaml.AliasEvent):
+            raise _Refused(line, f"an alias (*{event.anchor}) is not accepted: write the value "
+                                 "out (aliases can expand without bound)")
+        self._nodes += 1
+        if self._nodes > MAX_NODES:
+            raise _Refused(line, f"more than MAX_NODES = {MAX_NODES} values; critpath's files hold a few thousand")
+        if not isinstance(event, yaml.ScalarEvent):
+            self._depth += 1
+            if self._depth > MAX_DEPTH:
+                raise _Refused(line, f"nested {self._depth} deep; at most {MAX_DEPTH}")
+            try:
+                return super().compose_node(parent, index)
+            finally:
+                self._depth -= 1
         return super().compose_node(parent, index)
+
+    def construct_yaml_int(self, node):
+        text = node.value
+        line = node.start_mark.line + 1
+        if text.startswith("0o"):
+            value = int(text[2:], 8) if len(text) <= 2 + 22 else INT_MAX + 1
+        elif text.startswith("0x"):
+            value = int(text[2:], 16) if len(text) <= 2 + 16 else INT_MAX + 1
+        else:
+            digits = text.lstrip("+-")
+            if len(digits) > 1 and digits.startswith("0"):
+                raise _Refused(line, f"{shown(text)}: a number with a leading zero is refused (YAML 1.1 reads "
+                                     f"it as octal); write {digits.lstrip('0') or '0'}, or 0o{digits.lstrip('0')} for octal")
+            value = int(text) if len(digits) <= _INT_DIGITS else INT_MAX + 1
+        if not INT_MIN <= value <= INT_MAX:
+            raise _Refused(line, f"integer {shown(text)} is outside 64 bits ({INT_MIN} to {INT_MAX})")
+        return value
+
+    def construct_object(self, node, deep=False):
+        try:
+            return super().construct_object(node, deep)
+        except (ValueError, OverflowError) as exc:  # a date out of range: the line, never a traceback
+            raise _Refused(node.start_mark.line + 1, f"not a value critpath reads: {shown(str(exc))}") from None
 
     def construct_mapping(self, node, deep=False):
         if isinstance(node, yaml.MappingNode):
@@ -60,12 +138,12 @@ class _StrictLoader(yaml.SafeLoader):
                 except TypeError:
                     continue  # an unhashable key: the constructor below says so
                 if seen != key_node.start_mark.line + 1:
-                    raise _Refused(key_node.start_mark.line + 1, f"duplicate key {key!r} (first at line {seen}): "
-                                                                 "which one is meant is not guessed")
+                    raise _Refused(key_node.start_mark.line + 1, f"duplicate key {shown(key)} (first at line "
+                                                                 f"{seen}): which one is meant is not guessed")
         return super().construct_mapping(node, deep)
 
 
-_StrictLoader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_1_2, list("-+0123456789."))
+_StrictLoader.add_constructor("tag:yaml.org,2002:int", _StrictLoader.construct_yaml_int)
 
 
 class _Refused(Exception):
@@ -88,30 +166,19 @@ def load(path: Path) -> tuple[Any, yaml.Node]:
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
         raise YamlFileError(f"{path}:{line}: not UTF-8 (byte 0x{raw[exc.start]:02x} at offset {exc.start})") from None
+    loader = _StrictLoader(text)
     try:
-        _check_depth(text)
-        root = yaml.compose(text, Loader=_StrictLoader)
-        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - _StrictLoader is a SafeLoader
+        root = loader.get_single_node()
+        data = loader.construct_document(root) if root is not None else None
     except _Refused as exc:
         raise YamlFileError(f"{path}:{exc.line}: {exc.why}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         raise YamlFileError(f"{path}:{mark.line + 1 if mark else 1}: not valid YAML: "
                             f"{getattr(exc, 'problem', None) or exc}") from None
+    finally:
+        loader.dispose()
     return data, root
-
-
-def _check_depth(text: str) -> None:
-    """_Refused at the first collection nested deeper than MAX_DEPTH: the parser does not recurse,
-    the composer and the constructor do."""
-    depth = 0
-    for event in yaml.parse(text, Loader=_StrictLoader):
-        if isinstance(event, yaml.CollectionStartEvent):
-            depth += 1
-            if depth > MAX_DEPTH:
-                raise _Refused(event.start_mark.line + 1, f"nested {depth} deep; at most {MAX_DEPTH}")
-        elif isinstance(event, yaml.CollectionEndEvent):
-            depth -= 1
 
 
 def node_at(node: Optional[yaml.Node], path: Sequence[Any]) -> Optional[yaml.Node]:

@@ -41,6 +41,7 @@ except ImportError:  # 3.10
     import sre_parse as _sre_parse
 
 from harness.claims.baselines import line_of_field, load_checked
+from harness.core.echo import shown
 
 SCHEMA_ID = "critpath.diagnose/1"
 FUNCTIONS = ("variance", "ratio", "value", "failure_check", "multi_rules")
@@ -150,39 +151,81 @@ class Rule:
         return f"{what} {self.criteria}" if self.criteria else what
 
 
-def _repeats_inside(items, repeated: bool = False) -> bool:
-    """Whether the parsed regex ``items`` has a quantifier inside a quantified group (``(a+)+``,
-    ``(x*y)*``): such a pattern backtracks exponentially on a near miss (20 s on a 30-character
-    name), so a rule file may not hold one."""
+# The shape a metrics regex may have, chosen so that matching a name of MAX_MATCHED_CHARS cannot
+# backtrack for long: a quantifier that can match many times (*, +, {m,n}) applies to one character
+# only (a letter, ., [...]), at most MAX_FREE_REPEATS of them in a pattern, and the alternatives of
+# its groups and ?s multiply to at most MAX_ALTERNATIVES. Backtracking then tries at most
+# MAX_ALTERNATIVES x C(n + 2, 2) splits of an n-character name (about 8 million for 1,024):
+# well under a second, where (.|.|.|.)*Z or .*.*.*.*.*Z took minutes.
+MAX_FREE_REPEATS = 2
+MAX_ALTERNATIVES = 16
+_ONE_CHARACTER = {"LITERAL", "NOT_LITERAL", "ANY", "IN", "CATEGORY"}
+
+
+def _one_character(items) -> bool:
+    while len(items) == 1 and str(items[0][0]) == "SUBPATTERN":
+        items = items[0][1][-1]
+    return len(items) == 1 and str(items[0][0]) in _ONE_CHARACTER
+
+
+def _shape(items) -> tuple[int, int, Optional[str]]:
+    """(free repeats, alternatives, why refused or None) of the parsed regex ``items``."""
+    free, ways = 0, 1
     for op, av in items:
         kind = str(op)
+        parts: list = []
         if kind in _REPEATS:
             low, high, body = av
-            many = high > 1 and high != low  # a{3} is one way to match, not many
-            if (many and repeated) or _repeats_inside(body, repeated or many):
-                return True
-        elif kind == "SUBPATTERN" and _repeats_inside(av[-1], repeated):
-            return True
-        elif kind == "BRANCH" and any(_repeats_inside(b, repeated) for b in av[1]):
-            return True
-        elif kind in ("ASSERT", "ASSERT_NOT") and _repeats_inside(av[1], repeated):
-            return True
-        elif kind == "ATOMIC_GROUP" and _repeats_inside(av, repeated):
-            return True
-        elif kind == "GROUPREF_EXISTS" and any(_repeats_inside(b, repeated) for b in av[1:] if b is not None):
-            return True
-    return False
+            if high <= 1:  # x? is x or nothing: two alternatives
+                parts, factor = [body], 2 if low == 0 else 1
+            elif high == low and _one_character(body):
+                continue  # a{3}: one way to match
+            elif not _one_character(body):
+                return free, ways, "repeats a group (like (a|b)* or (a+)+), which can take exponential time to " \
+                                   "match; a quantifier may follow one character only (a letter, ., [...])"
+            else:
+                free, factor = free + 1, 1
+        elif kind == "SUBPATTERN":
+            parts, factor = [av[-1]], 1
+        elif kind == "BRANCH":
+            parts, factor = list(av[1]), 0
+        elif kind in ("ASSERT", "ASSERT_NOT"):
+            parts, factor = [av[1]], 1
+        elif kind == "ATOMIC_GROUP":
+            parts, factor = [av], 1
+        elif kind == "GROUPREF_EXISTS":
+            parts, factor = [b for b in av[1:] if b is not None], 0
+        else:
+            continue
+        inner_ways = 0 if factor == 0 else 1
+        for part in parts:
+            part_free, part_ways, why = _shape(part)
+            if why:
+                return free, ways, why
+            free += part_free
+            inner_ways = inner_ways + part_ways if factor == 0 else inner_ways * part_ways
+        ways *= inner_ways * (factor or 1)
+        if free > MAX_FREE_REPEATS or ways > MAX_ALTERNATIVES:
+            break
+    if free > MAX_FREE_REPEATS:
+        return free, ways, f"has more than MAX_FREE_REPEATS = {MAX_FREE_REPEATS} quantifiers that match many " \
+                           "times (*, +, {m,n}), which can take polynomial time to match; .*x.*y is one .* too many"
+    if ways > MAX_ALTERNATIVES:
+        return free, ways, f"has more than MAX_ALTERNATIVES = {MAX_ALTERNATIVES} ways through its groups " \
+                           "(| and ?), which multiply when a match backtracks"
+    return free, ways, None
 
 
 def _metric_pattern(text: str) -> re.Pattern:
-    """``text`` compiled, or ValueError: not a regex, or one with a quantifier inside a quantifier."""
+    """``text`` compiled, or ValueError: not a regex, or not of the shape that bounds its matching."""
     try:
         pattern = re.compile(text)
-    except re.error as exc:
-        raise ValueError(f"{text!r} is not a regex: {exc}") from None
-    if _repeats_inside(_sre_parse.parse(text)):
-        raise ValueError(f"{text!r} repeats a group that itself repeats (like (a+)+), which can take exponential "
-                         "time to match; write the group's repetition once (([a-z_/0-9]+)+ is [a-z_/0-9]+)")
+        parsed = _sre_parse.parse(text)
+    except (re.error, OverflowError, RecursionError, ValueError) as exc:
+        raise ValueError(f"{shown(text)} is not a regex: {exc}") from None
+    why = _shape(parsed)[2]
+    if why:
+        raise ValueError(f"{shown(text)} {why}")
     return pattern
 
 

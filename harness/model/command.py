@@ -21,7 +21,7 @@ from rich.table import Table
 from harness.core import atomic
 from harness.core.claim import claim_dir
 from harness.core.console import Console
-from harness.core.options import print_error, size_sweep
+from harness.core.options import model_size_sweep, print_error
 from harness.core.sizes import MAX_SIZES, format_size, parse_sizes
 from harness.model import alphabeta as ab
 from harness.model import nccl_tuning, plots
@@ -86,7 +86,7 @@ def register(sub) -> None:
     p = sub.add_parser("model", help="modelled allreduce time at scale (alpha-beta and NCCL's tuning model)")
     p.add_argument("--ranks", type=_ranks_arg, default=parse_ranks(DEFAULT_RANKS), metavar="LIST",
                    help=f"scales, e.g. {DEFAULT_RANKS} ('...' continues the progression)")
-    p.add_argument("--sizes", type=size_sweep, default=parse_sizes(DEFAULT_SIZES), metavar="SPEC",
+    p.add_argument("--sizes", type=model_size_sweep, default=parse_sizes(DEFAULT_SIZES), metavar="SPEC",
                    help=f"allreduce sizes in bytes (default {DEFAULT_SIZES})")
     p.add_argument("--profile", default=None,
                    help=f"hardware profile YAML or shipped name (default {DEFAULT_PROFILE}; with --calibrate alone: "

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from harness.core import atomic
 from harness.core.inputfile import declare_inputs
-from harness.core.options import at_least, number_in, positive, print_error
+from harness.core.options import at_least, comma_separated, number_in, positive, print_error
 from harness.core.store import load_records, run_inputs
 from harness.moe_a2a import sim
 from harness.moe_a2a.config import mitigation_label, workload_label
@@ -36,11 +36,11 @@ MAX_LIST = 64  # values of --worlds or --window-ms
 
 def _list_of(parse, what: str):
     def parse_list(text: str) -> tuple:
-        values = tuple(parse(x) for x in text.split(",") if x.strip())
-        if not values:
-            raise argparse.ArgumentTypeError(f"expected comma-separated {what}, got {text!r}")
+        values = tuple(parse(x) for x in comma_separated(text))
         if len(values) > MAX_LIST:
             raise argparse.ArgumentTypeError(f"{len(values)} values; at most {MAX_LIST}")
+        if len(set(values)) < len(values):  # 8,08 name one world twice
+            raise argparse.ArgumentTypeError(f"{text!r}: a value is given twice")
         return values
     return parse_list
 

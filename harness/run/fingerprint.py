@@ -170,7 +170,7 @@ def node_key(env=os.environ) -> str:
 
 def rank_identity(rank: int, local_rank: int, env=os.environ) -> dict:
     """What rank 0 needs to know about one rank to describe the job's layout."""
-    node_rank = next((int(env[v]) for v in NODE_RANK_VARS if env.get(v, "").isdigit()), None)
+    node_rank = next((int(env[v]) for v in NODE_RANK_VARS if env.get(v, "").isdigit() and env[v].isascii()), None)
     local_world = env.get("LOCAL_WORLD_SIZE") or env.get("SLURM_NTASKS_PER_NODE")
     return {
         "rank": rank,

@@ -31,8 +31,8 @@ def env_int(env, name: str, low: int, high: int, default: Optional[int] = None) 
         if default is None:
             raise UsageError(f"{name} is not set; the launcher (torchrun, Slurm) sets it")
         return default
-    try:
-        value = int(text, 10)
+    try:  # ASCII digits only: int() also reads '٣' as 3
+        value = int(text, 10) if text.strip().lstrip("+-").isascii() else None
     except ValueError:
         value = None
     if value is None or not low <= value <= high:

@@ -96,7 +96,7 @@ def remove_stale_pool_dirs(root: Optional[str] = None) -> None:
             continue
         pid = name[len(POOL_DIR_PREFIX):].split("-", 1)[0]
         path = os.path.join(root, name)
-        if not pid.isdigit() or os.stat(path).st_uid != os.getuid():
+        if not (pid.isascii() and pid.isdigit()) or os.stat(path).st_uid != os.getuid():
             continue
         try:
             os.kill(int(pid), 0)
