@@ -147,7 +147,7 @@ def test_the_probe_refuses_a_tree_that_loads_harness_code_from_elsewhere(tmp_pat
     # A tree whose package reaches out of itself (here on purpose) is caught by the probe.
     (old_tree / "harness" / "registry.py").write_text(
         "import importlib.util, sys\n"
-        f"spec = importlib.util.spec_from_file_location('harness.elsewhere', {str(ROOT / 'harness/core/sizes.py')!r})\n"
+        f"spec = importlib.util.spec_from_file_location('harness.elsewhere', {str(ROOT / 'harness/core/escape.py')!r})\n"
         "sys.modules[spec.name] = importlib.util.module_from_spec(spec)\n"
         "spec.loader.exec_module(sys.modules[spec.name])\n"
         "def parse(case_id):\n    return case_id\n")
