@@ -318,7 +318,7 @@ def test_an_interrupted_gate_power_stops_its_running_gate_and_leaves_no_process(
 
     out = tmp_path / "power"
     temp_dir = _own_temp_dir(tmp_path)
-    proc = subprocess.Popen([sys.executable, "-m", "harness", "gate-power", "--case", SPIN, "--slowdowns", "",
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "gate-power", "--case", SPIN, "--slowdowns", "none",
                              "--trials", "1", "--out", str(out)], cwd=tmp_repo,
                             env={**os.environ, "TMPDIR": str(temp_dir)},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

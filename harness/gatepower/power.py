@@ -74,7 +74,12 @@ def _case_ids(text: str) -> tuple[str, ...]:
     return ids
 
 
+NO_SLOWDOWNS = "none"  # A/A gates only: the false-alarm rate, said out loud rather than as an empty list
+
+
 def _slowdowns(text: str) -> tuple[tuple[str, float], ...]:
+    if text.strip() == NO_SLOWDOWNS:
+        return ()
     out = []
     for part in comma_separated(text):
         kind, _, fraction = part.partition(":")
@@ -114,7 +119,7 @@ def register(sub) -> None:
     p.add_argument("--group", dest="groups", action="append", default=[], type=_case_ids, metavar="ID,ID,...",
                    help="a multi-case gate (Holm across its cases); its first case is the one slowed")
     p.add_argument("--slowdowns", type=_slowdowns, default=(("uniform", 0.10), ("partial", 0.10)),
-                   help="KIND:FRACTION,... (default uniform:0.10,partial:0.10)")
+                   help=f"KIND:FRACTION,... (default uniform:0.10,partial:0.10), or {NO_SLOWDOWNS!r} for A/A gates only")
     p.add_argument("--trials", type=at_least(1, MAX_TRIALS), default=20, help="real gates per cell (default 20)")
     p.add_argument("--budget", type=positive(float, MAX_BUDGET_S), default=Plan.budget_s, help=f"--budget of each gate (default {Plan.budget_s:g})")
     p.add_argument("--min-effect", type=_fraction, default=0.05, help="--min-effect of each gate (default 0.05)")
