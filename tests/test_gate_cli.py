@@ -344,10 +344,13 @@ def test_an_interrupted_gate_power_stops_its_running_gate_and_leaves_no_process(
 def test_a_repeat_that_hangs_dies_or_answers_wrong_could_not_run(tmp_repo, tmp_path, mode, why):
     bad = f"selftest/fault_rank=0,mode={mode},world=1"
     out = tmp_path / "out"
+    # The unchanged NOOP case is the bystander. At the default 5 % minimum effect and ~25 % noise
+    # per pair, 30 s of it ends "likely regression" about 16 % of the time, and a regression
+    # outranks could-not-run in the exit code; a 100 % minimum effect keeps its verdict a pass.
     code, data = _gate(tmp_repo, out, "--base", "HEAD", "--case", NOOP, "--case", bad, "--timeout", "2",
-                       "--budget", "30", "--iters", "50", "--rounds", "1")
+                       "--budget", "30", "--iters", "50", "--rounds", "1", "--min-effect", "1.0")
     cases = {c["case_id"]: c for c in data["cases"]}
-    assert code == EXIT_COULD_NOT_RUN
+    assert code == EXIT_COULD_NOT_RUN, {c: (v["outcome"], v.get("reason")) for c, v in cases.items()}
     assert cases[bad]["outcome"] == "could_not_run" and why in cases[bad]["reason"], cases[bad]["reason"]
     # The other case goes on in fresh processes and gets its own verdict.
     assert cases[NOOP]["outcome"] != "could_not_run" or "budget" in cases[NOOP]["reason"]
