@@ -14,7 +14,7 @@ import xmlschema
 from conftest import ROOT, derived_record, run_cli
 
 from harness.cli import main
-from harness.core import atomic, escape
+from harness.core import atomic, escape, temps
 from harness.core.claim import CLAIM_FILE, DirectoryClaimed, claim_dir
 from harness.core.options import UsageError
 from harness.core.records import ErrorInfo, Record
@@ -258,7 +258,9 @@ def test_a_second_writer_of_a_claimed_out_is_refused_naming_the_holder(held, cap
         argv = [argv[0], str(hostile_run(tmp_path / "run"))]
     assert main([*argv, "--out", str(out)]) == 2
     err = capfd.readouterr().err
-    assert f"{out} is in use by critpath run (pid {holder.pid} on " in err and "started 20" in err
+    assert f"{out} is in use: another process holds the lock on {out / CLAIM_FILE}; " in err
+    assert f"the file names critpath run (pid {holder.pid} on " in err and "started 20" in err
+    assert "which is running" in err
     assert sorted(p.name for p in out.iterdir()) == [CLAIM_FILE]  # nothing written beside the holder
 
 
@@ -453,11 +455,14 @@ def test_a_claim_and_a_dead_writers_temporary_are_not_contents(tmp_path):
     out.mkdir()
     stale = out / f".critpath-{_dead_pid()}-0a1b2c3d.tmp"
     stale.write_text("half a gate.json")
-    mine = out / f".critpath-{os.getpid()}-00000000.tmp"  # a live writer's: kept, and it is contents
     with claim_dir(out, "gate") as claim:
         assert claim.contents() == []
-        mine.write_text("")
-        assert claim.contents() == [mine]
+        mine, fd = temps.new_temp(out)  # a live writer's, locked while it writes: kept, and it is contents
+        try:
+            assert claim.contents() == [mine]
+        finally:
+            os.close(fd)
+        assert claim.contents() == [] and not mine.exists()  # its writer gone: swept
     assert not stale.exists()
 
 
@@ -596,3 +601,132 @@ def test_long_names_fit_and_a_failed_cleanup_hides_no_error(tmp_path, monkeypatc
     monkeypatch.setattr(atomic.os, "fsync", lambda fd: (_ for _ in ()).throw(OSError(28, "No space left on device")))
     with pytest.raises(OSError, match="No space left on device"):
         atomic.write_text(tmp_path / "y", "z")
+
+
+# -- the third probe of this class (issue 26) ---------------------------------------------------------
+
+# A process that is not critpath locks a file, as flock(1) or another tool would, until stdin closes.
+LOCKER = """
+import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("locked", flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.fixture
+def locker():
+    """Start LOCKER on a path; every one started is released at the end of the test."""
+    started = []
+
+    def lock(path):
+        proc = subprocess.Popen([sys.executable, "-c", LOCKER, str(path)], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True)
+        assert proc.stdout.readline().strip() == "locked"
+        started.append(proc)
+        return proc
+
+    yield lock
+    for proc in started:
+        proc.stdin.close()
+        proc.wait(timeout=30)
+
+
+@pytest.mark.parametrize("name", [CLAIM_FILE, ".critpath-4242-0a1b2c3d.tmp"])
+def test_an_output_named_as_critpaths_bookkeeping_is_refused_and_the_holder_keeps_its_directory(
+        held, capfd, tmp_path, name):
+    """``export --out D/.critpath-claim`` replaced a live holder's claim file, after which a second
+    process claimed D."""
+    out, holder = held
+    before = (out / CLAIM_FILE).read_bytes()
+    run = hostile_run(tmp_path / "run")
+    assert main(["export", str(run), "--format", "csv", "--out", str(out / name)]) == 2
+    assert f"{out / name}: {name} is a name critpath keeps for its own bookkeeping" in capfd.readouterr().err
+    assert (out / CLAIM_FILE).read_bytes() == before
+    with pytest.raises(DirectoryClaimed, match=f"the file names critpath run \\(pid {holder.pid} on "):
+        claim_dir(out, "run")
+    assert main(["run", "--case", OK_CASE, "--iters", "5", "--out", str(tmp_path / CLAIM_FILE)]) == 2
+    assert not (tmp_path / CLAIM_FILE).exists()
+
+
+@pytest.mark.parametrize("command", ["gate-power --report", "export --out", "diagnose --json"])
+def test_every_output_of_every_command_is_refused_in_a_directory_another_process_holds(held, capfd, tmp_path,
+                                                                                         command):
+    """``gate-power --report FILE --resample N`` rewrote FILE without claiming its directory; a
+    file output (export, diagnose) was written into a directory a live run held."""
+    out, holder = held
+    run = hostile_run(tmp_path / "run")
+    power = out / "power.json"
+    power.write_text(json.dumps({"cells": [], "trials": [], "settings": {}}))
+    (out / "gates").mkdir()
+    argv = {"gate-power --report": ["gate-power", "--report", str(power), "--resample", "10"],
+            "export --out": ["export", str(run), "--format", "csv", "--out", str(out / "x.csv")],
+            "diagnose --json": ["diagnose", str(run), "--json", str(out / "d.json")]}[command]
+    before = sorted(p.name for p in out.iterdir())
+    assert main(argv) == 2
+    err = capfd.readouterr().err
+    assert f"{out} is in use: another process holds the lock on {out / CLAIM_FILE}" in err
+    assert f"the file names critpath run (pid {holder.pid} on " in err
+    assert sorted(p.name for p in out.iterdir()) == before
+    assert json.loads(power.read_text()) == {"cells": [], "trials": [], "settings": {}}
+
+
+def test_a_refusal_names_the_files_holder_only_as_what_the_file_says(tmp_path, capfd, locker):
+    """A lock held by a process that is not critpath was reported as held by whatever pid the
+    claim file named, a process long gone."""
+    import socket
+
+    run, out = hostile_run(tmp_path / "run"), tmp_path / "out"
+    out.mkdir()
+    dead = _dead_pid()
+    (out / CLAIM_FILE).write_text(json.dumps({"pid": dead, "host": socket.gethostname(), "command": "run",
+                                              "argv": ["critpath", "run"], "started_at": "2026-01-01T00:00:00+00:00"}))
+    locker(out / CLAIM_FILE)
+    assert main(["report", str(run), "--out", str(out)]) == 2
+    err = capfd.readouterr().err
+    assert f"{out} is in use: another process holds the lock on {out / CLAIM_FILE}; " in err
+    assert f"the file names critpath run (pid {dead} on {socket.gethostname()}" in err
+    assert f"but no process {dead} runs here: the lock is held by a process the file does not name" in err
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    locker(empty / CLAIM_FILE)
+    with pytest.raises(DirectoryClaimed, match="the file names no holder"):
+        claim_dir(empty, "report")
+
+
+def test_json_outputs_are_strict_json_a_non_finite_figure_null_with_its_reason_or_an_error(tmp_path):
+    """model.json held ``Infinity`` when a profile's figures overflowed: write_json allowed NaN."""
+    profile = tmp_path / "huge.yaml"
+    profile.write_text((ROOT / "harness" / "model" / "profiles" / "dgx-a100-roce.yaml").read_text()
+                       .replace("bandwidth_gbytes_s: 25\n", "bandwidth_gbytes_s: 1e-320\n"))
+    assert main(["model", "--profile", str(profile), "--out", str(tmp_path / "m"), "--no-plots"]) == 0
+
+    def refuse(token):
+        raise AssertionError(f"{token} in model.json")
+
+    doc = json.loads((tmp_path / "m" / "model.json").read_text(), parse_constant=refuse)
+    assert doc["modelled_time_us"]["ring"][1][0] is None
+    assert "modelled_time_us.ring[1][0]" in doc["non_finite"]["fields"] and doc["non_finite"]["count"] > 0
+    assert "overflow" in doc["non_finite"]["reason"]
+    with pytest.raises(atomic.NonFiniteError, match=r"x.json: field a\[1\].b is nan, which JSON cannot hold"):
+        atomic.write_json(tmp_path / "x.json", {"a": [1.0, {"b": float("nan")}]})
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_the_sweep_asks_the_temporarys_lock_not_its_pid(tmp_path, locker):
+    """A live writer's temporary in another pid namespace (its pid dead here) was swept; one whose
+    pid was reused by an unrelated process made every `import-nccl-tests --out D` refuse for ever."""
+    live = tmp_path / "d" / f".critpath-{_dead_pid()}-0a1b2c3d.tmp"
+    live.parent.mkdir()
+    locker(live)  # its writer holds it: alive, whatever its pid says
+    run = hostile_run(tmp_path / "run")
+    assert main(["export", str(run), "--format", "csv", "--out", str(live.parent / "x.csv")]) == 0
+    assert live.exists()
+    out = tmp_path / "imported"
+    out.mkdir()
+    reused = out / ".critpath-1-0a1b2c3d.tmp"  # pid 1 is alive, and is not a writer
+    reused.write_text("half a file")
+    log = sorted((ROOT / "tests" / "fixtures" / "nccl_tests").iterdir())[0]
+    assert main(["import-nccl-tests", str(log), "--out", str(out)]) == 0
+    assert not reused.exists()

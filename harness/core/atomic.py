@@ -12,8 +12,11 @@ input is caught too; and an existing target must be a regular file, as ``os.repl
 or ``/dev/null`` would put a file where the device or pipe was.
 
 A temporary is named ``.critpath-PID-RANDOM.tmp``: its length does not grow with the target's (a
-target of 250 bytes still has a temporary that fits NAME_MAX), and the pid in it lets the next
-writer into that directory remove one that a SIGKILL left (``sweep_stale``).
+target of 250 bytes still has a temporary that fits NAME_MAX). Its writer holds an flock on it
+until the rename, so the next writer into that directory removes one that a SIGKILL left, and
+never a live writer's, whatever pid namespace either runs in (``harness.core.temps``). A target
+named like critpath's own bookkeeping (``.critpath-claim``) is refused, and every file is written
+only into a directory no other process holds (``harness.core.claim.writing_into``).
 
 Appended files (``results.jsonl``) are not written here: they grow one fsynced line at a time
 (``harness.core.store.append_record``). A text appended to a summary file (``append_text``) is
@@ -22,16 +25,22 @@ read, extended and replaced whole.
 from __future__ import annotations
 
 import json
+import math
 import os
-import re
-import secrets
 import stat
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Iterable, Iterator
+from typing import IO, Iterable, Iterator, Optional
 
+from harness.core.claim import held_above, refuse_links_below, writing_into
 from harness.core.inputfile import declare_inputs, input_at, kind
-from harness.core.options import UsageError
+from harness.core.options import CannotRun, UsageError
+from harness.core.temps import discard, new_temp, reserved, sweep_stale
+
+class NonFiniteError(CannotRun):
+    """A document to be written as JSON holds an infinite or NaN number; the message names the
+    file and the field."""
+
 
 NAME_MAX = 255  # bytes in one file name (Linux, macOS): a name is cut by bytes, not characters
 
@@ -42,16 +51,18 @@ def fit_name(name: str, max_bytes: int = NAME_MAX) -> str:
     return name.encode("utf-8", "surrogateescape")[:max_bytes].decode("utf-8", "ignore")
 
 
-# This writer's temporaries, exactly as it names them. 0.x's (``.NAME.PID.RANDOM.tmp``) are not
-# swept: that shape is loose enough to be a user's own file (``.thesis.2024.abcdef.tmp``).
-_TEMP = re.compile(r"\.critpath-(\d+)-[0-9a-f]{8}\.tmp")
-
-
 def check_target(path: Path, updates: bool = False) -> None:
     """UsageError when ``path`` may not be written: an input of this command, or an existing file
     that is not a regular one. A missing path is fine. ``updates``: the command's own state
     document, which it reads and writes back by design (gate-power's power.json), may be replaced."""
     path = Path(path)
+    if reserved(path.name):
+        # Written over a live holder's claim file, it would let a second process claim the directory.
+        raise UsageError(f"{path}: {path.name} is a name critpath keeps for its own bookkeeping (a directory's claim, "
+                         "a writer's temporary), never an output's; choose another output path")
+    above = held_above(path.parent)
+    if above is not None:
+        refuse_links_below(above, path.parent)
     try:
         st = os.stat(path)
     except (FileNotFoundError, NotADirectoryError):
@@ -74,41 +85,11 @@ def check_target(path: Path, updates: bool = False) -> None:
                          "with one; give the path of a new or a regular file")
 
 
-def is_stale_temp(name: str) -> bool:
-    """A temporary of a writer that is no longer alive (a SIGKILL left it)."""
-    match = _TEMP.fullmatch(name)
-    return match is not None and not _alive(int(match.group(1)))
-
-
-def _alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True  # another user's process: alive
-    return True
-
-
-def sweep_stale(directory: Path) -> None:
-    """Remove the temporaries of dead writers in ``directory``; what cannot be removed stays."""
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return
-    for name in names:
-        if is_stale_temp(name):
-            _discard(Path(directory) / name)
-
-
-def _discard(path: Path) -> None:
-    """Remove a temporary; never raises, so the error that made it go is the one reported."""
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
+def check_targets(paths: Iterable[Path]) -> None:
+    """``check_target`` of every file a command is about to write, before it writes the first: a
+    refusal then leaves nothing half written."""
+    for path in paths:
+        check_target(path)
 
 
 @contextmanager
@@ -118,28 +99,29 @@ def atomic_file(path: Path, mode: str = "wb", updates: bool = False) -> Iterator
     ``updates`` as for ``check_target``."""
     path = Path(path)
     check_target(path, updates)
-    sweep_stale(path.parent)
-    # O_EXCL and a random part: two writers of one target never share a temporary.
-    tmp = path.with_name(f".critpath-{os.getpid()}-{secrets.token_hex(4)}.tmp")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # 0o666 less the umask, as open() gives
-    except OSError as exc:
-        raise OSError(exc.errno, f"could not write {path}: {exc.strerror or exc}") from None
-    try:
-        with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8", "newline": ""})) as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        check_target(path, updates)  # an input read while the block ran, or a FIFO made meanwhile
-        os.replace(tmp, path)
-        _fsync_dir(path.parent)
-    except OSError as exc:
-        _discard(tmp)
-        # A full disk: keep whatever was there before, and name the file.
-        raise OSError(exc.errno, f"could not write {path}: {exc.strerror or exc}") from exc
-    except BaseException:
-        _discard(tmp)
-        raise
+    with writing_into(path.parent) as confirm:
+        sweep_stale(path.parent)
+        try:
+            tmp, fd = new_temp(path.parent)
+        except OSError as exc:
+            raise OSError(exc.errno, f"could not write {path}: {exc.strerror or exc}") from None
+        try:
+            # The temporary's lock lives as long as this file object: it is closed after the rename.
+            with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8", "newline": ""})) as f:
+                yield f
+                f.flush()
+                os.fsync(f.fileno())
+                check_target(path, updates)  # an input read while the block ran, or a FIFO made meanwhile
+                confirm()  # a claim of the directory made while it was written
+                os.replace(tmp, path)
+            _fsync_dir(path.parent)
+        except OSError as exc:
+            discard(tmp)
+            # A full disk: keep whatever was there before, and name the file.
+            raise OSError(exc.errno, f"could not write {path}: {exc.strerror or exc}") from exc
+        except BaseException:
+            discard(tmp)
+            raise
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -161,11 +143,45 @@ def write_text(path: Path, text: str, updates: bool = False) -> None:
     write_bytes(path, text.encode("utf-8"), updates)
 
 
-def write_json(path: Path, data, indent: int = 2, sort_keys: bool = True, allow_nan: bool = True,
-               updates: bool = False) -> None:
-    """``data`` as JSON; ASCII-only, so any string (a lone surrogate too) gives valid UTF-8."""
-    write_text(path, json.dumps(data, indent=indent, sort_keys=sort_keys, allow_nan=allow_nan, ensure_ascii=True)
-               + "\n", updates)
+def write_json(path: Path, data, indent: int = 2, sort_keys: bool = True, updates: bool = False) -> None:
+    """``data`` as strict JSON (``strict_json``) into ``path``."""
+    write_text(path, strict_json(data, path, indent, sort_keys) + "\n", updates)
+
+
+def strict_json(data, where, indent: Optional[int] = 2, sort_keys: bool = True) -> str:
+    """``data`` as JSON text: ASCII-only, so any string (a lone surrogate too) gives valid UTF-8,
+    and never ``Infinity`` or ``NaN``, which are not JSON and which many readers refuse. A
+    non-finite number is a NonFiniteError naming ``where`` (the file) and the field: a writer that
+    may hold one says why with ``finite_or_null`` first."""
+    bad = non_finite(data)
+    if bad:
+        field, value = bad[0]
+        raise NonFiniteError(f"{where}: field {field} is {value}, which JSON cannot hold"
+                             + (f" ({len(bad) - 1} more such field(s))" if len(bad) > 1 else ""))
+    return json.dumps(data, indent=indent, sort_keys=sort_keys, allow_nan=False, ensure_ascii=True)
+
+
+def non_finite(data, at: str = "") -> list[tuple[str, float]]:
+    """(field, value) of every infinite or NaN number in ``data``, the field as ``a.b[2].c``."""
+    if isinstance(data, dict):
+        return [found for k, v in data.items() for found in non_finite(v, f"{at}.{k}" if at else str(k))]
+    if isinstance(data, (list, tuple)):
+        return [found for i, v in enumerate(data) for found in non_finite(v, f"{at}[{i}]")]
+    return [(at, data)] if isinstance(data, float) and not math.isfinite(data) else []
+
+
+def finite_or_null(data):
+    """``data`` with every infinite or NaN number as null, and the fields that were, so a writer
+    can say why they are null next to them."""
+    def clean(value):
+        if isinstance(value, float) and not math.isfinite(value):
+            return None
+        if isinstance(value, dict):
+            return {k: clean(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [clean(v) for v in value]
+        return value
+    return clean(data), [field for field, _ in non_finite(data)]
 
 
 def append_text(path: Path, text: str) -> None:

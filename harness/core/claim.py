@@ -14,6 +14,17 @@ between tries again, so two processes never hold two files of one path.
 The claim file is opened without following a symlink, and one that is not a regular file of one
 link is refused, never truncated: a ``.critpath-claim`` planted as a link to a results file (or to
 any file the user can write) must not have it overwritten with the claim's JSON.
+
+A refusal says what is known: the lock is held (the kernel says so), and who the file names as
+its holder, with whether that pid runs here. The file is what its last writer put there, so a lock
+held by a process that is not critpath (or that locked it before writing its name) is not
+reported as the file's holder.
+
+Files written into a directory go through ``writing_into`` (``harness.core.atomic`` calls it for
+every file): into a directory this process holds, but never through a symbolic link below it (a
+``plots`` planted as a link to elsewhere); into any other directory only while no other process
+holds it, with a shared lock on its claim file while the file is written, so a command that
+writes one file (``export --out``) is refused by a live holder and refuses a claimer meanwhile.
 """
 from __future__ import annotations
 
@@ -26,13 +37,15 @@ import os
 import socket
 import stat
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Callable, Iterator, Optional
 
-from harness.core.atomic import is_stale_temp, sweep_stale
 from harness.core.options import UsageError
+from harness.core.temps import CLAIM_FILE, is_abandoned_temp, reserved, sweep_stale
 
-CLAIM_FILE = ".critpath-claim"
+PID_MAX = 1 << 22  # the kernel's largest pid_max: a pid beyond it in a claim file is no pid
 
 
 class DirectoryClaimed(UsageError):
@@ -63,7 +76,7 @@ class Claim:
         """What the directory holds besides the claim and the temporaries of dead writers (removed
         here): a command that needs it empty asks this, and a retry after a kill finds it empty."""
         sweep_stale(self.path)
-        return sorted(p for p in self.path.iterdir() if p.name != CLAIM_FILE and not is_stale_temp(p.name))
+        return sorted(p for p in self.path.iterdir() if p.name != CLAIM_FILE and not is_abandoned_temp(p))
 
     def release(self) -> None:
         """Give the directory up: the claim file goes, then the lock (in that order, so no
@@ -97,6 +110,11 @@ def claim_dir(path: Path, command: str) -> Claim:
     held = _HELD.get(_key(path))
     if held is not None:
         return replace(held, fresh=False)
+    if reserved(path.name):
+        raise UsageError(f"{path}: {path.name} is a name critpath keeps for its own bookkeeping; choose another --out")
+    above = held_above(path.parent)
+    if above is not None:
+        refuse_links_below(above, path.parent)
     made = not path.exists()
     path.mkdir(parents=True, exist_ok=True)
     while True:
@@ -104,11 +122,11 @@ def claim_dir(path: Path, command: str) -> Claim:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
-            holder = _read_holder(fd)
+            refusal = _in_use(path, fd)
             os.close(fd)
             if exc.errno not in (errno.EWOULDBLOCK, errno.EACCES):
                 raise
-            raise DirectoryClaimed(f"{path} is in use by {holder}; wait for it, or choose another --out") from None
+            raise DirectoryClaimed(f"{refusal}; wait for it, or choose another --out") from None
         try:
             same = os.fstat(fd).st_ino == os.stat(path / CLAIM_FILE).st_ino
         except FileNotFoundError:
@@ -142,16 +160,107 @@ def _open_claim(file: Path) -> int:
     return fd
 
 
-def _read_holder(fd: int) -> str:
-    """The holder as its claim file names it; the holder writes it just after it locks, so a
-    claim refused in between reads nothing yet."""
+def _in_use(directory: Path, fd: int) -> str:
+    return (f"{directory} is in use: another process holds the lock on {directory / CLAIM_FILE}; "
+            + _named_holder(fd))
+
+
+def _named_holder(fd: int) -> str:
+    """Who the claim file names, and whether that pid runs on this host: the holder writes its
+    name just after it locks, and a process that is not critpath may hold the lock."""
     try:
         data = json.loads(os.pread(fd, 1 << 16, 0) or b"{}")
         argv = " ".join(str(a) for a in data.get("argv") or [])
-        return (f"critpath {data['command']} (pid {data['pid']} on {data['host']}, started {data['started_at']}"
-                + (f": {argv}" if argv else "") + ")")
+        pid, host = data["pid"], data["host"]
+        named = (f"the file names critpath {data['command']} (pid {pid} on {host}, started {data['started_at']}"
+                 + (f": {argv}" if argv else "") + ")")
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return "another critpath process (it has not written its name yet)"
+        return "the file names no holder (one that has only just locked it, or one that is not critpath)"
+    if not isinstance(pid, int) or isinstance(pid, bool) or not 0 < pid < PID_MAX:
+        return f"{named}, which is not a pid"
+    if host != socket.gethostname():
+        return f"{named}, on another host"
+    if _alive(pid):
+        return f"{named}, which is running"
+    return f"{named}, but no process {pid} runs here: the lock is held by a process the file does not name"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # another user's process: alive
+    return True
+
+
+def held_above(directory: Path) -> Optional[Path]:
+    """The nearest of ``directory`` and its parents (as written, links not resolved) that this
+    process holds; None when it holds none of them."""
+    if not _HELD:
+        return None
+    at = Path(os.path.abspath(directory))
+    return next((a for a in (at, *at.parents) if _key(a) in _HELD), None)
+
+
+def refuse_links_below(top: Path, directory: Path) -> None:
+    """UsageError naming the first symbolic link between ``top`` (a directory this process holds)
+    and ``directory``: what is written there would land outside the directory that was claimed."""
+    at = Path(os.path.abspath(top))
+    for part in Path(os.path.abspath(directory)).relative_to(at).parts:
+        at = at / part
+        if os.path.islink(at):
+            raise UsageError(f"{at} is a symbolic link (to {os.readlink(at)}); critpath writes below {top} only "
+                             "into directories, never through a link to elsewhere: remove it")
+
+
+def _shared(directory: Path) -> Optional[int]:
+    """A shared lock on ``directory``'s claim file, or None when it has none (a link or a file
+    that is not regular is no claim critpath made: ``claim_dir`` refuses it to a claimer);
+    DirectoryClaimed when another process holds the directory."""
+    try:
+        fd = os.open(Path(directory) / CLAIM_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError as exc:
+        refusal = _in_use(directory, fd) if exc.errno in (errno.EWOULDBLOCK, errno.EACCES) else None
+        os.close(fd)
+        if refusal is None:
+            raise
+        raise DirectoryClaimed(f"{refusal}; wait for it, or write elsewhere") from None
+    return fd
+
+
+@contextmanager
+def writing_into(directory: Path) -> Iterator[Callable[[], None]]:
+    """While a file is written into ``directory``: refused when another process holds it, or when
+    it lies below a directory this process holds through a symbolic link. Yields a check to call
+    just before the file takes its name: a claim made while it was written refuses it too."""
+    directory = Path(directory)
+    above = held_above(directory)
+    if above is not None:
+        refuse_links_below(above, directory)
+        yield lambda: None
+        return
+    fd = _shared(directory)
+
+    def confirm() -> None:
+        if fd is None:
+            late = _shared(directory)
+            if late is not None:
+                os.close(late)
+
+    try:
+        yield confirm
+    finally:
+        if fd is not None:
+            os.close(fd)
 
 
 @atexit.register

@@ -132,7 +132,7 @@ def _json_ready(value):
 
 
 def write_json(result: GateResult, path: Path) -> None:
-    atomic.write_json(path, _json_ready(result.to_dict()), sort_keys=False, allow_nan=False)
+    atomic.write_json(path, _json_ready(result.to_dict()), sort_keys=False)
 
 
 def _pct(ratio: float) -> str:

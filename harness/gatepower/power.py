@@ -28,6 +28,7 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Optional
@@ -36,7 +37,7 @@ import numpy as np
 import scipy  # scipy.stats loads on first use (scipy's lazy loading): gate-power --help does not pay it
 
 from harness.core import atomic, registry
-from harness.core.claim import claim_dir
+from harness.core.claim import claim_dir, refuse_links_below
 from harness.core.git import run_git
 from harness.core.inputfile import read_bounded
 from harness.core.options import absolute, at_least, comma_separated, number_in, positive, print_error
@@ -442,6 +443,7 @@ def measure(request: PowerRequest) -> dict:
     cells = [Cell(**{**c, "case_ids": tuple(c["case_ids"])}) for c in doc["cells"]]
     if request.resume:
         cells = _chosen(cells, request, out)
+    refuse_links_below(out, out / "gates")  # each gate's --out is below it: never through a link to elsewhere
     (out / "gates").mkdir(exist_ok=True)
     settings = doc["settings"]
     done = {(t["cell"], t["trial"]) for t in doc["trials"]}
@@ -738,13 +740,16 @@ def table(doc: dict) -> str:
 def cmd_power(args) -> int:
     if args.report:
         try:
-            doc = _load(args.report)
-            if args.resample > 0:
-                if not (args.report.parent / "gates").is_dir():
-                    raise ValueError(f"{args.report.parent / 'gates'}: no real gates to resample (--resample needs the "
-                                     "measurement directory, not a copy of power.json)")
-                # Into the file that was read, whatever its name: the replay belongs to that measurement.
-                _save(args.report.parent, resample(doc, args.report.parent, args.resample), args.report.name)
+            # --resample writes into the measurement's directory: held, as a measurement holds it,
+            # before the document is read, so a live measurement or --resume is refused up front.
+            with claim_dir(args.report.parent, "gate-power") if args.resample > 0 else nullcontext():
+                doc = _load(args.report)
+                if args.resample > 0:
+                    if not (args.report.parent / "gates").is_dir():
+                        raise ValueError(f"{args.report.parent / 'gates'}: no real gates to resample (--resample needs "
+                                         "the measurement directory, not a copy of power.json)")
+                    # Into the file that was read, whatever its name: the replay belongs to that measurement.
+                    _save(args.report.parent, resample(doc, args.report.parent, args.resample), args.report.name)
         except ValueError as exc:
             print_error("gate-power", exc)
             return 2

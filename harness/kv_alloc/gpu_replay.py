@@ -181,10 +181,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 print(proc.stderr, file=sys.stderr)
                 return proc.returncode
             results.append(json.loads(proc.stdout))
-        text = json.dumps(results, indent=1)
+        text = atomic.strict_json(results, args.out or "stdout", indent=1, sort_keys=False)
     else:
         args.expandable = bool(args.expandable)
-        text = json.dumps(run_one(args), indent=1)
+        text = atomic.strict_json(run_one(args), args.out or "stdout", indent=1, sort_keys=False)
     if args.out:
         atomic.write_text(args.out, text)
     else:

@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # scipy loads only when a fit is asked for, not on every crit
 DEFAULT_RANKS = "8,16,32,...,16384"
 DEFAULT_SIZES = "8:1G:x2"
 DEFAULT_PROFILE = "dgx-a100-roce"
+MAX_NAMED_FIELDS = 20  # non-finite fields of model.json named one by one; the count says the rest
 
 
 # Scales one model run tabulates: as many as a size sweep has sizes.
@@ -338,6 +339,12 @@ def _write_outputs(out: Path, profile, scales, sizes, algos, times_s, crossover,
             "modelled_ring_vs_tree_bytes": [None if not math.isfinite(v) else v for v in nccl["ring_vs_tree_bytes"]],
         }
 
+    # A profile's figures can overflow a float64 (a bandwidth of 1e-320 GB/s): such a figure is
+    # null, named with the reason, so model.json stays strict JSON.
+    doc, nulled = atomic.finite_or_null(doc)
+    if nulled:
+        doc["non_finite"] = {"reason": "not a finite float64 in this model (the profile's figures overflow it); "
+                                       "written as null", "count": len(nulled), "fields": nulled[:MAX_NAMED_FIELDS]}
     atomic.write_json(out / "model.json", doc)
     with atomic.atomic_file(out / "modelled_times.csv", "w") as f:
         w = csv.writer(f)
