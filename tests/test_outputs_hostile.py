@@ -730,3 +730,27 @@ def test_the_sweep_asks_the_temporarys_lock_not_its_pid(tmp_path, locker):
     log = sorted((ROOT / "tests" / "fixtures" / "nccl_tests").iterdir())[0]
     assert main(["import-nccl-tests", str(log), "--out", str(out)]) == 0
     assert not reused.exists()
+
+
+def test_accept_checks_every_output_before_it_writes_one(tmp_path, capfd):
+    """accept wrote acceptance.json, then refused its report, whose path was the profile it read."""
+    run = hostile_run(tmp_path / "run")
+    profile = run / "report.md"
+    profile.write_text((ROOT / "baselines" / "profiles" / "cpu-ci.yaml").read_text(encoding="utf-8"))
+    before = profile.read_bytes()
+    assert main(["accept", "--profile", str(profile), "--run", str(run)]) == 2
+    assert f"{profile} is an input of this command" in capfd.readouterr().err
+    assert not (run / "acceptance.json").exists() and profile.read_bytes() == before
+
+
+def test_report_never_writes_through_a_planted_plots_link(tmp_path, capfd):
+    """`report` wrote its plots through a ``plots`` symlink to elsewhere."""
+    run, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
+    run.mkdir()
+    elsewhere.mkdir()
+    lines = (ROOT / "tests" / "fixtures" / "run_mixed" / RESULTS).read_text().splitlines(keepends=True)
+    (run / RESULTS).write_text("".join(line for line in lines if '"family":"allreduce"' in line))
+    (run / "plots").symlink_to(elsewhere)
+    assert main(["report", str(run)]) == 2
+    assert f"{run / 'plots'} is a symbolic link (to {elsewhere})" in capfd.readouterr().err
+    assert list(elsewhere.iterdir()) == [] and not (run / "report.md").exists()

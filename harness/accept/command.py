@@ -28,7 +28,7 @@ from harness.core.escape import for_terminal
 from harness.core.options import print_error
 from harness.core.store import ResultsFileError, load_run, new_run_id
 from harness.document.blocks import Heading, Para, Table
-from harness.report.cli import make_report, write_report
+from harness.report.cli import make_report, report_targets, write_report
 from harness.run.runner import RunOptions, run
 
 
@@ -98,11 +98,17 @@ def cmd_accept(args) -> int:
     print(f"{counts[PASS]} pass, {counts[FAIL]} fail, {counts[UNVERIFIED]} could not verify: "
           f"{result.verdict}, exit {result.exit_code}")
     out = args.out if args.run and args.out else Path(run_dir)
+    report = None
+    if not args.no_report:
+        report = make_report([run_dir])
+        report.blocks[2:2] = acceptance_blocks(result)  # after the title and preamble
     with claim_dir(out, "accept"):
-        atomic.write_json(out / "acceptance.json", result.to_dict(), sort_keys=False)
-        if not args.no_report:
-            report = make_report([run_dir])
-            report.blocks[2:2] = acceptance_blocks(result)  # after the title and preamble
+        # Every output checked before the first is written: a report path refused (the profile
+        # itself, a planted link) leaves no acceptance.json that says the acceptance was written.
+        targets = [out / "acceptance.json", *(report_targets(report, out) if report else ())]
+        atomic.check_targets(targets)
+        atomic.write_json(targets[0], result.to_dict(), sort_keys=False)
+        if report is not None:
             md, _ = write_report(report, out)
             print(f"report: {md}")
     return result.exit_code

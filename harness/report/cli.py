@@ -37,14 +37,23 @@ def write_report(report: Report, out: Path) -> tuple[Path, Path]:
         return _write_report(report, out)
 
 
+def report_targets(report: Report, out: Path) -> list[Path]:
+    """Every file ``write_report`` writes into ``out``: report.md, report.html and the plots."""
+    images = [b for b in report.blocks if isinstance(b, Image)]
+    return [out / "report.md", out / "report.html", *(out / "plots" / f"{image.name}.png" for image in images)]
+
+
 def _write_report(report: Report, out: Path) -> tuple[Path, Path]:
-    plots = out / "plots"
+    # All checked before the first is written: a refused plot (a planted ``plots`` link) leaves
+    # no report.md beside it, and a refused report.md no plots.
+    targets = report_targets(report, out)
+    atomic.check_targets(targets)
     images = [b for b in report.blocks if isinstance(b, Image)]
     if images:
-        plots.mkdir(exist_ok=True)
-    for image in images:
-        atomic.write_bytes(plots / f"{image.name}.png", image.png)
-    md, html = out / "report.md", out / "report.html"
+        (out / "plots").mkdir(exist_ok=True)
+    for image, path in zip(images, targets[2:]):
+        atomic.write_bytes(path, image.png)
+    md, html = targets[:2]
     atomic.write_text(md, to_markdown(report.blocks))
     atomic.write_text(html, to_html(report.blocks, report.title))
     return md, html
