@@ -743,6 +743,30 @@ def test_accept_checks_every_output_before_it_writes_one(tmp_path, capfd):
     assert not (run / "acceptance.json").exists() and profile.read_bytes() == before
 
 
+def _repo(path):
+    path.mkdir()
+    for argv in (["init", "-q"], ["add", "."], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one"]):
+        if argv[0] == "add":
+            (path / "asv.conf.json").write_text('{"version": 1}\n')
+            (path / "docs").mkdir()
+            (path / "docs" / "a.md").write_text("a\n")
+        subprocess.run(["git", *argv], cwd=path, check=True, capture_output=True)
+    return path
+
+
+@pytest.mark.parametrize("where", ["the repo", "above it", "a tracked directory"])
+def test_history_refuses_an_out_over_the_repository_it_measures(tmp_path, capfd, where):
+    """``history --out REPO`` rewrote the repository's own asv.conf.json."""
+    repo = _repo(tmp_path / "repo")
+    out = {"the repo": repo, "above it": tmp_path, "a tracked directory": repo / "docs"}[where]
+    assert main(["history", "HEAD", "--repo", str(repo), "--out", str(out)]) == 2
+    err = capfd.readouterr().err
+    assert f"--out {out}" in err and "being measured" in err
+    assert (repo / "asv.conf.json").read_text() == '{"version": 1}\n'
+    assert not (out / CLAIM_FILE).exists()
+    assert sorted(p.name for p in repo.iterdir()) == [".git", "asv.conf.json", "docs"]
+
+
 def test_report_never_writes_through_a_planted_plots_link(tmp_path, capfd):
     """`report` wrote its plots through a ``plots`` symlink to elsewhere."""
     run, elsewhere = tmp_path / "run", tmp_path / "elsewhere"

@@ -37,9 +37,10 @@ from typing import Optional, Sequence
 
 
 from harness.core import atomic
-from harness.core.claim import claim_dir
+from harness.core.claim import claim_dir, refuse_links_below
 from harness.core.escape import for_terminal
 from harness.core.git import git_env, run_git
+from harness.core.inputfile import declare_inputs
 from harness.core.options import (EXIT_FAILED, EXIT_OK, EXIT_USAGE, absolute, case_id_option, families_option,
                                   machine_option, print_error, seconds)
 from harness.core.store import RESULTS, ResultsFileError, load_records, run_incompleteness
@@ -163,6 +164,27 @@ def asv_config(repo: Path, results: Optional[Path], out: Path) -> tuple[Path, Pa
     path = out / "asv.conf.json"
     atomic.write_json(path, config, indent=1, sort_keys=False)
     return path, results
+
+
+def refuse_out_over_repo(repo: Path, out: Path) -> None:
+    """HistoryRunError when ``out`` is the measured repository, holds it, or holds a file git
+    tracks there: the asv config, logs and runs written into it would replace the repository's own
+    files, the ones being measured. Inside it, where git tracks nothing (the default
+    REPO/.asv/history), is fine."""
+    repo, out = repo.resolve(), out.resolve()
+    fix = f"choose a directory outside it, or one inside that git tracks nothing in (default {repo / '.asv' / 'history'})"
+    if repo == out or repo.is_relative_to(out):
+        what = "the repository" if repo == out else f"a directory that holds the repository {repo}"
+        raise HistoryRunError(f"--out {out} is {what} being measured; {fix}")
+    if out.is_relative_to(repo):
+        listed = run_git(repo, "ls-files", "-z", "--", f":(literal){out.relative_to(repo)}")
+        if listed.returncode != 0:
+            raise HistoryRunError(f"{repo}: git ls-files failed: {listed.stderr.strip()}")
+        tracked = [name for name in listed.stdout.split("\0") if name]
+        if tracked:
+            raise HistoryRunError(f"--out {out} holds {len(tracked)} file(s) of the repository being measured "
+                                  f"(first {repo / tracked[0]}); {fix}")
+    declare_inputs([repo / "asv.conf.json"])  # read by asv's own reader: never written over, by any path
 
 
 def _asv(args: Sequence[str], log, env: Optional[dict] = None, cwd: Optional[Path] = None) -> int:
@@ -351,7 +373,10 @@ def cmd_history(args) -> int:
             raise HistoryRunError("--find bisects one case: give exactly one --case")
         commits = commits_in(repo, args.range, include_start=bool(args.find))
         out = (args.out or repo / ".asv" / "history").resolve()
+        refuse_out_over_repo(repo, out)
         claim_dir(out, "history")  # held while it measures: a second history into OUT is refused
+        for sub in ("runs", "logs"):  # written by children and by appends, which no write below checks
+            refuse_links_below(out, out / sub)
         results = absolute(args.results) or (out / "find-results" if args.find else None)
         config, results = asv_config(repo, results, out)
         with (out / "asv-machine.log").open("a") as log:
