@@ -319,6 +319,50 @@ def test_a_worktree_of_a_sigkilled_history_is_swept_by_the_next_history(tmp_repo
     assert f"removed the worktree {left}" in capsys.readouterr().err
 
 
+def _other_temp_dir(tmp_path: Path, name: str) -> Path:
+    where = tmp_path / name
+    where.mkdir()
+    return where
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("command", ["gate", "history"])
+def test_a_worktree_left_under_another_temp_dir_is_swept_by_the_next_run(tmp_repo, tmp_path, temp_dir, capsys,
+                                                                          command):
+    # The killed run had TMPDIR=A, the next one B: the sweep looked only directly under its own
+    # temp dir, so the worktree stayed registered, and its directory in A, for ever.
+    killed_tmp = _other_temp_dir(tmp_path, "tmp-of-the-killed-run")
+    out = tmp_path / "killed"
+    argv = (["gate", "--repo", str(tmp_repo), "--base", "HEAD", "--case", HANG, "--budget", "300"]
+            if command == "gate" else ["history", "--repo", str(tmp_repo), "--case", HANG])
+    proc = subprocess.Popen([sys.executable, "-m", "harness", *argv, "--timeout", "120", "--out", str(out)]
+                            + (["HEAD"] if command == "history" else []), cwd=ROOT,
+                            env={**os.environ, "TMPDIR": str(killed_tmp)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for(lambda: list(out.glob("base/gen-000/worker.log") if command == "gate" else out.glob("runs/*")),
+                  "the measurement's start")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+    (left,) = [Path(p) for p in _worktrees(tmp_repo) if Path(p) != tmp_repo]
+    assert left.is_relative_to(killed_tmp) and owner_of(left).pid == proc.pid
+    (killed_tmp / "a-file-of-the-users").write_text("keep\n")
+
+    if command == "gate":
+        code = main(["gate", "--repo", str(tmp_repo), "--base", "no-such-ref", "--case", NOOP,
+                     "--out", str(tmp_path / "next")])
+    else:
+        code = main(["history", "--repo", str(tmp_repo), "--out", str(out), "nosuch..HEAD"])
+    assert code == (EXIT_COULD_NOT_RUN if command == "gate" else 2)
+    assert _worktrees(tmp_repo) == [str(tmp_repo)]
+    assert not left.parent.exists() and (killed_tmp / "a-file-of-the-users").exists()
+    assert f"removed the worktree {left}" in capsys.readouterr().err
+    # The killed run's own children (history's `critpath run`, told by SIGTERM) stop and clean up too.
+    _wait_for(lambda: os.listdir(killed_tmp) == ["a-file-of-the-users"], "the killed run's children's cleanup", 60)
+    assert list((tmp_repo / ".git" / trees.RECORDS_DIR).iterdir()) == []  # nothing of the run is left in the repo
+
+
 # -- a sweep removes only what the project made ---------------------------------------------------
 
 
