@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, git as _git
+from conftest import ROOT, git as _git, processes_mentioning
 
 from harness.cli import main
 from harness.core.git import git_env
@@ -361,6 +361,44 @@ def test_a_worktree_left_under_another_temp_dir_is_swept_by_the_next_run(tmp_rep
     # The killed run's own children (history's `critpath run`, told by SIGTERM) stop and clean up too.
     _wait_for(lambda: os.listdir(killed_tmp) == ["a-file-of-the-users"], "the killed run's children's cleanup", 60)
     assert list((tmp_repo / ".git" / trees.RECORDS_DIR).iterdir()) == []  # nothing of the run is left in the repo
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+@pytest.mark.parametrize("killed", ["gate-power", "its process group"])
+def test_the_worktrees_of_a_sigkilled_gate_power_are_removed_by_the_rerun(tmp_repo, tmp_path, killed):
+    # gate-power's base tree (and each gate's checkouts) are worktrees of its clone in --out, which
+    # no sweep looked at: after a SIGKILL they stayed registered, the gate it ran went on alone,
+    # and a rerun into the same --out was refused "not empty" with them still there.
+    users = tmp_path / "users-own-worktree"
+    _git(tmp_repo, "worktree", "add", "--detach", "--quiet", "--", str(users), "HEAD")
+    out, killed_tmp, next_tmp = tmp_path / "power", _other_temp_dir(tmp_path, "tmp-a"), _other_temp_dir(tmp_path, "tmp-b")
+    clone = out / "clone"
+    argv = [sys.executable, "-m", "harness", "gate-power", "--case", NOOP, "--slowdowns", "none", "--trials", "1",
+            "--budget", "20", "--out", str(out)]
+    proc = subprocess.Popen(argv, cwd=tmp_repo, env={**os.environ, "TMPDIR": str(killed_tmp)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        _wait_for(lambda: list(out.glob("gates/cell-00/trial-00/base/gen-000/worker.log")), "the first trial's start")
+    finally:
+        (os.killpg if killed != "gate-power" else os.kill)(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    if killed == "gate-power":  # its gate is told, and stops well before its 20 s budget
+        _wait_for(lambda: not processes_mentioning(f"harness gate --repo {clone}"), "the orphaned gate's end", 10)
+    assert len(_worktrees(clone)) > 1  # its base tree; and the gate's two sides, when the gate was killed too
+
+    env = {**os.environ, "TMPDIR": str(next_tmp)}
+    again = subprocess.run(argv, cwd=tmp_repo, env=env, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 2 and f"{out} is not empty" in again.stderr, again.stderr
+    assert f"left by critpath gate-power (pid {proc.pid} " in again.stderr, again.stderr
+    assert _worktrees(clone) == [str(clone)] and os.listdir(killed_tmp) == []
+
+    resumed = subprocess.run(argv + ["--resume"], cwd=tmp_repo, env=env, capture_output=True, text=True, timeout=400)
+    assert resumed.returncode in (0, 1), resumed.stderr
+    assert len(json.loads((out / "power.json").read_text())["trials"]) == 1
+    assert _worktrees(clone) == [str(clone)]  # the finished run's own trees are gone too
+    assert os.listdir(next_tmp) == [] and not processes_mentioning(str(out))
+    assert _worktrees(tmp_repo) == [str(tmp_repo), str(users)]  # the user's repo kept what it had
 
 
 # -- a sweep removes only what the project made ---------------------------------------------------
