@@ -155,6 +155,42 @@ def test_the_probe_refuses_a_tree_that_loads_harness_code_from_elsewhere(tmp_pat
         probe(Tree("base", "old", old_tree, None), [])
 
 
+_REACH_OUT = f"__path__.append({str(ROOT / 'harness')!r})  # a tree that reaches into the installed checkout\n"
+
+
+def test_a_tree_that_appends_another_checkout_to_its_path_cannot_import_from_it(old_tree):
+    # The probe imports a few modules; a module imported later (here harness.core.escape, which
+    # this tree lacks) came through the appended __path__ from the other checkout, unseen.
+    (old_tree / "harness" / "__init__.py").write_text(_REACH_OUT)
+    code = ("import harness.registry\n"  # the tree's own module still imports
+            "try:\n    import harness.core.escape as m\nexcept ImportError as exc:\n    print(exc)\n"
+            "else:\n    print('imported', m.__file__)\n")
+    plain = {**os.environ, "PYTHONPATH": str(old_tree)}
+    for env, said in [(plain, f"imported {ROOT / 'harness' / 'core' / 'escape.py'}"),  # the premise
+                      (Tree("base", "old", old_tree, None).env(),
+                       f"harness.core would be imported from {ROOT / 'harness' / 'core'}")]:
+        out = subprocess.run([sys.executable, "-c", code], cwd=old_tree, env=env, capture_output=True, text=True)
+        assert out.returncode == 0 and said in out.stdout, out.stdout + out.stderr
+    assert "outside the tree under test" in out.stdout and str(old_tree) in out.stdout
+
+
+@pytest.mark.integration
+def test_a_candidate_that_appends_the_checkout_to_its_path_could_not_run_naming_the_module(tmp_repo, tmp_path):
+    # The candidate lacks harness/cli.py, which the probe never imports, and reaches into this
+    # checkout for it: its workers ran this checkout's cli, and the gate measured it as the candidate.
+    init = tmp_repo / "harness" / "__init__.py"
+    init.write_text(init.read_text() + _REACH_OUT)
+    (tmp_repo / "harness" / "cli.py").unlink()
+    _git(tmp_repo, "commit", "-q", "-am", "a candidate that reaches out of its tree")
+    out = tmp_path / "gate"
+    code = main(["gate", "--repo", str(tmp_repo), "--base", "HEAD~1", "--candidate", "HEAD", "--case", NOOP,
+                 "--max-pairs", "2", "--iters", "100", "--out", str(out)])
+    data = json.loads((out / "gate.json").read_text())
+    reasons = [data["error"] or ""] + [c["reason"] for c in data["cases"]]
+    assert code == EXIT_COULD_NOT_RUN
+    assert any("candidate" in r and "harness.cli would be imported from" in r and str(ROOT) in r for r in reasons), reasons
+
+
 @pytest.mark.slow
 @pytest.mark.integration
 def test_a_gate_against_a_base_from_before_the_worker_falls_back_and_runs_its_own_code(editable_install, tmp_path):
