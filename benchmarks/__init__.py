@@ -17,6 +17,7 @@ except ImportError:  # a plain `asv run`: the installed checkout is the one meas
 if critpath_own_tree is not None:
     critpath_own_tree.drop_editable_finders()
     _tree = os.environ.get(critpath_own_tree.TREE_ENV)
+    critpath_own_tree.guard_imports(_tree)
     if _tree:
         import harness
 

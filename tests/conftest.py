@@ -38,6 +38,19 @@ def cli():
     return run_cli
 
 
+def processes_mentioning(text: str) -> list[str]:
+    """Command lines of this machine's processes that mention ``text``: what a test asserts is gone."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in args:
+            found.append(args)
+    return found
+
+
 def git(repo: Path, *args: str) -> str:
     """git in ``repo`` under a test identity; its output, stripped."""
     return subprocess.run(["git", "-C", str(repo), "-c", "user.name=critpath-tests", "-c", "user.email=tests@localhost",

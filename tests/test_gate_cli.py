@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import xmlschema
-from conftest import derived_record, git as _git
+from conftest import derived_record, git as _git, processes_mentioning
 
 from harness.cli import main
 from harness.gate.outputs import EXIT_COULD_NOT_RUN, EXIT_PASS, EXIT_REGRESSION, junit_schema_path
@@ -261,18 +261,6 @@ def test_a_partial_slowdown_is_found_by_the_default_statistic(tmp_repo, tmp_path
     assert case["outcome"] != "regressed" and case["comparison"]["ratio"] < 1.2
 
 
-def _processes_mentioning(text: str) -> list[str]:
-    found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            args = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if text in args:
-            found.append(args)
-    return found
-
-
 def _own_temp_dir(tmp_path: Path) -> Path:
     """A temporary directory for the gate under test alone, so that a gate run by anyone else on
     the machine at the same time cannot look like a checkout this one left."""
@@ -297,14 +285,14 @@ def test_an_interrupted_gate_removes_its_worktree_and_leaves_no_process(tmp_repo
     deadline = time.monotonic() + 60
     while not list(out.glob("*/gen-000/round-*/results.jsonl")) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _processes_mentioning(str(out)), "no worker was running"
+    assert processes_mentioning(str(out)), "no worker was running"
     proc.send_signal(getattr(signal, sig))
     code = proc.wait(timeout=60)
     assert code == 128 + getattr(signal, sig)
     data = json.loads((out / "gate.json").read_text())
     assert "interrupted" in data["error"] and data["exit_code"] == EXIT_COULD_NOT_RUN
     time.sleep(0.5)
-    assert _processes_mentioning(str(out)) == []
+    assert processes_mentioning(str(out)) == []
     assert _git(tmp_repo, "worktree", "list").count("\n") == 0
     assert list(temp_dir.glob("critpath-gate-*")) == []  # the base's checkout is gone
 
@@ -325,12 +313,12 @@ def test_an_interrupted_gate_power_stops_its_running_gate_and_leaves_no_process(
     deadline = time.monotonic() + 120
     while not list(out.glob("gates/cell-00/trial-00/*/gen-000/round-*/results.jsonl")) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _processes_mentioning(f"harness gate --repo {out}"), "no gate was running"
+    assert processes_mentioning(f"harness gate --repo {out}"), "no gate was running"
     proc.send_signal(signal.SIGTERM)
     code = proc.wait(timeout=60)
     assert code == 128 + signal.SIGTERM, proc.stdout.read().decode()
     time.sleep(0.5)
-    assert _processes_mentioning(str(out)) == []
+    assert processes_mentioning(str(out)) == []
     assert list(temp_dir.glob("critpath-gate-*")) == []
     gate = json.loads((out / "gates" / "cell-00" / "trial-00" / "gate.json").read_text())
     assert "interrupted by SIGTERM" in gate["error"]
@@ -354,4 +342,4 @@ def test_a_repeat_that_hangs_dies_or_answers_wrong_could_not_run(tmp_repo, tmp_p
     assert cases[bad]["outcome"] == "could_not_run" and why in cases[bad]["reason"], cases[bad]["reason"]
     # The other case goes on in fresh processes and gets its own verdict.
     assert cases[NOOP]["outcome"] != "could_not_run" or "budget" in cases[NOOP]["reason"]
-    assert _processes_mentioning(str(out)) == []
+    assert processes_mentioning(str(out)) == []

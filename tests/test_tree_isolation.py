@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, git as _git
+from conftest import ROOT, git as _git, processes_mentioning
 
 from harness.cli import main
 from harness.core.git import git_env
@@ -153,6 +153,42 @@ def test_the_probe_refuses_a_tree_that_loads_harness_code_from_elsewhere(tmp_pat
         "def parse(case_id):\n    return case_id\n")
     with pytest.raises(TreeError, match="imports harness.elsewhere from "):
         probe(Tree("base", "old", old_tree, None), [])
+
+
+_REACH_OUT = f"__path__.append({str(ROOT / 'harness')!r})  # a tree that reaches into the installed checkout\n"
+
+
+def test_a_tree_that_appends_another_checkout_to_its_path_cannot_import_from_it(old_tree):
+    # The probe imports a few modules; a module imported later (here harness.core.escape, which
+    # this tree lacks) came through the appended __path__ from the other checkout, unseen.
+    (old_tree / "harness" / "__init__.py").write_text(_REACH_OUT)
+    code = ("import harness.registry\n"  # the tree's own module still imports
+            "try:\n    import harness.core.escape as m\nexcept ImportError as exc:\n    print(exc)\n"
+            "else:\n    print('imported', m.__file__)\n")
+    plain = {**os.environ, "PYTHONPATH": str(old_tree)}
+    for env, said in [(plain, f"imported {ROOT / 'harness' / 'core' / 'escape.py'}"),  # the premise
+                      (Tree("base", "old", old_tree, None).env(),
+                       f"harness.core would be imported from {ROOT / 'harness' / 'core'}")]:
+        out = subprocess.run([sys.executable, "-c", code], cwd=old_tree, env=env, capture_output=True, text=True)
+        assert out.returncode == 0 and said in out.stdout, out.stdout + out.stderr
+    assert "outside the tree under test" in out.stdout and str(old_tree) in out.stdout
+
+
+@pytest.mark.integration
+def test_a_candidate_that_appends_the_checkout_to_its_path_could_not_run_naming_the_module(tmp_repo, tmp_path):
+    # The candidate lacks harness/cli.py, which the probe never imports, and reaches into this
+    # checkout for it: its workers ran this checkout's cli, and the gate measured it as the candidate.
+    init = tmp_repo / "harness" / "__init__.py"
+    init.write_text(init.read_text() + _REACH_OUT)
+    (tmp_repo / "harness" / "cli.py").unlink()
+    _git(tmp_repo, "commit", "-q", "-am", "a candidate that reaches out of its tree")
+    out = tmp_path / "gate"
+    code = main(["gate", "--repo", str(tmp_repo), "--base", "HEAD~1", "--candidate", "HEAD", "--case", NOOP,
+                 "--max-pairs", "2", "--iters", "100", "--out", str(out)])
+    data = json.loads((out / "gate.json").read_text())
+    reasons = [data["error"] or ""] + [c["reason"] for c in data["cases"]]
+    assert code == EXIT_COULD_NOT_RUN
+    assert any("candidate" in r and "harness.cli would be imported from" in r and str(ROOT) in r for r in reasons), reasons
 
 
 @pytest.mark.slow
@@ -317,6 +353,88 @@ def test_a_worktree_of_a_sigkilled_history_is_swept_by_the_next_history(tmp_repo
     assert code == 2
     assert _worktrees(tmp_repo) == [str(tmp_repo)]
     assert f"removed the worktree {left}" in capsys.readouterr().err
+
+
+def _other_temp_dir(tmp_path: Path, name: str) -> Path:
+    where = tmp_path / name
+    where.mkdir()
+    return where
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("command", ["gate", "history"])
+def test_a_worktree_left_under_another_temp_dir_is_swept_by_the_next_run(tmp_repo, tmp_path, temp_dir, capsys,
+                                                                          command):
+    # The killed run had TMPDIR=A, the next one B: the sweep looked only directly under its own
+    # temp dir, so the worktree stayed registered, and its directory in A, for ever.
+    killed_tmp = _other_temp_dir(tmp_path, "tmp-of-the-killed-run")
+    out = tmp_path / "killed"
+    argv = (["gate", "--repo", str(tmp_repo), "--base", "HEAD", "--case", HANG, "--budget", "300"]
+            if command == "gate" else ["history", "--repo", str(tmp_repo), "--case", HANG])
+    proc = subprocess.Popen([sys.executable, "-m", "harness", *argv, "--timeout", "120", "--out", str(out)]
+                            + (["HEAD"] if command == "history" else []), cwd=ROOT,
+                            env={**os.environ, "TMPDIR": str(killed_tmp)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for(lambda: list(out.glob("base/gen-000/worker.log") if command == "gate" else out.glob("runs/*")),
+                  "the measurement's start")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+    (left,) = [Path(p) for p in _worktrees(tmp_repo) if Path(p) != tmp_repo]
+    assert left.is_relative_to(killed_tmp) and owner_of(left).pid == proc.pid
+    (killed_tmp / "a-file-of-the-users").write_text("keep\n")
+
+    if command == "gate":
+        code = main(["gate", "--repo", str(tmp_repo), "--base", "no-such-ref", "--case", NOOP,
+                     "--out", str(tmp_path / "next")])
+    else:
+        code = main(["history", "--repo", str(tmp_repo), "--out", str(out), "nosuch..HEAD"])
+    assert code == (EXIT_COULD_NOT_RUN if command == "gate" else 2)
+    assert _worktrees(tmp_repo) == [str(tmp_repo)]
+    assert not left.parent.exists() and (killed_tmp / "a-file-of-the-users").exists()
+    assert f"removed the worktree {left}" in capsys.readouterr().err
+    # The killed run's own children (history's `critpath run`, told by SIGTERM) stop and clean up too.
+    _wait_for(lambda: os.listdir(killed_tmp) == ["a-file-of-the-users"], "the killed run's children's cleanup", 60)
+    assert list((tmp_repo / ".git" / trees.RECORDS_DIR).iterdir()) == []  # nothing of the run is left in the repo
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+@pytest.mark.parametrize("killed", ["gate-power", "its process group"])
+def test_the_worktrees_of_a_sigkilled_gate_power_are_removed_by_the_rerun(tmp_repo, tmp_path, killed):
+    # gate-power's base tree (and each gate's checkouts) are worktrees of its clone in --out, which
+    # no sweep looked at: after a SIGKILL they stayed registered, the gate it ran went on alone,
+    # and a rerun into the same --out was refused "not empty" with them still there.
+    users = tmp_path / "users-own-worktree"
+    _git(tmp_repo, "worktree", "add", "--detach", "--quiet", "--", str(users), "HEAD")
+    out, killed_tmp, next_tmp = tmp_path / "power", _other_temp_dir(tmp_path, "tmp-a"), _other_temp_dir(tmp_path, "tmp-b")
+    clone = out / "clone"
+    argv = [sys.executable, "-m", "harness", "gate-power", "--case", NOOP, "--slowdowns", "none", "--trials", "1",
+            "--budget", "20", "--out", str(out)]
+    proc = subprocess.Popen(argv, cwd=tmp_repo, env={**os.environ, "TMPDIR": str(killed_tmp)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        _wait_for(lambda: list(out.glob("gates/cell-00/trial-00/base/gen-000/worker.log")), "the first trial's start")
+    finally:
+        (os.killpg if killed != "gate-power" else os.kill)(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    if killed == "gate-power":  # its gate is told, and stops well before its 20 s budget
+        _wait_for(lambda: not processes_mentioning(f"harness gate --repo {clone}"), "the orphaned gate's end", 10)
+    assert len(_worktrees(clone)) > 1  # its base tree; and the gate's two sides, when the gate was killed too
+
+    env = {**os.environ, "TMPDIR": str(next_tmp)}
+    again = subprocess.run(argv, cwd=tmp_repo, env=env, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 2 and f"{out} is not empty" in again.stderr, again.stderr
+    assert f"left by critpath gate-power (pid {proc.pid} " in again.stderr, again.stderr
+    assert _worktrees(clone) == [str(clone)] and os.listdir(killed_tmp) == []
+
+    resumed = subprocess.run(argv + ["--resume"], cwd=tmp_repo, env=env, capture_output=True, text=True, timeout=400)
+    assert resumed.returncode in (0, 1), resumed.stderr
+    assert len(json.loads((out / "power.json").read_text())["trials"]) == 1
+    assert _worktrees(clone) == [str(clone)]  # the finished run's own trees are gone too
+    assert os.listdir(next_tmp) == [] and not processes_mentioning(str(out))
+    assert _worktrees(tmp_repo) == [str(tmp_repo), str(users)]  # the user's repo kept what it had
 
 
 # -- a sweep removes only what the project made ---------------------------------------------------

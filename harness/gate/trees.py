@@ -1,6 +1,8 @@
 """Source trees for the two sides of an A/B: the working tree, or a ref checked out with
 ``git worktree add`` in a temporary directory (removed afterwards, even on failure; one that a
-killed gate or history left is removed by the next, ``harness.gate.owned``).
+killed gate, history or gate-power left is removed by the next, ``harness.gate.owned``). Each
+such directory is also recorded in the repository's own git directory (``RECORDS_DIR``), so the
+sweep finds it whatever ``TMPDIR`` the killed process and the next one ran with.
 
 The project is pure Python, so a side runs as ``python -m harness`` with its tree first on
 PYTHONPATH; nothing is reinstalled. Every process of a tree starts with ``OWN_TREE`` ahead of
@@ -127,22 +129,72 @@ TREE_PREFIX = "critpath-gate-"  # of every directory ``checkout`` makes, under t
 TREE_NAME = "tree"  # the worktree, inside that directory, beside the owner file
 
 
-def _remove(repo: Path, path: Path) -> None:
+RECORDS_DIR = "critpath-worktrees"  # in the repository's common git directory: one file per checkout
+
+
+def _records(repo: Path) -> Optional[Path]:
+    """Where ``repo`` keeps the records of the checkouts critpath made in it; None where git cannot say."""
+    result = _git(repo, "rev-parse", "--path-format=absolute", "--git-common-dir", check=False)
+    return Path(result.stdout.strip()) / RECORDS_DIR if result.returncode == 0 and result.stdout.strip() else None
+
+
+def _record(repo: Path, parent: Path) -> Optional[Path]:
+    """Record ``parent`` (a directory ``checkout`` made) in ``repo``'s git directory, where every
+    later sweep of ``repo`` looks, whatever its temp dir."""
+    records = _records(repo)
+    if records is None:
+        return None
+    records.mkdir(exist_ok=True)
+    record = records / f"{parent.name}.json"
+    record.write_text(json.dumps({"dir": str(parent)}) + "\n")
+    return record
+
+
+def _recorded(repo: Path) -> dict[str, Path]:
+    """The directories recorded by ``_record`` in ``repo`` (real path -> record file). A record
+    that does not name a directory shaped as ``checkout`` makes, whose name is the record's own,
+    vouches for nothing."""
+    records = _records(repo)
+    found = {}
+    for record in sorted(records.glob(f"{TREE_PREFIX}*.json")) if records and records.is_dir() else []:
+        try:
+            where = json.loads(record.read_text())["dir"]
+        except (OSError, ValueError, TypeError, KeyError):
+            continue
+        if isinstance(where, str) and os.path.isabs(where) and Path(where).name == record.stem:
+            found[os.path.realpath(where)] = record
+    return found
+
+
+def _forget(record: Optional[Path]) -> None:
+    """Drop the record of a directory that is gone. The records directory stays, empty: removing
+    it would race with another gate in the same repository writing its record there."""
+    if record is not None:
+        record.unlink(missing_ok=True)
+
+
+def _remove(repo: Path, path: Path, made: bool = False) -> None:
     """Remove the worktree at ``path`` and the directory ``checkout`` made for it, nothing above.
     ``-f -f``: a gate killed during ``git worktree add`` leaves it locked ("initializing"), and a
-    single ``--force`` (and ``prune``) skips a locked worktree."""
+    single ``--force`` (and ``prune``) skips a locked worktree. ``made``: its directory is known to
+    be one ``checkout`` made (recorded), wherever it is."""
     _git(repo, "worktree", "unlock", "--", str(path), check=False)
     _git(repo, "worktree", "remove", "-f", "-f", "--", str(path), check=False)
-    if _made_here(path) and not path.exists():  # a tree git could not remove keeps its owner file: retried next time
+    if (made or _made_here(path)) and not path.exists():  # a tree git could not remove keeps its owner file: retried next time
         shutil.rmtree(path.parent, ignore_errors=True)
 
 
 def _made_here(path: Path) -> bool:
     """Whether ``path`` is where ``checkout`` puts a worktree: ``TREE_NAME`` in a ``TREE_PREFIX``
-    directory directly under the temp dir. Nothing else is ever deleted by the sweep."""
+    directory directly under the temp dir. Nothing else is ever deleted by the sweep, but a
+    directory of that shape elsewhere that the repository records (``_recorded``)."""
     parent = path.parent
-    return (path.name == TREE_NAME and parent.name.startswith(TREE_PREFIX)
+    return (_shaped(path)
             and os.path.realpath(parent.parent) == os.path.realpath(tempfile.gettempdir()))
+
+
+def _shaped(path: Path) -> bool:
+    return path.name == TREE_NAME and path.parent.name.startswith(TREE_PREFIX)
 
 
 @contextlib.contextmanager
@@ -155,13 +207,17 @@ def checkout(repo: Path, ref: str, label: str, command: str = "critpath gate") -
     sha = resolve(repo, ref)
     parent = Path(tempfile.mkdtemp(prefix=f"{TREE_PREFIX}{label}-"))
     path = parent / TREE_NAME
+    record = None
     try:
         Owner.me(command).write(parent)  # before the worktree exists: no moment leaves it unmarked
+        record = _record(repo, parent)
         _git(repo, "worktree", "add", "--detach", "--quiet", "--", str(path), sha)
         yield Tree(label, ref, path, sha)
     finally:
-        _remove(repo, path)
+        _remove(repo, path, made=True)
         _git(repo, "worktree", "prune", check=False)
+        if not parent.exists():
+            _forget(record)
 
 
 def registered_worktrees(repo: Path) -> list[Path]:
@@ -174,12 +230,15 @@ def registered_worktrees(repo: Path) -> list[Path]:
 def sweep_orphans(repo: Path) -> list[str]:
     """Remove the worktrees of ``repo`` that a critpath process made and that outlived it (it was
     killed outright); what was removed (or could not be), as sentences. Only a worktree where
-    ``checkout`` puts one, other than the main one, beside a well-formed owner file whose owner is
-    gone, is removed; one whose owner file is malformed is left, with a warning."""
+    ``checkout`` puts one (under this temp dir, or recorded by the repository under any), other
+    than the main one, beside a well-formed owner file whose owner is gone, is removed; one whose
+    owner file is malformed is left, with a warning."""
     listed = registered_worktrees(repo)
+    recorded = _recorded(repo)
     said, tried = [], []
     for path in listed[1:]:  # the first is the main worktree: never ours
-        if not _made_here(path) or os.path.realpath(path) == os.path.realpath(repo):
+        made = _shaped(path) and os.path.realpath(path.parent) in recorded
+        if not (made or _made_here(path)) or os.path.realpath(path) == os.path.realpath(repo):
             continue
         try:
             owner = owner_of(path)
@@ -187,7 +246,7 @@ def sweep_orphans(repo: Path) -> list[str]:
             said.append(f"left the worktree {path} alone: its {OWNER_FILE} is not critpath's ({exc})")
             continue
         if owner is not None and not owner.alive():
-            _remove(repo, path)
+            _remove(repo, path, made)
             tried.append((path, owner))
     if tried:
         _git(repo, "worktree", "prune", check=False)
@@ -198,7 +257,25 @@ def sweep_orphans(repo: Path) -> list[str]:
                             f"remove it with: git worktree remove -f -f -- {path}")
             else:
                 said.append(f"removed the worktree {path}, left by {owner.describe()}, which is no longer running")
+    _sweep_records(recorded, set(map(os.path.realpath, registered_worktrees(repo))))
     return said
+
+
+def _sweep_records(recorded: dict[str, Path], listed: set[str]) -> None:
+    """Forget the records whose directory is gone; a directory that holds only the owner file of a
+    process that is gone (killed before ``git worktree add``, or after git removed the tree) goes
+    first. Anything else in a recorded directory keeps it, and its record."""
+    for where, record in recorded.items():
+        parent = Path(where)
+        if os.path.join(where, TREE_NAME) in listed:
+            continue
+        with contextlib.suppress(OSError, Malformed):
+            if parent.is_dir() and os.listdir(parent) == [OWNER_FILE]:
+                owner = owner_of(parent / TREE_NAME)
+                if owner is not None and not owner.alive():
+                    shutil.rmtree(parent)
+        if not parent.exists():
+            _forget(record)
 
 
 PROBE_MARK = "critpath-probe-result: "  # leads the probe's one line of JSON, whatever else the tree prints

@@ -15,11 +15,15 @@ regression at the budget). Rates come with Clopper-Pearson 95 % intervals.
 single-case cells (``harness.gatepower.tools``), in the same session.
 
 Everything measured is appended to ``power.json`` in ``--out`` after each trial; ``--resume``
-carries on from there, ``--report`` prints the tables from it.
+carries on from there, ``--report`` prints the tables from it. The clone stays in ``--out``; the
+worktrees of it that gate-power and its gates check out are ``harness.gate.trees.checkout``'s,
+removed when they are done, and a gate-power killed outright leaves them to the next run into the
+same ``--out``, which removes them first.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import re
@@ -46,13 +50,14 @@ from harness.gate.outputs import EXIT_COULD_NOT_RUN, EXIT_REGRESSION, fails_buil
 from harness.gate.schedule import MAX_BUDGET_S, MAX_ROUNDS, Plan, Schedule
 from harness.gate.sequential import estimate_se, hodges_lehmann, min_detectable_effect
 from harness.gate.sides import RoundCase, WorkerSide
-from harness.gate.trees import BASE, CANDIDATE, Tree, TreeError, checkout, repo_root, resolve
+from harness.gate.trees import BASE, CANDIDATE, Tree, TreeError, checkout, repo_root, resolve, sweep_orphans
 from harness.gatepower import inject, tools
 from harness.gatepower.resample import MAX_GATE_JSON_BYTES, MeasuredGate, resampled_rate
-from harness.run.lifetime import interrupt_signal, raise_on_sigterm
+from harness.run.lifetime import interrupt_signal, raise_on_sigterm, stop_with_parent
 
 SCHEMA = "critpath.gate-power/2"
 AA = "A/A"
+OWNER = "critpath gate-power"  # of the worktrees gate-power checks out itself (its gates' are "critpath gate")
 TOOLS = ("asv", "pytest-benchmark")
 RESAMPLE_SHIFTS = (0.05, 0.10)  # sizes of the targets in docs/gate.md, replayed as modelled slowdowns
 GATE_STOP_S = 30.0  # how long an interrupted gate gets to remove its worktrees and workers
@@ -277,19 +282,18 @@ def _prepare(request: PowerRequest, out: Path) -> dict:
     _git(clone, "checkout", "--quiet", "--force", "-B", "gate-power/aa", base_sha)
     _git(clone, "commit", "--quiet", "--allow-empty", "-m", "gate-power: A/A (no change)")
     aa_sha = _git(clone, "rev-parse", "HEAD")
-    _git(clone, "worktree", "add", "--quiet", "--detach", "--", str(out / "base-tree"), base_sha)
-    base_tree = Tree("base", base_sha, out / "base-tree", base_sha)
     targets = [] if request.rounds_sweep else list(dict.fromkeys(list(request.case_ids) + [g[0] for g in request.groups]))
     calibration, branches = {}, {}
-    for case_id in targets:
-        mean_ns = _calibrate(base_tree, case_id, out / "calibration" / f"case-{targets.index(case_id)}")
-        calibration[case_id] = mean_ns
-        print(f"calibrated {case_id}: mean {mean_ns / 1e3:.1f} us per iteration", file=sys.stderr)
-        for kind, fraction in request.slowdowns:
-            slowdown = inject.Slowdown(case_id, kind, fraction, mean_ns)
-            name = inject.branch_name(slowdown, len(branches))
-            branches[name] = _calibrated_slowdown(clone, base_sha, name, slowdown,
-                                                  out / "calibration" / name.replace("/", "-"))
+    with checkout(clone, base_sha, BASE, OWNER) as base_tree:
+        for case_id in targets:
+            mean_ns = _calibrate(base_tree, case_id, out / "calibration" / f"case-{targets.index(case_id)}")
+            calibration[case_id] = mean_ns
+            print(f"calibrated {case_id}: mean {mean_ns / 1e3:.1f} us per iteration", file=sys.stderr)
+            for kind, fraction in request.slowdowns:
+                slowdown = inject.Slowdown(case_id, kind, fraction, mean_ns)
+                name = inject.branch_name(slowdown, len(branches))
+                branches[name] = _calibrated_slowdown(clone, base_sha, name, slowdown,
+                                                      out / "calibration" / name.replace("/", "-"))
     cells = []
     if request.rounds_sweep:
         cells = [Cell(f"{case_id}: {AA}, {k} rounds", (case_id,), AA, aa_sha, rounds=k)
@@ -326,7 +330,7 @@ def _load(path: Path) -> dict:
         raise ValueError(f"{path}: not a readable gate-power measurement ({exc})") from None
 
 
-def _gate_trial(doc: dict, cell: Cell, trial: int, out: Path) -> dict:
+def _gate_trial(doc: dict, cell: Cell, trial: int, out: Path, base_tree: Tree) -> dict:
     settings = doc["settings"]
     trial_dir = out / "gates" / f"cell-{[c['name'] for c in doc['cells']].index(cell.name):02d}" / f"trial-{trial:02d}"
     if trial_dir.exists():
@@ -345,12 +349,12 @@ def _gate_trial(doc: dict, cell: Cell, trial: int, out: Path) -> dict:
         # A sweep measures noise and pace per pair: run to the budget, never stop as unchanged.
         args[args.index("--min-effect") + 1] = "0"
     # The gate itself runs from the base commit's tree, not from this checkout: every trial of a
-    # measurement is then the same gate, whatever this checkout becomes meanwhile.
-    base_tree = Tree("base", doc["base"], out / "base-tree", doc["base"])
+    # measurement is then the same gate, whatever this checkout becomes meanwhile. Killed outright,
+    # this process cannot stop it: SIGTERM on this one's death lets it remove its worktrees itself.
     start = time.perf_counter()
     with open(out / "gates" / "gates.log", "ab") as log:
         gate = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                cwd=base_tree.path, env=base_tree.env())
+                                cwd=base_tree.path, env=base_tree.env(), preexec_fn=stop_with_parent)
         try:
             code = gate.wait()
         except BaseException:
@@ -382,19 +386,15 @@ def _gate_trial(doc: dict, cell: Cell, trial: int, out: Path) -> dict:
     return record
 
 
-def _tool_trees(doc: dict, out: Path) -> dict:
-    """Worktrees of every candidate commit, for the tools (the gate makes its own)."""
-    trees = {}
-    for sha in {doc["aa"], *(b["sha"] for b in doc["branches"].values())}:
-        path = out / "tool-trees" / sha[:12]
-        if not path.exists():
-            _git(Path(doc["clone"]), "worktree", "add", "--quiet", "--detach", "--", str(path), sha)
-        trees[sha] = path
-    return trees
+def _tool_trees(doc: dict, stack: contextlib.ExitStack) -> dict:
+    """Worktrees of every candidate commit, for the tools (the gate makes its own), removed when
+    ``stack`` closes."""
+    return {sha: stack.enter_context(checkout(Path(doc["clone"]), sha, CANDIDATE, OWNER)).path
+            for sha in {doc["aa"], *(b["sha"] for b in doc["branches"].values())}}
 
 
-def _tool_trial(doc: dict, cell: Cell, tool: str, trial: int, out: Path, trees: dict) -> dict:
-    pair = {"base": (doc["base"], out / "base-tree"), "candidate": (cell.candidate, trees[cell.candidate])}
+def _tool_trial(doc: dict, cell: Cell, tool: str, trial: int, out: Path, base_tree: Tree, trees: dict) -> dict:
+    pair = {"base": (doc["base"], base_tree.path), "candidate": (cell.candidate, trees[cell.candidate])}
     scratch = out / "tools" / tool / f"{cell.candidate[:12]}-trial-{trial:02d}"
     if scratch.exists():
         shutil.rmtree(scratch)
@@ -430,9 +430,20 @@ def _chosen(cells: list[Cell], request: PowerRequest, out: Path) -> list[Cell]:
     return [c for c in cells if c.case_ids in wanted]
 
 
+def _sweep(out: Path) -> None:
+    """Remove the worktrees of ``out``'s clone that a gate-power killed outright, or its gates,
+    left there (wherever their temp dir): nothing else ever removes them, and a rerun refused as
+    "not empty", or the clone removed by hand, would leave them for ever."""
+    clone = out / "clone"
+    if (clone / ".git").is_dir():
+        for removed in sweep_orphans(clone):
+            print(f"critpath gate-power: {removed}", file=sys.stderr)
+
+
 def measure(request: PowerRequest) -> dict:
     out = request.out
     claim = claim_dir(out, "gate-power")
+    _sweep(out)
     if request.resume:
         doc = _load(out / "power.json")
     else:
@@ -445,18 +456,32 @@ def measure(request: PowerRequest) -> dict:
         cells = _chosen(cells, request, out)
     refuse_links_below(out, out / "gates")  # each gate's --out is below it: never through a link to elsewhere
     (out / "gates").mkdir(exist_ok=True)
+    with contextlib.ExitStack() as stack:
+        base_tree = stack.enter_context(checkout(Path(doc["clone"]), doc["base"], BASE, OWNER))
+        _trials(doc, cells, out, base_tree, stack)
+    # Finished only when every stored cell has its trials, not just the cells this resume chose.
+    settings = doc["settings"]
+    if all((c["name"], t) in {(r["cell"], r["trial"]) for r in doc["trials"]}
+           for c in doc["cells"] for t in range(settings["trials"])):
+        doc["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    _save(out, doc)
+    return doc
+
+
+def _trials(doc: dict, cells: list[Cell], out: Path, base_tree: Tree, stack: contextlib.ExitStack) -> None:
+    """Every trial of ``cells`` not stored yet, each stored as it ends."""
     settings = doc["settings"]
     done = {(t["cell"], t["trial"]) for t in doc["trials"]}
     tool_done = {(t["cell"], t["tool"], t["trial"]) for t in doc["tool_trials"]}
     tool_cells = [c for c in cells if len(c.case_ids) == 1 and _one_rank(c.case_ids[0])]
-    trees = _tool_trees(doc, out) if settings["tools"] and tool_cells else {}
+    trees = _tool_trees(doc, stack) if settings["tools"] and tool_cells else {}
     total = settings["trials"] * len(cells)
     measured = sum(1 for t in doc["trials"] if t["cell"] in {c.name for c in cells})
     for trial in range(settings["trials"]):
         for cell in cells:
             if (cell.name, trial) in done:
                 continue
-            record = _gate_trial(doc, cell, trial, out)
+            record = _gate_trial(doc, cell, trial, out, base_tree)
             doc["trials"].append(record)
             _save(out, doc)
             measured += 1
@@ -469,14 +494,8 @@ def measure(request: PowerRequest) -> dict:
                 for tool in settings["tools"]:
                     if (cell.name, tool, trial) in tool_done:
                         continue
-                    doc["tool_trials"].append(_tool_trial(doc, cell, tool, trial, out, trees))
+                    doc["tool_trials"].append(_tool_trial(doc, cell, tool, trial, out, base_tree, trees))
                     _save(out, doc)
-    # Finished only when every stored cell has its trials, not just the cells this resume chose.
-    if all((c["name"], t) in {(r["cell"], r["trial"]) for r in doc["trials"]}
-           for c in doc["cells"] for t in range(settings["trials"])):
-        doc["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    _save(out, doc)
-    return doc
 
 
 # -- the analysis ------------------------------------------------------------------------------------

@@ -46,7 +46,7 @@ from harness.core.options import (EXIT_FAILED, EXIT_OK, EXIT_USAGE, absolute, ca
 from harness.core.store import RESULTS, ResultsFileError, load_records, run_incompleteness
 from harness.gate.trees import TreeError, checkout, probe, repo_root, resolve, sweep_orphans
 from harness.history.view import case_values
-from harness.run.lifetime import die_with_parent, interrupt_signal, raise_on_sigterm
+from harness.run.lifetime import interrupt_signal, raise_on_sigterm, stop_with_parent
 
 RUN_ENV = "CRITPATH_ASV_RUN"  # read by benchmarks/bench_families.py
 WORLD = 2
@@ -190,7 +190,7 @@ def refuse_out_over_repo(repo: Path, out: Path) -> None:
 def _asv(args: Sequence[str], log, env: Optional[dict] = None, cwd: Optional[Path] = None) -> int:
     proc = subprocess.Popen([sys.executable, "-m", "asv", *args], stdout=log, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, env=git_env({**os.environ, **(env or {})}), cwd=cwd,
-                            start_new_session=True, preexec_fn=_orphan_guard)
+                            start_new_session=True, preexec_fn=stop_with_parent)
     return _wait(proc)
 
 
@@ -225,12 +225,6 @@ def recorded_cases(results: Path, machine: str, sha: str) -> set[str]:
 
 
 # -- processes -------------------------------------------------------------------------------------
-
-
-def _orphan_guard() -> None:
-    # A child in its own session misses the terminal's Ctrl-C (``_wait`` passes it on); if this
-    # process is killed outright, SIGTERM lets the child stop the way it does on an interrupt.
-    die_with_parent(signal.SIGTERM)
 
 
 def _wait(proc: subprocess.Popen) -> int:
@@ -308,7 +302,7 @@ def record_commit(request: HistoryRequest, commit: Commit, say) -> Filed:
                     say(f"  kept the earlier run as {_set_aside(run_dir)}")
                 run_dir.parent.mkdir(parents=True, exist_ok=True)
                 proc = subprocess.Popen(_run_args(request, run_dir), cwd=tree.path, env=tree.env(),
-                                        stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_orphan_guard)
+                                        stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=stop_with_parent)
                 code = _wait(proc)
                 records = _finished(run_dir)
                 if code not in (0, 1) or records is None:

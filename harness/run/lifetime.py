@@ -20,6 +20,13 @@ def die_with_parent(sig: int = signal.SIGKILL) -> None:
         pass
 
 
+def stop_with_parent() -> None:
+    """A ``preexec_fn`` for a child that cleans up on SIGTERM (a gate, a critpath run): killed
+    outright, its parent cannot stop it, so SIGTERM on the parent's death lets it stop the way it
+    does on an interrupt instead of outliving the command that started it."""
+    die_with_parent(signal.SIGTERM)
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM, delivered as an interrupt so that every context (worktrees, workers, child
     processes) unwinds as it does on Ctrl-C."""

@@ -1,7 +1,8 @@
 """Imported by Python's ``site`` at the start of every process of a tree that the gate, history or
 gate-power starts: this directory leads their PYTHONPATH (``harness.gate.trees.Tree.env``), and
 their children inherit it (rank pools, servers). It takes an editable install's finder for
-``harness`` away (``critpath_own_tree``, beside it, says why). Nothing here may import
+``harness`` away, and refuses a ``harness`` module found outside the tree (``critpath_own_tree``,
+beside it, says why). Nothing here may import
 ``harness``: it runs before the tree is imported.
 """
 import importlib.machinery
@@ -30,3 +31,4 @@ try:
     _run_shadowed_sitecustomize()
 finally:  # after it, in case it installed a finder too
     critpath_own_tree.drop_editable_finders()
+    critpath_own_tree.guard_imports(os.environ.get(critpath_own_tree.TREE_ENV))
