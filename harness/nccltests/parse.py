@@ -83,6 +83,7 @@ class Row:
     out_of_place: Optional[dict]
     iters: Optional[int] = None
     half_ulps: dict = field(default_factory=dict)  # side -> (algbw, busbw): the printed figures' rounding
+    time_column: str = "time"  # "cputime" (-C): the host's time of the loop, not the one algbw came from
 
 
 @dataclass
@@ -116,6 +117,7 @@ class Parsed:
     trailer: Trailer = field(default_factory=Trailer)
     collective: Optional[str] = None  # set by detection
     detection: Any = None
+    agreement: Any = None  # set by harness.nccltests.consistency: how many sides agree with their time
 
     @property
     def fmt(self) -> str:
@@ -251,7 +253,7 @@ def _row(cols: list[str], layout: _Layout, number: int, where: str) -> Row:
     out_of_place, oop_ulps = _side(cols[base:base + width], layout, where, "out-of-place")
     in_place, ip_ulps = _side(cols[base + width:base + 2 * width], layout, where, "in-place")
     return Row(number, where, size, count, cols[2], values.get("redop"), root, in_place, out_of_place,
-               half_ulps={"out_of_place": oop_ulps, "in_place": ip_ulps})
+               half_ulps={"out_of_place": oop_ulps, "in_place": ip_ulps}, time_column=layout.side[0])
 
 
 def _add_row(rows: list, row: Row, path: str) -> None:
@@ -445,8 +447,9 @@ def _json_row(entry: Any, i: int, path: str, iters: int) -> Row:
     out_of_place = _json_side(entry, "out_of_place", where, actual or iters)
     if in_place is None and out_of_place is None:
         raise NcclTestsFormatError(f"{where}: neither in_place nor out_of_place figures")
+    cpu = any(isinstance(entry.get(key), dict) and "time" not in entry[key] for key in ("in_place", "out_of_place"))
     return Row(0, where, size, count, dtype, redop, _json_root(entry.get("root", ""), f"{where}.root"), in_place,
-               out_of_place, actual)
+               out_of_place, actual, time_column="cputime" if cpu else "time")
 
 
 def _json_device(d: Any, i: int, path: str) -> dict:
