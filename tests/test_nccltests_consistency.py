@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
+from harness.core.store import load_records
 from harness.nccltests.importer import NcclTestsFormatError, parse_file
 
 NT = Path(__file__).parent / "fixtures" / "nccl_tests"
@@ -126,3 +127,49 @@ def test_the_cputime_column_is_not_compared_with_algbw_and_the_import_says_so(tm
     path.write_text("".join(text))
     assert main(["import-nccl-tests", str(path), "--out", str(tmp_path / "run")]) == 0
     assert "time not compared with algbw: the cputime column (-C) is the host's time" in capsys.readouterr().out
+
+
+# -- a root is -1 or a rank of the run ----------------------------------------------------------
+
+@pytest.mark.parametrize("root, refused", [("-7", "root is -7; nccl-tests prints -1 (no root) or a rank"),
+                                           ("-0", "root is -0;"), ("2", "root is 2, but the run has 2 ranks"),
+                                           ("1", None)])
+def test_a_root_that_is_no_rank_of_the_run_is_refused_naming_the_line(tmp_path, capsys, root, refused):
+    # a real broadcast log: root 0 in every row, 2 ranks listed
+    parsed = parse_file(PUBLIC / "rtx5090_broadcast_mpi_2rank_same_gpu_v2.18.0.txt")
+    row = parsed.rows[len(parsed.rows) // 2]
+    root_index = 3 + parsed.columns.index("root")
+    path = _edit_line(PUBLIC / "rtx5090_broadcast_mpi_2rank_same_gpu_v2.18.0.txt", tmp_path, row.line,
+                      lambda line: _replace_token(line, root_index, root))
+    code = main(["import-nccl-tests", str(path), "--out", str(tmp_path / "run")])
+    if refused is None:  # the other rank of the two
+        assert code == 0 and load_records(tmp_path / "run")[parsed.rows.index(row)].params["root"] == int(root)
+        return
+    assert code == 2
+    err = capsys.readouterr().err
+    assert f"{path}:{row.line}: " in err and refused in err, err
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_root_of_minus_7_in_every_row_of_an_all_reduce_log_is_refused_naming_the_first(tmp_path):
+    # every row alike, so that no evidence of the collective contradicts another: only the root itself
+    source = PUBLIC / "cscs_gh200_allreduce_2rank_2node_v2.18.2.txt"
+    parsed = parse_file(source)
+    root_index = 3 + parsed.columns.index("root")
+    lines = source.read_text().splitlines(keepends=True)
+    for row in parsed.rows:
+        lines[row.line - 1] = _replace_token(lines[row.line - 1], root_index, "-7")
+    path = tmp_path / source.name
+    path.write_text("".join(lines))
+    with pytest.raises(NcclTestsFormatError, match=rf"{source.name}:{parsed.rows[0].line}: root is -7; "):
+        parse_file(path)
+
+
+def test_a_json_root_that_is_no_rank_of_the_run_is_refused_naming_the_field(tmp_path):
+    for root, said in (("    -7", r"results\[3\].root: root is -7"), ("     8", r"results\[3\].root: root is 8, but")):
+        data = json.loads((NT / "all_reduce_h100.json").read_text())
+        data["results"][3]["root"] = root
+        path = tmp_path / "all_reduce.json"
+        path.write_text(json.dumps(data))
+        with pytest.raises(NcclTestsFormatError, match=said):
+            parse_file(path)

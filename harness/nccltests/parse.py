@@ -228,11 +228,21 @@ def _plain_lines(lines: Iterable[str]):
 
 
 def _text_root(token: str, where: str) -> int:
-    """A rank, or -1 (nccl-tests' "%6i")."""
+    """A rank, or -1 (nccl-tests' "%6i"): -1 is the only negative root a test passes."""
     if not (m := _ROOT.fullmatch(token)):
         raise NcclTestsFormatError(f"{where}: root is {token!r}, not a rank or -1")
     rank = text_integer(m.group(1), where, "root")
+    if token.startswith("-") and token != "-1":
+        raise NcclTestsFormatError(f"{where}: root is {token}; nccl-tests prints -1 (no root) or a rank, 0 or more")
     return -rank if token.startswith("-") else rank
+
+
+def _check_roots(rows: list[Row], ranks: int, ranks_from: str, at: str) -> None:
+    """Every root a rank of the run (or -1), where the log lists its ranks; ``at`` names a row's root field."""
+    for row in rows:
+        if row.root is not None and row.root >= ranks:
+            raise NcclTestsFormatError(f"{row.where}{at}: root is {row.root}, but the run has {ranks} ranks "
+                                       f"({ranks_from}): a root is -1 (no root) or a rank, 0 to {ranks - 1}")
 
 
 def _row(cols: list[str], layout: _Layout, number: int, where: str) -> Row:
@@ -339,6 +349,8 @@ def parse_text(lines: Iterable[str], path: str) -> Parsed:
     if devices:
         ranks = len({d["index"] for d in devices})
         ranks_from = f"{ranks} '#  Rank' lines"
+        # without them the processes are not known, nor the ranks a root may be
+        _check_roots(rows, ranks, ranks_from, ": column root")
     else:
         ranks = per_process
         ranks_from = f"nThread {nthreads} x nGpus {ngpus} ({header_where}), one process: no '#  Rank' lines"
@@ -505,6 +517,8 @@ def parse_json(text: str, path: str) -> Parsed:
     ngpus = _config_count(config, "ngpus", path, 1, low=1)
     ranks = max(1, len(listed)) * nthreads * ngpus
     ranks_from = f"{len(listed)} processes in config.devices x nthreads {nthreads} x ngpus {ngpus}"
+    if listed:
+        _check_roots(rows, ranks, ranks_from, ".root")
     args = _optional(data, "args", _words, f"{path}: field", [])
     code = _optional(data, "nccl_version", lambda v, w: json_integer(v, w, what="an NCCL_VERSION_CODE"),
                      f"{path}: field")
