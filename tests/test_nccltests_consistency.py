@@ -12,7 +12,7 @@ import pytest
 
 from harness.cli import main
 from harness.core.store import load_records
-from harness.nccltests.importer import NcclTestsFormatError, parse_file
+from harness.nccltests.importer import NcclTestsFormatError, import_file, parse_file
 
 NT = Path(__file__).parent / "fixtures" / "nccl_tests"
 PUBLIC = NT / "public"
@@ -173,3 +173,37 @@ def test_a_json_root_that_is_no_rank_of_the_run_is_refused_naming_the_field(tmp_
         path.write_text(json.dumps(data))
         with pytest.raises(NcclTestsFormatError, match=said):
             parse_file(path)
+
+
+# -- -J: config.per_iter_timing against the rows ------------------------------------------------
+
+def _with_flag(tmp_path: Path, source: Path, value) -> Path:
+    data = json.loads(source.read_text())
+    data["config"]["per_iter_timing"] = value
+    path = tmp_path / source.name
+    path.write_text(json.dumps(data))
+    return path
+
+
+_NOT_A_FLAG = r'field config.per_iter_timing: .* is not a flag as nccl-tests writes one \("true" or "false"\)'
+
+
+@pytest.mark.parametrize("source, value, refused", [
+    *[("all_reduce_per_iter.json", value, r"results\[0\].out_of_place_per_iter holds per-iteration times, "
+       r'but field config.per_iter_timing is "false"') for value in ("false", False)],
+    ("all_reduce_h100.json", "true",
+     r'results\[0\].out_of_place_per_iter is missing, but field config.per_iter_timing is "true"'),
+    *[("all_reduce_per_iter.json", value, _NOT_A_FLAG) for value in ("False", "0", 0, 1, "yes", [True])],
+])
+def test_a_per_iter_timing_flag_that_contradicts_the_rows_or_is_no_flag_is_refused(tmp_path, source, value, refused):
+    with pytest.raises(NcclTestsFormatError, match=refused):
+        parse_file(_with_flag(tmp_path, NT / source, value))
+
+
+def test_the_flag_as_nccl_tests_writes_it_agrees_with_its_rows(tmp_path):
+    # nccl-tests' jsonBool writes the string; the real -J file holds "false" and no per-iteration rows
+    assert json.loads((NT / "all_reduce_per_iter.json").read_text())["config"]["per_iter_timing"] == "true"
+    assert len(import_file(NT / "all_reduce_per_iter.json", tmp_path / "run")) > 0
+    real = PUBLIC / "azure_ndv5_h100_allreduce_8rank_jsonv3_prettyprinted.json"
+    assert json.loads(real.read_text())["config"]["per_iter_timing"] == "false"
+    assert len(import_file(real, tmp_path / "real")) > 0

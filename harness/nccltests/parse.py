@@ -37,8 +37,8 @@ from harness.core.jsonfile import JsonFileError, loads_strict
 from harness.nccltests.evidence import Observed, ObservedRow, Side
 from harness.nccltests.limits import MAX_ROWS, MAX_TIME_US
 from harness.nccltests.periter import per_iteration_times
-from harness.nccltests.values import (JSON_PRINTED_HALF_ULP, NcclTestsFormatError, json_integer, json_number, json_text,
-                                      text_integer, text_number)
+from harness.nccltests.values import (JSON_PRINTED_HALF_ULP, NcclTestsFormatError, json_flag, json_integer, json_number,
+                                      json_text, text_integer, text_number)
 
 __all__ = ["JSON_PRINTED_HALF_ULP", "Parsed", "Row", "parse_json", "parse_text"]
 
@@ -464,6 +464,22 @@ def _json_row(entry: Any, i: int, path: str, iters: int) -> Row:
                out_of_place, actual, time_column="cputime" if cpu else "time")
 
 
+def _check_per_iter_flag(config: dict, results: list, path: str) -> None:
+    """config.per_iter_timing against the rows: nccl-tests writes ``<side>_per_iter`` for every side
+    it measured exactly when the flag is on (``writePerIterReport`` in src/util.cu)."""
+    flag = _optional(config, "per_iter_timing", json_flag, f"{path}: field config")
+    if flag is None:
+        return  # JSON version 1 has no such flag: nothing to contradict
+    said = f'field config.per_iter_timing is "{str(flag).lower()}"'
+    for i, entry in enumerate(results):
+        for side in ("out_of_place", "in_place"):
+            timed = entry.get(f"{side}_per_iter") is not None
+            if entry.get(side) is not None and timed != flag:
+                what = "holds per-iteration times" if timed else "is missing"
+                raise NcclTestsFormatError(f"{path}: results[{i}].{side}_per_iter {what}, but {said}: nccl-tests "
+                                           "writes them for every side exactly when the flag is on")
+
+
 def _json_device(d: Any, i: int, path: str) -> dict:
     where = f"{path}: field config.devices[{i}]"
     d = _object(d, where)
@@ -505,6 +521,7 @@ def parse_json(text: str, path: str) -> Parsed:
         raise NcclTestsFormatError(f"{path}: field results: {len(results)} entries; an import holds at most "
                                    f"{MAX_ROWS} (the most cases a critpath run holds)")
     rows = [_json_row(entry, i, path, iters) for i, entry in enumerate(results)]
+    _check_per_iter_flag(config, results, path)
     # writeDeviceReport: one devices entry per process (the first line of its "#  Rank" block), so
     # the rank count is processes x threads x GPUs per thread.
     listed = config.get("devices")
