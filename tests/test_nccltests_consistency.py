@@ -207,3 +207,61 @@ def test_the_flag_as_nccl_tests_writes_it_agrees_with_its_rows(tmp_path):
     real = PUBLIC / "azure_ndv5_h100_allreduce_8rank_jsonv3_prettyprinted.json"
     assert json.loads(real.read_text())["config"]["per_iter_timing"] == "false"
     assert len(import_file(real, tmp_path / "real")) > 0
+
+
+# -- Open MPI's messages between rows ------------------------------------------------------------
+
+def _launcher_lines(path: Path) -> tuple[list[str], list[str]]:
+    """The real log's Open MPI messages (its xpmem warning block and help-aggregation lines), and the
+    rest of its lines."""
+    lines = path.read_text().splitlines(keepends=True)
+    start = next(i for i, line in enumerate(lines) if line.startswith("-----"))
+    end = next(i for i in range(start + 1, len(lines)) if lines[i].startswith("-----")) + 1
+    aggregated = [line for line in lines if line.startswith("[bm-h100-01:")]
+    messages = lines[start:end] + aggregated
+    return messages, [line for i, line in enumerate(lines) if not start <= i < end and line not in aggregated]
+
+
+def _between_rows(tmp_path: Path, source: Path, messages: list[str], rest: list[str], spoil=None) -> Path:
+    rows = [i for i, line in enumerate(rest) if re.match(r"\s*\d+\s+\d+\s+\w+", line)]
+    middle = rows[len(rows) // 2]
+    if spoil:
+        rest = rest[:middle] + [spoil(rest[middle])] + rest[middle + 1:]
+    path = tmp_path / source.name
+    path.write_text("".join(rest[:middle] + messages + rest[middle:]))
+    return path
+
+
+def test_open_mpi_messages_between_rows_of_a_real_mpirun_log_are_read_past(tmp_path, capsys):
+    # Open MPI prints its help-aggregation lines when its timer fires: in the real log before the
+    # table, as well between two of its rows
+    messages, rest = _launcher_lines(MPIRUN)
+    printed = [line for line in messages if line.strip()]  # blank lines are read past uncounted
+    assert len(printed) > 2
+    path = _between_rows(tmp_path, MPIRUN, messages, rest)
+    assert main(["import-nccl-tests", str(path), "--out", str(tmp_path / "run")]) == 0
+    out = capsys.readouterr().out
+    assert f"read past {len(printed)} lines in the table that hold no row" in out, out
+    moved = load_records(tmp_path / "run")
+    assert main(["import-nccl-tests", str(MPIRUN), "--out", str(tmp_path / "real")]) == 0
+    real = load_records(tmp_path / "real")
+    assert [(r.case_id, r.metrics) for r in moved] == [(r.case_id, r.metrics) for r in real]
+
+
+@pytest.mark.parametrize("prefix", ["+", "x", "\x00"])
+def test_a_spoilt_row_among_open_mpi_messages_is_still_refused(tmp_path, capsys, prefix):
+    messages, rest = _launcher_lines(MPIRUN)
+    path = _between_rows(tmp_path, MPIRUN, messages, rest, spoil=lambda line: prefix + line.lstrip())
+    assert main(["import-nccl-tests", str(path), "--out", str(tmp_path / "run")]) == 2
+    assert "in the results table is neither a result row" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_log_that_cannot_tell_its_collective_still_asks_with_open_mpi_messages_between_rows(tmp_path, capsys):
+    # one rank: all_reduce and reduce_scatter print the same table
+    source = PUBLIC / "aws_a10g_1gpu_old_error_col.txt"
+    messages, _ = _launcher_lines(MPIRUN)
+    path = _between_rows(tmp_path, source, messages, source.read_text().splitlines(keepends=True))
+    assert main(["import-nccl-tests", str(path), "--out", str(tmp_path / "run")]) == 2
+    assert "cannot tell which collective this is" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()

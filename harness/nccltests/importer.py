@@ -70,8 +70,8 @@ def _parse_file(path: Path, collective: Optional[str]) -> tuple[Parsed, str]:
 
 
 def checked_lines(parsed: Parsed) -> list[str]:
-    """What the import checked of each side, as the command shows it."""
-    agreement = parsed.agreement
+    """What the import checked of each side, and what it read past, as the command shows it."""
+    agreement, (lines, first) = parsed.agreement, parsed.read_past
     said = []
     if agreement.sides_checked:
         said.append(f"time, algbw and busbw agree on {agreement.sides_checked} sides ({agreement.way}, "
@@ -79,6 +79,9 @@ def checked_lines(parsed: Parsed) -> list[str]:
     if agreement.not_checked:
         said.append(f"time not compared with algbw{' on the other sides' if agreement.sides_checked else ''}: "
                     f"{agreement.not_checked}")
+    if lines:
+        said.append(f"read past {lines} line{'' if lines == 1 else 's'} in the table that hold no row (a launcher's "
+                    f"messages), the first on line {first}")
     return said
 
 

@@ -118,6 +118,9 @@ class Parsed:
     collective: Optional[str] = None  # set by detection
     detection: Any = None
     agreement: Any = None  # set by harness.nccltests.consistency: how many sides agree with their time
+    # (lines, the first's number): lines inside the table that are no row, comment or NCCL's, and hold
+    # no row's figures: a launcher's messages (Open MPI's warnings) printed between rows
+    read_past: tuple[int, Optional[int]] = (0, None)
 
     @property
     def fmt(self) -> str:
@@ -266,6 +269,13 @@ def _row(cols: list[str], layout: _Layout, number: int, where: str) -> Row:
                half_ulps={"out_of_place": oop_ulps, "in_place": ip_ulps}, time_column=layout.side[0])
 
 
+def _looks_like_row(cols: list[str]) -> bool:
+    """A line that holds what a row does, a data type or three figures, though it does not start like
+    one: a row spoilt ("+134217728 ...", "x134217728 ..."), where a launcher's message holds words
+    ("[node01:4100] 7 more processes have sent help message ...", "  Local host:   node01")."""
+    return sum(1 for c in cols if _NUMBER.fullmatch(c) or c == "N/A") >= 3 or any(c in DTYPES for c in cols)
+
+
 def _add_row(rows: list, row: Row, path: str) -> None:
     if len(rows) >= MAX_ROWS:
         raise NcclTestsFormatError(f"{row.where}: more than {MAX_ROWS} result rows; an import holds at most "
@@ -284,10 +294,12 @@ def parse_text(lines: Iterable[str], path: str) -> Parsed:
     nccl_version = tests_version = None
     layout, columns_where = None, ""
     trailer = Trailer()
-    # From the column header (or the first row) to the trailer: there, a line that is neither a
-    # row, a comment nor NCCL's own log is refused, so that a row a byte spoils ("+8", a NUL, a
-    # fullwidth digit) cannot drop out of the import silently.
+    # From the column header (or the first row) to the trailer: there, a line that still looks like
+    # a row but does not start like one is refused, so that a row a byte spoils ("+8", a NUL, a
+    # fullwidth digit) cannot drop out of the import silently; a launcher's message is read past
+    # and counted.
     in_table = False
+    read_past, read_past_first = 0, None
     for number, line in _plain_lines(lines):
         where = f"{path}:{number}"
         if not line:
@@ -320,10 +332,13 @@ def parse_text(lines: Iterable[str], path: str) -> Parsed:
         cols = line.split()
         if not _ROW_START.fullmatch(cols[0]):
             if in_table and not _NCCL_LOG.match(line):
-                raise NcclTestsFormatError(
-                    f"{where}: {line[:60]!r} in the results table is neither a result row (which starts with "
-                    "the size in digits), a comment, nor a line NCCL prints: a row changed or cut, or not "
-                    "nccl-tests output")
+                if _looks_like_row(cols):
+                    raise NcclTestsFormatError(
+                        f"{where}: {line[:60]!r} in the results table is neither a result row (which starts with "
+                        "the size in digits) nor a line NCCL prints, yet holds a row's figures: a row changed or "
+                        "cut, or not nccl-tests output")
+                read_past += 1
+                read_past_first = read_past_first or number
             if header is None and binary is None and (m := _COMMAND.search(line)):
                 binary = (m.group(1), f"the command on line {number}")
             continue  # before the table: the command, launcher and NCCL lines
@@ -357,7 +372,8 @@ def parse_text(lines: Iterable[str], path: str) -> Parsed:
     return Parsed(rows, int(iters), int(warmup), int(agg or 1), ranks, ranks_from,
                   (layout or _CURRENT).kind, devices, nccl_version, tests_version, binary=binary,
                   columns=(layout or _CURRENT).optional, columns_where=columns_where or "no column header",
-                  validation=None if validation is None else validation != "0", trailer=trailer)
+                  validation=None if validation is None else validation != "0", trailer=trailer,
+                  read_past=(read_past, read_past_first))
 
 
 def _dotted(path: list) -> str:
