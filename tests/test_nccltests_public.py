@@ -35,6 +35,8 @@ REAL = {
         ("all_reduce", 25, 8, (134217728, 5355.16, 44.07, 0), None),
     "rtx5090_broadcast_mpi_2rank_same_gpu_v2.18.0.txt": ("broadcast", 9, 2, (67108864, 28066.8, 1.78, 0), 0.8664),
     "autodl_2080ti_reduce_1gpu_misaligned.txt": ("reduce", 28, 1, (1073741824, 4016.0, 5706839.35, 0), 202818),
+    "openmpi_h100_allreduce_16rank_2node_mpirun_warnings.txt":
+        ("all_reduce", 32, 16, (17179869184, 68652, 469.10, 0), 139.56),
     "azure_ndv5_h100_allreduce_8rank_jsonv3_prettyprinted.json":
         ("all_reduce", 1, 8, (17179869184, 62517.395194, 479.686103, 0), 480.294297),
 }

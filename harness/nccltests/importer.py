@@ -40,7 +40,8 @@ from harness.core.imported import (MEAN_ONLY, PER_ITERATION, case_id_of, check_o
                                    mean_samples_ns, samples_ns)
 from harness.core.options import print_error
 from harness.core.records import Record
-from harness.core.store import PLANNED, RunDir, planned_digest
+from harness.core.store import PLANNED, RUN_META, RunDir, planned_digest, read_json
+from harness.nccltests.consistency import check_figures
 from harness.nccltests.evidence import COLLECTIVES, FOUND, Ambiguous, detect, ranks_text
 from harness.nccltests.limits import RECORDS_PER_BATCH
 from harness.nccltests.parse import DTYPES, NcclTestsFormatError, Parsed, nccl_version_text
@@ -63,7 +64,25 @@ def _parse_file(path: Path, collective: Optional[str]) -> tuple[Parsed, str]:
     except Ambiguous as exc:
         raise NcclTestsFormatError(str(exc)) from None
     parsed.collective = parsed.detection.collective
+    # only now: what algbw counts of the size, and the bus factor, are the collective's
+    parsed.agreement = check_figures(parsed)
     return parsed, digest
+
+
+def checked_lines(parsed: Parsed) -> list[str]:
+    """What the import checked of each side, and what it read past, as the command shows it."""
+    agreement, (lines, first) = parsed.agreement, parsed.read_past
+    said = []
+    if agreement.sides_checked:
+        said.append(f"time, algbw and busbw agree on {agreement.sides_checked} sides ({agreement.way}, "
+                    "each figure within its printed digits)")
+    if agreement.not_checked:
+        said.append(f"time not compared with algbw{' on the other sides' if agreement.sides_checked else ''}: "
+                    f"{agreement.not_checked}")
+    if lines:
+        said.append(f"read past {lines} line{'' if lines == 1 else 's'} in the table that hold no row (a launcher's "
+                    f"messages), the first on line {first}")
+    return said
 
 
 def _check(row) -> Optional[CheckResult]:
@@ -162,7 +181,7 @@ def _import(path: Path, out: Path, collective: Optional[str], run_id: Optional[s
     meta = {"schema": "critpath.run/1", "run_id": run_id, "source": str(path), "source_sha256": digest,
             "format": parsed.fmt, "collective": parsed.collective, "collective_from": detection.source,
             "evidence": [e.line() for e in detection.evidence], "ranks": parsed.ranks, "trailer": trailer,
-            "started_at": parsed.started_at}
+            "checked": checked_lines(parsed), "started_at": parsed.started_at}
     run_dir = RunDir(out, run_id)
     # First a run.json that claims nothing: a directory cut short from here on reads as incomplete.
     run_dir.write_meta({**meta, "state": "importing"})
@@ -205,7 +224,7 @@ def cmd_import(args) -> int:
     print(f"collective {imported['collective']}, {FOUND[imported['collective_from']]}:")
     for line in imported["evidence"]:
         print(f"  - {line}")
-    for line in imported["trailer"]["lines"]:
+    for line in [*read_json(args.out / RUN_META).get("checked", []), *imported["trailer"]["lines"]]:
         print(line)
     wrong = [r for r in records if not r.ok]
     if wrong:

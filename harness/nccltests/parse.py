@@ -37,8 +37,8 @@ from harness.core.jsonfile import JsonFileError, loads_strict
 from harness.nccltests.evidence import Observed, ObservedRow, Side
 from harness.nccltests.limits import MAX_ROWS, MAX_TIME_US
 from harness.nccltests.periter import per_iteration_times
-from harness.nccltests.values import (JSON_PRINTED_HALF_ULP, NcclTestsFormatError, json_integer, json_number, json_text,
-                                      text_integer, text_number)
+from harness.nccltests.values import (JSON_PRINTED_HALF_ULP, NcclTestsFormatError, json_flag, json_integer, json_number,
+                                      json_text, text_integer, text_number)
 
 __all__ = ["JSON_PRINTED_HALF_ULP", "Parsed", "Row", "parse_json", "parse_text"]
 
@@ -83,6 +83,7 @@ class Row:
     out_of_place: Optional[dict]
     iters: Optional[int] = None
     half_ulps: dict = field(default_factory=dict)  # side -> (algbw, busbw): the printed figures' rounding
+    time_column: str = "time"  # "cputime" (-C): the host's time of the loop, not the one algbw came from
 
 
 @dataclass
@@ -116,6 +117,10 @@ class Parsed:
     trailer: Trailer = field(default_factory=Trailer)
     collective: Optional[str] = None  # set by detection
     detection: Any = None
+    agreement: Any = None  # set by harness.nccltests.consistency: how many sides agree with their time
+    # (lines, the first's number): lines inside the table that are no row, comment or NCCL's, and hold
+    # no row's figures: a launcher's messages (Open MPI's warnings) printed between rows
+    read_past: tuple[int, Optional[int]] = (0, None)
 
     @property
     def fmt(self) -> str:
@@ -226,11 +231,21 @@ def _plain_lines(lines: Iterable[str]):
 
 
 def _text_root(token: str, where: str) -> int:
-    """A rank, or -1 (nccl-tests' "%6i")."""
+    """A rank, or -1 (nccl-tests' "%6i"): -1 is the only negative root a test passes."""
     if not (m := _ROOT.fullmatch(token)):
         raise NcclTestsFormatError(f"{where}: root is {token!r}, not a rank or -1")
     rank = text_integer(m.group(1), where, "root")
+    if token.startswith("-") and token != "-1":
+        raise NcclTestsFormatError(f"{where}: root is {token}; nccl-tests prints -1 (no root) or a rank, 0 or more")
     return -rank if token.startswith("-") else rank
+
+
+def _check_roots(rows: list[Row], ranks: int, ranks_from: str, at: str) -> None:
+    """Every root a rank of the run (or -1), where the log lists its ranks; ``at`` names a row's root field."""
+    for row in rows:
+        if row.root is not None and row.root >= ranks:
+            raise NcclTestsFormatError(f"{row.where}{at}: root is {row.root}, but the run has {ranks} ranks "
+                                       f"({ranks_from}): a root is -1 (no root) or a rank, 0 to {ranks - 1}")
 
 
 def _row(cols: list[str], layout: _Layout, number: int, where: str) -> Row:
@@ -251,7 +266,14 @@ def _row(cols: list[str], layout: _Layout, number: int, where: str) -> Row:
     out_of_place, oop_ulps = _side(cols[base:base + width], layout, where, "out-of-place")
     in_place, ip_ulps = _side(cols[base + width:base + 2 * width], layout, where, "in-place")
     return Row(number, where, size, count, cols[2], values.get("redop"), root, in_place, out_of_place,
-               half_ulps={"out_of_place": oop_ulps, "in_place": ip_ulps})
+               half_ulps={"out_of_place": oop_ulps, "in_place": ip_ulps}, time_column=layout.side[0])
+
+
+def _looks_like_row(cols: list[str]) -> bool:
+    """A line that holds what a row does, a data type or three figures, though it does not start like
+    one: a row spoilt ("+134217728 ...", "x134217728 ..."), where a launcher's message holds words
+    ("[node01:4100] 7 more processes have sent help message ...", "  Local host:   node01")."""
+    return sum(1 for c in cols if _NUMBER.fullmatch(c) or c == "N/A") >= 3 or any(c in DTYPES for c in cols)
 
 
 def _add_row(rows: list, row: Row, path: str) -> None:
@@ -272,10 +294,12 @@ def parse_text(lines: Iterable[str], path: str) -> Parsed:
     nccl_version = tests_version = None
     layout, columns_where = None, ""
     trailer = Trailer()
-    # From the column header (or the first row) to the trailer: there, a line that is neither a
-    # row, a comment nor NCCL's own log is refused, so that a row a byte spoils ("+8", a NUL, a
-    # fullwidth digit) cannot drop out of the import silently.
+    # From the column header (or the first row) to the trailer: there, a line that still looks like
+    # a row but does not start like one is refused, so that a row a byte spoils ("+8", a NUL, a
+    # fullwidth digit) cannot drop out of the import silently; a launcher's message is read past
+    # and counted.
     in_table = False
+    read_past, read_past_first = 0, None
     for number, line in _plain_lines(lines):
         where = f"{path}:{number}"
         if not line:
@@ -308,10 +332,13 @@ def parse_text(lines: Iterable[str], path: str) -> Parsed:
         cols = line.split()
         if not _ROW_START.fullmatch(cols[0]):
             if in_table and not _NCCL_LOG.match(line):
-                raise NcclTestsFormatError(
-                    f"{where}: {line[:60]!r} in the results table is neither a result row (which starts with "
-                    "the size in digits), a comment, nor a line NCCL prints: a row changed or cut, or not "
-                    "nccl-tests output")
+                if _looks_like_row(cols):
+                    raise NcclTestsFormatError(
+                        f"{where}: {line[:60]!r} in the results table is neither a result row (which starts with "
+                        "the size in digits) nor a line NCCL prints, yet holds a row's figures: a row changed or "
+                        "cut, or not nccl-tests output")
+                read_past += 1
+                read_past_first = read_past_first or number
             if header is None and binary is None and (m := _COMMAND.search(line)):
                 binary = (m.group(1), f"the command on line {number}")
             continue  # before the table: the command, launcher and NCCL lines
@@ -337,13 +364,16 @@ def parse_text(lines: Iterable[str], path: str) -> Parsed:
     if devices:
         ranks = len({d["index"] for d in devices})
         ranks_from = f"{ranks} '#  Rank' lines"
+        # without them the processes are not known, nor the ranks a root may be
+        _check_roots(rows, ranks, ranks_from, ": column root")
     else:
         ranks = per_process
         ranks_from = f"nThread {nthreads} x nGpus {ngpus} ({header_where}), one process: no '#  Rank' lines"
     return Parsed(rows, int(iters), int(warmup), int(agg or 1), ranks, ranks_from,
                   (layout or _CURRENT).kind, devices, nccl_version, tests_version, binary=binary,
                   columns=(layout or _CURRENT).optional, columns_where=columns_where or "no column header",
-                  validation=None if validation is None else validation != "0", trailer=trailer)
+                  validation=None if validation is None else validation != "0", trailer=trailer,
+                  read_past=(read_past, read_past_first))
 
 
 def _dotted(path: list) -> str:
@@ -445,8 +475,25 @@ def _json_row(entry: Any, i: int, path: str, iters: int) -> Row:
     out_of_place = _json_side(entry, "out_of_place", where, actual or iters)
     if in_place is None and out_of_place is None:
         raise NcclTestsFormatError(f"{where}: neither in_place nor out_of_place figures")
+    cpu = any(isinstance(entry.get(key), dict) and "time" not in entry[key] for key in ("in_place", "out_of_place"))
     return Row(0, where, size, count, dtype, redop, _json_root(entry.get("root", ""), f"{where}.root"), in_place,
-               out_of_place, actual)
+               out_of_place, actual, time_column="cputime" if cpu else "time")
+
+
+def _check_per_iter_flag(config: dict, results: list, path: str) -> None:
+    """config.per_iter_timing against the rows: nccl-tests writes ``<side>_per_iter`` for every side
+    it measured exactly when the flag is on (``writePerIterReport`` in src/util.cu)."""
+    flag = _optional(config, "per_iter_timing", json_flag, f"{path}: field config")
+    if flag is None:
+        return  # JSON version 1 has no such flag: nothing to contradict
+    said = f'field config.per_iter_timing is "{str(flag).lower()}"'
+    for i, entry in enumerate(results):
+        for side in ("out_of_place", "in_place"):
+            timed = entry.get(f"{side}_per_iter") is not None
+            if entry.get(side) is not None and timed != flag:
+                what = "holds per-iteration times" if timed else "is missing"
+                raise NcclTestsFormatError(f"{path}: results[{i}].{side}_per_iter {what}, but {said}: nccl-tests "
+                                           "writes them for every side exactly when the flag is on")
 
 
 def _json_device(d: Any, i: int, path: str) -> dict:
@@ -490,6 +537,7 @@ def parse_json(text: str, path: str) -> Parsed:
         raise NcclTestsFormatError(f"{path}: field results: {len(results)} entries; an import holds at most "
                                    f"{MAX_ROWS} (the most cases a critpath run holds)")
     rows = [_json_row(entry, i, path, iters) for i, entry in enumerate(results)]
+    _check_per_iter_flag(config, results, path)
     # writeDeviceReport: one devices entry per process (the first line of its "#  Rank" block), so
     # the rank count is processes x threads x GPUs per thread.
     listed = config.get("devices")
@@ -502,6 +550,8 @@ def parse_json(text: str, path: str) -> Parsed:
     ngpus = _config_count(config, "ngpus", path, 1, low=1)
     ranks = max(1, len(listed)) * nthreads * ngpus
     ranks_from = f"{len(listed)} processes in config.devices x nthreads {nthreads} x ngpus {ngpus}"
+    if listed:
+        _check_roots(rows, ranks, ranks_from, ".root")
     args = _optional(data, "args", _words, f"{path}: field", [])
     code = _optional(data, "nccl_version", lambda v, w: json_integer(v, w, what="an NCCL_VERSION_CODE"),
                      f"{path}: field")

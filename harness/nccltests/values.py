@@ -78,6 +78,20 @@ def json_text(value: Any, where: str, what: str = "a name", empty: bool = True) 
     return value
 
 
+# nccl-tests' jsonBool writes a flag as the string "true" or "false" (src/util.cu)
+_JSON_FLAGS = {"true": True, "false": False}
+
+
+def json_flag(value: Any, where: str) -> bool:
+    """A flag as nccl-tests writes it, "true" or "false", or a JSON boolean; anything else ("False",
+    "0", 1) is refused, not read as one or the other."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value in _JSON_FLAGS:
+        return _JSON_FLAGS[value]
+    raise NcclTestsFormatError(f'{where}: {_kind(value)} is not a flag as nccl-tests writes one ("true" or "false")')
+
+
 def _shown(token: str) -> str:
     return repr(token) if len(token) <= 40 else f"{token[:20]!r}... ({len(token)} characters)"
 
