@@ -95,6 +95,35 @@ def test_a_native_figure_edited_where_it_cannot_be_recomputed_could_not_verify(t
         assert "not verified" in capsys.readouterr().out
 
 
+# A figure counts only with its correctness check: a native record's status, check and error are
+# as the driver writes them, or the record is refused naming file, line and field.
+_FAILED_CHECK = {"kind": "check", "message": "5 of 64 results wrong"}
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda d: d.update(check=None), "field check: none recorded; an ok record counts only with its correctness"),
+    (lambda d: d.pop("check"), "field check: none recorded"),
+    (lambda d: d["check"].update(wrong=5, checked=64, passed=False), "field status: 'ok' but field check found 5 of 64 wrong"),
+    (lambda d: d["check"].update(wrong=5), "field check.passed: True but field check.wrong is 5"),
+    (lambda d: d["check"].update(wrong=2, checked=1, passed=False), "field check.wrong: 2 wrong of 1 checked"),
+    (lambda d: d.update(error=_FAILED_CHECK), "field error: an ok record carries an error (check: 5 of 64"),
+    (lambda d: d.update(status="failed", metrics={}, error=_FAILED_CHECK),
+     "field check: the record failed its check (field error), and holds a passed check (0 of 1 wrong)"),
+    (lambda d: d.update(status="failed", metrics={}, error=_FAILED_CHECK, check=None),
+     "field check: the record failed its check (field error), and holds no check"),
+], ids=["null", "deleted", "ok-but-wrong", "passed-but-wrong", "more-wrong-than-checked", "ok-with-error",
+        "failed-check-passed", "failed-check-absent"])
+def test_a_native_record_without_a_proper_check_is_refused(tmp_path, capsys, edit, says):
+    profile = _profile(tmp_path, "p50_us", 1024, world=2, max=1e9)
+    honest = _native_run(tmp_path)
+    passed = "PASS              check c: p50_us"
+    assert passed in _accept(capsys, profile, honest)[1]  # the same record with its check passes
+    _edit(honest, edit)
+    code, out = _accept(capsys, profile, honest)
+    assert code == 2 and "COULD NOT VERIFY" in out and passed not in out, out
+    assert f"{honest / RESULTS}:1: {says}" in out, out
+
+
 # -- D4: an import's check is its row's #wrong --------------------------------------------------------
 
 def _log_with_wrong(tmp_path: Path, wrong: int) -> Path:
