@@ -333,6 +333,39 @@ def test_a_run_of_the_previous_release_is_whole_by_its_count(selftest_run, tmp_p
     assert _show(capsys, run)[0] == 0
 
 
+@pytest.mark.parametrize("field, change", [("cases_ok", lambda n: n + 1), ("cases_failed", lambda n: n - 1),
+                                           ("cases_ok", str), ("cases_failed", lambda n: True)],
+                         ids=["ok-one-more", "failed-one-less", "ok-as-text", "failed-as-bool"])
+def test_counts_of_outcomes_the_records_do_not_hold_are_contradicted(selftest_run, tmp_path, capsys, field, change):
+    meta = json.loads((selftest_run / RUN_META).read_text())
+    run = _copy(selftest_run, tmp_path, meta=lambda m: m.update({field: change(m[field])}))
+    records = load_run(run).records
+    held = sum(r.ok for r in records) if field == "cases_ok" else sum(not r.ok for r in records)
+    assert held == meta[field]  # what the honest run.json says, and what the edit contradicts
+    said = f"field {field}: {change(meta[field])!r}, and {held} of its {len(records)} records are"
+    code, err = _show(capsys, run)
+    assert code == 1 and f"contradicted: run.json: {said}" in err, err
+    code, out = _accept(capsys, _selftest_profile(tmp_path), run)
+    assert code == 2 and f"COULD NOT VERIFY  the run: contradicted: run.json: {said}" in out, out
+    capsys.readouterr()
+    assert main(["report", str(run), "--out", str(tmp_path / "report")]) == 0
+    assert f"INCOMPLETE RUN ({records[0].run_id}: contradicted: run.json: {said}" in (
+        tmp_path / "report" / "report.md").read_text()
+
+
+def _selftest_profile(tmp_path: Path) -> Path:
+    """A profile the honest selftest run passes: one check on its noop case, no pins."""
+    path = tmp_path / "selftest-profile.yaml"
+    path.write_text(f"schema: critpath.accept/1\nname: p\nworld: 1\nchecks:\n  - {{name: c, case: '{SELFTEST[0]}', "
+                    "statistic: p50_us, max: 1.0e+9, source: t}\n")
+    return path
+
+
+def test_the_honest_selftest_run_passes_its_profile(selftest_run, tmp_path, capsys):
+    code, out = _accept(capsys, _selftest_profile(tmp_path), selftest_run)
+    assert code == 0 and "PASS              check c: p50_us" in out, out
+
+
 def test_compare_refuses_a_run_with_a_duplicated_record(selftest_run, tmp_path, capsys):
     def old(m):
         m.pop("cases_planned_sha256", None)
