@@ -323,6 +323,27 @@ def run_files(path: Path) -> list[Path]:
     return [Path(path) / name for name in RUN_FILES if (Path(path) / name).exists()]
 
 
+def run_digests(path: Path) -> dict[str, Optional[str]]:
+    """The SHA-256 of each file of the run directory ``path`` (None for one it lacks): what a
+    verdict on the run judged, so that a log keeping them pins those bytes. They say which bytes were
+    judged, not who wrote them: a local file carries nothing that authenticates it."""
+    digests: dict[str, Optional[str]] = {}
+    for name in RUN_FILES:
+        try:
+            f = open_regular(Path(path) / name, "run file")
+        except (FileNotFoundError, NotADirectoryError):
+            digests[name] = None
+            continue
+        except InputFileError as exc:
+            raise ResultsFileError(str(exc)) from None
+        digest = hashlib.sha256()
+        with f:  # a chunk at a time: a results file can be far larger than what is worth holding
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                digest.update(chunk)
+        digests[name] = digest.hexdigest()
+    return digests
+
+
 def run_inputs(paths: Iterable[Path]) -> list[Path]:
     """Every file a reader of these runs reads: each run's records, run.json and fingerprint.json
     (a results file given alone is itself the input)."""
