@@ -97,3 +97,21 @@ def derived_record(case_id: str, samples_ns, run_id: str = "t", reports=None, **
     )
     base.update(fields)
     return Record(**base)
+
+
+def run_with_an_unverified_figure(path: Path, busbw_gbps: float = 9999.0) -> Path:
+    """A finished run of two allreduce records as the driver writes them, the second's busbw then
+    rewritten to ``busbw_gbps`` and its per-rank reports dropped: verification reads that figure
+    but cannot recompute it, and lists it in ``Record.unverifiable``."""
+    import dataclasses
+
+    from harness.core.store import RunDir, planned_digest
+
+    reports = [{"impl": "gloo allreduce", "nccl_algo_env": None}] * 2
+    cases = [f"allreduce/algo=native,backend=gloo,dtype=float32,size_bytes={n},world=2" for n in (1024, 4096)]
+    honest, edited = (derived_record(c, [30000 + i for i in range(200)], reports=reports) for c in cases)
+    run = RunDir(path, "t")
+    run.append_many([honest, dataclasses.replace(edited, metrics={**edited.metrics, "busbw_gbps": busbw_gbps}, extra={})])
+    run.write_meta({"schema": "critpath.run/1", "run_id": "t", "state": "finished", "cases_total": 2,
+                    "cases_planned_sha256": planned_digest(cases), "cases_ok": 2, "cases_failed": 0})
+    return run.path

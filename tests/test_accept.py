@@ -317,6 +317,51 @@ def test_cli_lines_name_statistic_unit_and_source_and_json_is_v2(tmp_path, capsy
     assert "## Acceptance: t — PASS" in report and "threshold source" in report
 
 
+def test_acceptance_pins_the_sha256_of_each_file_it_judged(tmp_path, capsys):
+    import hashlib
+    import shutil
+
+    from harness.core.store import RUN_FILES
+
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    (run / "fingerprint.json").unlink()  # a file the run lacks is said to be absent, not skipped
+    profile = _write(tmp_path, json.dumps(PROFILE))
+    capsys.readouterr()
+    main(["accept", "--profile", str(profile), "--run", str(run), "--no-report"])
+    printed = capsys.readouterr().out.splitlines()
+    data = json.loads((run / "acceptance.json").read_text())
+    real = {name: hashlib.sha256((run / name).read_bytes()).hexdigest() if (run / name).exists() else None
+            for name in RUN_FILES}
+    assert real["results.jsonl"] and real["run.json"] and real["fingerprint.json"] is None
+    assert data["judged_sha256"] == real
+    for name, digest in real.items():
+        assert f"  judged {name} sha256 {digest or '(absent)'}" in printed, printed
+
+
+def test_a_run_file_that_changes_while_it_is_read_is_not_judged(tmp_path, capsys, monkeypatch):
+    import shutil
+
+    from harness.accept import command
+
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    real_load = command.load_run
+
+    def load_then_write(path):
+        loaded = real_load(path)
+        with open(path / "run.json", "a") as f:  # a writer between the read and the second digest
+            f.write("\n")
+        return loaded
+
+    monkeypatch.setattr(command, "load_run", load_then_write)
+    capsys.readouterr()
+    code = main(["accept", "--profile", str(_write(tmp_path, json.dumps(PROFILE))), "--run", str(run), "--no-report"])
+    out = capsys.readouterr().out
+    assert code == EXIT_UNVERIFIED and "run.json changed while the run was read" in out, out
+    assert not (run / "acceptance.json").exists()
+
+
 @pytest.mark.integration
 def test_cpu_ci_profile_passes_here(tmp_path):
     """The shipped CPU profile runs its cases through the runner and passes (CI runs this)."""

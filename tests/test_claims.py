@@ -198,3 +198,38 @@ def test_a_modelled_figure_is_labelled_modelled():
                metrics={"sync_efficiency_steady_model": 0.83})
     result = check_claim(c, [r])
     assert result.verdict == "modelled" and "rtt_us=1000" in result.reason and "is modelled" in result.reason
+
+
+AR_NATIVE = "allreduce/algo=native,backend=gloo,dtype=float32,size_bytes=1024,world=2"
+
+
+def _forged(tmp_path, algo: str, busbw_gbps: float) -> Record:
+    """A native allreduce record whose busbw was rewritten and whose per-rank reports were dropped,
+    read back: the figure cannot be recomputed, so it is listed as unverified."""
+    from conftest import derived_record
+
+    from harness.core.store import append_record, load_records
+
+    path = tmp_path / f"{algo}.jsonl"
+    honest = derived_record(AR_NATIVE.replace("native", algo), [30000 + i for i in range(200)],
+                            reports=[{"impl": "gloo allreduce", "nccl_algo_env": None}] * 2)
+    append_record(path, dataclasses.replace(honest, metrics={**honest.metrics, "busbw_gbps": busbw_gbps}, extra={}))
+    (forged,) = load_records(path)
+    assert "busbw_gbps" in forged.unverifiable
+    return forged
+
+
+def test_a_claim_is_never_decided_on_an_unverified_figure(tmp_path):
+    bound = Measure(status="available", family="allreduce", select={}, statistic="busbw_gbps", compare="bound",
+                    tolerance=EXACT)
+    forged = _forged(tmp_path, "native", 0.2)
+    for relation in (">=", "<="):  # what it would confirm, and what it would refute
+        result = check_claim(claim(bound, value=0.1, relation=relation, unit="GB/s", direction="higher"), [forged])
+        assert result.verdict == NOT_MEASURABLE and result.measured is None, result
+        assert result.reason.startswith(f"not checkable: {forged.case_id}: field metrics.busbw_gbps is not verified: "
+                                        f"{forged.unverifiable['busbw_gbps']}"), result.reason
+    change = Measure(status="available", family="allreduce", before={"algo": "ring"}, after={"algo": "tree"},
+                     statistic="busbw_gbps", compare="change", tolerance=EXACT)
+    pair = [_forged(tmp_path, "ring", 0.2), _forged(tmp_path, "tree", 0.4)]
+    result = check_claim(claim(change, value=None, before=1.0, after=2.0, unit="ratio", direction="higher"), pair)
+    assert result.verdict == NOT_MEASURABLE and result.reason.startswith("not checkable: ") and "busbw_gbps" in result.reason

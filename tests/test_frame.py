@@ -195,3 +195,21 @@ def test_import_harness_does_not_import_pandas():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).parents[1])
     assert out.stdout.split() == ["False", "True", "False"]  # only building a frame loads it
+
+
+@pytest.mark.parametrize("fmt", ["csv", "json", "parquet"])
+def test_an_unverified_figure_is_marked_in_every_export(tmp_path, fmt):
+    if fmt == "parquet":
+        pytest.importorskip("pyarrow")
+    from conftest import run_with_an_unverified_figure
+
+    run = run_with_an_unverified_figure(tmp_path / "run")
+    honest, edited = load_records(run)
+    out = _export(tmp_path, fmt, run)
+    back = {"csv": pd.read_csv, "parquet": pd.read_parquet,
+            "json": lambda p: pd.read_json(io.StringIO(p.read_text()), orient="table")}[fmt](out)
+    rows = {r["case_id"]: r for r in back.to_dict("records")}
+    assert pd.isna(rows[honest.case_id]["figures_unverified"]) and pd.isna(rows[honest.case_id]["unverified_reason"])
+    assert rows[edited.case_id]["figures_unverified"] == ",".join(sorted(edited.unverifiable))
+    assert "busbw_gbps" in edited.unverifiable  # the rewritten figure, beside it the reason
+    assert rows[edited.case_id]["unverified_reason"] == edited.unverifiable["busbw_gbps"]

@@ -95,6 +95,35 @@ def test_a_native_figure_edited_where_it_cannot_be_recomputed_could_not_verify(t
         assert "not verified" in capsys.readouterr().out
 
 
+# A figure counts only with its correctness check: a native record's status, check and error are
+# as the driver writes them, or the record is refused naming file, line and field.
+_FAILED_CHECK = {"kind": "check", "message": "5 of 64 results wrong"}
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda d: d.update(check=None), "field check: none recorded; an ok record counts only with its correctness"),
+    (lambda d: d.pop("check"), "field check: none recorded"),
+    (lambda d: d["check"].update(wrong=5, checked=64, passed=False), "field status: 'ok' but field check found 5 of 64 wrong"),
+    (lambda d: d["check"].update(wrong=5), "field check.passed: True but field check.wrong is 5"),
+    (lambda d: d["check"].update(wrong=2, checked=1, passed=False), "field check.wrong: 2 wrong of 1 checked"),
+    (lambda d: d.update(error=_FAILED_CHECK), "field error: an ok record carries an error (check: 5 of 64"),
+    (lambda d: d.update(status="failed", metrics={}, error=_FAILED_CHECK),
+     "field check: the record failed its check (field error), and holds a passed check (0 of 1 wrong)"),
+    (lambda d: d.update(status="failed", metrics={}, error=_FAILED_CHECK, check=None),
+     "field check: the record failed its check (field error), and holds no check"),
+], ids=["null", "deleted", "ok-but-wrong", "passed-but-wrong", "more-wrong-than-checked", "ok-with-error",
+        "failed-check-passed", "failed-check-absent"])
+def test_a_native_record_without_a_proper_check_is_refused(tmp_path, capsys, edit, says):
+    profile = _profile(tmp_path, "p50_us", 1024, world=2, max=1e9)
+    honest = _native_run(tmp_path)
+    passed = "PASS              check c: p50_us"
+    assert passed in _accept(capsys, profile, honest)[1]  # the same record with its check passes
+    _edit(honest, edit)
+    code, out = _accept(capsys, profile, honest)
+    assert code == 2 and "COULD NOT VERIFY" in out and passed not in out, out
+    assert f"{honest / RESULTS}:1: {says}" in out, out
+
+
 # -- D4: an import's check is its row's #wrong --------------------------------------------------------
 
 def _log_with_wrong(tmp_path: Path, wrong: int) -> Path:
@@ -302,6 +331,39 @@ def test_a_run_of_the_previous_release_is_whole_by_its_count(selftest_run, tmp_p
     run = _copy(selftest_run, tmp_path, keep=_ok, meta=old)
     assert load_run(run).incomplete == ""
     assert _show(capsys, run)[0] == 0
+
+
+@pytest.mark.parametrize("field, change", [("cases_ok", lambda n: n + 1), ("cases_failed", lambda n: n - 1),
+                                           ("cases_ok", str), ("cases_failed", lambda n: True)],
+                         ids=["ok-one-more", "failed-one-less", "ok-as-text", "failed-as-bool"])
+def test_counts_of_outcomes_the_records_do_not_hold_are_contradicted(selftest_run, tmp_path, capsys, field, change):
+    meta = json.loads((selftest_run / RUN_META).read_text())
+    run = _copy(selftest_run, tmp_path, meta=lambda m: m.update({field: change(m[field])}))
+    records = load_run(run).records
+    held = sum(r.ok for r in records) if field == "cases_ok" else sum(not r.ok for r in records)
+    assert held == meta[field]  # what the honest run.json says, and what the edit contradicts
+    said = f"field {field}: {change(meta[field])!r}, and {held} of its {len(records)} records are"
+    code, err = _show(capsys, run)
+    assert code == 1 and f"contradicted: run.json: {said}" in err, err
+    code, out = _accept(capsys, _selftest_profile(tmp_path), run)
+    assert code == 2 and f"COULD NOT VERIFY  the run: contradicted: run.json: {said}" in out, out
+    capsys.readouterr()
+    assert main(["report", str(run), "--out", str(tmp_path / "report")]) == 0
+    assert f"INCOMPLETE RUN ({records[0].run_id}: contradicted: run.json: {said}" in (
+        tmp_path / "report" / "report.md").read_text()
+
+
+def _selftest_profile(tmp_path: Path) -> Path:
+    """A profile the honest selftest run passes: one check on its noop case, no pins."""
+    path = tmp_path / "selftest-profile.yaml"
+    path.write_text(f"schema: critpath.accept/1\nname: p\nworld: 1\nchecks:\n  - {{name: c, case: '{SELFTEST[0]}', "
+                    "statistic: p50_us, max: 1.0e+9, source: t}\n")
+    return path
+
+
+def test_the_honest_selftest_run_passes_its_profile(selftest_run, tmp_path, capsys):
+    code, out = _accept(capsys, _selftest_profile(tmp_path), selftest_run)
+    assert code == 0 and "PASS              check c: p50_us" in out, out
 
 
 def test_compare_refuses_a_run_with_a_duplicated_record(selftest_run, tmp_path, capsys):

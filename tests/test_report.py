@@ -190,3 +190,29 @@ def test_every_claim_is_in_exactly_one_claims_table(report):
     verdicts = {r.claim.id: r.verdict for r in report.claim_results[0]}
     assert all(verdicts[row[0]] == "not measurable here" for row in unmeasured.rows)
     assert len(unmeasured.rows) < len(ids)
+
+
+def test_an_unverified_figure_is_marked_and_captioned_in_the_report(tmp_path):
+    from conftest import run_with_an_unverified_figure
+
+    from harness.tables.family import UNVERIFIED, UNVERIFIED_RATIO
+
+    run = run_with_an_unverified_figure(tmp_path / "run")
+    honest, edited = load_run(run).records
+    assert main(["report", str(run), "--out", str(tmp_path / "out")]) == 0
+    md = (tmp_path / "out" / "report.md").read_text()
+    html = (tmp_path / "out" / "report.html").read_text()
+    caption = f"{UNVERIFIED}: figures of 1 of these 2 records could not be recomputed"
+    for text in (md, html):
+        assert caption in text and edited.unverifiable["busbw_gbps"] in text
+        assert f"those of the 1 record(s) marked {UNVERIFIED} in the table above included" in text
+    rows = [line for line in md.splitlines() if line.startswith("| ") and " | native | " in line]
+    assert len(rows) == 2 and [UNVERIFIED in line for line in rows] == [False, True], rows
+    assert f"{edited.metrics['busbw_gbps']:.3f} {UNVERIFIED}" in rows[1]
+    # side by side: shown marked in both runs, and no ratio taken of it
+    shutil.copytree(run, tmp_path / "again")
+    text = to_markdown(make_report([run, tmp_path / "again"], labels=["a", "b"]).blocks)
+    edited_row = next(line for line in text.splitlines() if line.startswith("| size_bytes=4096 |"))
+    cells = edited_row.split(" | ")
+    assert cells.count(f"{edited.metrics['busbw_gbps']:.3f} {UNVERIFIED}") == 2 and UNVERIFIED_RATIO in cells, cells
+    assert caption.replace("1 of these 2", "2 of these 4") in text

@@ -26,7 +26,7 @@ from harness.core import atomic
 from harness.core.claim import claim_dir
 from harness.core.escape import for_terminal
 from harness.core.options import print_error
-from harness.core.store import ResultsFileError, load_run, new_run_id
+from harness.core.store import LoadedRun, ResultsFileError, load_run, new_run_id, run_digests
 from harness.document.blocks import Heading, Para, Table
 from harness.report.cli import make_report, report_targets, write_report
 from harness.run.runner import RunOptions, run
@@ -69,6 +69,23 @@ def _run_cases(profile: Mapping[str, Any], out: Optional[Path]) -> tuple[Path, i
     return out, code
 
 
+# acceptance.json's field of the SHA-256 of each run file the verdict judged (store.run_digests).
+JUDGED = "judged_sha256"
+
+
+def _load_judged(run_dir: Path) -> tuple[LoadedRun, dict]:
+    """The run and the digests of the files it was read from. Taken before and after reading: a file
+    that changed in between was not judged as its digest says, and the run is not judged at all."""
+    before = run_digests(run_dir)
+    run = load_run(run_dir)
+    after = run_digests(run_dir)
+    changed = [name for name in after if before.get(name) != after[name]]
+    if changed:
+        raise ResultsFileError(f"{run_dir}: {', '.join(changed)} changed while the run was read; judge it "
+                               "again when nothing writes to it")
+    return run, after
+
+
 def cmd_accept(args) -> int:
     try:
         profile = load_profile(args.profile)
@@ -79,7 +96,7 @@ def cmd_accept(args) -> int:
             if int(os.environ.get("RANK", "0")) != 0:
                 # Under torchrun/Slurm every rank ran the cases; rank 0 alone holds and judges them.
                 return 0 if code == 0 else 1
-        run = load_run(run_dir)
+        run, judged = _load_judged(run_dir)
     except ProfileError as exc:
         print_error("accept", exc)
         return EXIT_UNVERIFIED
@@ -94,6 +111,8 @@ def cmd_accept(args) -> int:
         print(for_terminal(f"  {word(EXIT_UNVERIFIED):16}  the run: {result.incomplete}"))
     for o in result.outcomes:
         print(for_terminal("  " + line(o)))  # a check's detail can quote a case's error
+    for name, digest in judged.items():
+        print(f"  judged {name} sha256 {digest or '(absent)'}")
     counts = result.counts()
     print(f"{counts[PASS]} pass, {counts[FAIL]} fail, {counts[UNVERIFIED]} could not verify: "
           f"{result.verdict}, exit {result.exit_code}")
@@ -107,7 +126,7 @@ def cmd_accept(args) -> int:
         # itself, a planted link) leaves no acceptance.json that says the acceptance was written.
         targets = [out / "acceptance.json", *(report_targets(report, out) if report else ())]
         atomic.check_targets(targets)
-        atomic.write_json(targets[0], result.to_dict(), sort_keys=False)
+        atomic.write_json(targets[0], {**result.to_dict(), JUDGED: judged}, sort_keys=False)
         if report is not None:
             md, _ = write_report(report, out)
             print(f"report: {md}")

@@ -11,7 +11,8 @@ Verdicts (each states its rule in the row's notes):
   stretched compute); the notes give the flags. Flagged records are never used; when clean ones
   remain, the verdict is theirs and the notes say what was withheld;
 - ``not measurable here``: with the reason (no GPU, one node, out of scope, not a measurement, no
-  records of the family in this run, the family is still pending, too few ranks).
+  records of the family in this run, the family is still pending, too few ranks, or a figure it
+  would use that could not be verified: "not checkable", with the record, field and why).
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from harness.claims.baselines import Claim, Selector, Tolerance
 from harness.core import registry
 from harness.core.comparable import mismatch
 from harness.core.declarations import declared as declared_figure
-from harness.core.figures import FigureUnavailable, TooFewSamples, is_sample_statistic, sample_parts
+from harness.core.figures import FigureUnavailable, TooFewSamples, Unverified, is_sample_statistic, sample_parts
 from harness.core.figures import value as figure_value
 from harness.core.records import Record
 
@@ -141,6 +142,10 @@ def check_claim(claim: Claim, records: Sequence[Record], run_label: str = "") ->
     return _check_values(claim, big_enough, run_label, pending)
 
 
+def _not_checkable(claim: Claim, why: str, run_label: str) -> ClaimResult:
+    return ClaimResult(claim, NOT_MEASURABLE, f"not checkable: {why}", run_label=run_label)
+
+
 def _withheld(claim: Claim, flagged: list[tuple[str, str]], run_label: str) -> ClaimResult:
     return ClaimResult(claim, WITHHELD, "every record it would use is flagged: "
                        + "; ".join(f"{case}: {flag}" for case, flag in flagged), run_label=run_label)
@@ -165,10 +170,12 @@ def _check_values(claim: Claim, records: list[Record], run_label: str, pending: 
     values, used, skipped = [], [], []
     for r in clean:
         try:
-            # A claim is a comparison with an article, not a pass: it still reads the figures of a
-            # record of an older family version (tests/fixtures/run_mixed), until those are rerun.
-            values.append(figure_value(r, m.statistic, unverified_ok=True))
+            values.append(figure_value(r, m.statistic))
             used.append(r)
+        except Unverified as exc:
+            # Neither confirmed nor refuted on a figure that is no measurement, and not decided
+            # without it: the record is one the claim covers (perhaps its worst).
+            return _not_checkable(claim, str(exc), run_label)
         except TooFewSamples as exc:
             # The record is selected and measured, only too briefly for this percentile: deciding
             # without it would quietly drop the case the claim covers (perhaps its worst).
@@ -272,7 +279,9 @@ def _check_change(claim: Claim, records: list[Record], run_label: str, pending: 
             skipped.append(differs)
             continue
         try:
-            b, a = (figure_value(p, m.statistic, unverified_ok=True) for p in pair)  # as for one figure
+            b, a = (figure_value(p, m.statistic) for p in pair)
+        except Unverified as exc:  # as for one figure
+            return _not_checkable(claim, str(exc), run_label)
         except TooFewSamples as exc:  # as for one figure: skipping it would drop a case the claim covers
             return ClaimResult(claim, NOT_MEASURABLE, f"{pair[0].case_id} / {pair[1].case_id}: {exc}",
                                run_label=run_label)

@@ -76,6 +76,11 @@ class TooFewSamples(FigureUnavailable):
     """A percentile its record's samples are too few to support (``samples_needed``)."""
 
 
+class Unverified(FigureUnavailable):
+    """A figure its record holds that could not be recomputed when the record was read
+    (``Record.unverifiable``): no measurement, so nothing passes, fails or confirms on it."""
+
+
 def percentile_named(name: str) -> Optional[tuple[str, int]]:
     """The percentile a figure's name reads and the samples it needs: ``rtt_p999_us`` ->
     ("p999", 1000), ``p99_over_mean`` -> ("p99", 100); None when the name reads no percentile."""
@@ -157,9 +162,9 @@ def sample_value(samples_ns, name: str) -> float:
     return float(ns) / TIME_SCALE[unit]
 
 
-def value(record: Any, name: str, unverified_ok: bool = False) -> float:
-    """The figure ``name`` of one record; FigureUnavailable for one that could not be recomputed
-    when the record was read, unless ``unverified_ok`` (the claims check, see its call)."""
+def value(record: Any, name: str) -> float:
+    """The figure ``name`` of one record; FigureUnavailable where it cannot give one, Unverified for
+    one that could not be recomputed when the record was read."""
     if is_sample_statistic(name):
         if not record.samples_ns:
             raise FigureUnavailable(f"{record.case_id} has no samples")
@@ -168,10 +173,10 @@ def value(record: Any, name: str, unverified_ok: bool = False) -> float:
         return sample_value(record.samples_ns, name)
     if name in record.metrics:
         # Read but not recomputed when the record was loaded (harness.core.verify): no measurement,
-        # so nothing (acceptance, comparison, a claim) may pass or fail on it.
+        # so nothing (acceptance, comparison, a claim) may pass, fail or confirm on it.
         unverified = getattr(record, "unverifiable", {}).get(name)
-        if unverified and not unverified_ok:
-            raise FigureUnavailable(f"{record.case_id}: field metrics.{name} is not verified: {unverified}")
+        if unverified:
+            raise Unverified(f"{record.case_id}: field metrics.{name} is not verified: {unverified}")
         if record.samples_ns:  # a record without samples has nothing to count its percentiles by
             require_samples(name, len(record.samples_ns))
         return float(record.metrics[name])

@@ -28,6 +28,8 @@ STATUSES = ("ok", "failed", "timeout")
 MAX_SAMPLES = 1_000_000
 # How ranks' samples became one per iteration: nccl-tests' rule for collectives, or one rank's own.
 MAX_OVER_RANKS, SINGLE_RANK = "max_over_ranks", "single_rank"
+# ErrorInfo.kind of a case that ran and whose correctness check found wrong results.
+CHECK_FAILED = "check"
 
 
 def utc_now_iso(timespec: str = "milliseconds") -> str:
@@ -80,7 +82,7 @@ def _check_samples(samples: Any, where: str) -> None:
 
 @dataclass(frozen=True)
 class ErrorInfo:
-    kind: str  # exception type, "timeout" or "exit"
+    kind: str  # exception type, "timeout", "exit" or CHECK_FAILED
     message: str
     rank: Optional[int] = None
     traceback: str = ""
@@ -224,6 +226,9 @@ def validate(data: Mapping[str, Any], where: str = "") -> None:
         raise RecordError("field samples_ns: an ok record must carry its samples", where)
     if data["status"] != "ok" and not data.get("error"):
         raise RecordError(f"field error: a {data['status']} record must say why", where)
+    check = data.get("check")
+    if check and check["passed"] is not (check["wrong"] == 0):  # from_dict derives it again from wrong
+        raise RecordError(f"field check.passed: {check['passed']} but field check.wrong is {check['wrong']}", where)
 
 
 def samples_array(record: Record) -> np.ndarray:

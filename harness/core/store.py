@@ -199,11 +199,30 @@ def _not_these_cases(meta: dict, records: Sequence) -> str:
     return ""
 
 
+# run.json's counts of a run's outcomes, each with what a record must be to count in it. A run.json
+# of an older release may lack them; where one is, it is held to the records.
+OUTCOME_COUNTS = (("cases_ok", "ok", lambda r: r.ok), ("cases_failed", "not ok", lambda r: not r.ok))
+
+
+def _counts_contradiction(meta: dict, records: Sequence) -> str:
+    """Why run.json's counts of outcomes are not its records' ("contradicted: ..."), "" when they are."""
+    wrong = []
+    for name, what, counts in OUTCOME_COUNTS:
+        said = meta.get(name)
+        if said is None:
+            continue
+        held = sum(1 for r in records if counts(r))
+        if not isinstance(said, int) or isinstance(said, bool) or said != held:
+            wrong.append(f"field {name}: {said!r}, and {held} of its {len(records)} records are {what}")
+    return f"contradicted: {RUN_META}: {'; '.join(wrong)}" if wrong else ""
+
+
 def incompleteness(meta: dict, records: Sequence, directory: bool = True) -> str:
     """Why a run is not whole ("incomplete: 37 of 87 cases, run.json says running", "mixed: records
     of 2 runs ...", "not whole: a case recorded more than once ..."), read from its records against
     its run.json; "" when run.json says it finished (or was imported) and its records are exactly the
-    cases it planned, each once, all of its run. A run directory without a run.json is not whole:
+    cases it planned, each once, all of its run, as many ok and failed as it says. A run directory
+    without a run.json is not whole:
     ``critpath run`` and an import write it, and write it last. A results file given alone
     (``directory`` False) has nothing beside it to say, and is taken as it is."""
     # One results file is one run: records of another (two runs written into one directory at
@@ -222,7 +241,7 @@ def incompleteness(meta: dict, records: Sequence, directory: bool = True) -> str
     if wrong:
         return wrong
     if state in ENDED and len(records) == total:
-        return ""
+        return _counts_contradiction(meta, records)
     of = f" of {total}" if isinstance(total, int) and not isinstance(total, bool) else ""
     return f"incomplete: {len(records)}{of} cases, run.json says {state or 'nothing'}"
 
@@ -302,6 +321,27 @@ RUN_FILES = (RESULTS, RUN_META, FINGERPRINT)
 def run_files(path: Path) -> list[Path]:
     """The files that make ``path`` a run directory (a failed start's temporaries do not)."""
     return [Path(path) / name for name in RUN_FILES if (Path(path) / name).exists()]
+
+
+def run_digests(path: Path) -> dict[str, Optional[str]]:
+    """The SHA-256 of each file of the run directory ``path`` (None for one it lacks): what a
+    verdict on the run judged, so that a log keeping them pins those bytes. They say which bytes were
+    judged, not who wrote them: a local file carries nothing that authenticates it."""
+    digests: dict[str, Optional[str]] = {}
+    for name in RUN_FILES:
+        try:
+            f = open_regular(Path(path) / name, "run file")
+        except (FileNotFoundError, NotADirectoryError):
+            digests[name] = None
+            continue
+        except InputFileError as exc:
+            raise ResultsFileError(str(exc)) from None
+        digest = hashlib.sha256()
+        with f:  # a chunk at a time: a results file can be far larger than what is worth holding
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                digest.update(chunk)
+        digests[name] = digest.hexdigest()
+    return digests
 
 
 def run_inputs(paths: Iterable[Path]) -> list[Path]:

@@ -22,7 +22,7 @@ from typing import Mapping
 from harness.core import registry
 from harness.core.case import Case, CaseIdError
 from harness.core.imported import IMPORTED_BY, check_contradiction, contradiction, identity_contradiction
-from harness.core.records import Record, RecordError
+from harness.core.records import CHECK_FAILED, Record, RecordError
 from harness.core.stats import Summary
 
 # Recomputing runs the same code on the same numbers; only float formatting in JSON can differ.
@@ -73,6 +73,29 @@ def _check_identity(record: Record, where: str) -> Case:
     return case
 
 
+def _check_outcome(record: Record, where: str) -> None:
+    """A native record's status, check and error as the driver writes them: an ok record ran its
+    correctness check and passed it (a figure counts only with its check), a record that failed its
+    check keeps the check, and no check finds more wrong results than it checked. An import's check
+    is its row's #wrong, checked against the row instead (``check_contradiction``)."""
+    check = record.check
+    if check is not None and check.wrong > check.checked:
+        raise RecordError(f"field check.wrong: {check.wrong} wrong of {check.checked} checked", where)
+    if record.status == "ok":
+        if check is None:
+            raise RecordError("field check: none recorded; an ok record counts only with its correctness "
+                              "check, which critpath runs after timing every case", where)
+        if not check.passed:
+            raise RecordError(f"field status: 'ok' but field check found {check.wrong} of {check.checked} "
+                              "wrong; critpath records a failed check as status 'failed'", where)
+        if record.error is not None:
+            raise RecordError(f"field error: an ok record carries an error ({record.error.kind}: "
+                              f"{record.error.message})", where)
+    elif record.error is not None and record.error.kind == CHECK_FAILED and (check is None or check.passed):
+        said = "no check" if check is None else f"a passed check ({check.wrong} of {check.checked} wrong)"
+        raise RecordError(f"field check: the record failed its check (field error), and holds {said}", where)
+
+
 def verify(record: Record, where: str = "") -> Record:
     """``record`` with ``unverifiable`` filled in, or a RecordError naming what contradicts it."""
     _check_finite(record, where)
@@ -86,6 +109,7 @@ def verify(record: Record, where: str = "") -> Record:
             raise RecordError(f"{record.case_id}: {wrong}", where)
         return record
     case = _check_identity(record, where)
+    _check_outcome(record, where)
     if not record.ok:
         if record.metrics:
             raise RecordError(f"field metrics: a {record.status} record (check "

@@ -16,7 +16,8 @@ from harness.core.family import Concluded, Family
 from harness.claims.check import NOT_MEASURABLE, ClaimResult, check_claims, counts_text
 from harness.tables.frame import records_of
 from harness.core.records import Record
-from harness.tables.family import MEAN_ONLY, TextTable, comparison_table, family_table, imported_tables, split_imports
+from harness.tables.family import (MEAN_ONLY, UNVERIFIED, TextTable, comparison_table, family_table,
+                                   imported_tables, split_imports)
 from harness.core.plotting import png_bytes
 from harness.core.store import LoadedRun
 from harness.document.blocks import Block, Heading, Image, Para, Table
@@ -151,7 +152,8 @@ def _family_tables(runs: Sequence[LoadedRun], parts: Sequence, family: Optional[
     for table in imported_tables(imported):
         blocks += [Para(table.title), _table(table)]
     if len(measured):
-        blocks.append(_table(family_table(measured, family)))
+        table = family_table(measured, family)
+        blocks += [*(Para(note) for note in table.notes), _table(table)]
     return blocks
 
 
@@ -201,6 +203,15 @@ def _plot_blocks(family: Family, runs: Sequence[LoadedRun]) -> list[Block]:
     return blocks
 
 
+def _unverified_plotted(family: Family, runs: Sequence[LoadedRun]) -> list[Block]:
+    """The caption that plots of these records draw unverified figures too, as the records hold them."""
+    marked = sum(bool(r.unverifiable) for run in runs for r in run.records)
+    if not family.plots or not marked:
+        return []
+    return [Para(f"The plots draw each figure as its record holds it, those of the {marked} record(s) marked "
+                 f"{UNVERIFIED} in the table above included.")]
+
+
 def _families(runs: Sequence[LoadedRun], families: Mapping[str, Family]) -> list[Block]:
     frames = [records_of([run]) for run in runs]
     blocks: list[Block] = []
@@ -221,7 +232,7 @@ def _families(runs: Sequence[LoadedRun], families: Mapping[str, Family]) -> list
             own = [run.only(fam) for run in runs]
             for finding in declared.findings:
                 blocks += _concluded(finding.conclude(own))
-            blocks += _plot_blocks(declared, own)
+            blocks += _plot_blocks(declared, own) + _unverified_plotted(declared, own)
     absent = [f for f in known_families(families) if f not in present]
     if absent:
         blocks += [Heading(2, "Families not in this run"),

@@ -18,7 +18,7 @@ import numpy as np
 
 from harness.core.case import Case
 from harness.core.family import CheckResult, Family, RankContext
-from harness.core.records import ErrorInfo, Record, reduction_for, utc_now_iso
+from harness.core.records import CHECK_FAILED, ErrorInfo, Record, reduction_for, utc_now_iso
 from harness.core.stats import Summary
 from harness.run.timing import Clock, LoopPlan, PlanPolicy, time_each, time_each_cuda
 
@@ -128,7 +128,7 @@ def run_case(
     family.check_figures(metrics)
     error = None
     if not total.passed:
-        error = ErrorInfo("check", f"{total.wrong} of {total.checked} results wrong {total.detail}".strip())
+        error = ErrorInfo(CHECK_FAILED, f"{total.wrong} of {total.checked} results wrong {total.detail}".strip())
     return Record(
         run_id=run_id,
         case_id=case.id,

@@ -10,7 +10,9 @@ One source of rows for the report's tables and ``critpath show``:
   shown as "-" and counted in the notes, never dropped.
 
 Every percentile obeys the sample rule (``harness.core.figures.supports``): one the samples do not
-support reads "n too small", and no ratio is taken of it.
+support reads "n too small", and no ratio is taken of it. A figure its record holds that could not
+be recomputed when it was read is shown marked "(unverified)", with a note saying why, and no ratio
+is taken of it either: it is no measurement.
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from harness.core.figures import N_TOO_SMALL, SAMPLE_BETTER, TIME_SCALE, is_samp
 from harness.core.sizes import format_size
 from harness.core.store import ResultsFileError
 from harness.nccltests.evidence import ranks_text
-from harness.tables.frame import NCCL_PREFIX, PARAM_PREFIX, SUMMARY_COLUMNS
+from harness.tables.frame import NCCL_PREFIX, PARAM_PREFIX, SUMMARY_COLUMNS, UNVERIFIED_COLUMN, UNVERIFIED_REASON
 from harness.tables.frame import NCCL_SIDES as FRAME_SIDES
 
 MISSING = "-"  # no value: the case is not in that run, failed, or lacks the figure
@@ -33,6 +35,8 @@ ZERO_RATIO = "n/a (zero)"  # a ratio with a zero side: nccl-tests rounds small b
 ROUNDED_RATIO = "n/a (rounded)"  # a side printed with fewer than 3 significant digits (busbw 0.01)
 DEFINITION_RATIO = "n/a (definition)"  # records of different definitions (harness.core.comparable)
 FLAGGED = "flagged"  # appended to a status whose record the family flags as distorted
+UNVERIFIED = "(unverified)"  # appended to a figure its record holds but verification could not recompute
+UNVERIFIED_RATIO = "n/a (unverified)"
 IMPORT_FILE = NCCL_PREFIX + "file"
 
 
@@ -105,7 +109,25 @@ def figure_text(row: Mapping[str, Any], name: str, fmt: str = "{:.4g}", scale: f
     n = int(row.get("n_samples") or 0)
     if n and not supports(name, n):
         return N_TOO_SMALL
-    return fmt.format(float(value) * scale)
+    text = fmt.format(float(value) * scale)
+    return f"{text} {UNVERIFIED}" if is_unverified(row, name) else text
+
+
+def is_unverified(row: Mapping[str, Any], name: str) -> bool:
+    """Whether the figure ``name`` of a frame row could not be recomputed when its record was read."""
+    names = row.get(UNVERIFIED_COLUMN)
+    return not _missing(names) and name in str(names).split(",")
+
+
+def unverified_notes(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The caption of the figures marked unverified in these rows, with why; [] when none is."""
+    marked = [row for row in rows if not _missing(row.get(UNVERIFIED_COLUMN))]
+    if not marked:
+        return []
+    reasons = sorted({why for row in marked for why in str(row[UNVERIFIED_REASON]).split("; ")})
+    return [f"{UNVERIFIED}: figures of {len(marked)} of these {len(rows)} records could not be recomputed from "
+            f"their samples and reports when read ({'; '.join(reasons)}). They are shown as the records hold them "
+            "and are no measurement: no acceptance check, comparison or claim takes them."]
 
 
 def _reader(column: Column, resolved: Column, figures: Sequence[str]):
@@ -132,12 +154,13 @@ def family_table(df, family: Optional[Family]) -> TextTable:
     if columns:
         readers = [_reader(c, r, figures) for c, r in zip(family.columns, columns)]
         return TextTable([c.header for c in columns] + ["status"],
-                         [[read(row) for read in readers] + [row["label"]] for row in rows])
+                         [[read(row) for read in readers] + [row["label"]] for row in rows],
+                         notes=unverified_notes(rows))
     # No family declaration to read columns from: the case, its statistics and up to six figures.
     names = sorted(f for f in figures if df[f].notna().any())[:6]
     return TextTable(["case", "status", "n", "p50 (us)", "p99 (us)", "mean (us)", *names],
                      [[row["case_id"], row["label"], *_stat_cells(row), *(figure_text(row, m) for m in names)]
-                      for row in rows])
+                      for row in rows], notes=unverified_notes(rows))
 
 
 def _stat_cells(row: Mapping[str, Any]) -> list[str]:
@@ -243,7 +266,9 @@ class Compared:
     def value(self, row: Mapping[str, Any]) -> Optional[float]:
         """The number a ratio is taken of, or None where the cell shows none (unsupported too)."""
         cell = figure_text(row, self.name)
-        return None if cell in (MISSING, MEAN_ONLY, N_TOO_SMALL) else float(row[frame_column(self.name)]) * self.scale
+        if cell in (MISSING, MEAN_ONLY, N_TOO_SMALL) or is_unverified(row, self.name):
+            return None
+        return float(row[frame_column(self.name)]) * self.scale
 
 
 def _significant_digits(text: str) -> int:
@@ -297,6 +322,8 @@ def _ratio(base: Optional[float], other: Optional[float], base_row, other_row, f
         return DEFINITION_RATIO
     if N_TOO_SMALL in (figure_text(base_row, fig.name), figure_text(other_row, fig.name)):
         return N_TOO_SMALL
+    if is_unverified(base_row, fig.name) or is_unverified(other_row, fig.name):
+        return UNVERIFIED_RATIO
     if base is None or other is None:
         return MISSING
     if base == 0 or other == 0:
@@ -350,7 +377,8 @@ def comparison_table(frames: Sequence[Any], labels: Sequence[str], family: Optio
         cells += [MISSING if r is None else r["label"] + (f", {FLAGGED}" if not _missing(r.get("flags")) else "")
                   for r in present]
         rows.append(cells)
-    notes = _comparison_notes(order, by_run, labels, tags, figures)
+    notes = _comparison_notes(order, by_run, labels, tags, figures) + unverified_notes(
+        [r for run in by_run for r in run.values()])
     if shared and not imported:
         notes.append("Every case here has " + ", ".join(f"{k}={v}" for k, v in shared.items()) + ".")
     return TextTable(headers, rows, notes=notes)

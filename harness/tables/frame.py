@@ -5,7 +5,9 @@ summary of its raw samples in microseconds, each declared figure under its own n
 name: ``busbw_gbps``), and the run it came from (run id, directory, commit, host, whether the run is
 incomplete). What each figure means is in ``frame.attrs["figures"]`` (unit, better, source,
 definition, from the families' declarations); the row's ``figures_not_measured`` names its modelled
-or simulated figures, so a CSV that loses ``attrs`` still says so. ``check_wrong`` / ``check_checked``
+or simulated figures, so a CSV that loses ``attrs`` still says so; ``figures_unverified`` names the
+figures its record holds that could not be recomputed when it was read (``Record.unverifiable``),
+``unverified_reason`` says why: no measurement, whatever its column shows. ``check_wrong`` / ``check_checked``
 hold the correctness count. A frame that holds an nccl-tests import also has nccl-tests' own columns
 (``nccltests.count``, ``.type``, ``.redop``, ``.root``, and per side ``nccltests.in_place.time_us``,
 ``.time_printed``, ``.algbw_gbps``, ``.busbw_gbps``, ``.wrong``, ``.max_error``; NA in other rows).
@@ -36,6 +38,9 @@ CASE_COLUMNS = ("case_id", "family", "family_version", "timer", "reduction", "ba
 SUMMARY_COLUMNS = ("n_samples", "mean_only") + tuple(f"{s}_us" for s in STATS_US)
 CHECK_COLUMNS = ("check_wrong", "check_checked")  # the correctness count after timing, as nccl-tests' #wrong
 NOTE_COLUMN = "figures_not_measured"
+# The figures of a row that are no measurement (harness.core.verify), and why: beside the figures,
+# so that no export presents them like the others.
+UNVERIFIED_COLUMN, UNVERIFIED_REASON = "figures_unverified", "unverified_reason"
 # An nccl-tests import keeps the columns nccl-tests printed, both sides: present only when a run
 # holds an import, so the frame of a critpath run carries no empty nccl-tests columns.
 NCCL_PREFIX = "nccltests."
@@ -155,6 +160,8 @@ def _record_row(run: LoadedRun, record) -> dict:
     row.update({name: float(value) for name, value in record.metrics.items()})
     sources = {name: _source(record.family, name) for name in sorted(record.metrics)}
     row[NOTE_COLUMN] = ",".join(f"{name}={source}" for name, source in sources.items() if source != "measured") or None
+    row[UNVERIFIED_COLUMN] = ",".join(sorted(record.unverifiable)) or None
+    row[UNVERIFIED_REASON] = "; ".join(sorted(set(record.unverifiable.values()))) or None
     return row
 
 
@@ -199,14 +206,16 @@ def records_of(runs: list[LoadedRun]):
             for run in runs for record in run.records]
     params = sorted({k for row in rows for k in row if k.startswith(PARAM_PREFIX)})
     nccl = NCCL_COLUMNS if any(NCCL_PREFIX + "file" in row for row in rows) else {}
-    columns = [*RUN_COLUMNS, *CASE_COLUMNS, *params, *SUMMARY_COLUMNS, *CHECK_COLUMNS, *figures, *nccl, NOTE_COLUMN]
+    columns = [*RUN_COLUMNS, *CASE_COLUMNS, *params, *SUMMARY_COLUMNS, *CHECK_COLUMNS, *figures, *nccl, NOTE_COLUMN,
+               UNVERIFIED_COLUMN, UNVERIFIED_REASON]
     df = pd.DataFrame(rows, columns=columns)
     dtypes = {"run_id": "string", "run_dir": "string", "commit": "string", "commit_dirty": "boolean",
               "host": "string", "incomplete": "bool", "incomplete_reason": "string", "case_id": "string",
               "family": "string", "family_version": "int64", "backend": "string", "world": "int64",
               "timer": "string", "reduction": "string", "status": "string", "label": "string", "ok": "bool",
               "error": "string", "flags": "string", "n_samples": "int64",
-              "mean_only": "bool", NOTE_COLUMN: "string", "check_wrong": "Int64", "check_checked": "Int64",
+              "mean_only": "bool", NOTE_COLUMN: "string", UNVERIFIED_COLUMN: "string", UNVERIFIED_REASON: "string",
+              "check_wrong": "Int64", "check_checked": "Int64",
               **nccl,
               **{f"{s}_us": "float64" for s in STATS_US}, **{name: "float64" for name in figures},
               **{p: _param_dtype([row.get(p) for row in rows]) for p in params}}
