@@ -37,6 +37,7 @@ from harness.core.inputfile import declare_inputs, input_at, kind
 from harness.core.options import CannotRun, UsageError
 from harness.core.temps import discard, new_temp, reserved, sweep_stale
 
+
 class NonFiniteError(CannotRun):
     """A document to be written as JSON holds an infinite or NaN number; the message names the
     file and the field."""
