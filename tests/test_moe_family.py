@@ -125,6 +125,10 @@ def test_end_to_end_three_ranks(tmp_path):
     rows = {row["case_id"]: row for row in json.loads((tmp_path / "rel.json").read_text())}
     assert rows[ids[0]]["rel_throughput"] == 1.0
     assert all(0 < row["rel_throughput"] < 10 for row in rows.values())
+    # A case run without a paired twin has no paired ratio: null in the JSON, never NaN.
+    by_id = {r["case_id"]: r for r in records}
+    assert all((row["paired_rel_throughput"] is None) == ("paired_rel_throughput" not in by_id[case_id]["metrics"])
+               for case_id, row in rows.items())
 
 
 def test_a_paired_case_times_only_its_own_steps(monkeypatch):

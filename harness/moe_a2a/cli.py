@@ -71,7 +71,8 @@ def register(sub) -> None:
 
     r = sub.add_parser("moe-report", help="measured moe_a2a throughput relative to the uniform case of the same run")
     r.add_argument("run_dir", type=Path)
-    r.add_argument("--json", type=Path, metavar="PATH")
+    r.add_argument("--json", type=Path, metavar="PATH",
+                   help="also write the rows as JSON; a ratio this run cannot give is null")
     r.set_defaults(func=cmd_report)
 
 
@@ -236,5 +237,7 @@ def cmd_report(args) -> int:
                       _fmt_pct(row["paired_rel_throughput_p50"]), f"{row['rank_balancedness']:.2f}", f"{row['dropped_fraction']:.1%}", claim)
     wide_console().print(table)
     if args.json:
-        atomic.write_json(args.json, rows, sort_keys=False)
+        # A ratio this run cannot give (no uniform case of the shape, a case without a paired twin)
+        # is NaN in the table's arithmetic and null in JSON, which cannot hold NaN.
+        atomic.write_json(args.json, atomic.finite_or_null(rows)[0], sort_keys=False)
     return 0
