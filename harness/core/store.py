@@ -14,6 +14,7 @@ import secrets
 import socket
 from collections import Counter
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Iterable, Iterator, Mapping, Optional, Sequence
 
@@ -275,7 +276,7 @@ class LoadedRun:
     def run_id(self) -> str:
         return run_id_of(self.path, self.records, self.meta)
 
-    @property
+    @cached_property  # judged from every record: once per run, however many read it
     def incomplete(self) -> str:
         """Why the run is not whole (``incompleteness``), "" when it is."""
         return incompleteness(self.meta, self.records, self.path.is_dir())

@@ -142,9 +142,9 @@ def _flags(record) -> Optional[str]:
     return (family.flags(record) or None) if family is not None and family.flags is not None else None
 
 
-def _record_row(run: LoadedRun, record) -> dict:
+def _record_row(run: LoadedRun, run_columns: dict, record) -> dict:
     error = f"{record.error.kind}: {record.error.message}" if record.error else None
-    row = {**_run_columns(run), "case_id": record.case_id, "family": record.family,
+    row = {**run_columns, "case_id": record.case_id, "family": record.family,
            "family_version": record.family_version, "backend": record.backend, "world": record.world,
            "timer": record.timer or None, "reduction": record.reduction or None,  # "" for a case that never timed
            "status": record.status, "label": record.label, "ok": record.ok, "error": error,
@@ -202,8 +202,10 @@ def records_of(runs: list[LoadedRun]):
     figures = figure_declarations(runs)
     # A record's text can hold what no UTF-8 file can (a lone surrogate in an error message): the
     # frame holds it visibly escaped, so every export and the report can write it.
-    rows = [{k: for_file(v) if isinstance(v, str) else v for k, v in _record_row(run, record).items()}
-            for run in runs for record in run.records]
+    # A run's columns once per run, not per record: they are judged from all of its records, and
+    # judging them again for each row made a run of 3,000 records take minutes to show.
+    rows = [{k: for_file(v) if isinstance(v, str) else v for k, v in _record_row(run, columns, record).items()}
+            for run, columns in ((run, _run_columns(run)) for run in runs) for record in run.records]
     params = sorted({k for row in rows for k in row if k.startswith(PARAM_PREFIX)})
     nccl = NCCL_COLUMNS if any(NCCL_PREFIX + "file" in row for row in rows) else {}
     columns = [*RUN_COLUMNS, *CASE_COLUMNS, *params, *SUMMARY_COLUMNS, *CHECK_COLUMNS, *figures, *nccl, NOTE_COLUMN,
