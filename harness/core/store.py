@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Iterable, Iterator, Mapping, Optional, Sequence
 
 from harness.core import atomic
-from harness.core.jsonfile import JsonFileError, loads_strict
+from harness.core.jsonfile import JsonFileError, JsonLimits, loads_strict
 from harness.core.inputfile import InputFileError, open_regular, read_bounded
 from harness.core.options import CannotRun
 from harness.core.records import Record, RecordError
@@ -30,6 +30,17 @@ RESULTS = "results.jsonl"
 MAX_RUN_CASES = 10_000
 # The largest line a record can be: 20,000 samples (the full profile's cap) take about 0.3 MB.
 MAX_RECORD_BYTES = 64 << 20
+# What one record line may hold once parsed. A record's fields, parameters, figures and its
+# family's report hold a few hundred keys at world 8 (a report per rank): 100,000 leaves room for
+# thousands of ranks, and parses in some 30 MB (4 million keys in 55 MB took 1.3 GB). Values: a
+# record's samples (at most records.MAX_SAMPLES, a million) or an nccl-tests import's per-iteration
+# times of both sides (harness.nccltests.limits); 60 MB of floats, 15 million, took 750 MB. Depth:
+# records nest 6 levels (extra.rank_reports[0].figures...).
+RECORD_LIMITS = JsonLimits(keys=100_000, values=4_000_000, depth=32)
+# A results file holds a line per record and critpath writes no other; a file of more lines than
+# twice the records a run holds is not a run's, whatever its lines are (20 MB of blank lines took
+# 26 s to be read as none).
+MAX_RESULTS_LINES = 2 * MAX_RUN_CASES
 FINGERPRINT = "fingerprint.json"
 RUN_META = "run.json"
 # run.json's digest of the planned case IDs (``planned_digest``): a run is whole when its records
@@ -102,6 +113,9 @@ def _lines(path: Path) -> Iterator[tuple[int, bytes, str]]:
             if not blob:
                 return
             number += 1
+            if number > MAX_RESULTS_LINES:
+                raise ResultsFileError(f"{path}:{number}: more than {MAX_RESULTS_LINES} lines; a results file holds "
+                                       f"a record a line, and a run at most {MAX_RUN_CASES} records")
             if len(blob) - blob.endswith(b"\n") > MAX_RECORD_BYTES:
                 yield number, b"", (f"a line of more than {MAX_RECORD_BYTES} bytes; "
                                     f"a record is at most {MAX_RECORD_BYTES} bytes")
@@ -117,15 +131,19 @@ def iter_records(path: Path, skip_invalid: bool = False, skipped: list | None = 
     """Yield records from ``path``. Any invalid line raises ``ResultsFileError`` naming file and
     line, unless ``skip_invalid``: then it is appended to ``skipped`` and reading goes on."""
     path = Path(path)
+    records = 0
     for number, blob, problem in _lines(path):
         where = f"{path}:{number}"
         if not problem and not blob.strip():
             continue
+        records += 1  # or a line that cannot be one, which counts as well: skipped, it is still there
+        if records > MAX_RUN_CASES:
+            raise ResultsFileError(f"{where}: more than {MAX_RUN_CASES} records; a run holds at most {MAX_RUN_CASES}")
         try:
             if problem:
                 raise RecordError(problem, where)
             try:
-                data = loads_strict(blob, where)
+                data = loads_strict(blob, where, RECORD_LIMITS)
             except JsonFileError as exc:
                 raise RecordError(exc.why, where) from None
             if not isinstance(data, dict):

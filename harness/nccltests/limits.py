@@ -7,7 +7,7 @@ What one row may hold is derived from what one record may be (``MAX_RECORD_BYTES
 record the import writes is one every reader of results.jsonl reads.
 """
 from harness.core.jsonfile import INT64_MAX
-from harness.core.store import MAX_RECORD_BYTES, MAX_RUN_CASES
+from harness.core.store import MAX_RECORD_BYTES, MAX_RUN_CASES, RECORD_LIMITS
 
 # nccl-tests prints sizes and counts as size_t through "%ld" (and -J writes them as such), so none
 # exceeds a signed 64 bits, which is also the most numpy and pandas hold: a size of 2**70 imported
@@ -20,10 +20,12 @@ MAX_TIME_US = MAX_COUNT / 1e3 / 2
 # A per-iteration record holds its side's times as samples_ns (at most 19 digits and a comma each)
 # and the other side's as extra.imported.<side>.times_us (a float's repr, at most 24 characters,
 # and a comma); the rest of a record is a few kilobytes, for which 1 MiB is left. A row with more
-# times than this would make a results line readers refuse (6.3 million did, at 69 MB).
+# times than this would make a results line readers refuse (6.3 million did, at 69 MB). Each time
+# of either side is also one of the values a record may hold (RECORD_LIMITS), beside its keys.
 _SAMPLE_JSON_BYTES = 20 + 25
 _RECORD_REST_BYTES = 1 << 20
-MAX_TIMES_PER_SIDE = (MAX_RECORD_BYTES - _RECORD_REST_BYTES) // _SAMPLE_JSON_BYTES
+MAX_TIMES_PER_SIDE = min((MAX_RECORD_BYTES - _RECORD_REST_BYTES) // _SAMPLE_JSON_BYTES,
+                         (RECORD_LIMITS.values - RECORD_LIMITS.keys) // 2)
 
 MAX_ROWS = MAX_RUN_CASES
 # A text log with NCCL_DEBUG=INFO lines between the rows of a large job: tens of megabytes.
