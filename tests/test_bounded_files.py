@@ -7,16 +7,25 @@ no file, or a run of a few thousand records that took minutes to show."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from harness.cli import main
 from harness.core import store
 from harness.core.jsonfile import JsonFileError, JsonLimits, loads_strict
 from harness.core.store import RECORD_LIMITS, ResultsFileError, iter_records, load_run
+from harness.history import asvfiles
+from harness.history.campaign import recorded_cases
+from harness.history.view import load_history
 from harness.tables.frame import records_of
 from tests.conftest import derived_record
 
+ROOT = Path(__file__).resolve().parents[1]
 NOOP = "selftest/fault_rank=0,mode=noop,world=1"
 
 
@@ -131,3 +140,109 @@ def test_text_past_a_limit_is_refused_naming_the_limit(text, message):
     with pytest.raises(JsonFileError) as err:
         loads_strict(text, "f.json", LIMITS)
     assert str(err.value).startswith(message)
+
+
+# -- asv results: each file read bounded and checked; a bad one skipped, named and counted -------
+
+ASV = Path(__file__).parent / "fixtures" / "asv_results"
+THIRD = "33333333-existing-py_usr_bin_python3.json"
+
+
+def _asv_copy(tmp_path: Path) -> Path:
+    results = tmp_path / "results"
+    shutil.copytree(ASV, results)
+    return results
+
+
+def _edit_third(results: Path, edit) -> Path:
+    path = results / "ci-runner" / THIRD
+    data = json.loads(path.read_text())
+    text = edit(data)
+    path.write_text(text if isinstance(text, str) else json.dumps(data))
+    return path
+
+
+def _first_value(data: dict, value) -> None:
+    data["results"][next(iter(data["results"]))][0][0] = value
+
+
+FIRST = "results.bench_families.Allreduce.track_p50_us"
+
+
+@pytest.mark.parametrize("edit, why", [
+    (lambda d: json.dumps(d).replace(f'"date": {d["date"]}', '"date": 1e400'), "field date: expected an integer, got inf"),
+    (lambda d: d.update(date="2026-01-01"), "field date: expected an integer"),
+    (lambda d: _first_value(d, "abc"), f"field {FIRST}.result[0]: expected a number, got 'abc'"),
+    (lambda d: _first_value(d, float("inf")), f"field {FIRST}.result[0]: inf is not a finite number"),
+    (lambda d: _first_value(d, True), f"field {FIRST}.result[0]: expected a number, got True"),
+    (lambda d: d["results"][next(iter(d["results"]))][0].pop(), f"field {FIRST}.result: expected a value for each of "
+                                                                 "its 2 cases, got 1 values"),
+    (lambda d: d.update(requirements=[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]), "nested 20 deep; at most 16"),
+    (lambda d: "[" * 100_000 + "]" * 100_000, "nested 100000 deep"),
+    (lambda d: d.update(version=1), "field version: 1 is outside the range"),
+    (lambda d: d.pop("commit_hash") and None, "field commit_hash: expected a non-empty string"),
+    (lambda d: d["params"].update(machine="other"), "field params.machine: 'other', in the directory of machine "
+                                                     "'ci-runner'"),
+    (lambda d: d.update(results=[]), "field results: expected an object, got list"),
+    (lambda d: '{"version": 2, "version": 2}', 'the key "version" appears twice'),
+])
+def test_an_asv_file_that_is_not_asvs_is_skipped_naming_it_and_the_field(tmp_path, edit, why):
+    results = _asv_copy(tmp_path)
+    path = _edit_third(results, edit)
+    skipped: list = []
+    series = load_history(results, skipped)
+    assert [item.path for item in skipped] == [path]
+    assert skipped[0].message.startswith(str(path)) and why in skipped[0].message
+    assert {p.commit[:8] for s in series for p in s.points} == {"11111111", "22222222"}  # the others still drawn
+
+
+def test_a_missing_value_is_still_missing_and_not_a_skipped_file(tmp_path):
+    results = _asv_copy(tmp_path)
+    _edit_third(results, lambda d: (_first_value(d, None), d["results"]["bench_families.Rpc.track_p50_us"][0]
+                                    .__setitem__(0, float("nan"))))
+    skipped: list = []
+    series = load_history(results, skipped)
+    assert skipped == []
+    native = next(s for s in series if s.benchmark.endswith("Allreduce.track_p50_us") and "native" in s.case_id)
+    assert [p.commit[:8] for p in native.points] == ["11111111", "22222222"]
+
+
+@pytest.mark.parametrize("plant", ["fifo", "dev_zero", "dev_zero_machine"])
+def test_a_fifo_or_dev_zero_in_an_asv_results_directory_is_skipped_at_once_and_the_report_counts_it(tmp_path, plant):
+    results = _asv_copy(tmp_path)
+    target = results / "ci-runner" / ("machine.json" if plant == "dev_zero_machine" else "44444444-x.json")
+    if plant == "fifo":
+        os.mkfifo(target)
+    else:
+        target.unlink(missing_ok=True)
+        target.symlink_to("/dev/zero")
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "harness", "report", "--asv-results", str(results), "--out", str(out)],
+                          capture_output=True, text=True, timeout=60, cwd=ROOT)  # hung, or grew without bound
+    if plant == "dev_zero_machine":  # no file of the machine can be read as its: none is shown
+        assert proc.returncode == 2, proc.stderr
+        assert "no asv track_* results found (3 files skipped" in proc.stderr
+        assert f"{target}: a character device, not a regular file" in proc.stderr
+        return
+    assert proc.returncode == 0, proc.stderr
+    kind = "a FIFO" if plant == "fifo" else "a character device"
+    assert f"critpath report: warning: skipped {target}: {kind}, not a regular file" in proc.stderr
+    assert f"1 file of the results directory skipped, not being what asv writes: nothing of theirs is shown " \
+           f"(each is named on stderr too): {target}: {kind}" in (out / "report.md").read_text()
+
+
+def test_a_results_directory_of_more_files_than_a_history_reads_is_refused_naming_it(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(asvfiles, "MAX_RESULT_FILES", 2)
+    assert main(["report", "--asv-results", str(ASV), "--out", str(tmp_path / "out")]) == 2
+    assert f"{ASV}: more than 2 asv results files" in capsys.readouterr().err
+
+
+def test_the_history_campaign_measures_again_what_a_bad_file_holds_and_says_so(tmp_path, capsys):
+    results = _asv_copy(tmp_path)
+    sha = "3" * 40
+    assert "rpc/codec=raw,mode=pingpong,payload_bytes=256,transport=uds" in recorded_cases(results, "ci-runner", sha)
+    path = _edit_third(results, lambda d: d.update(date=float("inf")))
+    assert recorded_cases(results, "ci-runner", sha) == set()
+    assert f"critpath history: warning: skipped {path}: field date: expected an integer, got inf" in \
+        capsys.readouterr().err
+

@@ -45,7 +45,7 @@ from harness.core.options import (EXIT_FAILED, EXIT_OK, EXIT_USAGE, absolute, ca
                                   machine_option, print_error, seconds)
 from harness.core.store import RESULTS, ResultsFileError, load_records, run_incompleteness
 from harness.gate.trees import TreeError, checkout, probe, repo_root, resolve, sweep_orphans
-from harness.history.view import case_values
+from harness.history.asvfiles import AsvDirectoryError, read_results, warn_skipped
 from harness.run.lifetime import interrupt_signal, raise_on_sigterm, stop_with_parent
 
 RUN_ENV = "CRITPATH_ASV_RUN"  # read by benchmarks/bench_families.py
@@ -207,21 +207,24 @@ def machine_name(config: Path, given: Optional[str], log) -> str:
 
 
 def _held(results: Path, machine: str, sha: str):
-    """What asv holds for ``sha`` on ``machine``: (benchmark, version, case ID, value) of the
-    family classes."""
-    from asv.results import iter_results_for_machine_and_hash  # asv: see asv_config
-
+    """What asv holds for ``sha`` on ``machine``: the figures of the family classes. A file that is
+    not asv's is named on stderr and holds nothing: its cases are measured again."""
     if not (results / machine).is_dir():
         return
-    for result in iter_results_for_machine_and_hash(str(results), machine, sha):
-        for held in case_values(result):
-            if held[0].startswith("bench_families."):
-                yield held
+    try:
+        files = read_results(results, machine, sha)
+    except AsvDirectoryError as exc:
+        raise HistoryRunError(str(exc)) from None
+    warn_skipped("history", files.skipped)
+    for result in files.results:
+        for figure in result.figures:
+            if figure.benchmark.startswith("bench_families."):
+                yield figure
 
 
 def recorded_cases(results: Path, machine: str, sha: str) -> set[str]:
     """Case IDs asv already holds for ``sha`` on ``machine``, in any family's class."""
-    return {case_id for _, _, case_id, _ in _held(results, machine, sha)}
+    return {figure.case_id for figure in _held(results, machine, sha)}
 
 
 # -- processes -------------------------------------------------------------------------------------
@@ -423,8 +426,8 @@ def _record_range(request: HistoryRequest, commits, say) -> int:
 
 
 def _value(results: Path, machine: str, sha: str, case_id: str, figure: str) -> Optional[float]:
-    return next((value for key, _, case, value in _held(results, machine, sha)
-                 if key.endswith(f".track_{figure}") and case == case_id and value is not None), None)
+    return next((held.value for held in _held(results, machine, sha) if held.benchmark.endswith(f".track_{figure}")
+                 and held.case_id == case_id and held.value is not None), None)
 
 
 def largest_step(n: int, measure) -> tuple[int, int]:

@@ -2,7 +2,8 @@
 figure drawn as a reference line where a claim applies, so a regression and the distance to the
 published figure are seen together.
 
-Results are read with asv's own loader (``asv.results.iter_results``) from ``.asv/results``.
+Results are read from ``.asv/results`` by ``harness.history.asvfiles``, within bounds, each field
+checked; a file that is not asv's is skipped, named on stderr, and counted in the report.
 A tracked figure is an asv ``track_<statistic>`` benchmark parameterised by case ID (the suite in
 ``benchmarks/``). A claim applies when it is a bound on the same statistic of the same family and
 its parameters are a subset of the case's.
@@ -10,23 +11,23 @@ its parameters are a subset of the case's.
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import math
 import re
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Optional, Sequence
+from typing import Optional, Sequence
 
 from harness.claims.baselines import Claim
 from harness.core.figures import TIME_SCALE, sample_parts
-from harness.core.inputfile import read_bounded
+from harness.core.inputfile import InputFileError
 from harness.core.plotting import legend, png_bytes, subplots
 from harness.document.blocks import Block, Heading, Image, Para, Table
+from harness.history.asvfiles import AsvDirectoryError, AsvFileError, Skipped, benchmark_units, read_results, warn_skipped
 
 MAX_LINES_PER_PLOT = 8
-# asv's benchmarks.json: a few kB a benchmark.
-MAX_BENCHMARKS_JSON_BYTES = 64 << 20
+# The skipped files a report names (all are counted, and all named on stderr).
+MAX_SKIPPED_SHOWN = 10
 
 
 class HistoryError(ValueError):
@@ -99,52 +100,45 @@ def reference_for(series: Series, claims: Sequence[Claim]) -> Optional[Reference
     return None
 
 
-def _units(results_dir: Path) -> dict[str, str]:
-    """benchmark name -> unit, from the benchmarks.json asv writes beside its results."""
+def _units(results_dir: Path, skipped: list) -> dict[str, str]:
+    """benchmark name -> unit, from the benchmarks.json asv writes beside its results: none when it
+    is absent, and none, the file counted as skipped, when it is not asv's."""
+    path = results_dir / "benchmarks.json"
     try:
-        data = json.loads(read_bounded(results_dir / "benchmarks.json", "asv benchmarks.json", MAX_BENCHMARKS_JSON_BYTES))
-    except (OSError, ValueError, RecursionError):  # ValueError: bad JSON, not UTF-8, or not a file within the limit
+        return benchmark_units(path)
+    except (AsvFileError, InputFileError) as exc:
+        if path.exists() or path.is_symlink():
+            skipped.append(Skipped(path, f"{exc} (the figures are shown without their units)"))
         return {}
-    return {name: b.get("unit", "") for name, b in data.items() if isinstance(b, dict)}
 
 
-def case_values(result) -> Iterator[tuple[str, str, str, Optional[float]]]:
-    """(benchmark, version, case ID, value) of each tracked figure in one asv Results, for every
-    case asv holds, value None where the case failed or does not define the figure. Tracked
-    figures are ``track_*`` benchmarks parameterised by case ID alone; asv keeps each parameter
-    as its repr, quotes included."""
-    for key in result.get_all_result_keys():
-        if not key.rsplit(".", 1)[-1].startswith("track_"):
-            continue
-        params = result.get_result_params(key)
-        if not params or len(params) != 1:
-            continue
-        version = str(result.benchmark_version.get(key) or "")
-        for case_id, value in zip(params[0], result.get_result_value(key, params)):
-            missing = value is None or (isinstance(value, float) and math.isnan(value))
-            yield key, version, case_id.strip("'\""), None if missing else float(value)
-
-
-def load_history(results_dir: Path) -> list[Series]:
+def load_history(results_dir: Path, skipped: Optional[list] = None) -> list[Series]:
     """One series per machine, tracked figure, case and definition version: a case's points under
-    another version of its family are another series, never joined to the first (asv's rule)."""
-    from asv.results import iter_results  # asv (0.2 s): a report without --asv-results does not pay it
-
+    another version of its family are another series, never joined to the first (asv's rule).
+    A file that is not asv's is left out and appended to ``skipped``."""
     results_dir = Path(results_dir)
     if not results_dir.is_dir():
         raise HistoryError(f"{results_dir}: no asv results directory (run `critpath history A..B` or `asv run` "
                            "first; see docs/history.md)")
+    try:
+        files = read_results(results_dir)
+    except AsvDirectoryError as exc:
+        raise HistoryError(str(exc)) from None
+    left_out = files.skipped
     by_key: dict[tuple, list[Point]] = defaultdict(list)
-    for result in iter_results(str(results_dir)):
-        machine = result.params.get("machine", "?")
-        for key, version, case_id, value in case_values(result):
-            if value is not None:  # a failed case is missing, never zero
-                by_key[(machine, key, case_id, version)].append(Point(result.commit_hash, int(result.date), value))
-    units = _units(results_dir)
+    for result in files.results:
+        for figure in result.figures:
+            if figure.value is not None:  # a failed case is missing, never zero
+                by_key[(result.machine, figure.benchmark, figure.case_id, figure.version)].append(
+                    Point(result.commit, result.date_ms, figure.value))
+    units = _units(results_dir, left_out)
+    if skipped is not None:
+        skipped += left_out
     series = [Series(m, k, c, sorted(pts, key=lambda p: (p.date_ms, p.commit)), version=v, unit=units.get(k, ""))
               for (m, k, c, v), pts in by_key.items()]
     if not series:
-        raise HistoryError(f"{results_dir}: no asv track_* results found")
+        also = f" ({len(left_out)} files skipped, each named with why)" if left_out else ""
+        raise HistoryError(f"{results_dir}: no asv track_* results found{also}")
     return sorted(series, key=lambda s: (s.machine, s.benchmark, s.case_id, s.points[0].date_ms))
 
 
@@ -221,8 +215,21 @@ def _natural(text: str) -> tuple:
     return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text))
 
 
+def _skipped_para(skipped: list[Skipped]) -> Para:
+    shown = "; ".join(item.message for item in skipped[:MAX_SKIPPED_SHOWN])
+    more = f"; and {len(skipped) - MAX_SKIPPED_SHOWN} more" if len(skipped) > MAX_SKIPPED_SHOWN else ""
+    files = "1 file" if len(skipped) == 1 else f"{len(skipped)} files"
+    return Para(f"{files} of the results directory skipped, not being what asv writes: nothing of theirs is "
+                f"shown (each is named on stderr too): {shown}{more}.")
+
+
 def history_blocks(results_dir: Path, claims: Sequence[Claim]) -> list[Block]:
-    series = sorted(load_history(results_dir), key=lambda s: (s.machine, s.benchmark, _natural(s.case_id)))
+    skipped: list[Skipped] = []
+    try:
+        loaded = load_history(results_dir, skipped)
+    finally:
+        warn_skipped("report", skipped)
+    series = sorted(loaded, key=lambda s: (s.machine, s.benchmark, _natural(s.case_id)))
     for s in series:
         s.reference = reference_for(s, claims)
     groups: dict[tuple, list[Series]] = defaultdict(list)
@@ -233,6 +240,8 @@ def history_blocks(results_dir: Path, claims: Sequence[Claim]) -> list[Block]:
         f"{len(groups)} tracked figures ({len(series)} case series) over {len(commits)} commits, from {results_dir}. "
         "One plot per figure, each case over commits; a dashed line is the article's figure where a claim applies. "
         "The table after the plots lists every series with its latest value and its ratio to the article.")]
+    if skipped:
+        blocks.append(_skipped_para(skipped))
     blocks += [_plot(machine, benchmark, group) for (machine, benchmark), group in groups.items()]
     rows = []
     for s in series:

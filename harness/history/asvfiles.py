@@ -1,0 +1,232 @@
+"""asv's results files read within bounds, each field critpath uses checked.
+
+asv's own loader (``asv.results.iter_results``) opens whatever a results directory holds: a FIFO
+named like a results file hung it, one linked to /dev/zero grew without bound, and a date of
+1e400, a value "abc" or a file nested 100,000 deep gave a traceback naming no file. Here each file
+is opened as a regular file within a declared size, parsed strictly within declared counts, and
+its fields are checked as asv's version 2 format writes them. A results directory gathers files
+from many commits and machines over months: a file that is not one is skipped, named with why,
+and counted (``AsvFiles.skipped``), never taken for a figure and never silently dropped.
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Optional
+
+from harness.core.escape import for_terminal
+from harness.core.inputfile import InputFileError, read_bounded
+from harness.core.jsonfile import JsonFileError, JsonLimits, loads_strict
+from harness.core.numbers import NumberError, check_float, check_int
+
+# asv's benchmarks.json: a few kB a benchmark.
+MAX_BENCHMARKS_JSON_BYTES = 64 << 20
+# One results file is one commit on one machine: a row per benchmark (the suite tracks some ten
+# figures for each of its families), each a list per case (a run holds at most 10,000). 64 MB and
+# 4 million values are past that with room; keys are a few per benchmark.
+MAX_RESULT_BYTES = 64 << 20
+RESULT_LIMITS = JsonLimits(keys=100_000, values=4_000_000, depth=16)
+# machine.json: a dozen short fields.
+MAX_MACHINE_BYTES = 64 << 10
+MACHINE_LIMITS = JsonLimits(keys=1_000, values=1_000, depth=4)
+# A file per commit, machine and environment: 20,000 is years of nightly history on several
+# machines. More is no history a report can draw, and a directory past it is refused whole.
+MAX_RESULT_FILES = 20_000
+# asv's results format (``asv.results.Results.api_version``); an older one is asv update's to convert.
+RESULTS_FORMAT = 2
+# asv dates a commit in milliseconds since 1970; the last a date is printed for is in year 9999.
+MAX_DATE_MS = 253_402_300_799_999
+_HASH = re.compile(r"[0-9a-f]{1,64}", re.ASCII)
+# The files in a results directory that are not results, as asv skips them.
+NOT_RESULTS = ("machine.json", "benchmarks.json")
+
+
+class AsvFileError(ValueError):
+    """An asv file that is not what asv writes; the message starts with the file (and the field)."""
+
+
+class AsvDirectoryError(ValueError):
+    """An asv results directory too large to be read; the message starts with the directory."""
+
+
+@dataclass(frozen=True)
+class Figure:
+    benchmark: str  # bench_families.Rpc.track_p50_us
+    version: str  # the benchmark's asv version: a new one restarts its history
+    case_id: str
+    value: Optional[float]  # None where the case failed or does not define the figure
+
+
+@dataclass(frozen=True)
+class AsvResult:
+    """One results file: a commit's tracked figures on one machine."""
+
+    path: Path
+    machine: str
+    commit: str
+    date_ms: int
+    figures: tuple[Figure, ...]
+
+
+@dataclass(frozen=True)
+class Skipped:
+    path: Path
+    message: str  # why, starting with the file
+
+
+@dataclass
+class AsvFiles:
+    results: list[AsvResult] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+
+
+def _json(path: Path, what: str, max_bytes: int, limits: JsonLimits):
+    """``path`` parsed; AsvFileError naming it when it cannot be (InputFileError passes: it names the file)."""
+    try:
+        return loads_strict(read_bounded(path, what, max_bytes), str(path), limits)
+    except (FileNotFoundError, NotADirectoryError):
+        raise AsvFileError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise AsvFileError(f"{path}: cannot read the {what}: {exc.strerror or exc}") from None
+    except JsonFileError as exc:
+        raise AsvFileError(str(exc)) from None
+
+
+def _object(value, where: str) -> dict:
+    if not isinstance(value, dict):
+        raise AsvFileError(f"{where}: expected an object, got {type(value).__name__}")
+    return value
+
+
+def _text(value, where: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise AsvFileError(f"{where}: expected a non-empty string, got {type(value).__name__}")
+    return value
+
+
+def read_machine(path: Path) -> str:
+    """The machine name a machine.json gives; AsvFileError naming the file and field."""
+    data = _object(_json(path, "machine.json of asv", MAX_MACHINE_BYTES, MACHINE_LIMITS), str(path))
+    return _text(data.get("machine"), f"{path}: field machine")
+
+
+def benchmark_units(path: Path) -> dict[str, str]:
+    """benchmark name -> unit, from a benchmarks.json; AsvFileError naming it when it is none."""
+    data = _object(_json(path, "benchmarks.json of asv", MAX_BENCHMARKS_JSON_BYTES, RESULT_LIMITS), str(path))
+    units = {}
+    for name, benchmark in data.items():
+        unit = benchmark.get("unit", "") if isinstance(benchmark, dict) else ""
+        units[name] = unit if isinstance(unit, str) else ""
+    return units
+
+
+def _figures(name: str, row, columns: dict[str, int], where: str) -> Iterator[Figure]:
+    """The figures of one tracked benchmark's row: one per case asv holds. Tracked figures are
+    parameterised by case ID alone; asv keeps each parameter as its repr, quotes included."""
+    if not isinstance(row, list):
+        raise AsvFileError(f"{where}: expected a list of the columns result_columns names, got {type(row).__name__}")
+
+    def column(key: str):
+        return row[columns[key]] if key in columns and columns[key] < len(row) else None
+
+    params = column("params")
+    if not isinstance(params, list) or not all(isinstance(p, list) for p in params):
+        raise AsvFileError(f"{where}.params: expected a list of parameter lists")
+    if len(params) != 1:
+        return  # not a benchmark of the suite's: it takes a case ID and nothing else
+    cases = params[0]
+    if not all(isinstance(c, str) for c in cases):
+        raise AsvFileError(f"{where}.params[0]: expected case IDs (strings)")
+    version = column("version")
+    if version is not None and not isinstance(version, str):
+        raise AsvFileError(f"{where}.version: expected a string, got {type(version).__name__}")
+    values = column("result")
+    if values is None:  # the benchmark failed as a whole (a build that broke): every case missing
+        values = [None] * len(cases)
+    if not isinstance(values, list) or len(values) != len(cases):
+        got = f"{len(values)} values" if isinstance(values, list) else type(values).__name__
+        raise AsvFileError(f"{where}.result: expected a value for each of its {len(cases)} cases, got {got}")
+    for i, (case_id, value) in enumerate(zip(cases, values)):
+        # asv writes null (or NaN) for a case that failed or lacks the figure: missing, never zero
+        missing = value is None or (isinstance(value, float) and math.isnan(value))
+        try:
+            number = None if missing else check_float(value, f"{where}.result[{i}]")
+        except NumberError as exc:
+            raise AsvFileError(str(exc)) from None
+        yield Figure(name, version or "", case_id.strip("'\""), number)
+
+
+def read_result(path: Path, machine: str) -> AsvResult:
+    """One results file of ``machine``'s directory; AsvFileError naming the file and the field
+    that is not as asv's format writes it."""
+    data = _object(_json(path, "results file of asv", MAX_RESULT_BYTES, RESULT_LIMITS), str(path))
+    where = f"{path}: field"
+    try:
+        check_int(data.get("version"), f"{where} version", RESULTS_FORMAT, RESULTS_FORMAT)
+        date_ms = check_int(data.get("date"), f"{where} date", 0, MAX_DATE_MS)
+    except NumberError as exc:
+        raise AsvFileError(str(exc)) from None
+    commit = _text(data.get("commit_hash"), f"{where} commit_hash")
+    if not _HASH.fullmatch(commit):
+        raise AsvFileError(f"{where} commit_hash: expected a commit's hexadecimal hash")
+    params = _object(data.get("params"), f"{where} params")
+    own = _text(params.get("machine"), f"{where} params.machine")
+    if own != machine:
+        raise AsvFileError(f"{where} params.machine: {own!r}, in the directory of machine {machine!r} "
+                           "(its machine.json)")
+    names = data.get("result_columns")
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names) or len(set(names)) < len(names):
+        raise AsvFileError(f"{where} result_columns: expected a list of distinct column names")
+    columns = {n: i for i, n in enumerate(names)}
+    if "result" not in columns or "params" not in columns:
+        raise AsvFileError(f"{where} result_columns: lacks 'result' or 'params'")
+    rows = _object(data.get("results"), f"{where} results")
+    figures = [figure for name, row in rows.items() if name.rsplit(".", 1)[-1].startswith("track_")
+               for figure in _figures(name, row, columns, f"{where} results.{name}")]
+    return AsvResult(path, machine, commit, date_ms, tuple(figures))
+
+
+def _machine_dirs(results_dir: Path) -> Iterator[tuple[Path, list[Path]]]:
+    """(directory, its results files) for every directory under ``results_dir`` that holds one,
+    as asv walks them; AsvDirectoryError past MAX_RESULT_FILES."""
+    count = 0
+    for root, _dirs, names in os.walk(results_dir):
+        files = [Path(root) / n for n in sorted(names) if n.endswith(".json") and n not in NOT_RESULTS]
+        count += len(files)
+        if count > MAX_RESULT_FILES:
+            raise AsvDirectoryError(f"{results_dir}: more than {MAX_RESULT_FILES} asv results files; a history "
+                                    f"reads at most {MAX_RESULT_FILES} (give the directory of fewer machines or commits)")
+        if files:
+            yield Path(root), files
+
+
+def read_results(results_dir: Path, machine: Optional[str] = None, commit: Optional[str] = None) -> AsvFiles:
+    """Every results file under ``results_dir`` (only ``machine``'s, only ``commit``'s: asv names
+    a file by the first 8 digits of its commit), each file that is not one skipped with why."""
+    out = AsvFiles()
+    for directory, files in _machine_dirs(Path(results_dir)):
+        if machine is not None and directory != Path(results_dir) / machine:
+            continue
+        if commit is not None:
+            files = [f for f in files if f.name.split("-")[0] == commit[:8]]
+        try:
+            name = read_machine(directory / "machine.json")
+        except (AsvFileError, InputFileError) as exc:
+            out.skipped += [Skipped(f, f"{f}: its directory's machine.json cannot be read: {exc}") for f in files]
+            continue
+        for path in files:
+            try:
+                out.results.append(read_result(path, name))
+            except (AsvFileError, InputFileError) as exc:
+                out.skipped.append(Skipped(path, str(exc)))
+    return out
+
+
+def warn_skipped(command: str, skipped: list[Skipped]) -> None:
+    """Each skipped file on stderr, with why: a file left out of a history is never left out unseen."""
+    for item in skipped:
+        print(for_terminal(f"critpath {command}: warning: skipped {item.message}"), file=sys.stderr)
