@@ -22,6 +22,8 @@ from harness.core.store import RECORD_LIMITS, ResultsFileError, iter_records, lo
 from harness.history import asvfiles
 from harness.history.campaign import recorded_cases
 from harness.history.view import load_history
+from harness.nccltests import source
+from harness.nccltests.values import NcclTestsFormatError
 from harness.tables.frame import records_of
 from tests.conftest import derived_record
 
@@ -246,3 +248,23 @@ def test_the_history_campaign_measures_again_what_a_bad_file_holds_and_says_so(t
     assert f"critpath history: warning: skipped {path}: field date: expected an integer, got inf" in \
         capsys.readouterr().err
 
+
+# -- nccl-tests text logs: a cap on lines -------------------------------------------------------
+
+NCCL_LOG = Path(__file__).parent / "fixtures" / "nccl_tests" / "all_reduce_h100.txt"
+
+
+@pytest.mark.parametrize("ending", ["\n", "\r"])  # a lone CR ends a line too, as the parser counts them
+def test_an_nccl_tests_log_of_more_lines_than_the_cap_is_refused_naming_the_file(tmp_path, monkeypatch, ending):
+    monkeypatch.setattr(source, "MAX_TEXT_LINES", 100)
+    path = tmp_path / "flood.txt"
+    path.write_text(("#" + ending) * 101)
+    with pytest.raises(NcclTestsFormatError, match=rf"^{path}:101: more than 100 lines; nccl-tests output \(text\) is "
+                                                   r"at most 100 lines"):
+        source.read_output(path)
+
+
+def test_an_nccl_tests_log_within_the_line_cap_is_read(tmp_path, monkeypatch):
+    monkeypatch.setattr(source, "MAX_TEXT_LINES", len(NCCL_LOG.read_text().splitlines()))
+    parsed, _ = source.read_output(NCCL_LOG)
+    assert parsed.rows

@@ -30,6 +30,10 @@ MAX_TIMES_PER_SIDE = min((MAX_RECORD_BYTES - _RECORD_REST_BYTES) // _SAMPLE_JSON
 MAX_ROWS = MAX_RUN_CASES
 # A text log with NCCL_DEBUG=INFO lines between the rows of a large job: tens of megabytes.
 MAX_TEXT_BYTES = 256 << 20
+# Lines cost time however short (some 4 us each: 10 million lines of '#' took 40 s): nccl-tests
+# prints a few dozen and a row per size (at most MAX_ROWS), NCCL_DEBUG=INFO some hundred for each
+# rank; a million is a job of ten thousand ranks.
+MAX_TEXT_LINES = 1_000_000
 # -J output, per-iteration times included (writePerIterReport): 10,000 rows of 600 times is 60 MB.
 MAX_JSON_BYTES = 64 << 20
 # No line nccl-tests or NCCL prints comes near this; a longer one is not a log line.

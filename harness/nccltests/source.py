@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import BinaryIO, Iterator
 
 from harness.core.inputfile import open_regular
-from harness.nccltests.limits import MAX_JSON_BYTES, MAX_LINE_BYTES, MAX_TEXT_BYTES
+from harness.nccltests.limits import MAX_JSON_BYTES, MAX_LINE_BYTES, MAX_TEXT_BYTES, MAX_TEXT_LINES
 from harness.nccltests.parse import Parsed, parse_json, parse_text
 from harness.nccltests.values import NcclTestsFormatError
 
@@ -54,9 +54,15 @@ class _Reader:
 
 def _text_lines(reader: _Reader) -> Iterator[str]:
     """The log's lines as ``str.splitlines`` of the whole decoded file gives them (a lone CR ends a
-    line too), so line numbers are the same however the file is read."""
+    line too), so line numbers are the same however the file is read; at most MAX_TEXT_LINES."""
+    number = 0
     while raw := reader.line(MAX_TEXT_BYTES):
-        yield from raw.decode("utf-8", errors="replace").splitlines()
+        for line in raw.decode("utf-8", errors="replace").splitlines():
+            number += 1
+            if number > MAX_TEXT_LINES:
+                raise NcclTestsFormatError(f"{reader.path}:{number}: more than {MAX_TEXT_LINES} lines; {WHAT} (text) "
+                                           f"is at most {MAX_TEXT_LINES} lines (harness/nccltests/limits.py)")
+            yield line
 
 
 def _is_json(f: BinaryIO) -> bool:
