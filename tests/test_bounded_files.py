@@ -19,6 +19,7 @@ from harness.cli import main
 from harness.core import store
 from harness.core.jsonfile import JsonFileError, JsonLimits, loads_strict
 from harness.core.store import RECORD_LIMITS, ResultsFileError, iter_records, load_run
+from harness.gatepower.resample import MeasuredGate
 from harness.history import asvfiles
 from harness.history.campaign import recorded_cases
 from harness.history.view import load_history
@@ -268,3 +269,67 @@ def test_an_nccl_tests_log_within_the_line_cap_is_read(tmp_path, monkeypatch):
     monkeypatch.setattr(source, "MAX_TEXT_LINES", len(NCCL_LOG.read_text().splitlines()))
     parsed, _ = source.read_output(NCCL_LOG)
     assert parsed.rows
+
+
+# -- gate-power --report: the document's shape checked ------------------------------------------
+
+GATE_RPC = "rpc/codec=raw,mode=pingpong,payload_bytes=256,transport=tcp_nodelay"
+
+
+def _power_doc() -> dict:
+    cell = {"name": f"{GATE_RPC}: A/A", "case_ids": [GATE_RPC], "condition": "A/A", "candidate": "a", "target": None}
+    trial = {"cell": cell["name"], "trial": 0, "exit_code": 0, "wall_s": 100.0,
+             "cases": {GATE_RPC: {"outcome": "unchanged", "ratio": 1.01, "n_pairs": 30, "mde": 0.06}}}
+    return {"base": "0" * 40, "settings": {"budget_s": 180, "min_effect": 0.05, "statistic": None, "rounds": None},
+            "cells": [cell], "trials": [trial], "tool_trials": []}
+
+
+@pytest.mark.parametrize("edit, why", [
+    (lambda d: [], "field (document): [] is not of type 'object'"),
+    (lambda d: {}, "field base: 'base' is a required property"),
+    (lambda d: d["settings"].pop("budget_s") and d, "field settings.budget_s: 'budget_s' is a required property"),
+    (lambda d: d["cells"][0].update(case_ids="x") or d, "field cells[0].case_ids: 'x' is not of type 'array'"),
+    (lambda d: d["trials"][0]["cases"][GATE_RPC].update(ratio=-1) or d,
+     f"field trials[0].cases.{GATE_RPC}.ratio: -1 is less than or equal to the minimum of 0"),
+    (lambda d: d["trials"][0].update(wall_s=float("inf")) or d, "field trials[0].wall_s: inf is not a finite number"),
+    (lambda d: d["trials"][0].update(cell="gone") or d, "field trials[0].cell: 'gone' is none of the cells"),
+    (lambda d: d.update(resampled={"gates_per_cell": 5, "rows": [{"cell": d["cells"][0]["name"], "gates": 5}]}) or d,
+     "field resampled.rows[0].distinct_pairs: 'distinct_pairs' is a required property"),
+])
+def test_a_gate_power_report_of_another_shape_is_refused_naming_the_file_and_field(tmp_path, capsys, edit, why):
+    path = tmp_path / "power.json"
+    path.write_text(json.dumps(edit(_power_doc())))
+    assert main(["gate-power", "--report", str(path)]) == 2
+    assert f"critpath gate-power: error: {path}: not a readable gate-power measurement: {why}" in \
+        capsys.readouterr().err
+
+
+def test_a_gate_power_report_as_gate_power_writes_it_is_still_printed(tmp_path, capsys):
+    path = tmp_path / "power.json"
+    path.write_text(json.dumps(_power_doc()))
+    assert main(["gate-power", "--report", str(path)]) == 0
+    assert "false alarms: 0" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("edit, why", [
+    (lambda d: d["cases"][0]["detail"]["pairs"].append("nan"), "field cases[0].detail.pairs[3]: expected a number"),
+    (lambda d: d["cases"][0]["detail"]["pairs"].append(float("inf")), "field cases[0].detail.pairs[3]: inf is not"),
+    (lambda d: d["extra"].update(generation_s=[True]), "field extra.generation_s[0]: expected a number, got True"),
+    (lambda d: d.update(cases={}), "field cases: expected a list, got dict"),
+])
+def test_a_gate_json_that_is_not_the_gates_is_refused_naming_its_field(tmp_path, edit, why):
+    doc = {"cases": [{"case_id": GATE_RPC, "detail": {"pairs": [0.01, -0.02, 0.0]}}],
+           "extra": {"generation_s": [4.0], "measure_wall_s": 15.0}}
+    edit(doc)
+    path = tmp_path / "gate.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ValueError) as err:
+        MeasuredGate.load(path)
+    assert str(err.value).startswith(f"{path}: not a readable gate result: {why}")
+
+
+def test_resume_refuses_a_measurement_lacking_what_it_carries_on_from(tmp_path, capsys):
+    (tmp_path / "power.json").write_text(json.dumps({**_power_doc(), "branches": {}, "aa": "a"}))
+    assert main(["gate-power", "--resume", "--out", str(tmp_path)]) == 2
+    assert "power.json: not a readable gate-power measurement: field clone: missing: --resume carries on from it" in \
+        capsys.readouterr().err

@@ -181,7 +181,8 @@ def test_resume_carries_on_the_named_cells_and_refuses_a_name_it_does_not_hold(t
     other = "allreduce/algo=tree,backend=gloo,dtype=float32,size_bytes=8,world=2"
     cells = [{"name": f"{cid}: {AA}", "case_ids": [cid], "condition": AA, "candidate": "a", "target": None}
              for cid in (RPC, other)]
-    doc = {**_doc([], cells), "branches": {}}
+    doc = {**_doc([], cells), "branches": {}, "aa": "a", "clone": str(tmp_path / "clone")}
+    doc["settings"].update(trials=1, tools=[], tool_trials=0)  # what --resume needs of a measurement
     (tmp_path / "power.json").write_text(json.dumps(doc))
     uds = RPC.replace("tcp_nodelay", "uds")
     assert main(["gate-power", "--resume", "--case", uds, "--out", str(tmp_path)]) == 2

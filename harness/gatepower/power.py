@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import math
 import re
 import shutil
@@ -37,6 +36,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Optional
 
+import jsonschema
 import numpy as np
 import scipy  # scipy.stats loads on first use (scipy's lazy loading): gate-power --help does not pay it
 
@@ -44,6 +44,7 @@ from harness.core import atomic, registry
 from harness.core.claim import claim_dir, refuse_links_below
 from harness.core.git import run_git
 from harness.core.inputfile import read_bounded
+from harness.core.jsonfile import JsonFileError, JsonLimits, loads_strict
 from harness.core.options import absolute, at_least, comma_separated, number_in, positive, print_error
 from harness.gate.config import MAX_MIN_EFFECT
 from harness.gate.outputs import EXIT_COULD_NOT_RUN, EXIT_REGRESSION, fails_build
@@ -52,7 +53,7 @@ from harness.gate.sequential import estimate_se, hodges_lehmann, min_detectable_
 from harness.gate.sides import RoundCase, WorkerSide
 from harness.gate.trees import BASE, CANDIDATE, Tree, TreeError, checkout, repo_root, resolve, sweep_orphans
 from harness.gatepower import inject, tools
-from harness.gatepower.resample import MAX_GATE_JSON_BYTES, MeasuredGate, resampled_rate
+from harness.gatepower.resample import GATE_JSON_LIMITS, MAX_GATE_JSON_BYTES, MeasuredGate, resampled_rate
 from harness.run.lifetime import interrupt_signal, raise_on_sigterm, stop_with_parent
 
 SCHEMA = "critpath.gate-power/2"
@@ -106,6 +107,82 @@ def _slowdowns(text: str) -> tuple[tuple[str, float], ...]:
 # power.json: every gate's summary of a measurement, a few kB each.
 MAX_POWER_JSON_BYTES = 256 << 20
 MAX_TRIALS = 10_000  # real gates per cell: at minutes a gate, far beyond any measurement
+# A measurement of 100 cells of 100 trials, each a gate of 5 cases, holds some 600,000 keys; the
+# nesting is 6 levels (trials[0].cases[ID].ratio, tool_trials[0].verdicts[0].ratio).
+POWER_JSON_LIMITS = JsonLimits(keys=2_000_000, values=8_000_000, depth=16)
+
+_NUMBER_OR_NULL = {"type": ["number", "null"]}
+_STRING_OR_NULL = {"type": ["string", "null"]}
+_COUNT_OR_NULL = {"type": ["integer", "null"], "minimum": 0}
+# What --report and --resume read of a stored measurement (others fields pass): a file of another
+# shape was a TypeError or a bare KeyError. Each object is required to hold the fields read
+# without a default; a trial's, a tool's or a replay's cell must be one of the cells.
+POWER_SCHEMA = {
+    "type": "object",
+    "required": ["base", "settings", "cells", "trials"],
+    "properties": {
+        "base": {"type": "string", "minLength": 1},
+        "settings": {
+            "type": "object", "required": ["budget_s", "min_effect", "statistic", "rounds"],
+            "properties": {"budget_s": {"type": "number", "exclusiveMinimum": 0},
+                           "min_effect": {"type": "number", "minimum": 0},
+                           "statistic": _STRING_OR_NULL, "rounds": {"type": ["integer", "null"], "minimum": 1},
+                           "trials": {"type": "integer", "minimum": 1, "maximum": MAX_TRIALS},
+                           "tool_trials": {"type": "integer", "minimum": 0, "maximum": MAX_TRIALS},
+                           "tools": {"type": "array", "items": {"enum": list(TOOLS)}}}},
+        "cells": {"type": "array", "items": {
+            "type": "object", "required": ["name", "case_ids", "condition", "candidate"],
+            "properties": {"name": {"type": "string"}, "condition": {"type": "string"},
+                           "case_ids": {"type": "array", "minItems": 1, "items": {"type": "string"}},
+                           "candidate": {"type": "string"}, "target": _STRING_OR_NULL,
+                           "rounds": {"type": ["integer", "null"], "minimum": 1}}}},
+        "trials": {"type": "array", "items": {
+            "type": "object", "required": ["cell", "trial", "exit_code", "wall_s", "cases"],
+            "properties": {"cell": {"type": "string"}, "trial": {"type": "integer", "minimum": 0},
+                           "exit_code": {"type": "integer"}, "wall_s": {"type": "number", "minimum": 0},
+                           "cases": {"type": "object", "additionalProperties": {
+                               "type": "object",
+                               "properties": {"outcome": {"type": "string"}, "likely_regression": {"type": "boolean"},
+                                              # a ratio's log is taken: a ratio is positive
+                                              "ratio": {"type": ["number", "null"], "exclusiveMinimum": 0},
+                                              "low": _NUMBER_OR_NULL, "high": _NUMBER_OR_NULL,
+                                              "n_pairs": _COUNT_OR_NULL, "mde": _NUMBER_OR_NULL,
+                                              "decided_at_s": _NUMBER_OR_NULL,
+                                              "noise_per_pair": {"type": ["number", "null"], "minimum": 0},
+                                              "seconds_per_pair": {"type": ["number", "null"], "minimum": 0},
+                                              "reason": _STRING_OR_NULL}}}}}},
+        "tool_trials": {"type": "array", "items": {
+            "type": "object", "required": ["cell", "tool", "trial"],
+            "properties": {"cell": {"type": "string"}, "tool": {"type": "string"}, "trial": {"type": "integer"},
+                           "verdicts": {"type": "array", "items": {
+                               "type": "object", "required": ["tool", "rule", "fails"],
+                               "properties": {"tool": {"type": "string"}, "rule": {"type": "string"},
+                                              "fails": {"type": ["boolean", "null"]}, "ratio": _NUMBER_OR_NULL}}}}}},
+        "branches": {"type": "object", "additionalProperties": {
+            "type": "object", "required": ["fraction", "sha"],
+            "properties": {"fraction": {"type": "number"}, "sha": {"type": "string"}}}},
+        "resampled": {
+            "type": "object", "required": ["gates_per_cell", "rows"],
+            "properties": {"gates_per_cell": {"type": "integer", "minimum": 0}, "rows": {"type": "array", "items": {
+                "type": "object", "required": ["cell"],
+                "properties": {"cell": {"type": "string"}, "shift": {"type": "number"}, "why": {"type": "string"},
+                               "gates": _COUNT_OR_NULL},
+                # a row of replayed gates holds what the table prints of it
+                "if": {"required": ["gates"], "properties": {"gates": {"type": "integer", "minimum": 1}}},
+                "then": {"required": ["distinct_pairs", "measured_gates", "fails", "rate", "ci95", "wall_median_s",
+                                      "wall_max_s"],
+                         "properties": {"distinct_pairs": {"type": "object",
+                                                           "additionalProperties": {"type": "integer"}},
+                                        "measured_gates": {"type": "integer"}, "fails": {"type": "integer"},
+                                        "rate": {"type": "number"}, "wall_median_s": {"type": "number"},
+                                        "wall_max_s": {"type": "number"},
+                                        "ci95": {"type": "array", "minItems": 2, "maxItems": 2,
+                                                 "items": {"type": "number"}}}}}}}},
+    },
+}
+# --resume carries a measurement on: it needs what started it too.
+RESUME_REQUIRED = {"": ["aa", "clone", "branches", "tool_trials"], "settings": ["trials", "tools", "tool_trials"]}
+_POWER_VALIDATOR = jsonschema.Draft202012Validator(POWER_SCHEMA)
 # A slowdown injected, as a fraction of the case's time: above 5, no gate needs measuring.
 _fraction = number_in(0.0, MAX_MIN_EFFECT)
 _rounds = at_least(1, MAX_ROUNDS)
@@ -323,11 +400,47 @@ def _save(out: Path, doc: dict, name: str = "power.json") -> None:
     atomic.write_json(out / name, doc, indent=1, sort_keys=False, updates=True)
 
 
-def _load(path: Path) -> dict:
+def _field(where: list, error) -> str:
+    """The field a schema error is about, as ``trials[0].cases`` (a required one: the one missing)."""
+    if error.validator == "required" and isinstance(error.instance, dict):
+        where = [*where, *[k for k in error.validator_value if k not in error.instance][:1]]
+    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in where).lstrip(".") or "(document)"
+
+
+def _check_document(path: Path, doc, resume: bool) -> dict:
+    """``doc`` when it is a measurement as gate-power writes it; ValueError naming the file and field."""
+    def refuse(field_name: str, why: str):
+        raise ValueError(f"{path}: not a readable gate-power measurement: field {field_name}: {why}")
+
+    error = jsonschema.exceptions.best_match(_POWER_VALIDATOR.iter_errors(doc))
+    if error is not None:
+        refuse(_field(list(error.absolute_path), error), error.message)
+    for field_name, value in atomic.non_finite(doc)[:1]:  # gate-power never writes one: strict JSON out
+        refuse(field_name, f"{value} is not a finite number")
+    names = {c["name"] for c in doc["cells"]}
+    for section in ("trials", "tool_trials"):
+        for i, entry in enumerate(doc.get(section, ())):
+            if entry["cell"] not in names:
+                refuse(f"{section}[{i}].cell", f"{entry['cell']!r} is none of the cells")
+    for i, row in enumerate((doc.get("resampled") or {}).get("rows", ())):
+        if row["cell"] not in names:
+            refuse(f"resampled.rows[{i}].cell", f"{row['cell']!r} is none of the cells")
+    if resume:
+        for section, keys in RESUME_REQUIRED.items():
+            held = doc[section] if section else doc
+            missing = [k for k in keys if k not in held]
+            if missing:
+                refuse(f"{section + '.' if section else ''}{missing[0]}", "missing: --resume carries on from it")
+    return doc
+
+
+def _load(path: Path, resume: bool = False) -> dict:
     try:
-        return json.loads(read_bounded(path, "gate-power measurement", MAX_POWER_JSON_BYTES))
-    except (OSError, ValueError, RecursionError) as exc:  # ValueError: bad JSON, not UTF-8, not a file in the limit
+        doc = loads_strict(read_bounded(path, "gate-power measurement", MAX_POWER_JSON_BYTES), str(path),
+                           POWER_JSON_LIMITS)
+    except (OSError, JsonFileError) as exc:  # OSError: absent, unreadable, or not a regular file within the limit
         raise ValueError(f"{path}: not a readable gate-power measurement ({exc})") from None
+    return _check_document(path, doc, resume)
 
 
 def _gate_trial(doc: dict, cell: Cell, trial: int, out: Path, base_tree: Tree) -> dict:
@@ -370,7 +483,7 @@ def _gate_trial(doc: dict, cell: Cell, trial: int, out: Path, base_tree: Tree) -
     record = {"cell": cell.name, "trial": trial, "exit_code": code, "wall_s": round(wall_s, 2), "cases": {}}
     gate_json = trial_dir / "gate.json"
     if gate_json.exists():
-        data = json.loads(read_bounded(gate_json, "gate.json", MAX_GATE_JSON_BYTES))
+        data = loads_strict(read_bounded(gate_json, "gate.json", MAX_GATE_JSON_BYTES), str(gate_json), GATE_JSON_LIMITS)
         record["stopped"] = data.get("extra", {}).get("stopped")
         record["generations"] = data.get("extra", {}).get("generations")
         for case in data["cases"]:
@@ -445,7 +558,7 @@ def measure(request: PowerRequest) -> dict:
     claim = claim_dir(out, "gate-power")
     _sweep(out)
     if request.resume:
-        doc = _load(out / "power.json")
+        doc = _load(out / "power.json", resume=True)
     else:
         if claim.contents():
             raise ValueError(f"{out} is not empty; choose another --out or --resume")

@@ -14,7 +14,6 @@ still open: an upper bound on the pace, since real generations shorten as cases 
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -22,15 +21,36 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from harness.core.inputfile import read_bounded
+from harness.core.jsonfile import JsonLimits, loads_strict
+from harness.core.numbers import NumberError, check_float
 
 # A gate.json: a few kB a case, its pairs included.
 MAX_GATE_JSON_BYTES = 64 << 20
+# Some 50 keys a case, of at most as many cases as a run holds; its pairs, 8 bytes of text each at
+# the least, are what the byte cap leaves room for.
+GATE_JSON_LIMITS = JsonLimits(keys=1_000_000, values=MAX_GATE_JSON_BYTES // 8, depth=16)
 
 from harness.gate.config import GateConfig
 from harness.gate.outputs import fails_build
 from harness.gate.paired import SPENDING
 from harness.gate.schedule import Plan, Schedule
 from harness.gate.sequential import CaseSpec, SequentialGate
+
+
+class _Shape(ValueError):
+    """A field of a gate.json of another type than the gate writes; the message starts with it."""
+
+
+def _mapping(value, field_name: str) -> dict:
+    if not isinstance(value, dict):
+        raise _Shape(f"field {field_name}: expected an object, got {type(value).__name__}")
+    return value
+
+
+def _list(value, field_name: str) -> list:
+    if not isinstance(value, list):
+        raise _Shape(f"field {field_name}: expected a list, got {type(value).__name__}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -44,15 +64,28 @@ class MeasuredGate:
 
     @classmethod
     def load(cls, gate_json: Path) -> "MeasuredGate":
+        where = f"{gate_json}: not a readable gate result"
         try:
-            data = json.loads(read_bounded(Path(gate_json), "gate.json", MAX_GATE_JSON_BYTES))
-            extra = data.get("extra", {})
-            gens = [float(g) for g in extra.get("generation_s", [])]
-            pairs = {c["case_id"]: [float(d) for d in (c.get("detail") or {}).get("pairs", [])] for c in data["cases"]}
-            setup_s = max(0.0, float(extra.get("measure_wall_s", sum(gens))) - sum(gens))
-        except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
-            raise ValueError(f"{gate_json}: not a readable gate result ({type(exc).__name__}: {exc})") from None
-        return cls(pairs, gens, setup_s)
+            data = loads_strict(read_bounded(Path(gate_json), "gate.json", MAX_GATE_JSON_BYTES), str(gate_json),
+                                GATE_JSON_LIMITS)
+        except (OSError, ValueError) as exc:  # ValueError: not JSON, past a limit, not a regular file
+            raise ValueError(f"{where} ({type(exc).__name__}: {exc})") from None
+        try:
+            extra = _mapping(_mapping(data, "(document)").get("extra", {}), "extra")
+            gens = [check_float(g, f"field extra.generation_s[{i}]", 0)
+                    for i, g in enumerate(_list(extra.get("generation_s", []), "extra.generation_s"))]
+            pairs = {}
+            for i, case in enumerate(_list(data.get("cases"), "cases")):
+                case_id = _mapping(case, f"cases[{i}]").get("case_id")
+                if not isinstance(case_id, str):
+                    raise _Shape(f"field cases[{i}].case_id: expected a case ID")
+                detail = _mapping(case.get("detail") or {}, f"cases[{i}].detail")
+                pairs[case_id] = [check_float(d, f"field cases[{i}].detail.pairs[{j}]")
+                                  for j, d in enumerate(_list(detail.get("pairs", []), f"cases[{i}].detail.pairs"))]
+            wall_s = check_float(extra.get("measure_wall_s", sum(gens)), "field extra.measure_wall_s", 0)
+        except (NumberError, _Shape) as exc:  # each message starts with the field
+            raise ValueError(f"{where}: {exc}") from None
+        return cls(pairs, gens, max(0.0, wall_s - sum(gens)))
 
     def all_open_generation_s(self) -> list[float]:
         """Seconds of the generations in which every case was still measured."""
