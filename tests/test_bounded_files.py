@@ -6,6 +6,7 @@ On the code before each fix, each test failed: a hang, memory without bound, a t
 no file, or a run of a few thousand records that took minutes to show."""
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -17,6 +18,7 @@ import pytest
 
 from harness.cli import main
 from harness.core import store
+from harness.core.claim import DirectoryClaimed, claim_dir
 from harness.core.jsonfile import JsonFileError, JsonLimits, loads_strict
 from harness.core.store import RECORD_LIMITS, ResultsFileError, iter_records, load_run
 from harness.gatepower.resample import MeasuredGate
@@ -333,3 +335,44 @@ def test_resume_refuses_a_measurement_lacking_what_it_carries_on_from(tmp_path, 
     assert main(["gate-power", "--resume", "--out", str(tmp_path)]) == 2
     assert "power.json: not a readable gate-power measurement: field clone: missing: --resume carries on from it" in \
         capsys.readouterr().err
+
+
+# -- a held claim file: anything but the claim's small object names no holder -------------------
+
+def _held_claim(directory: Path, content: bytes) -> int:
+    """``directory``'s claim file holding ``content``, locked on a descriptor of its own, as another
+    process holds it (a lock belongs to the open file, in one process too): close it to let go."""
+    directory.mkdir()
+    claim = directory / ".critpath-claim"
+    claim.write_bytes(content)
+    fd = os.open(claim, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
+@pytest.mark.parametrize("content", [
+    b"[" * 50_000,  # nested past the interpreter's recursion: a RecursionError
+    b"[]",
+    b'{"pid": 1, "host": "h", "command": "run", "started_at": "t", "argv": {"a": 1}}',
+    json.dumps({f"k{i}": 0 for i in range(50_000)}).encode(),
+    json.dumps({"pid": 1, "host": "h", "command": "run", "started_at": "t", "argv": [[["deep"]]]}).encode(),
+])
+def test_a_held_claim_holding_anything_but_a_claim_names_no_holder(tmp_path, content):
+    fd = _held_claim(tmp_path / "out", content)
+    try:
+        with pytest.raises(DirectoryClaimed, match=r"another process holds the lock on .*; the file names no holder"):
+            claim_dir(tmp_path / "out", "report")
+    finally:
+        os.close(fd)
+
+
+def test_report_into_a_held_directory_whose_claim_is_nested_deep_is_refused_not_a_traceback(tmp_path, capsys):
+    run = _run(tmp_path / "run", 1)
+    out = tmp_path / "out"
+    fd = _held_claim(out, b"[" * 50_000)
+    try:
+        assert main(["report", str(run), "--out", str(out)]) == 2
+    finally:
+        os.close(fd)
+    assert f"{out} is in use: another process holds the lock on {out / '.critpath-claim'}; the file names no " \
+           "holder" in capsys.readouterr().err

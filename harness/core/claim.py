@@ -42,10 +42,17 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
+from harness.core.jsonfile import JsonFileError, JsonLimits, loads_strict
 from harness.core.options import UsageError
 from harness.core.temps import CLAIM_FILE, is_abandoned_temp, reserved, sweep_stale
 
 PID_MAX = 1 << 22  # the kernel's largest pid_max: a pid beyond it in a claim file is no pid
+# What a claim critpath writes holds: six fields, argv the longest (a command line of many --case),
+# a list of strings in an object. Read at most this much of the file; anything else is not one.
+MAX_CLAIM_BYTES = 1 << 16
+CLAIM_LIMITS = JsonLimits(keys=6, values=MAX_CLAIM_BYTES, depth=2)
+# The fields a holder is named by, and their types (the pid is judged apart: "which is not a pid").
+CLAIM_FIELDS = {"pid": object, "host": str, "command": str, "started_at": str}
 
 
 class DirectoryClaimed(UsageError):
@@ -169,13 +176,16 @@ def _named_holder(fd: int) -> str:
     """Who the claim file names, and whether that pid runs on this host: the holder writes its
     name just after it locks, and a process that is not critpath may hold the lock."""
     try:
-        data = json.loads(os.pread(fd, 1 << 16, 0) or b"{}")
-        argv = " ".join(str(a) for a in data.get("argv") or [])
-        pid, host = data["pid"], data["host"]
-        named = (f"the file names critpath {data['command']} (pid {pid} on {host}, started {data['started_at']}"
-                 + (f": {argv}" if argv else "") + ")")
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        data = loads_strict(os.pread(fd, MAX_CLAIM_BYTES, 0), CLAIM_FILE, CLAIM_LIMITS)
+    except (OSError, JsonFileError):
+        data = None
+    if (not isinstance(data, dict) or any(k not in data or not isinstance(data[k], t) for k, t in CLAIM_FIELDS.items())
+            or not isinstance(data.get("argv", []), list)):
         return "the file names no holder (one that has only just locked it, or one that is not critpath)"
+    argv = " ".join(str(a) for a in data.get("argv", []))
+    pid, host = data["pid"], data["host"]
+    named = (f"the file names critpath {data['command']} (pid {pid} on {host}, started {data['started_at']}"
+             + (f": {argv}" if argv else "") + ")")
     if not isinstance(pid, int) or isinstance(pid, bool) or not 0 < pid < PID_MAX:
         return f"{named}, which is not a pid"
     if host != socket.gethostname():
