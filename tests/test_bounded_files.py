@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,8 @@ from harness.core import store
 from harness.core.claim import DirectoryClaimed, claim_dir
 from harness.core.jsonfile import JsonFileError, JsonLimits, loads_strict
 from harness.core.store import RECORD_LIMITS, ResultsFileError, iter_records, load_run
+from harness.gate.owned import MAX_OWNER_BYTES, OWNER_FILE
+from harness.gate.trees import checkout, sweep_orphans
 from harness.gatepower.resample import MeasuredGate
 from harness.history import asvfiles
 from harness.history.campaign import recorded_cases
@@ -376,3 +379,86 @@ def test_report_into_a_held_directory_whose_claim_is_nested_deep_is_refused_not_
         os.close(fd)
     assert f"{out} is in use: another process holds the lock on {out / '.critpath-claim'}; the file names no " \
            "holder" in capsys.readouterr().err
+
+
+# -- the gate's owner files and worktree records: small, regular, or left alone with a warning ----
+
+SWEEP = "import sys; from harness.gate.trees import sweep_orphans; print('\\n'.join(sweep_orphans(sys.argv[1])))"
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
+
+
+@pytest.fixture
+def repo_and_tmp(tmp_path, monkeypatch):
+    """A one-commit repository, and this test's own temp dir, where checkout puts its worktrees."""
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    repo, where = tmp_path / "repo", tmp_path / "tmp"
+    repo.mkdir()
+    where.mkdir()
+    _git(repo, "init", "-q")
+    (repo / "README").write_text("x\n")
+    _git(repo, "add", "-A")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "one")
+    monkeypatch.setattr(tempfile, "tempdir", str(where))
+    return repo, where
+
+
+def _worktree_owned_by(repo: Path, where: Path, plant) -> Path:
+    """A worktree where checkout puts one, its owner file made by ``plant(path)``."""
+    parent = where / "critpath-gate-odd-x1y2"
+    parent.mkdir()
+    plant(parent / OWNER_FILE)
+    _git(repo, "worktree", "add", "--detach", "--quiet", "--", str(parent / "tree"), "HEAD")
+    return parent / "tree"
+
+
+@pytest.mark.parametrize("plant, why", [
+    (os.mkfifo, "a FIFO, not a regular file"),
+    (lambda p: p.symlink_to("/dev/zero"), "a character device, not a regular file"),
+    (lambda p: p.write_text("x" * (MAX_OWNER_BYTES + 1)), f"a critpath owner file is at most {MAX_OWNER_BYTES} bytes"),
+])
+def test_an_owner_file_that_is_a_fifo_a_device_or_too_large_is_left_alone_at_once(repo_and_tmp, plant, why):
+    repo, where = repo_and_tmp
+    tree = _worktree_owned_by(repo, where, plant)
+    proc = subprocess.run([sys.executable, "-c", SWEEP, str(repo)], capture_output=True, text=True, timeout=60,
+                          cwd=ROOT, env={**os.environ, "TMPDIR": str(where), "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr  # hung on the FIFO, grew without bound on /dev/zero
+    assert f"left the worktree {tree} alone: its {OWNER_FILE} is not critpath's (unreadable: " in proc.stdout
+    assert why in proc.stdout
+    assert str(tree) in _git(repo, "worktree", "list")
+
+
+@pytest.mark.parametrize("text, why", [
+    ("[" * 2000 + "]" * 2000, "nested 2000 deep"),  # a RecursionError on every later gate and history
+    ('{"command": "critpath gate", "pid": 1, "host": "h", "started": null, "extra": 1}', "5 keys; at most 4"),
+    ('{"command": "critpath gate", "pid": 1, "pid": 2, "host": "h"}', 'the key "pid" appears twice'),
+])
+def test_an_owner_file_nested_deep_or_past_its_fields_is_left_alone_with_a_warning(repo_and_tmp, text, why):
+    repo, where = repo_and_tmp
+    tree = _worktree_owned_by(repo, where, lambda p: p.write_text(text))
+    said = sweep_orphans(repo)
+    assert len(said) == 1 and said[0].startswith(f"left the worktree {tree} alone") and why in said[0], said
+    assert str(tree) in _git(repo, "worktree", "list")
+
+
+@pytest.mark.parametrize("plant, why", [
+    (os.mkfifo, "a FIFO, not a regular file"),
+    (lambda p: p.symlink_to("/dev/zero"), "a character device, not a regular file"),
+    (lambda p: p.write_text("[" * 2000 + "]" * 2000), "nested 2000 deep"),
+])
+def test_a_worktree_record_that_is_not_critpaths_is_left_alone_and_later_sweeps_go_on(repo_and_tmp, plant, why):
+    repo, where = repo_and_tmp
+    records = repo / ".git" / "critpath-worktrees"
+    records.mkdir()
+    record = records / "critpath-gate-odd-x1y2.json"
+    plant(record)
+    proc = subprocess.run([sys.executable, "-c", SWEEP, str(repo)], capture_output=True, text=True, timeout=60,
+                          cwd=ROOT, env={**os.environ, "TMPDIR": str(where), "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr
+    assert f"left the record {record} alone: it is not critpath's (" in proc.stdout and why in proc.stdout
+    with checkout(repo, "HEAD", "base") as tree:  # a gate still checks out and removes its trees
+        assert (tree.path / "README").read_text() == "x\n"
+    assert _git(repo, "worktree", "list").count("\n") == 1

@@ -177,12 +177,12 @@ def _check_limits(raw: bytes, where: str, limits: JsonLimits) -> None:
     keys, values, depth = _structure(raw)
     if keys > limits.keys:
         raise JsonFileError(f"{keys} keys; at most {limits.keys} are read", where)
+    if depth > limits.depth:  # before the values: a deep nest is a flood of lists, and reads as what it is
+        raise JsonFileError(f"nested {depth} deep; at most {limits.depth} levels are read", where)
     if values > limits.values:
         # each comma and each list or object counted: list elements and object members, and an empty one
         raise JsonFileError(f"about {values} values (list elements and object members); at most {limits.values} "
                             "are read", where)
-    if depth > limits.depth:
-        raise JsonFileError(f"nested {depth} deep; at most {limits.depth} levels are read", where)
 
 
 def loads_strict(text: Union[str, bytes], where: str, limits: Optional[JsonLimits] = None) -> Any:

@@ -7,8 +7,9 @@ time and the host), written before ``git worktree add``; each gate and history s
 the registered worktrees whose owner on this host is gone. A worktree without the file, one whose
 owner lives, and one that another host made (a shared filesystem) are never touched.
 
-The file is anyone's to write, so it is read as untrusted: one that does not parse with the
-fields and types ``Owner.me`` writes is not critpath's (``Malformed``), and its worktree is left.
+The file is anyone's to write, so it is read as untrusted: one that is not a small regular file
+(a FIFO, a link to /dev/zero) or does not parse with the fields and types ``Owner.me`` writes is
+not critpath's (``Malformed``), and its worktree is left.
 """
 from __future__ import annotations
 
@@ -17,11 +18,17 @@ import os
 import socket
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Union
+
+from harness.core.inputfile import InputFileError, read_bounded
+from harness.core.jsonfile import JsonFileError, JsonLimits, loads_strict
 
 OWNER_FILE = "critpath-owner.json"  # beside the worktree, in the temporary directory that holds it
 COMMAND_PREFIX = "critpath "  # every owner is a critpath command
 PID_MAX = 1 << 22  # Linux's largest pid_max: a larger pid is no process's (and overflows os.kill)
+# An owner file is four short fields on one line (some 100 bytes; a host name is at most 255).
+MAX_OWNER_BYTES = 4096
+OWNER_LIMITS = JsonLimits(keys=4, values=4, depth=1)
 
 
 def _proc_stat(pid: int) -> Optional[tuple[str, str]]:
@@ -75,13 +82,13 @@ class Malformed(ValueError):
     """An owner file that is not one critpath wrote; the message says which field is wrong."""
 
 
-def parse_owner(text: str) -> Owner:
+def parse_owner(text: Union[str, bytes]) -> Owner:
     """The owner an owner file's text records; Malformed naming the field that is not as
     ``Owner.write`` writes it."""
     try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise Malformed(f"not JSON: {exc}") from None
+        data = loads_strict(text, OWNER_FILE, OWNER_LIMITS)
+    except JsonFileError as exc:
+        raise Malformed(f"not JSON as critpath writes it: {exc.why}") from None
     if not isinstance(data, dict) or set(data) != {"command", "pid", "host", "started"}:
         raise Malformed("expected exactly the fields command, pid, host, started")
     command, pid, host, started = data["command"], data["pid"], data["host"], data["started"]
@@ -100,10 +107,10 @@ def owner_of(worktree: Path) -> Optional[Owner]:
     """The owner recorded beside ``worktree``; None when there is no owner file; Malformed when
     there is one that critpath did not write."""
     try:
-        text = (worktree.parent / OWNER_FILE).read_text()
+        text = read_bounded(worktree.parent / OWNER_FILE, "critpath owner file", MAX_OWNER_BYTES)
     except FileNotFoundError:
         return None
-    except (OSError, UnicodeDecodeError) as exc:
+    except (OSError, InputFileError) as exc:  # a FIFO, a device, a directory, too large
         raise Malformed(f"unreadable: {exc}") from None
     return parse_owner(text)
 

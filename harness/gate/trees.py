@@ -30,6 +30,8 @@ from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
 from harness.core.git import run_git
+from harness.core.inputfile import read_bounded
+from harness.core.jsonfile import JsonLimits, loads_strict
 from harness.gate.owned import OWNER_FILE, Malformed, Owner, owner_of
 
 WORKTREE = "worktree"  # --candidate worktree: the checkout the command runs from, edits included
@@ -150,16 +152,27 @@ def _record(repo: Path, parent: Path) -> Optional[Path]:
     return record
 
 
-def _recorded(repo: Path) -> dict[str, Path]:
+# A record is one short line: {"dir": "/tmp/critpath-gate-base-abc123"} (a path is at most 4096 bytes).
+MAX_RECORD_FILE_BYTES = 8192
+RECORD_FILE_LIMITS = JsonLimits(keys=1, values=1, depth=1)
+
+
+def _recorded(repo: Path, said: Optional[list] = None) -> dict[str, Path]:
     """The directories recorded by ``_record`` in ``repo`` (real path -> record file). A record
     that does not name a directory shaped as ``checkout`` makes, whose name is the record's own,
-    vouches for nothing."""
+    vouches for nothing; one that is not a record critpath writes is left alone, and ``said``."""
     records = _records(repo)
     found = {}
     for record in sorted(records.glob(f"{TREE_PREFIX}*.json")) if records and records.is_dir() else []:
         try:
-            where = json.loads(record.read_text())["dir"]
-        except (OSError, ValueError, TypeError, KeyError):
+            data = loads_strict(read_bounded(record, "worktree record", MAX_RECORD_FILE_BYTES), str(record),
+                                RECORD_FILE_LIMITS)
+            where = data.get("dir") if isinstance(data, dict) else None
+        except FileNotFoundError:
+            continue  # forgotten by the gate that made it, as this one looked
+        except (OSError, ValueError) as exc:  # ValueError: InputFileError (a FIFO, a device, too large), bad JSON
+            if said is not None:
+                said.append(f"left the record {record} alone: it is not critpath's ({exc})")
             continue
         if isinstance(where, str) and os.path.isabs(where) and Path(where).name == record.stem:
             found[os.path.realpath(where)] = record
@@ -234,8 +247,8 @@ def sweep_orphans(repo: Path) -> list[str]:
     than the main one, beside a well-formed owner file whose owner is gone, is removed; one whose
     owner file is malformed is left, with a warning."""
     listed = registered_worktrees(repo)
-    recorded = _recorded(repo)
     said, tried = [], []
+    recorded = _recorded(repo, said)
     for path in listed[1:]:  # the first is the main worktree: never ours
         made = _shaped(path) and os.path.realpath(path.parent) in recorded
         if not (made or _made_here(path)) or os.path.realpath(path) == os.path.realpath(repo):
