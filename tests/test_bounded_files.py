@@ -462,3 +462,26 @@ def test_a_worktree_record_that_is_not_critpaths_is_left_alone_and_later_sweeps_
     with checkout(repo, "HEAD", "base") as tree:  # a gate still checks out and removes its trees
         assert (tree.path / "README").read_text() == "x\n"
     assert _git(repo, "worktree", "list").count("\n") == 1
+
+
+# -- critpath history: the measured repository's asv.conf.json -----------------------------------
+
+@pytest.mark.parametrize("plant, why", [
+    (os.mkfifo, "asv.conf.json: a FIFO, not a regular file: a config of asv is read from a file"),
+    (lambda p: p.symlink_to("/dev/zero"), "asv.conf.json: a character device, not a regular file"),
+    (lambda p: p.write_text("[" * 5000 + "]" * 5000), "asv.conf.json: cannot read asv's config: nested too deep"),
+    (lambda p: p.write_text("[]"), "asv.conf.json: cannot read asv's config: expected an object, got list"),
+    (lambda p: p.write_text('{"results_dir": 5, // a comment\n}'), "asv.conf.json: field results_dir: expected a "
+                                                                     "directory, got 5"),
+])
+def test_history_refuses_an_asv_config_it_cannot_read_at_once_naming_it(repo_and_tmp, tmp_path, plant, why):
+    repo, where = repo_and_tmp
+    (repo / "b").write_text("y\n")
+    _git(repo, "add", "-A")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "two")
+    plant(repo / "asv.conf.json")
+    proc = subprocess.run([sys.executable, "-m", "harness", "history", "--repo", str(repo), "--out",
+                           str(tmp_path / "out"), "HEAD~1..HEAD"], capture_output=True, text=True, timeout=60,
+                          cwd=ROOT, env={**os.environ, "TMPDIR": str(where)})  # hung on the FIFO
+    assert proc.returncode == 2, proc.stderr
+    assert f"critpath history: error: {repo / why}" in proc.stderr

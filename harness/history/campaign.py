@@ -40,7 +40,7 @@ from harness.core import atomic
 from harness.core.claim import claim_dir, refuse_links_below
 from harness.core.escape import for_terminal
 from harness.core.git import git_env, run_git
-from harness.core.inputfile import declare_inputs
+from harness.core.inputfile import InputFileError, declare_inputs, read_bounded
 from harness.core.options import (EXIT_FAILED, EXIT_OK, EXIT_USAGE, absolute, case_id_option, families_option,
                                   machine_option, print_error, seconds)
 from harness.core.store import RESULTS, ResultsFileError, load_records, run_incompleteness
@@ -147,16 +147,31 @@ def _commit(repo: Path, spec: str, ref: str) -> str:
 # -- asv ------------------------------------------------------------------------------------------
 
 
+# asv.conf.json: a few kB of settings and comments; json5 parses it in Python, a character at a time.
+MAX_ASV_CONFIG_BYTES = 1 << 20
+# The directories the config names, which the history resolves against the repository.
+ASV_CONFIG_DIRS = ("results_dir", "benchmark_dir", "html_dir")
+
+
 def asv_config(repo: Path, results: Optional[Path], out: Path) -> tuple[Path, Path]:
     """A config for asv with absolute paths: the repo's own, with results where asked. Returns
     (config path, results directory)."""
-    from asv import util  # asv is 0.15 s of every `critpath --help`: imported by the history it serves
+    import json5  # asv's parser of its config, which has comments (asv's dependency)
 
     source = repo / "asv.conf.json"
     try:
-        config = util.load_json(str(source), js_comments=True)  # asv's own reader: its config has comments
-    except (OSError, util.UserError, ValueError) as exc:
+        config = json5.loads(read_bounded(source, "config of asv", MAX_ASV_CONFIG_BYTES).decode("utf-8"))
+    except InputFileError as exc:  # a FIFO, a device, too large: the message names the file
+        raise HistoryRunError(str(exc)) from None
+    except RecursionError:
+        raise HistoryRunError(f"{source}: cannot read asv's config: nested too deep to be read as data") from None
+    except (OSError, ValueError) as exc:  # absent, unreadable, not UTF-8, not JSON
         raise HistoryRunError(f"{source}: cannot read asv's config: {exc}") from None
+    if not isinstance(config, dict):
+        raise HistoryRunError(f"{source}: cannot read asv's config: expected an object, got {type(config).__name__}")
+    wrong = [k for k in ASV_CONFIG_DIRS if not isinstance(config.get(k, ""), str)]
+    if wrong:
+        raise HistoryRunError(f"{source}: field {wrong[0]}: expected a directory, got {config[wrong[0]]!r}")
     results = (results or repo / config.get("results_dir", ".asv/results")).resolve()
     config.update({"repo": str(repo), "benchmark_dir": str(repo / config.get("benchmark_dir", "benchmarks")),
                    "results_dir": str(results), "html_dir": str(repo / config.get("html_dir", ".asv/html")),
@@ -201,7 +216,7 @@ def machine_name(config: Path, given: Optional[str], log) -> str:
         raise HistoryRunError(f"asv machine --yes failed; see {log.name}")
     if given:
         return given
-    from asv.machine import Machine  # asv: see asv_config
+    from asv.machine import Machine  # asv is 0.15 s of every `critpath --help`: imported where it serves
 
     return Machine.get_unique_machine_name()
 
