@@ -71,8 +71,10 @@ def test_a_line_nested_too_deep_and_a_run_json_that_is_not_utf8_are_named(tmp_pa
     run.mkdir()
     (run / "results.jsonl").write_text("[" * 100_000 + "]" * 100_000 + "\n")
     assert main(["show", str(run)]) == 2
-    assert f"{run / 'results.jsonl'}:1: nested too deep to be read as data" in capsys.readouterr().err
-    from harness.core.store import MAX_RECORD_BYTES
+    from harness.core.store import MAX_RECORD_BYTES, RECORD_LIMITS
+
+    assert f"{run / 'results.jsonl'}:1: nested 100000 deep; at most {RECORD_LIMITS.depth} levels are read" in \
+        capsys.readouterr().err
 
     (run / "results.jsonl").write_bytes(b'{"a": "' + b"x" * MAX_RECORD_BYTES + b'"}\n')
     assert main(["show", str(run)]) == 2
