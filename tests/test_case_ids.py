@@ -36,7 +36,7 @@ def test_ids_are_unique_within_a_grid():
         ("allreduce", "not of the form"),
         ("nosuch/x=1", "unknown family 'nosuch'"),
         ("allreduce/algo=ring,colour=red", "has no key 'colour'"),
-        ("allreduce/size_bytes=eight", "expects int"),
+        ("allreduce/size_bytes=eight", "key .size_bytes.: expected an integer"),
         ("allreduce/algo", "is not key=value"),
         ("allreduce/algo=ring,algo=tree", "given twice"),
     ],

@@ -10,6 +10,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Union
 
+from harness.core.numbers import NumberError, parse_float, parse_int
+
 ParamValue = Union[int, float, str]
 
 # Characters that would make an ID ambiguous to split.
@@ -71,18 +73,18 @@ class Param:
         return value
 
     def parse(self, text: str, case_id: str) -> ParamValue:
+        """``text`` as this key's type by critpath's one number grammar: ``size_bytes=٣``,
+        ``=1_000`` and ``=08`` name no case (int() would read them as 3, 1000 and 8, giving one case
+        several IDs)."""
+        source = f"case ID {case_id!r}: key {self.name!r}"
         try:
             if self.type is int:
-                value: ParamValue = int(text, 10)
-            elif self.type is float:
-                value = float(text)
-            else:
-                value = text
-        except ValueError:
-            raise CaseIdError(
-                f"case ID {case_id!r}: key {self.name!r} expects {self.type.__name__}, got {text!r}"
-            ) from None
-        return value
+                return parse_int(text, source)
+            if self.type is float:
+                return parse_float(text, source)
+        except NumberError as exc:
+            raise CaseIdError(str(exc)) from None
+        return text
 
 
 def _bound(value: Optional[float]) -> Optional[str]:
