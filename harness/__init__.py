@@ -5,7 +5,7 @@ docs/analyse.md); every other module is internal and may move between releases:
 
 - writing a family: ``Family``, ``Param``, ``Case``, ``GridOptions``, ``RankContext``,
   ``CheckResult``, ``Column``, ``WRONG_COLUMN``, ``Figure``, ``Summary``, ``BACKEND``,
-  ``world_param``, the nccl-tests bandwidth helpers (``bandwidth_figures``, ``algbw_gbps``,
+  ``world_param``, ``bytes_param``, the nccl-tests bandwidth helpers (``bandwidth_figures``, ``algbw_gbps``,
   ``busbw_gbps``, ``BANDWIDTH_COLUMNS``) and ``parse_sizes`` / ``format_size``;
 - a family's plots and findings: ``Plot``, ``Finding``, ``Concluded``, and for drawing ``Drawn``,
   ``subplots``, ``legend``, ``palette`` (one look for every plot of a report);
@@ -29,7 +29,7 @@ __version__ = "0.2.0"
 _PUBLIC: dict[str, tuple[str, str]] = {
     **{name: ("harness.core.family", name) for name in (
         "Family", "GridOptions", "RankContext", "CheckResult", "Column", "WRONG_COLUMN", "BACKEND", "world_param",
-        "Plot", "Finding", "Concluded")},
+        "bytes_param", "Plot", "Finding", "Concluded")},
     **{name: ("harness.core.plotting", name) for name in ("Drawn", "subplots", "legend", "palette")},
     **{name: ("harness.core.case", name) for name in ("Case", "Param", "CaseIdError")},
     "Figure": ("harness.core.figures", "Figure"),

@@ -35,3 +35,28 @@ def test_critpath_run_refuses_such_a_case_id_with_exit_2_naming_the_key(tmp_path
     err = capsys.readouterr().err
     assert "key 'size_bytes': expected an integer" in err and "'1_024'" in err
     assert not (tmp_path / "run").exists()
+
+
+def _bytes_keys():
+    """Every family's keys of bytes a case allocates, as (family, key)."""
+    return [(family.name, param.name) for family in registry.FAMILIES.values() for param in family.params
+            if param.name in ("size_bytes", "act_bytes", "expert_bytes")]
+
+
+def test_a_case_id_asks_for_no_more_bytes_than_sizes_allows():
+    from harness.core.sizes import MAX_RUN_SIZE_BYTES
+
+    keys = _bytes_keys()
+    assert {"allreduce", "sendrecv", "allreduce_tiers", "p2p_tiers", "pipeline", "moe_a2a"} <= {f for f, _ in keys}
+    for family, key in keys:
+        assert registry.get(family).declared[key].high == MAX_RUN_SIZE_BYTES, (family, key)
+    assert registry.parse(ALLREDUCE.format(MAX_RUN_SIZE_BYTES)).params["size_bytes"] == MAX_RUN_SIZE_BYTES
+    with pytest.raises(CaseIdError, match=rf"size_bytes={MAX_RUN_SIZE_BYTES + 4} is not allowed; size_bytes must be "
+                                          rf"in \[1, {MAX_RUN_SIZE_BYTES}\]"):
+        registry.parse(ALLREDUCE.format(MAX_RUN_SIZE_BYTES + 4))
+
+
+def test_critpath_run_refuses_a_case_past_the_size_cap_before_it_allocates(tmp_path, capsys):
+    assert main(["run", "--case", ALLREDUCE.format(17179869188), "--out", str(tmp_path / "run")]) == 2
+    assert "size_bytes=17179869188 is not allowed" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()

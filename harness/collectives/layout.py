@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from harness.core.case import Param
-from harness.core.family import BACKEND, world_param
+from harness.core.family import BACKEND, bytes_param, world_param
 from harness.core.sizes import parse_sizes
 from harness.run.fingerprint import node_key
 
@@ -135,7 +135,7 @@ FULL_SIZES = "8:64M:x4"
 def tier_params(tier_doc: str, size_doc: str) -> tuple:
     """The parameters a tier family's cases share."""
     return (Param("tier", str, tier_doc, choices=TIERS, required=True), BACKEND,
-            Param("size_bytes", int, size_doc, low=4, required=True), world_param(2, "number of ranks in the job"),
+            bytes_param("size_bytes", size_doc, low=4), world_param(2, "number of ranks in the job"),
             Param("at_once", str, "tier=pairs: time a round's pairs all at once (round: the fabric under load) or one "
                   "pair of nodes at a time (pair: each link alone; for fewer cores than ranks)", choices=AT_ONCE,
                   default="round"))

@@ -38,6 +38,7 @@ from harness.core.case import Case, CaseIdError, Param, ParamValue, check_declar
 from harness.core.figures import (N_TOO_SMALL, Figure, FigureUnavailable, TooFewSamples, is_sample_statistic,
                                   percentile_named, require_samples, sample_parts)
 from harness.core.figures import value as figure_value
+from harness.core.sizes import MAX_RUN_SIZE_BYTES
 from harness.core.stats import Summary
 
 if TYPE_CHECKING:
@@ -53,6 +54,12 @@ BACKEND = Param("backend", str, "gloo or nccl", choices=BACKENDS, required=True)
 def world_param(low: int = 1, doc: str = "number of ranks") -> Param:
     """The ``world`` key: ranks the case runs on, at least ``low`` (a peer, a pipeline of stages)."""
     return Param("world", int, doc, low=low, required=True)
+
+
+def bytes_param(name: str, doc: str, low: int) -> Param:
+    """A key of bytes a case allocates (a buffer, a message): at most MAX_RUN_SIZE_BYTES, the cap
+    ``--sizes`` holds a run to, so a case ID cannot ask for what the option refuses."""
+    return Param(name, int, doc, low=low, high=MAX_RUN_SIZE_BYTES, required=True)
 
 
 class FigureError(ValueError):

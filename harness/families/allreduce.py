@@ -20,7 +20,7 @@ from harness.core.bandwidth import BANDWIDTH_COLUMNS, algbw_gbps, bandwidth_figu
 from harness.core.case import Case, Param
 from harness.collectives import crossover, plots
 from harness.core.family import (BACKEND, CheckResult, Column, Family, Finding, GridOptions, Plot, RankContext,
-                                 world_param)
+                                 bytes_param, world_param)
 from harness.core.sizes import format_size, parse_sizes
 from harness.core.stats import Summary
 
@@ -202,7 +202,7 @@ FAMILY = Family(
         Param("algo", str, "native is the backend's own", choices=ALGOS, required=True),
         BACKEND,
         Param("dtype", str, "element type", choices=tuple(DTYPE_BYTES), required=True),
-        Param("size_bytes", int, "buffer size in bytes (count x element size)", low=1, required=True),
+        bytes_param("size_bytes", "buffer size in bytes (count x element size)", low=1),
         world_param(),
     ),
     validate=validate,

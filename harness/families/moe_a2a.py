@@ -30,7 +30,7 @@ import numpy as np
 from harness.core.case import Case, Param
 from harness.core.figures import Figure
 from harness.core.family import (BACKEND, WRONG_COLUMN, CheckResult, Column, Family, GridOptions, Plot, RankContext,
-                                 world_param)
+                                 bytes_param, world_param)
 from harness.moe_a2a import plots
 from harness.moe_a2a.imbalance import MEASURES, Imbalance
 from harness.moe_a2a.routing import OVERFLOWS
@@ -341,7 +341,7 @@ FAMILY = Family(
         Param("compute", str, "sleep (emulated cost per received row, CPU) or matmul (GPU)",
               choices=("sleep", "matmul"), required=True),
         Param("drift_steps", int, "the hot expert moves every this many steps (0: never)", low=0, default=0),
-        Param("expert_bytes", int, "weight bytes per expert moved when a placement changes", low=0, required=True),
+        bytes_param("expert_bytes", "weight bytes per expert moved when a placement changes", low=0),
         Param("experts_per_rank", int, "logical experts per rank (experts = this x world)", low=1, required=True),
         Param("hidden", int, "hidden size (elements per token row)", low=1, required=True),
         Param("mitigation", str, "what answers the skew", choices=MITIGATIONS, default=Mitigation.kind),

@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING
 
 from harness.core.case import Case, Param
 from harness.core.figures import Figure
-from harness.core.family import BACKEND, CheckResult, Column, Family, GridOptions, Plot, RankContext, world_param
+from harness.core.family import (BACKEND, CheckResult, Column, Family, GridOptions, Plot, RankContext, bytes_param,
+                                 world_param)
 from harness.pipeline import link, model, plots
 from harness.pipeline.scenarios import SCENARIOS, STRETCH_WARN
 from harness.pipeline.schedule import SCHEDULES, TRAINING_SCHEDULES
@@ -285,8 +286,8 @@ FAMILY = Family(
     version=1,
     description="pipeline stages over P2P: sync barrier vs async prefetch, GPipe, 1F1B (measured beside a model)",
     params=(
-        Param("act_bytes", int, "activation bytes per microbatch per hop (more than the header)",
-              low=(link.HEADER_WORDS + 1) * 8, required=True),
+        bytes_param("act_bytes", "activation bytes per microbatch per hop (more than the header)",
+                    low=(link.HEADER_WORDS + 1) * 8),
         BACKEND,
         Param("compute", str, "spin (CPU busy loop), sleep (emulated device time), matmul (GPU)",
               choices=link.COMPUTE_MODES, required=True),

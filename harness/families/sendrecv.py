@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from harness.core.bandwidth import BANDWIDTH_COLUMNS, algbw_gbps, bandwidth_figures, busbw_gbps, busbw_p50_figure
-from harness.core.case import Case, Param
-from harness.core.family import BACKEND, CheckResult, Column, Family, GridOptions, RankContext, world_param
+from harness.core.case import Case
+from harness.core.family import (BACKEND, CheckResult, Column, Family, GridOptions, RankContext, bytes_param,
+                                 world_param)
 from harness.core.sizes import format_size, parse_sizes
 from harness.core.stats import Summary
 
@@ -111,7 +112,7 @@ FAMILY = Family(
     description="P2P send/recv to the next rank, all ranks at once (nccl-tests sendrecv: algbw, busbw factor 1)",
     params=(
         BACKEND,
-        Param("size_bytes", int, "bytes each rank sends (float32 elements)", low=ELEMENT_BYTES, required=True),
+        bytes_param("size_bytes", "bytes each rank sends (float32 elements)", low=ELEMENT_BYTES),
         world_param(2, "number of ranks (a peer each)"),
     ),
     figures=(*bandwidth_figures("sendrecv"), busbw_p50_figure("sendrecv")),
