@@ -60,3 +60,28 @@ def test_critpath_run_refuses_a_case_past_the_size_cap_before_it_allocates(tmp_p
     assert main(["run", "--case", ALLREDUCE.format(17179869188), "--out", str(tmp_path / "run")]) == 2
     assert "size_bytes=17179869188 is not allowed" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
+
+
+# -- command-line options --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("option, text", [
+    (["run", "--world"], "1_000"), (["run", "--world"], " 5"), (["run", "--iters"], "+5"), (["run", "--warmup"], "08"),
+    (["run", "--timeout"], "1_0"), (["run", "--timeout"], " 5"), (["run", "--timeout"], "+5"),
+    (["gate", "--alpha"], " 0.01"), (["moe-sim", "--bytes-per-elem"], " 2"), (["moe-sim", "--hot-factor"], "1_7"),
+    (["gate-power", "--trials"], "+3"),
+])
+def test_a_number_option_takes_the_one_grammar(option, text, capsys):
+    from harness.cli import _modules_for, build_parser
+
+    argv = [*option, text]
+    with pytest.raises(SystemExit) as exit_:  # parsed only: nothing runs, even where it was accepted
+        build_parser(_modules_for(argv)).parse_args(argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and f"argument {option[1]}: invalid" in err and repr(text) in err
+
+
+def test_an_option_in_the_grammar_still_reads_as_before():
+    from harness.core.options import at_least, integer, number_in, seconds
+
+    assert at_least(1, 10)("10") == 10 and seconds("0.5") == 0.5 and seconds("1e3") == 1000.0
+    assert number_in(-1.0, 1.0)("-0.25") == -0.25 and integer("4") == 4

@@ -4,7 +4,6 @@ that says so."""
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import re
 import sys
@@ -13,6 +12,7 @@ from typing import Optional
 
 from harness.core.echo import shown
 from harness.core.escape import for_terminal
+from harness.core.numbers import NumberError, parse_float, parse_int
 from harness.core.sizes import MAX_MODEL_SIZE_BYTES, MAX_RUN_SIZE_BYTES, parse_sizes
 
 # A bound no case needs; beyond it a timer's arithmetic overflows (threading.Timer, time.monotonic).
@@ -48,12 +48,10 @@ def print_error(command: str, message: object) -> None:
 def seconds(text: str) -> float:
     """A finite, positive number of seconds, at most a week: nan and inf are refused here, not as an
     OverflowError inside a case."""
-    try:
-        value = float(text) if text.isascii() else float("not ascii")  # float('٣') is 3.0
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid seconds: expected seconds, got {shown(text)}") from None
-    if not math.isfinite(value) or not 0 < value <= MAX_SECONDS:
-        raise argparse.ArgumentTypeError(f"must be a finite number of seconds in (0, {MAX_SECONDS:g}], got {text}")
+    in_range = f"must be a finite number of seconds in (0, {MAX_SECONDS:g}]"
+    value = _number(float, text, f"; {in_range}")
+    if not 0 < value <= MAX_SECONDS:
+        raise argparse.ArgumentTypeError(f"{in_range}, got {text}")
     return value
 
 
@@ -116,20 +114,30 @@ def comma_separated(text: str) -> tuple[str, ...]:
     return parts
 
 
-def _number(kind, text: str):
-    """``text`` as ``kind``; ArgumentTypeError for what is not one, or not finite (nan, inf, 1e400)."""
-    try:  # ASCII only: int() and float() also read '٣' as 3
-        value = kind(text) if text.isascii() else kind("not ascii")
-    except (ValueError, OverflowError):
-        raise argparse.ArgumentTypeError(f"invalid {kind.__name__} value: {text!r}") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
-    return value
+# What a value is called inside the grammar's message, which argparse leads with the option's name.
+_VALUE = "value"
+
+
+def _number(kind, text: str, hint: str = ""):
+    """``text`` as ``kind`` (int or float) by critpath's one number grammar (harness.core.numbers):
+    ASCII digits, no '_', '+' or spaces, finite, 64 bits; ArgumentTypeError saying why otherwise,
+    followed by ``hint``. (int() reads ' 5', '+5', '1_000' and '٣'; float() reads 'nan'.)"""
+    try:
+        return (parse_int if kind is int else parse_float)(text, _VALUE)
+    except NumberError as exc:
+        why = str(exc).removeprefix(f"{_VALUE}: ")
+        raise argparse.ArgumentTypeError(f"invalid {kind.__name__} value: {why}{hint}") from None
 
 
 def _named(parse, kind):
     parse.__name__ = kind.__name__  # argparse names the type in "invalid int value: 'x'"
     return parse
+
+
+def integer(text: str) -> int:
+    """An integer by the one grammar, for an option whose ``choices`` bound it (``type=int`` reads
+    ' 2', '+2' and '٢' as 2)."""
+    return _number(int, text)
 
 
 def at_least(low: int, high: Optional[int] = None):

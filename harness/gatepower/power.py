@@ -45,6 +45,7 @@ from harness.core.claim import claim_dir, refuse_links_below
 from harness.core.git import run_git
 from harness.core.inputfile import read_bounded
 from harness.core.jsonfile import JsonFileError, JsonLimits, loads_strict
+from harness.core.numbers import NumberError, parse_float
 from harness.core.options import absolute, at_least, comma_separated, number_in, positive, print_error
 from harness.gate.config import MAX_MIN_EFFECT
 from harness.gate.outputs import EXIT_COULD_NOT_RUN, EXIT_REGRESSION, fails_build
@@ -94,8 +95,8 @@ def _slowdowns(text: str) -> tuple[tuple[str, float], ...]:
             raise argparse.ArgumentTypeError(f"slowdown {part!r}: expected KIND:FRACTION with KIND one of "
                                              f"{', '.join(inject.KINDS)}, e.g. uniform:0.10")
         try:
-            float(fraction)
-        except ValueError:
+            parse_float(fraction, "fraction")
+        except NumberError:
             raise argparse.ArgumentTypeError(f"slowdown {part!r}: the fraction {fraction!r} is not a number") from None
         try:
             out.append((kind, _fraction(fraction)))

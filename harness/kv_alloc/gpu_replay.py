@@ -28,7 +28,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from harness.core import atomic
-from harness.core.options import at_least, positive
+from harness.core.options import at_least, integer, positive
 from harness.kv_alloc.base import OutOfMemory
 from harness.kv_alloc.caching import CachingAllocator
 from harness.kv_alloc.simulator import SimConfig, simulate
@@ -161,7 +161,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--budget-gb", dest="budget_gb", type=positive(float, MAX_BUDGET_GB), default=80.0)
     p.add_argument("--speedup", type=positive(float, MAX_SPEEDUP), default=4.0)
     p.add_argument("--checkpoints", type=at_least(1, MAX_CHECKPOINTS), default=32)
-    p.add_argument("--expandable", type=int, choices=(0, 1), default=None,
+    p.add_argument("--expandable", type=integer, choices=(0, 1), default=None,
                    help="one setting in this process; omitted: both, each in a child process")
     p.add_argument("--out", type=Path, help="write the JSON here (default: stdout)")
     return p

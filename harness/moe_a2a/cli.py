@@ -11,7 +11,7 @@ from rich.table import Table
 
 from harness.core import atomic
 from harness.core.inputfile import declare_inputs
-from harness.core.options import at_least, comma_separated, number_in, positive, print_error
+from harness.core.options import at_least, comma_separated, integer, number_in, positive, print_error
 from harness.core.store import load_records, run_inputs
 from harness.moe_a2a import sim
 from harness.moe_a2a.config import mitigation_label, workload_label
@@ -54,7 +54,7 @@ def register(sub) -> None:
     p.add_argument("--worlds", type=_ints, default=(8, 16, 32, 64, 128, 256), help="ranks to model (default 8..256)")
     p.add_argument("--tokens", type=at_least(1, MAX_TOKENS), default=4096, help="tokens per rank (default 4096, DeepEP)")
     p.add_argument("--hidden", type=at_least(1, MAX_HIDDEN), default=7168)
-    p.add_argument("--bytes-per-elem", type=int, choices=(1, 2, 4), default=1, help="dispatch payload (default 1: FP8)")
+    p.add_argument("--bytes-per-elem", type=integer, choices=(1, 2, 4), default=1, help="dispatch payload (default 1: FP8)")
     p.add_argument("--experts", type=at_least(1, MAX_EXPERTS), default=256)
     p.add_argument("--top-k", type=at_least(1, MAX_EXPERTS), default=8)
     p.add_argument("--hot-factor", type=positive(float, MAX_FACTOR), default=17.0, help="hot expert load / each other's (default 17)")
