@@ -85,3 +85,27 @@ def test_an_option_in_the_grammar_still_reads_as_before():
 
     assert at_least(1, 10)("10") == 10 and seconds("0.5") == 0.5 and seconds("1e3") == 1000.0
     assert number_in(-1.0, 1.0)("-0.25") == -0.25 and integer("4") == 4
+
+
+# -- size sweeps -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("spec, message", [("8,8", "size 8 given twice (as 8 and 8)"),
+                                           ("8,1K,1024", "size 1024 given twice (as 1K and 1024)"),
+                                           ("1M, 1024K", "size 1048576 given twice (as 1M and 1024K)")])
+def test_a_size_given_twice_is_refused_naming_both_spellings(spec, message, capsys):
+    from harness.cli import _modules_for, build_parser
+
+    argv = ["list", "--sizes", spec]
+    with pytest.raises(SystemExit) as exit_:
+        build_parser(_modules_for(argv)).parse_args(argv)
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_a_size_or_factor_with_a_leading_zero_is_refused():
+    from harness.core.sizes import parse_sizes
+
+    with pytest.raises(ValueError, match="size '08': '08' has a leading zero"):
+        parse_sizes("08,16")
+    with pytest.raises(ValueError, match="factor 'x02' must be x2 to x999999"):
+        parse_sizes("8:64:x02")
+    assert parse_sizes("8, 1K") == (8, 1024) and parse_sizes("8:64:x4") == (8, 32)

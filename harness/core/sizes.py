@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from harness.core.echo import shown
+from harness.core.numbers import NumberError, parse_int
 
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 # A sweep longer than this is a typo (1:1G:+1 would be a billion cases): refused before it is built.
@@ -15,7 +16,10 @@ MAX_RUN_SIZE_BYTES = 16 << 30
 # The largest message the alpha-beta model is asked about: no allocation, but a finite bound keeps
 # its arithmetic exact in float (2**53) and a typo of 999999999999999G out.
 MAX_MODEL_SIZE_BYTES = 1 << 50
-# ASCII digits only: \d takes '٣' (3) and int() reads it.
+# The factor of a multiplying sweep: x2 and more; a larger one than this is a typo.
+MAX_FACTOR = 999_999
+# ASCII digits only: \d takes '٣' (3) and int() reads it. The digits are then read by the one
+# number grammar, which also refuses a leading zero (08).
 _SIZE = re.compile(r"^\s*([0-9]{1,20})\s*([KMG]?)(I?B)?\s*$", re.IGNORECASE | re.ASCII)
 
 
@@ -24,7 +28,7 @@ def parse_size(text: str, largest: int = MAX_RUN_SIZE_BYTES) -> int:
     m = _SIZE.match(text)
     if not m:
         raise ValueError(f"not a size: {shown(text.strip())} (examples: 8, 4K, 64M, 1G)")
-    size = int(m.group(1)) * _UNITS[m.group(2).upper()]
+    size = parse_int(m.group(1), f"size {shown(text.strip())}") * _UNITS[m.group(2).upper()]
     if not 1 <= size <= largest:
         raise ValueError(f"size {shown(text.strip())} must be 1 to {format_size(largest)} bytes")
     return size
@@ -39,7 +43,16 @@ def parse_sizes(spec: str, largest: int = MAX_RUN_SIZE_BYTES) -> tuple[int, ...]
         parts = spec.split(",", MAX_SIZES)
         if len(parts) > MAX_SIZES:
             raise ValueError(f"size spec {shown(spec)} gives more than {MAX_SIZES} sizes; at most {MAX_SIZES}")
-        sizes = [parse_size(part) for part in parts if part.strip()]
+        sizes = []
+        given_as: dict[int, str] = {}  # size -> the token that gave it first
+        for part in (part.strip() for part in parts):
+            if not part:
+                continue
+            size = parse_size(part)
+            if size in given_as:  # 8,1K,1024 is a typo or a script's mistake, not a sweep of 3
+                raise ValueError(f"size spec {shown(spec)}: size {size} given twice (as {given_as[size]} and {part})")
+            given_as[size] = part
+            sizes.append(size)
     else:
         parts = spec.split(":")
         if len(parts) != 3:
@@ -51,9 +64,10 @@ def parse_sizes(spec: str, largest: int = MAX_RUN_SIZE_BYTES) -> tuple[int, ...]
         sizes = []
         size = start
         if step[:1].lower() == "x":
-            factor = int(step[1:]) if re.fullmatch(r"[0-9]{1,6}", step[1:], re.ASCII) else 0
-            if factor < 2:
-                raise ValueError(f"size sweep {shown(spec)}: factor {shown(step)} must be x2 to x999999")
+            try:
+                factor = parse_int(step[1:], "factor", 2, MAX_FACTOR)
+            except NumberError:
+                raise ValueError(f"size sweep {shown(spec)}: factor {shown(step)} must be x2 to x{MAX_FACTOR}") from None
             while size <= end:
                 sizes.append(size)
                 size *= factor
