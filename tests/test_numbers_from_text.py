@@ -109,3 +109,27 @@ def test_a_size_or_factor_with_a_leading_zero_is_refused():
     with pytest.raises(ValueError, match="factor 'x02' must be x2 to x999999"):
         parse_sizes("8:64:x02")
     assert parse_sizes("8, 1K") == (8, 1024) and parse_sizes("8:64:x4") == (8, 32)
+
+
+# -- critpath model --ranks -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text, why", [("8,16,...,99999999999999999999999", "is outside the range it may take"),
+                                       ("8,65537", "65537 is outside the range it may take (from 1 to 65536)"),
+                                       ("٣", "expected an integer"), ("1_000", "expected an integer"),
+                                       ("8,16,...," + "9" * 5000, "expected an integer")])
+def test_model_ranks_are_held_to_the_largest_job(text, why, capsys):
+    from harness.cli import _modules_for, build_parser
+
+    argv = ["model", "--ranks", text]
+    with pytest.raises(SystemExit) as exit_:
+        build_parser(_modules_for(argv)).parse_args(argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "argument --ranks: ranks " in err and why in err
+    assert len(err.splitlines()[-1]) < 400  # the input is echoed cut short
+
+
+def test_model_ranks_up_to_the_largest_job_are_modelled():
+    from harness.model.command import parse_ranks
+    from harness.run.plan import MAX_WORLD
+
+    assert parse_ranks("8,16,...,16384")[-1] == 16384 and parse_ranks(f"1,{MAX_WORLD}") == (1, MAX_WORLD)

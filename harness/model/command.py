@@ -21,12 +21,15 @@ from rich.table import Table
 from harness.core import atomic
 from harness.core.claim import claim_dir
 from harness.core.console import Console
+from harness.core.echo import shown
+from harness.core.numbers import parse_int
 from harness.core.options import model_size_sweep, print_error
 from harness.core.sizes import MAX_SIZES, format_size, parse_sizes
 from harness.model import alphabeta as ab
 from harness.model import nccl_tuning, plots
 from harness.model import scale_claims as claims
 from harness.model.profile import HardwareProfile, LinkTier, ProfileError, load_profile
+from harness.run.plan import MAX_WORLD
 
 if TYPE_CHECKING:  # scipy loads only when a fit is asked for, not on every critpath command
     from harness.model.calibrate import Fit
@@ -43,16 +46,22 @@ MAX_SCALES = MAX_SIZES
 
 def parse_ranks(text: str) -> tuple[int, ...]:
     """``8,16,32,...,16384``: a list, where ``...`` continues the geometric (or arithmetic, if the
-    two values before it differ by a constant and not a factor) progression up to the last value."""
+    two values before it differ by a constant and not a factor) progression up to the last value.
+    Each scale is a job's ranks, 1 to MAX_WORLD: the model's arithmetic (an int64 of ranks, a float
+    of time) overflowed past it, and no machine it describes is larger."""
     parts = [p.strip() for p in text.split(",") if p.strip()]
+
+    def ranks(part: str) -> int:
+        return parse_int(part, f"ranks {shown(text)}", 1, MAX_WORLD)
+
     if "..." not in parts:
-        values = [int(p) for p in parts]
+        values = [ranks(p) for p in parts]
     else:
         i = parts.index("...")
         if i < 2 or i != len(parts) - 2:
-            raise ValueError(f"ranks {text!r}: '...' needs two values before it and one after (8,16,...,1024)")
-        head = [int(p) for p in parts[:i]]
-        end = int(parts[-1])
+            raise ValueError(f"ranks {shown(text)}: '...' needs two values before it and one after (8,16,...,1024)")
+        head = [ranks(p) for p in parts[:i]]
+        end = ranks(parts[-1])
         a, b = head[-2], head[-1]
         values = list(head)
         if a > 0 and b % a == 0 and b // a > 1:
@@ -62,17 +71,17 @@ def parse_ranks(text: str) -> tuple[int, ...]:
         elif b > a:
             count = (end - b) // (b - a) + len(values)
             if count > MAX_SCALES:  # counted before it is built: 1,2,...,1e12 would fill memory
-                raise ValueError(f"ranks {text!r} gives {count} scales; at most {MAX_SCALES}")
+                raise ValueError(f"ranks {shown(text)} gives {count} scales; at most {MAX_SCALES}")
             while values[-1] + (b - a) <= end:
                 values.append(values[-1] + (b - a))
         else:
-            raise ValueError(f"ranks {text!r}: values before '...' must increase")
+            raise ValueError(f"ranks {shown(text)}: values before '...' must increase")
         if values[-1] != end:
             values.append(end)
     if len(values) > MAX_SCALES:
-        raise ValueError(f"ranks {text!r} gives {len(values)} scales; at most {MAX_SCALES}")
+        raise ValueError(f"ranks {shown(text)} gives {len(values)} scales; at most {MAX_SCALES}")
     if not values or any(v < 1 for v in values):
-        raise ValueError(f"ranks {text!r}: need integers >= 1")
+        raise ValueError(f"ranks {shown(text)}: need integers >= 1")
     return tuple(sorted(set(values)))
 
 
