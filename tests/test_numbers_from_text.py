@@ -133,3 +133,30 @@ def test_model_ranks_up_to_the_largest_job_are_modelled():
     from harness.run.plan import MAX_WORLD
 
     assert parse_ranks("8,16,...,16384")[-1] == 16384 and parse_ranks(f"1,{MAX_WORLD}") == (1, MAX_WORLD)
+
+
+# -- a local run's world -----------------------------------------------------------------------------
+
+def test_a_local_run_spawns_no_more_ranks_than_one_host_holds():
+    from harness.core.options import UsageError
+    from harness.run.local import local_plan
+    from harness.run.plan import MAX_LOCAL_WORLD, MAX_WORLD, RunOptions
+
+    assert MAX_LOCAL_WORLD < MAX_WORLD
+    with pytest.raises(UsageError, match=rf"^--world {MAX_WORLD}: a local run spawns at most MAX_LOCAL_WORLD = "
+                                         rf"{MAX_LOCAL_WORLD} ranks"):
+        local_plan(RunOptions(families=("selftest",), world=MAX_WORLD, backend="gloo"))
+    wide = f"selftest/fault_rank=0,mode=noop,world={MAX_LOCAL_WORLD + 1}"
+    with pytest.raises(UsageError, match=rf"case {wide} needs world {MAX_LOCAL_WORLD + 1}: a local run spawns"):
+        local_plan(RunOptions(case_ids=(wide,), backend="gloo"))
+    at_cap = f"selftest/fault_rank=0,mode=noop,world={MAX_LOCAL_WORLD}"
+    assert local_plan(RunOptions(case_ids=(at_cap,), backend="gloo")).worlds == [MAX_LOCAL_WORLD]
+
+
+def test_the_gates_worker_spawns_no_more_ranks_than_a_local_run():
+    from harness.run.plan import MAX_LOCAL_WORLD
+    from harness.run.rounds import ProtocolError, _parse_round
+
+    wide = f"selftest/fault_rank=0,mode=noop,world={MAX_LOCAL_WORLD + 1}"
+    with pytest.raises(ProtocolError, match=f"needs world {MAX_LOCAL_WORLD + 1}: a local run spawns at most"):
+        _parse_round({"round": 0, "cases": [{"id": wide}]})

@@ -12,7 +12,7 @@ from harness.core.family import GridOptions
 from harness.core.options import EXIT_OK, at_least, comma_separated, seconds, size_sweep
 from harness.core.records import MAX_SAMPLES
 from harness.run.lifetime import raise_on_sigterm
-from harness.run.plan import MAX_WORLD
+from harness.run.plan import MAX_LOCAL_WORLD, MAX_WORLD
 from harness.run.runner import RunOptions, run
 
 
@@ -42,7 +42,7 @@ def _grid_args(p: argparse.ArgumentParser) -> None:
     profile.add_argument("--quick", dest="profile", action="store_const", const="quick", help="quick profile (default)")
     profile.add_argument("--full", dest="profile", action="store_const", const="full", help="full profile")
     p.set_defaults(profile="quick")
-    p.add_argument("--world", type=at_least(1, MAX_WORLD), help="ranks to spawn locally (default 2; under torchrun: WORLD_SIZE)")
+    p.add_argument("--world", type=at_least(1, MAX_WORLD), help=f"ranks to spawn locally (default 2, at most {MAX_LOCAL_WORLD}; under torchrun: WORLD_SIZE)")
     p.add_argument("--backend", choices=("gloo", "nccl"), help="default: nccl when every rank has a GPU, else gloo")
     p.add_argument("--sizes", type=size_sweep, metavar="SPEC", help="size sweep like nccl-tests: 8:64M:x2, 1K:8K:+1K or 8,1K,1M")
 

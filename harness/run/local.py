@@ -11,7 +11,7 @@ from harness.core.family import BACKENDS
 from harness.core.options import UsageError
 from harness.core.records import Record
 from harness.run import fingerprint
-from harness.run.plan import RunJournal, RunOptions, RunPlan, plan_run
+from harness.run.plan import LOCAL_WORLD_RULE, MAX_LOCAL_WORLD, RunJournal, RunOptions, RunPlan, plan_run
 from harness.run.reporter import Reporter, announce, finish
 
 
@@ -21,14 +21,17 @@ def local_plan(opts: RunOptions) -> RunPlan:
     from harness.run.worker import pick_backend
 
     world = opts.world or 2
-    if world < 1:
-        raise UsageError("--world must be >= 1")
+    if not 1 <= world <= MAX_LOCAL_WORLD:
+        raise UsageError(f"--world {world}: {LOCAL_WORLD_RULE}")
     backend = opts.backend or pick_backend(None, world - 1)
     if backend not in BACKENDS:
         raise UsageError(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
     plan = plan_run(opts, world, backend)
     if not plan.cases:
         raise UsageError("no cases selected")
+    too_wide = next((case for case in plan.cases if case.world > MAX_LOCAL_WORLD), None)
+    if too_wide is not None:  # a case ID names its own world
+        raise UsageError(f"case {too_wide.id} needs world {too_wide.world}: {LOCAL_WORLD_RULE}")
     return plan
 
 

@@ -33,6 +33,12 @@ PROFILE_POLICY = {
 # Ranks of one job (--world, WORLD_SIZE, SLURM_NTASKS): beyond the largest machines this project
 # models (docs/scale.md), a typo.
 MAX_WORLD = 65536
+# Ranks a local run spawns on this one host (--world, or a case ID's world): each is a process that
+# imports torch (some 300 MB) and holds a socket to every other, so a thousand already fill a large
+# host; a job past it runs under torchrun or Slurm, one process per rank where the ranks are.
+MAX_LOCAL_WORLD = 1024
+LOCAL_WORLD_RULE = (f"a local run spawns at most MAX_LOCAL_WORLD = {MAX_LOCAL_WORLD} ranks on this host; "
+                    "run a larger job under torchrun or Slurm (docs/scale.md)")
 # More cases than MAX_RUN_CASES in one run is a typo in a sweep, not a plan: refused, naming the cap.
 
 

@@ -48,7 +48,7 @@ from harness.core.store import RunDir, new_run_id
 from harness.run import fingerprint
 from harness.run.driver import Collectives, run_case
 from harness.run.lifetime import die_with_parent
-from harness.run.plan import PROFILE_POLICY
+from harness.run.plan import LOCAL_WORLD_RULE, MAX_LOCAL_WORLD, PROFILE_POLICY
 from harness.run.timing import PlanPolicy
 
 PROTOCOL = 1
@@ -182,7 +182,10 @@ def _parse_round(message: dict) -> tuple[int, list, Optional[int], Optional[floa
             iters = entry.get("iters")
             if iters is not None and (not isinstance(iters, int) or iters < 1):
                 raise ProtocolError(f"field cases[{i}].iters: expected a positive integer or null, got {iters!r}")
-            cases.append((registry.parse(entry["id"]), iters))
+            case = registry.parse(entry["id"])
+            if case.world > MAX_LOCAL_WORLD:  # this worker spawns the case's ranks on this host
+                raise ProtocolError(f"case {case.id} needs world {case.world}: {LOCAL_WORLD_RULE}")
+            cases.append((case, iters))
         warmup = message.get("warmup")
         target_s = message.get("target_s")
     except (KeyError, TypeError, AttributeError) as exc:
