@@ -401,7 +401,7 @@ def test_a_garbage_launcher_environment_is_one_line_naming_the_variable(env, exp
 
 @pytest.mark.parametrize("value,expected", [
     ("garbage", "not JSON"), ("[]", "expected a JSON object"), ('{"x/y=1": [1, 0]}', "two integers in [1, "),
-    ('{"x/y=1": [1e400, 1]}', "two integers in [1, "), ("[" * 100_000, "nested too deep"),
+    ('{"x/y=1": [1e400, 1]}', "'1e400' is not a finite number"), ("[" * 100_000, "nested too deep"),
 ])
 def test_a_garbage_slowdown_variable_is_a_usage_error_naming_it(value, expected):
     from harness.core import registry
@@ -661,12 +661,13 @@ def test_a_launcher_variable_takes_ascii_digits_only(env, expected):
         joined_rank(env)
 
 
-def test_a_node_rank_variable_in_other_digits_is_no_node_rank():
+def test_a_node_rank_variable_in_other_digits_is_refused_naming_it():
     from harness.run import fingerprint
 
     var = fingerprint.NODE_RANK_VARS[0]
     assert "²".isdigit()  # and int("²") raises ValueError: the rank's identity must not
-    assert fingerprint.rank_identity(0, 0, {var: "²"})["node_rank"] is None
+    with pytest.raises(UsageError, match=f"^{var}='²': expected an integer"):
+        fingerprint.rank_identity(0, 0, {var: "²"})
     assert fingerprint.rank_identity(0, 0, {var: "3"})["node_rank"] == 3
 
 

@@ -2,12 +2,15 @@
 the one grammar of harness.core.numbers, each within the one declaration of its range."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from harness.cli import main
 from harness.core import registry
 from harness.core.case import CaseIdError
 
+NOOP = "selftest/fault_rank=0,mode=noop,world=1"
 ALLREDUCE = "allreduce/algo=ring,backend=gloo,dtype=float32,size_bytes={},world=1"
 
 
@@ -160,3 +163,68 @@ def test_the_gates_worker_spawns_no_more_ranks_than_a_local_run():
     wide = f"selftest/fault_rank=0,mode=noop,world={MAX_LOCAL_WORLD + 1}"
     with pytest.raises(ProtocolError, match=f"needs world {MAX_LOCAL_WORLD + 1}: a local run spawns at most"):
         _parse_round({"round": 0, "cases": [{"id": wide}]})
+
+
+# -- the launcher's environment ----------------------------------------------------------------------
+
+JOB = {"WORLD_SIZE": "2", "RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
+
+
+@pytest.mark.parametrize("name, text", [("RANK", " 1"), ("RANK", "+1"), ("RANK", "01"), ("WORLD_SIZE", "2_0"),
+                                        ("LOCAL_RANK", "1e0"), ("MASTER_PORT", "２９５００")])
+def test_a_launcher_variable_takes_the_one_grammar(name, text):
+    from harness.core.options import UsageError
+    from harness.run.joined import joined_rank
+
+    with pytest.raises(UsageError, match=rf"^{name}={re.escape(repr(text))}: expected an integer in \["):
+        joined_rank({**JOB, name: text})
+
+
+@pytest.mark.parametrize("name, text, range_", [("GROUP_RANK", "٣", "[0, 65535]"), ("SLURM_NODEID", "+1", "[0, 65535]"),
+                                                ("GROUP_RANK", "65536", "[0, 65535]"),
+                                                ("LOCAL_WORLD_SIZE", "٣", "[1, 65536]"),
+                                                ("LOCAL_WORLD_SIZE", "²", "[1, 65536]"),
+                                                ("SLURM_NTASKS_PER_NODE", "0", "[1, 65536]")])
+def test_the_node_variables_are_refused_before_the_ranks_meet(name, text, range_):
+    from harness.core.options import UsageError
+    from harness.run import fingerprint
+    from harness.run.joined import joined_rank
+
+    message = rf"^{name}={re.escape(repr(text))}: expected an integer in {re.escape(range_)}$"
+    with pytest.raises(UsageError, match=message):
+        joined_rank({**JOB, name: text})
+    with pytest.raises(UsageError, match=message):  # and never read as a number where they are used
+        fingerprint.rank_identity(0, 0, {name: text})
+
+
+def test_the_node_variables_in_the_grammar_describe_the_node():
+    from harness.run import fingerprint
+
+    ident = fingerprint.rank_identity(0, 0, {"SLURM_NODEID": "2", "GROUP_RANK": "", "SLURM_NTASKS_PER_NODE": "8"})
+    assert ident["node_rank"] == 2 and ident["local_world_size"] == 8 and ident["node"].endswith("#SLURM_NODEID=2")
+
+
+@pytest.mark.parametrize("value, expected", [
+    ('{"x/y=1": [' + "9" * 5000 + ", 1]}", "expected an integer"), ('{"x/y=1": [NaN, 1]}', "NaN is not a number"),
+    ('{"x/y=1": [1, -Infinity]}', "-Infinity is not a number"), ('{"x/y=1": [1e400, 1]}', "is not a finite number"),
+])
+def test_a_slowdown_variable_names_itself_for_every_number_it_holds(value, expected):
+    from harness.core.options import UsageError
+    from harness.gatepower.inject import INJECT_ENV, slowdowns_from_text
+
+    with pytest.raises(UsageError) as err:
+        slowdowns_from_text(value)
+    assert str(err.value).startswith(f"{INJECT_ENV}: ") and expected in str(err.value) and len(str(err.value)) < 300
+    assert slowdowns_from_text('{"x/y=1": [5, 2]}') == {"x/y=1": (5, 2)}
+
+
+def test_accept_refuses_a_rank_variable_that_is_no_rank(tmp_path, monkeypatch, capsys):
+    profile = tmp_path / "profile.yaml"
+    profile.write_text(f"schema: critpath.accept/1\nname: t\nworld: 1\nrun:\n  iters: 10\n  cases:\n    - {NOOP}\n"
+                       f'checks:\n  - name: noop\n    case: "{NOOP}"\n    statistic: p50_us\n    max: 1000000\n'
+                       "    source: a test\n")
+    for name in ("WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("RANK", "x")  # no WORLD_SIZE: a local run, and then whose turn to judge it
+    assert main(["accept", "--profile", str(profile), "--out", str(tmp_path / "out"), "--no-report"]) == 2
+    assert "RANK='x': expected an integer in [0, 65535]" in capsys.readouterr().err

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from harness.core.git import git_env, run_git
+from harness.core.numbers import NumberError, parse_float, parse_int
 from harness.core.options import UsageError
 from harness.core.registry import WRAPS_PACKAGE
 
@@ -135,10 +136,19 @@ def wrap(family):
 '''
 
 
+def _no_constant(name: str):
+    raise NumberError(f"{INJECT_ENV}: {name} is not a number")
+
+
 def slowdowns_from_text(text: str) -> dict[str, tuple[int, int]]:
-    """``{"CASE_ID": [wait_ns, every], ...}`` (JSON), as ``CRITPATH_INJECT_SLOWDOWN`` holds it."""
+    """``{"CASE_ID": [wait_ns, every], ...}`` (JSON), as ``CRITPATH_INJECT_SLOWDOWN`` holds it. Its
+    numbers are read by the one grammar, named by the variable: json's own int() of 5,000 digits
+    raised 'Exceeds the limit' naming nothing, and NaN or 1e400 are no number of nanoseconds."""
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_int=lambda digits: parse_int(digits, INJECT_ENV),
+                          parse_float=lambda digits: parse_float(digits, INJECT_ENV), parse_constant=_no_constant)
+    except NumberError as exc:
+        raise SlowdownTextError(f"{exc}; write {{\"CASE_ID\": [wait_ns, every]}}") from None
     except json.JSONDecodeError as exc:
         raise SlowdownTextError(f"{INJECT_ENV}: not JSON ({exc.msg}); write {{\"CASE_ID\": [wait_ns, every]}}") from None
     except RecursionError:

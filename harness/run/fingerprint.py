@@ -18,6 +18,8 @@ from typing import Optional
 import harness
 from harness.core.git import run_git
 from harness.run import nodefacts
+from harness.run.launchenv import env_int
+from harness.run.plan import MAX_WORLD
 
 # Variables that change what a collective or the allocator does.
 ENV_PATTERNS = re.compile(
@@ -156,29 +158,52 @@ def nccl_version() -> Optional[str]:
 
 # Where a launcher says which node a process is on: torchrun's agent rank, Slurm's node index.
 NODE_RANK_VARS = ("GROUP_RANK", "SLURM_NODEID")
+# How many ranks a launcher starts on this node: torchrun's, then Slurm's (--ntasks-per-node).
+LOCAL_WORLD_VARS = ("LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE")
+
+
+def _first_set(env, names: tuple[str, ...]) -> Optional[str]:
+    return next((name for name in names if env.get(name, "") != ""), None)
+
+
+def node_rank(env=os.environ) -> Optional[tuple[str, int]]:
+    """The launcher's node rank, as (variable, value): the first of NODE_RANK_VARS set, a node of a
+    job of at most MAX_WORLD ranks (UsageError naming the variable otherwise); None without one."""
+    var = _first_set(env, NODE_RANK_VARS)
+    return None if var is None else (var, env_int(env, var, 0, MAX_WORLD - 1))
+
+
+def local_world_size(env=os.environ) -> Optional[int]:
+    """Ranks the launcher starts on this node (the first of LOCAL_WORLD_VARS set), 1 to MAX_WORLD."""
+    var = _first_set(env, LOCAL_WORLD_VARS)
+    return None if var is None else env_int(env, var, 1, MAX_WORLD)
+
+
+def launcher_layout(env=os.environ) -> tuple[Optional[tuple[str, int]], Optional[int]]:
+    """The node rank and local world size, each refused (UsageError) when it is no integer in its
+    range: a joined rank reads them before the ranks meet, so a bad one fails that rank alone
+    instead of the identity every rank sends rank 0 later."""
+    return node_rank(env), local_world_size(env)
 
 
 def node_key(env=os.environ) -> str:
     """Identifies this process's node: the launcher's node rank when there is one (two torchrun
     agents on one host are two nodes), else the host name."""
     host = socket.gethostname()
-    for var in NODE_RANK_VARS:
-        if env.get(var, "") != "":
-            return f"{host}#{var}={env[var]}"
-    return host
+    found = node_rank(env)
+    return host if found is None else f"{host}#{found[0]}={found[1]}"
 
 
 def rank_identity(rank: int, local_rank: int, env=os.environ) -> dict:
     """What rank 0 needs to know about one rank to describe the job's layout."""
-    node_rank = next((int(env[v]) for v in NODE_RANK_VARS if env.get(v, "").isdigit() and env[v].isascii()), None)
-    local_world = env.get("LOCAL_WORLD_SIZE") or env.get("SLURM_NTASKS_PER_NODE")
+    found, local_world = launcher_layout(env)
     return {
         "rank": rank,
         "local_rank": local_rank,
         "host": socket.gethostname(),
         "node": node_key(env),
-        "node_rank": node_rank,
-        "local_world_size": int(local_world) if local_world and local_world.isdigit() else None,
+        "node_rank": None if found is None else found[1],
+        "local_world_size": local_world,
         "pid": os.getpid(),
         "torch": _version("torch"),
         "cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES"),

@@ -16,28 +16,12 @@ from harness.core import registry
 from harness.core.options import UsageError
 from harness.core.records import ErrorInfo, Record, utc_now_iso
 from harness.run import fingerprint
+from harness.run.launchenv import env_int
 from harness.run.plan import MAX_WORLD, RunJournal, RunOptions, RunPlan, plan_run
 from harness.run.reporter import Reporter, announce, finish
 
 
 MAX_PORT = 65535
-
-
-def env_int(env, name: str, low: int, high: int, default: Optional[int] = None) -> int:
-    """The integer the launcher put in ``name``, or UsageError naming the variable and what it must
-    hold: a launcher's typo is one line, not a traceback from inside torch.distributed."""
-    text = env.get(name)
-    if text is None:
-        if default is None:
-            raise UsageError(f"{name} is not set; the launcher (torchrun, Slurm) sets it")
-        return default
-    try:  # ASCII digits only: int() also reads '٣' as 3
-        value = int(text, 10) if text.strip().lstrip("+-").isascii() else None
-    except ValueError:
-        value = None
-    if value is None or not low <= value <= high:
-        raise UsageError(f"{name}={text[:40]!r}: expected an integer in [{low}, {high}]")
-    return value
 
 
 def _rendezvous(env) -> None:
@@ -65,6 +49,7 @@ def joined_rank(env=os.environ):
         os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(local))
     else:
         return None
+    fingerprint.launcher_layout(env)  # the node's variables too, checked before the ranks meet
     return Rank(rank, world, local, pick_backend(None, local))
 
 
