@@ -228,3 +228,10 @@ def test_accept_refuses_a_rank_variable_that_is_no_rank(tmp_path, monkeypatch, c
     monkeypatch.setenv("RANK", "x")  # no WORLD_SIZE: a local run, and then whose turn to judge it
     assert main(["accept", "--profile", str(profile), "--out", str(tmp_path / "out"), "--no-report"]) == 2
     assert "RANK='x': expected an integer in [0, 65535]" in capsys.readouterr().err
+
+
+def test_a_percentile_statistic_is_named_in_ascii_digits_only():
+    from harness.core.figures import is_sample_statistic
+
+    assert is_sample_statistic("p99_ns") and is_sample_statistic("p99.9_us") and is_sample_statistic("p999_ns")
+    assert not is_sample_statistic("p٩٩_ns") and not is_sample_statistic("p９９_ns") and not is_sample_statistic("p99.٩_us")

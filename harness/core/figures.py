@@ -32,8 +32,9 @@ SOURCES = ("measured", "modelled", "simulated")
 TIME_SCALE = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
 SAMPLE_BETTER = "lower"  # a sample statistic is a time, or a tail ratio of times
 
-# pNN, pNN.N, and Summary's own p999 (99.9) / p9999 (99.99)
-_Q = r"(\d{1,2}(?:\.\d+)?|99\d{1,2})"
+# pNN, pNN.N, and Summary's own p999 (99.9) / p9999 (99.99); ASCII digits only (a bare \d takes
+# 'p٩٩_ns', which Fraction reads as p99: a statistic nobody wrote named one).
+_Q = r"([0-9]{1,2}(?:\.[0-9]+)?|99[0-9]{1,2})"
 _SAMPLE = re.compile(rf"^(min|max|mean|p{_Q})_(ns|us|ms|s)$")
 _OVER_MEAN = re.compile(rf"^p{_Q}_over_mean$")
 # A percentile inside a declared figure's name (rtt_p999_us, send_lag_p99_us, step_p50_us): the
