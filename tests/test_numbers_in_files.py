@@ -8,6 +8,22 @@ import re
 import pytest
 
 from harness.core import yamlfile
+from harness.gate.config import (
+    N_RESAMPLES_RANGE,
+    ConfigError,
+    load_baselines,
+    load_config,
+)
+
+NOOP = "selftest/fault_rank=0,mode=noop,world=1"
+
+
+def _refusal(load, path, text: str, error: type) -> str:
+    """The message of the ``error`` that ``load(path)`` raises once ``path`` holds ``text``."""
+    path.write_text(text)
+    with pytest.raises(error) as err:
+        load(path)
+    return str(err.value)
 
 # -- YAML: an explicit !!int or !!float tag is held to the 1.2 grammar -----------------------------
 
@@ -36,3 +52,38 @@ def test_an_explicit_int_tag_keeps_the_leading_zero_refusal(tmp_path):
     path.write_text("a: !!int 017\n")
     with pytest.raises(yamlfile.YamlFileError, match=rf"^{re.escape(str(path))}:1: '017': a number with a leading zero is refused"):
         yamlfile.load(path)
+
+
+# -- gate config: every number typed and in its declared range --------------------------------------
+
+@pytest.mark.parametrize("text,expected", [
+    ("n_resamples: 100.9\n", "field n_resamples: expected an integer, got 100.9"),  # was truncated to 100
+    ("n_resamples: true\n", "field n_resamples: expected an integer, got True"),
+    (f"n_resamples: {N_RESAMPLES_RANGE[1] + 1}\n", "field n_resamples: 1000001 is outside the range"),
+    ("n_resamples: 99\n", "field n_resamples: 99 is outside the range it may take (from 100 to 1000000)"),
+    ("confidence: .inf\n", "field confidence: inf is not a finite number"),
+    ("confidence: 1\n", "field confidence: 1 is outside the range"),
+    ("alpha: true\n", "field alpha: expected a number, got True"),
+    ("min_effect:\n  families: {selftest: -.inf}\n", "field min_effect.families.selftest: -inf is not a finite number"),
+])
+def test_a_gate_config_number_is_typed_and_in_its_declared_range(tmp_path, text, expected):
+    path = tmp_path / "gate.yaml"
+    message = _refusal(load_config, path, text, ConfigError)
+    assert message.startswith(f"{path}:{text.count(chr(10))}: {expected}"), message
+
+
+def test_a_gate_config_within_its_ranges_loads(tmp_path):
+    path = tmp_path / "gate.yaml"
+    path.write_text(f"n_resamples: {N_RESAMPLES_RANGE[0]}\nconfidence: 0.9\nalpha: 0.05\n")
+    policy = load_config(path).policy
+    assert (policy.n_resamples, policy.confidence, policy.alpha) == (N_RESAMPLES_RANGE[0], 0.9, 0.05)
+    assert type(policy.n_resamples) is int
+
+
+@pytest.mark.parametrize("value,expected", [(".nan", "nan is not a finite number"), ("-5", "-5 is outside"),
+                                            ("0", "must be a number > 0, got 0"), ("true", "expected a number, got True"),
+                                            ("'100'", "expected a number, got '100'")])
+def test_a_gate_baseline_value_is_a_finite_positive_number(tmp_path, value, expected):
+    path = tmp_path / "table.yaml"
+    message = _refusal(load_baselines, path, f"baselines:\n  - case_id: '{NOOP}'\n    value: {value}\n", ConfigError)
+    assert message.startswith(f"{path}:3: field baselines.0.value: {expected}"), message
