@@ -4,9 +4,11 @@ and refused naming the file and field."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
+from harness.claims.baselines import BaselineError, load_file
 from harness.core import yamlfile
 from harness.gate.config import (
     N_RESAMPLES_RANGE,
@@ -16,6 +18,7 @@ from harness.gate.config import (
 )
 
 NOOP = "selftest/fault_rank=0,mode=noop,world=1"
+FIXTURES = Path(__file__).parent / "fixtures"
 
 
 def _refusal(load, path, text: str, error: type) -> str:
@@ -87,3 +90,36 @@ def test_a_gate_baseline_value_is_a_finite_positive_number(tmp_path, value, expe
     path = tmp_path / "table.yaml"
     message = _refusal(load_baselines, path, f"baselines:\n  - case_id: '{NOOP}'\n    value: {value}\n", ConfigError)
     assert message.startswith(f"{path}:3: field baselines.0.value: {expected}"), message
+
+
+# -- claims baselines: every number finite, min_world a count of ranks ---------------------------
+
+@pytest.mark.parametrize("old,new,line,expected", [
+    ("    value: 1\n    section: \"1.1\"", "    value: .nan\n    section: \"1.1\"", 16, "claims.0.value: nan is not a finite"),
+    ("    value: 1\n    section: \"1.1\"", "    value: -.inf\n    section: \"1.1\"", 16, "claims.0.value: -inf is not a finite"),
+    ("    value: 1\n    section: \"1.1\"", "    before: 1.5\n    after: .inf\n    section: \"1.1\"", 17,
+     "claims.0.after: inf is not a finite"),
+    ("{factor: 1, why", "{factor: .inf, why", 24, "claims.0.measure.tolerance.factor: inf is not a finite"),
+    ("select: {colour: red}", "select: {colour: [1, .nan]}", 38, "claims.1.measure.select.colour.1: nan is not a finite"),
+    ("      compare: bound\n      tolerance: {factor: 1, why: \"a fixture: exact figures\"}\n  - id",
+     "      compare: bound\n      min_world: 2.0\n      tolerance: {factor: 1, why: \"a fixture: exact figures\"}\n  - id",
+     24, "claims.0.measure.min_world: expected an integer, got 2.0"),
+    ("      compare: bound\n      tolerance: {factor: 1, why: \"a fixture: exact figures\"}\n  - id",
+     "      compare: bound\n      min_world: 70000\n      tolerance: {factor: 1, why: \"a fixture: exact figures\"}\n  - id",
+     24, "claims.0.measure.min_world: 70000 is outside the range"),
+])
+def test_a_baseline_number_that_is_not_finite_is_refused_naming_file_line_and_field(tmp_path, old, new, line, expected):
+    text = FIXTURES.joinpath("baselines_bad_mapping.yaml").read_text()
+    assert old in text
+    path = tmp_path / "claims.yaml"
+    message = _refusal(load_file, path, text.replace(old, new, 1), BaselineError)
+    assert message.startswith(f"{path}:{line}: field {expected}"), message
+
+
+def test_finite_baseline_numbers_still_load(tmp_path):
+    text = FIXTURES.joinpath("baselines_bad_mapping.yaml").read_text()
+    path = tmp_path / "claims.yaml"
+    path.write_text(text.replace("select: {colour: red}", "select: {colour: [1, 2.5]}")
+                    .replace("{factor: 1, why", "{factor: 1.5, why"))
+    claims = load_file(path)
+    assert claims[1].measure.select == {"colour": [1, 2.5]} and claims[0].measure.tolerance.factor == 1.5

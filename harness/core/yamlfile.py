@@ -225,6 +225,11 @@ def line_of(node: Optional[yaml.Node], path: Sequence[Any]) -> int:
     return node_at(node, path).start_mark.line + 1
 
 
+def field_at(path: Path, root: Optional[yaml.Node], where: Sequence[Any]) -> str:
+    """``FILE:LINE: field A.B.C``: how every reader names the field it refuses."""
+    return f"{path}:{line_of(root, where)}: field {'.'.join(str(p) for p in where)}"
+
+
 def refuse_unknown(path: Path, root: Optional[yaml.Node], where: Sequence[Any], given: Iterable[Any],
                    known: Iterable[str], what: str = "key") -> None:
     """YamlFileError ``FILE:LINE: field W.K: unknown KEY; known: ...; did you mean ...?`` for the
@@ -233,9 +238,8 @@ def refuse_unknown(path: Path, root: Optional[yaml.Node], where: Sequence[Any], 
     for key in given:
         if str(key) in known:
             continue
-        field = ".".join(str(p) for p in [*where, key])
         near = difflib.get_close_matches(str(key), known, n=1)
         hint = f"; did you mean {near[0]!r}?" if near else ""
         shown = ", ".join(known) if len(known) <= 12 else ", ".join(known[:12]) + f" (and {len(known) - 12} more)"
-        raise YamlFileError(f"{path}:{line_of(root, [*where, key])}: field {field}: unknown {what} {str(key)!r}; "
+        raise YamlFileError(f"{field_at(path, root, [*where, key])}: unknown {what} {str(key)!r}; "
                             f"known: {shown}{hint}")

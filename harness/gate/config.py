@@ -95,15 +95,11 @@ def _refuse_unknown(path: Path, root, where: list, given, known, what: str = "ke
         raise ConfigError(str(exc)) from None
 
 
-def _at(path: Path, root, where: list) -> str:
-    return f"{path}:{yamlfile.line_of(root, where)}: field {'.'.join(str(p) for p in where)}"
-
-
 def _number(path: Path, root, where: list, value: Any, low: Optional[float] = None,
             high: Optional[float] = None) -> float:
     """``value`` as a finite float in [low, high]; ConfigError naming file:line:field otherwise."""
     try:
-        return check_float(value, _at(path, root, where), low, high)
+        return check_float(value, yamlfile.field_at(path, root, where), low, high)
     except NumberError as exc:
         raise ConfigError(str(exc)) from None
 
@@ -112,7 +108,7 @@ def _integer(path: Path, root, where: list, value: Any, low: int, high: int) -> 
     """``value`` as an integer in [low, high] (100.9 is refused, not truncated); ConfigError
     naming file:line:field otherwise."""
     try:
-        return check_int(value, _at(path, root, where), low, high)
+        return check_int(value, yamlfile.field_at(path, root, where), low, high)
     except NumberError as exc:
         raise ConfigError(str(exc)) from None
 
@@ -226,7 +222,7 @@ def load_baselines(path: Path) -> list[Baseline]:
             raise ConfigError(f"{at()}.value: missing")
         value = _number(path, root, ["baselines", i, "value"], entry["value"], low=0.0)
         if value == 0:  # a ratio against it would divide by zero
-            raise ConfigError(f"{_at(path, root, ['baselines', i, 'value'])}: must be a number > 0, got 0")
+            raise ConfigError(f"{yamlfile.field_at(path, root, ['baselines', i, 'value'])}: must be a number > 0, got 0")
         try:  # absent: as the case's family declares the figure, never assumed lower
             direction = entry["direction"] if "direction" in entry else default_direction(case_id, statistic)
         except FigureUnavailable as exc:
