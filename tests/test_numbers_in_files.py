@@ -16,6 +16,13 @@ from harness.gate.config import (
     load_baselines,
     load_config,
 )
+from harness.model.profile import (
+    GPUS_PER_NODE_RANGE,
+    N_CHANNELS_RANGE,
+    ProfileError,
+    load_profile,
+    shipped_profiles,
+)
 
 NOOP = "selftest/fault_rank=0,mode=noop,world=1"
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -123,3 +130,47 @@ def test_finite_baseline_numbers_still_load(tmp_path):
                     .replace("{factor: 1, why", "{factor: 1.5, why"))
     claims = load_file(path)
     assert claims[1].measure.select == {"colour": [1, 2.5]} and claims[0].measure.tolerance.factor == 1.5
+
+
+# -- model hardware profile: unknown keys refused, every number in its declared range -------------
+
+def _model_profile(extra: str = "", tier: str = "kind: nvlink, alpha_us: 1, bandwidth_gbytes_s: 10",
+                   nccl: str = "intra_hw: nvlink, n_channels: 8, speed_intra_gbytes_s: 24, speed_inter_gbytes_s: 12") -> str:
+    return f"name: x\ngpus_per_node: 8\nintra: nv\ntiers:\n  nv: {{{tier}}}\nnccl: {{{nccl}}}\n{extra}"
+
+
+@pytest.mark.parametrize("text,line,expected", [
+    (_model_profile("gpus_per_nodes: 4\n"), 7, "field gpus_per_nodes: unknown key 'gpus_per_nodes'; known: "),
+    (_model_profile(tier="kind: nvlink, alpha_us: 1, bandwidth_gbytes_s: 10, alpha: 5"), 5,
+     "field tiers.nv.alpha: unknown key 'alpha'; known: alpha_us, bandwidth_gbytes_s, kind, source; did you mean"),
+    (_model_profile(nccl="intra_hw: nvlink, n_channels: 8, speed_intra_gbytes_s: 24, speed_inter_gbytes_s: 12, "
+                         "nchannels: 4"), 6, "field nccl.nchannels: unknown key 'nchannels'"),
+    (_model_profile().replace("gpus_per_node: 8", "gpus_per_node: 9223372036854775807"), 2,
+     f"field gpus_per_node: 9223372036854775807 is outside the range it may take (from 1 to {GPUS_PER_NODE_RANGE[1]})"),
+    (_model_profile(nccl="intra_hw: nvlink, n_channels: 9223372036854775807, speed_intra_gbytes_s: 24, "
+                         "speed_inter_gbytes_s: 12"), 6, f"field nccl.n_channels: 9223372036854775807 is outside the "
+                                                         f"range it may take (from 1 to {N_CHANNELS_RANGE[1]})"),
+    (_model_profile(tier="kind: nvlink, alpha_us: 1e300, bandwidth_gbytes_s: 10"), 5,
+     "field tiers.nv.alpha_us: 1e+300 is outside the range"),
+    (_model_profile(tier="kind: nvlink, alpha_us: 1, bandwidth_gbytes_s: 1e-300"), 5,
+     "field tiers.nv.bandwidth_gbytes_s: 1e-300 is outside the range"),
+    (_model_profile("gamma_s_per_byte: 1e300\n"), 7, "field gamma_s_per_byte: 1e+300 is outside the range"),
+    (_model_profile(nccl="intra_hw: nvlink, n_channels: 8.0, speed_intra_gbytes_s: 24, speed_inter_gbytes_s: 12"),
+     6, "field nccl.n_channels: expected an integer, got 8.0"),
+    (_model_profile(nccl="intra_hw: nvlink, n_channels: 8, speed_intra_gbytes_s: 24, speed_inter_gbytes_s: 12, "
+                         "comp_cap: -9223372036854775808"), 6, "field nccl.comp_cap: -9223372036854775808 is outside"),
+    (_model_profile().replace("gpus_per_node: 8", "gpus_per_node: true"), 2,
+     "field gpus_per_node: expected an integer, got True"),
+])
+def test_a_model_profile_refuses_an_unknown_key_and_a_number_out_of_its_range(tmp_path, text, line, expected):
+    path = tmp_path / "hw.yaml"
+    message = _refusal(load_profile, path, text, ProfileError)
+    assert message.startswith(f"{path}:{line}: {expected}"), message
+
+
+def test_a_model_profile_within_its_ranges_loads_and_every_shipped_one_still_does(tmp_path):
+    path = tmp_path / "hw.yaml"
+    path.write_text(_model_profile())
+    profile = load_profile(path)
+    assert profile.gpus_per_node == 8 and profile.nccl.n_channels == 8 and profile.tiers["nv"].alpha_us == 1.0
+    assert all(load_profile(name).tiers for name in shipped_profiles())
