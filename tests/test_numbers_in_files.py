@@ -10,6 +10,7 @@ import pytest
 
 from harness.claims.baselines import BaselineError, load_file
 from harness.core import yamlfile
+from harness.diagnose import rules
 from harness.gate.config import (
     N_RESAMPLES_RANGE,
     ConfigError,
@@ -174,3 +175,44 @@ def test_a_model_profile_within_its_ranges_loads_and_every_shipped_one_still_doe
     profile = load_profile(path)
     assert profile.gpus_per_node == 8 and profile.nccl.n_channels == 8 and profile.tiers["nv"].alpha_us == 1.0
     assert all(load_profile(name).tiers for name in shipped_profiles())
+
+
+# -- diagnose criteria: the threshold by parse_float, patterns ASCII --------------------------------
+
+RULE = """schema: critpath.diagnose/1
+rules:
+  busbw_low:
+    function: variance
+    criteria: "{criteria}"
+    verdict: suspect
+    categories: bandwidth
+    metrics: ['{metric}']
+"""
+
+
+@pytest.mark.parametrize("criteria,expected", [
+    ("< -1e400", "'-1e400' is not a finite number"),  # was -inf: no value is below it, the rule never fires
+    ("> 1e400", "'1e400' is not a finite number"),
+    ("> ٣", "expected a number"),  # was 3
+    ("> 1_0", "expected a number"),
+    ("> +0.5", "expected a number"),
+])
+def test_a_criteria_threshold_is_a_finite_ascii_number_named_by_file_line_and_field(tmp_path, criteria, expected):
+    path = tmp_path / "rules.yaml"
+    message = _refusal(rules.load, path, RULE.format(criteria=criteria, metric=".*/busbw_gbps"), rules.RuleFileError)
+    assert message.startswith(f"{path}:5: field rules.busbw_low.criteria: {expected}"), message
+
+
+@pytest.mark.parametrize("criteria", ["<<", "< 0.9 x median", "0.9"])
+def test_a_criteria_that_is_no_comparison_is_still_named_as_such(tmp_path, criteria):
+    path = tmp_path / "rules.yaml"
+    message = _refusal(rules.load, path, RULE.format(criteria=criteria, metric=".*/busbw_gbps"), rules.RuleFileError)
+    assert message.startswith(f"{path}:5: field rules.busbw_low.criteria: ") and "is not a comparison" in message
+
+
+def test_a_criteria_in_the_grammar_reads_its_threshold_and_a_metric_digit_is_ascii(tmp_path):
+    path = tmp_path / "rules.yaml"
+    path.write_text(RULE.format(criteria="<=\t-.5", metric=r"allreduce/size_bytes=\d+"))
+    (rule,) = rules.load(path)
+    assert (rule.criteria.op, rule.criteria.threshold) == ("<=", -0.5)
+    assert rule.matches("allreduce/size_bytes=8") and not rule.matches("allreduce/size_bytes=٣")
