@@ -547,10 +547,10 @@ def _run_with_fingerprint(path: Path, fingerprint: dict) -> Path:
 
 @pytest.mark.parametrize("fingerprint,field", [
     ({"layout": "zz"}, "layout"), ({"host": ["x"]}, "host"), ({"layout": {"node_keys": "ab"}}, "layout.node_keys"),
-    ({"layout": {"node_keys": [1, 2]}}, "layout.node_keys"), ({"layout": {"node_keys": ["a"], "hosts": 3}}, "layout.hosts"),
-    ({"layout": {"node_keys": ["a"], "node_of_rank": ["x"]}}, "layout.node_of_rank"),
+    ({"layout": {"node_keys": [1, 2]}}, "layout.node_keys.0"), ({"layout": {"node_keys": ["a"], "hosts": 3}}, "layout.hosts"),
+    ({"layout": {"node_keys": ["a"], "node_of_rank": ["x"]}}, "layout.node_of_rank.0"),
     ({"layout": {"node_keys": ["a"], "node_of_rank": [0, 7]}}, "layout.node_of_rank"),
-    ({"gpus": []}, "gpus"), ({"gpus": {"devices": [1]}}, "gpus.devices"),
+    ({"gpus": []}, "gpus"), ({"gpus": {"devices": [1]}}, "gpus.devices.0"),
     ({"gpus": {"devices": [{"host": 5}]}}, "gpus.devices.0.host")])
 def test_a_wrongly_typed_fingerprint_field_exits_2_naming_file_and_field(tmp_path, capsys, fingerprint, field):
     runs = [_run_with_fingerprint(tmp_path / f"r{i}", {"host": f"h{i}"}) for i in range(2)]

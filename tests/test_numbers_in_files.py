@@ -6,10 +6,14 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from harness.accept.verdicts import EXIT_UNVERIFIED
 from harness.claims.baselines import BaselineError, load_file
+from harness.cli import main
 from harness.core import yamlfile
+from harness.core.store import ResultsFileError, RunDir, load_run, planned_digest
 from harness.diagnose import rules
 from harness.gate.config import (
     N_RESAMPLES_RANGE,
@@ -24,6 +28,7 @@ from harness.model.profile import (
     load_profile,
     shipped_profiles,
 )
+from tests.conftest import derived_record
 
 NOOP = "selftest/fault_rank=0,mode=noop,world=1"
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -216,3 +221,69 @@ def test_a_criteria_in_the_grammar_reads_its_threshold_and_a_metric_digit_is_asc
     (rule,) = rules.load(path)
     assert (rule.criteria.op, rule.criteria.threshold) == ("<=", -0.5)
     assert rule.matches("allreduce/size_bytes=8") and not rule.matches("allreduce/size_bytes=٣")
+
+
+# -- fingerprint.json: its types checked once, where a run is loaded -----------------------------
+
+ACCEPT_PROFILE = f"""schema: critpath.accept/1
+name: t
+world: 1
+fingerprint: {{gpu_count: 0}}
+checks:
+  - name: noop
+    case: "{NOOP}"
+    statistic: p50_us
+    max: 1000000
+    source: a test
+"""
+
+
+def _run(path: Path, fingerprint: dict) -> Path:
+    """A finished run of one passing selftest record, with ``fingerprint`` as its fingerprint.json."""
+    run = RunDir(path, "r")
+    run.append(derived_record(NOOP, np.full(200, 1000, dtype=np.int64), run_id="r"))
+    run.write_fingerprint(fingerprint)
+    run.write_meta({"schema": "critpath.run/1", "run_id": "r", "state": "finished", "cases_total": 1,
+                    "planned": planned_digest([NOOP])})
+    return path
+
+
+@pytest.mark.parametrize("fingerprint,field", [
+    ({"world": True}, "field world: must be an integer >= 1, not True"),  # passed a pin on world 1
+    ({"world": 1.0}, "field world: must be an integer >= 1, not 1.0"),
+    ({"gpus": "x"}, "field gpus: must be a mapping, not 'x'"),  # AttributeError in report and accept
+    ({"gpus": {"count": True}}, "field gpus.count: must be an integer >= 0, not True"),
+    ({"gpus": {"devices": [{"index": 0, "ecc_corrected_volatile": "9"}]}},
+     "field gpus.devices.0.ecc_corrected_volatile: must be an integer >= 0, not '9'"),
+    ({"libraries": {"numpy": 2}}, "field libraries.numpy: must be a string, not 2"),
+    ({"git": "abc"}, "field git: must be a mapping, not 'abc'"),
+    ({"layout": {"ranks_per_node": "2"}}, "field layout.ranks_per_node: must be an integer >= 1 or a list of"),
+])
+def test_a_wrongly_typed_fingerprint_is_refused_by_the_one_loader_naming_file_and_field(tmp_path, fingerprint, field):
+    path = _run(tmp_path / "bad", {"host": "h", **fingerprint})
+    with pytest.raises(ResultsFileError) as err:
+        load_run(path)
+    assert str(err.value).startswith(f"{path / 'fingerprint.json'}: {field}"), str(err.value)
+
+
+@pytest.mark.parametrize("fingerprint,field", [({"world": True}, "field world"), ({"gpus": "x"}, "field gpus")])
+def test_report_refuses_and_accept_cannot_verify_a_run_whose_fingerprint_is_wrongly_typed(tmp_path, capsys,
+                                                                                        fingerprint, field):
+    run = _run(tmp_path / "bad", {"host": "h", **fingerprint})
+    profile = tmp_path / "p.yaml"
+    profile.write_text(ACCEPT_PROFILE)
+    assert main(["report", str(run), "--out", str(tmp_path / "rep")]) == 2
+    assert f"{run / 'fingerprint.json'}: {field}: must be" in capsys.readouterr().err
+    code = main(["accept", "--profile", str(profile), "--run", str(run), "--no-report", "--out", str(tmp_path / "a")])
+    out = capsys.readouterr().out
+    assert code == EXIT_UNVERIFIED and f"the run: {run / 'fingerprint.json'}: {field}: must be" in out, out
+    assert not (tmp_path / "a" / "acceptance.json").exists()
+
+
+def test_a_well_typed_fingerprint_is_accepted_and_judged(tmp_path, capsys):
+    run = _run(tmp_path / "good", {"host": "h", "world": 1, "gpus": {"present": False, "count": 0, "reason": "none"},
+                                   "layout": {"nodes": 1, "ranks_per_node": [1], "node_keys": ["h"], "hosts": ["h"],
+                                              "node_of_rank": [0]}})
+    profile = tmp_path / "p.yaml"
+    profile.write_text(ACCEPT_PROFILE)
+    assert main(["accept", "--profile", str(profile), "--run", str(run), "--no-report"]) == 0, capsys.readouterr().out
