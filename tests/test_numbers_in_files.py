@@ -3,6 +3,7 @@ criteria, fingerprints, records) held to harness.core.numbers: finite, typed, in
 and refused naming the file and field."""
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -13,7 +14,14 @@ from harness.accept.verdicts import EXIT_UNVERIFIED
 from harness.claims.baselines import BaselineError, load_file
 from harness.cli import main
 from harness.core import yamlfile
-from harness.core.store import ResultsFileError, RunDir, load_run, planned_digest
+from harness.core.records import MAX_SAMPLES
+from harness.core.store import (
+    ResultsFileError,
+    RunDir,
+    iter_records,
+    load_run,
+    planned_digest,
+)
 from harness.diagnose import rules
 from harness.gate.config import (
     N_RESAMPLES_RANGE,
@@ -28,6 +36,8 @@ from harness.model.profile import (
     load_profile,
     shipped_profiles,
 )
+from harness.nccltests.parse import parse_json, parse_text
+from harness.nccltests.values import NcclTestsFormatError
 from tests.conftest import derived_record
 
 NOOP = "selftest/fault_rank=0,mode=noop,world=1"
@@ -287,3 +297,69 @@ def test_a_well_typed_fingerprint_is_accepted_and_judged(tmp_path, capsys):
     profile = tmp_path / "p.yaml"
     profile.write_text(ACCEPT_PROFILE)
     assert main(["accept", "--profile", str(profile), "--run", str(run), "--no-report"]) == 0, capsys.readouterr().out
+
+
+# -- records: every number finite, plan within what --iters may ask ------------------------------
+
+def _results_line(tmp_path: Path, edit) -> Path:
+    """A results file of one record as critpath writes it, after ``edit`` of its dict."""
+    data = derived_record(NOOP, np.full(200, 1000, dtype=np.int64), run_id="r").to_dict()
+    edit(data)
+    path = tmp_path / "results.jsonl"
+    path.write_text(json.dumps(data) + "\n")  # json.dumps writes Infinity and NaN, as a hand edit may
+    return path
+
+
+@pytest.mark.parametrize("edit,expected", [
+    (lambda d: d.update(wall_s=float("inf")), "field wall_s: inf is not a finite number"),  # was read
+    (lambda d: d.update(wall_s=float("nan")), "field wall_s: nan is not a finite number"),
+    (lambda d: d["plan"].update(iters=10**18), f"field plan.iters: {10**18} is outside the range it may take "
+                                               f"(from 1 to {MAX_SAMPLES})"),  # was read
+    (lambda d: d["plan"].update(iters=MAX_SAMPLES + 1), "field plan.iters: 1000001 is outside the range"),
+    (lambda d: d["plan"].update(warmup=MAX_SAMPLES + 1), "field plan.warmup: 1000001 is outside the range"),
+    (lambda d: d["plan"].update(iters=200.0), "field plan.iters: expected an integer, got 200.0"),
+    (lambda d: d.update(world=1.0), "field world: expected an integer, got 1.0"),
+    (lambda d: d.update(family_version=1.0), "field family_version: expected an integer, got 1.0"),
+    (lambda d: d["check"].update(checked=1.0), "field check.checked: expected an integer, got 1.0"),
+    (lambda d: d["summary"].update(mean_ns=float("inf")), "field summary.mean_ns: inf is not a finite number"),
+    (lambda d: d["metrics"].update(x=float("-inf")), "field metrics.x: -inf is not a finite number"),
+    (lambda d: d.update(status="failed", samples_ns=[], summary=None, metrics={}, check=None,
+                        error={"kind": "x", "message": "y", "rank": -1}), "field error.rank: -1 is outside the range"),
+])
+def test_a_record_number_that_is_not_finite_or_past_its_bound_is_refused_naming_line_and_field(tmp_path, edit,
+                                                                                             expected):
+    path = _results_line(tmp_path, edit)
+    with pytest.raises(ResultsFileError) as err:
+        list(iter_records(path))
+    assert str(err.value).startswith(f"{path}:1: {expected}"), str(err.value)
+
+
+def test_a_record_at_its_bounds_is_read(tmp_path):
+    path = _results_line(tmp_path, lambda d: d["plan"].update(iters=MAX_SAMPLES, warmup=MAX_SAMPLES))
+    (record,) = iter_records(path)
+    assert record.plan == {"iters": MAX_SAMPLES, "warmup": MAX_SAMPLES} and record.wall_s == 0.1
+
+
+@pytest.mark.parametrize("old,new,expected", [
+    ("warmup iters: 5 iters: 20 ", f"warmup iters: 5 iters: {MAX_SAMPLES + 1} ", "iters"),
+    ("warmup iters: 5 iters: 20 ", f"warmup iters: {MAX_SAMPLES + 1} iters: 20 ", "warmup iters"),
+])
+def test_an_nccl_tests_log_of_more_iterations_than_a_record_holds_is_refused_at_its_header(old, new, expected):
+    text = (FIXTURES / "nccl_tests" / "all_reduce_h100.txt").read_text()
+    assert old in text
+    with pytest.raises(NcclTestsFormatError, match=rf"^log.txt:3: {expected}: {MAX_SAMPLES + 1} is more than "
+                                                   rf"{MAX_SAMPLES}, the most iterations"):
+        parse_text(text.replace(old, new).splitlines(), "log.txt")
+    parse_text(text.replace(old, new.replace(str(MAX_SAMPLES + 1), str(MAX_SAMPLES))).splitlines(), "log.txt")
+
+
+@pytest.mark.parametrize("old,new,field", [('"iterations":20', f'"iterations":{MAX_SAMPLES + 1}', "config.iterations"),
+                                           ('"warmup_iters":5', f'"warmup_iters":{MAX_SAMPLES + 1}', "config.warmup_iters"),
+                                           ('"actual_iterations":20', f'"actual_iterations":{MAX_SAMPLES + 1}',
+                                            r"results\[0\]\.actual_iterations")])
+def test_an_nccl_tests_json_of_more_iterations_than_a_record_holds_is_refused_naming_the_field(old, new, field):
+    text = (FIXTURES / "nccl_tests" / "all_reduce_h100.json").read_text()
+    assert old in text
+    with pytest.raises(NcclTestsFormatError, match=rf"^out.json: (?:field )?{field}: {MAX_SAMPLES + 1} is more than "
+                                                   rf"{MAX_SAMPLES}, the most iterations"):
+        parse_json(text.replace(old, new, 1), "out.json")
