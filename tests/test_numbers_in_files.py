@@ -290,6 +290,27 @@ def test_report_refuses_and_accept_cannot_verify_a_run_whose_fingerprint_is_wron
     assert not (tmp_path / "a" / "acceptance.json").exists()
 
 
+def test_every_fingerprint_critpath_writes_passes_the_check(monkeypatch):
+    import sys
+
+    import fake_nvml
+    import pynvml
+
+    from harness.core import fingerprintfile
+    from harness.run import fingerprint
+
+    healthy = fake_nvml.h100(0)
+    unsupported = fake_nvml.h100(1, nvmlDeviceGetTotalEccErrors=fake_nvml.error(), nvlinks=fake_nvml.error(),
+                                 nvmlDeviceGetMaxClockInfo=fake_nvml.error(pynvml.NVML_ERROR_NO_PERMISSION))
+    for gpus in ([healthy, unsupported], []):
+        monkeypatch.setitem(sys.modules, "pynvml", fake_nvml.module(gpus))
+        written = fingerprint.collect("gloo", 2, "local")
+        assert len(written["gpus"].get("devices", [])) == len(gpus)
+        fingerprintfile.check(written)
+    layout = fingerprint.node_layout([fingerprint.rank_identity(r, r, {}) for r in range(2)])
+    fingerprintfile.check(fingerprint.collect("gloo", 2, "joined", layout))
+
+
 def test_a_well_typed_fingerprint_is_accepted_and_judged(tmp_path, capsys):
     run = _run(tmp_path / "good", {"host": "h", "world": 1, "gpus": {"present": False, "count": 0, "reason": "none"},
                                    "layout": {"nodes": 1, "ranks_per_node": [1], "node_keys": ["h"], "hosts": ["h"],
