@@ -522,8 +522,7 @@ def test_a_time_past_what_a_sample_holds_is_refused(tmp_path):
 def test_a_row_with_more_times_than_a_record_holds_is_refused_before_they_are_read(tmp_path, capsys):
     n = limits.MAX_TIMES_PER_SIDE + 1
 
-    def huge(data):
-        data["results"][1]["actual_iterations"] = n
+    def huge(data):  # actual_iterations of n is refused first, as more than a record's plan holds
         data["results"][1]["in_place_per_iter"]["times_us"] = [24.5] * n
     path = _per_iter(tmp_path, huge)
     assert path.stat().st_size < limits.MAX_JSON_BYTES  # within the JSON limit, past the record's

@@ -8,7 +8,12 @@ from conftest import derived_record
 from harness.cli import main
 from harness.model import calibrate as cal
 from harness.model.command import parse_ranks
-from harness.model.profile import ProfileError, load_profile, parse_profile, shipped_profiles
+from harness.model.profile import (
+    ProfileError,
+    load_profile,
+    parse_profile,
+    shipped_profiles,
+)
 
 ALPHA_US, BETA_NS = 50.0, 0.5
 SIZES = [8 << k for k in range(0, 20, 1)]  # 8 B .. 4 MiB
@@ -100,10 +105,10 @@ def test_shipped_profiles_load_and_cite_sources():
 def test_profile_errors_name_file_and_field(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\ngpus_per_node: 8\nintra: nv\ntiers:\n  nv: {kind: nvlink, alpha_us: -1, bandwidth_gbytes_s: 10}\n")
-    with pytest.raises(ProfileError, match=r"bad.yaml: tiers.nv.alpha_us: must be >= 0"):
+    with pytest.raises(ProfileError, match=r"bad.yaml:5: field tiers.nv.alpha_us: -1 is outside the range it may take \(from 0 to"):
         load_profile(bad)
     bad.write_text("name: x\ngpus_per_node: 8\nintra: ib\ntiers:\n  nv: {kind: nvlink, alpha_us: 1, bandwidth_gbytes_s: 10}\n")
-    with pytest.raises(ProfileError, match=r"intra: names tier 'ib'"):
+    with pytest.raises(ProfileError, match=r"bad.yaml:3: field intra: names tier 'ib'"):
         load_profile(bad)
     bad.write_text("name: [unclosed\n")
     with pytest.raises(ProfileError, match=r"bad.yaml:\d+: not valid YAML"):
@@ -146,7 +151,7 @@ def test_cli_model_bad_profile_exit_2(tmp_path, capsys):
     bad = tmp_path / "p.yaml"
     bad.write_text("name: x\n")
     assert main(["model", "--profile", str(bad), "--out", str(tmp_path / "m"), "--no-plots"]) == 2
-    assert "p.yaml: tiers: missing" in capsys.readouterr().err
+    assert "p.yaml:1: field tiers: missing" in capsys.readouterr().err
 
 
 def test_extrapolation_in_p_is_small_when_the_model_holds(tmp_path):

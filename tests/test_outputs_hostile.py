@@ -695,12 +695,24 @@ def test_a_refusal_names_the_files_holder_only_as_what_the_file_says(tmp_path, c
         claim_dir(empty, "report")
 
 
-def test_json_outputs_are_strict_json_a_non_finite_figure_null_with_its_reason_or_an_error(tmp_path):
-    """model.json held ``Infinity`` when a profile's figures overflowed: write_json allowed NaN."""
-    profile = tmp_path / "huge.yaml"
-    profile.write_text((ROOT / "harness" / "model" / "profiles" / "dgx-a100-roce.yaml").read_text()
-                       .replace("bandwidth_gbytes_s: 25\n", "bandwidth_gbytes_s: 1e-320\n"))
-    assert main(["model", "--profile", str(profile), "--out", str(tmp_path / "m"), "--no-plots"]) == 0
+def test_json_outputs_are_strict_json_a_non_finite_figure_null_with_its_reason_or_an_error(tmp_path, monkeypatch):
+    """model.json held ``Infinity`` when a profile's figures overflowed: write_json allowed NaN. A
+    profile file can no longer give such figures (each number has its declared range); a profile
+    built in code still can, and model.json must stay strict JSON."""
+    import dataclasses
+
+    from harness.model import command
+    from harness.model import profile as hardware
+
+    path = tmp_path / "huge.yaml"
+    path.write_text((ROOT / "harness" / "model" / "profiles" / "dgx-a100-roce.yaml").read_text()
+                    .replace("bandwidth_gbytes_s: 25\n", "bandwidth_gbytes_s: 1e-320\n"))
+    assert main(["model", "--profile", str(path), "--out", str(tmp_path / "refused"), "--no-plots"]) == 2
+    shipped = hardware.load_profile("dgx-a100-roce")
+    roce = dataclasses.replace(shipped.tiers["roce"], bandwidth_gbytes_s=1e-320)
+    huge = dataclasses.replace(shipped, tiers={**shipped.tiers, "roce": roce})
+    monkeypatch.setattr(command, "load_profile", lambda spec: huge)
+    assert main(["model", "--out", str(tmp_path / "m"), "--no-plots"]) == 0
 
     def refuse(token):
         raise AssertionError(f"{token} in model.json")

@@ -21,8 +21,10 @@ import jsonschema
 import yaml
 
 from harness.core import registry, yamlfile
+from harness.core.numbers import NumberError, check_float, check_int
 from harness.core.options import print_error
 from harness.run.fingerprint import PROJECT_ROOT
+from harness.run.plan import MAX_WORLD
 
 SCHEMA_ID = "critpath.baselines/1"
 DEFAULT_DIR = PROJECT_ROOT / "baselines"
@@ -185,10 +187,35 @@ def articles(claims: Sequence[Claim]) -> list[Article]:
     return list(seen.values())
 
 
+def _check_numbers(path: Path, root: yaml.Node, data: dict) -> None:
+    """Every number in a baselines file finite (YAML reads .nan and .inf as numbers, which the
+    schema's 'number' admits: a claim of inf confirms nothing), and min_world a count of ranks
+    (the schema's 'integer' admits 2.0); BaselineError naming the file and field otherwise."""
+    def walk(value: Any, where: list) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                walk(item, [*where, key])
+        elif isinstance(value, list):
+            for index, item in enumerate(value):
+                walk(item, [*where, index])
+        elif isinstance(value, float):
+            check_float(value, yamlfile.field_at(path, root, where))
+
+    try:
+        walk(data, [])
+        for index, claim in enumerate(data["claims"]):
+            if "min_world" in claim["measure"]:
+                where = ["claims", index, "measure", "min_world"]
+                check_int(claim["measure"]["min_world"], yamlfile.field_at(path, root, where), 1, MAX_WORLD)
+    except NumberError as exc:
+        raise BaselineError(str(exc)) from None
+
+
 def load_file(path: Path) -> list[Claim]:
     path = Path(path)
     data, root = load_checked(path, _VALIDATOR, BaselineError,
                               "a baselines file must be a mapping with schema, article and claims", _explain)
+    _check_numbers(path, root, data)
     article = Article(**data["article"])
     claims = []
     for index, raw in enumerate(data["claims"]):

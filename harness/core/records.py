@@ -17,6 +17,7 @@ import numpy as np
 
 from harness.core import registry
 from harness.core.family import CheckResult
+from harness.core.numbers import NumberError, check_float, check_int
 from harness.core.options import CannotRun
 from harness.core.stats import Summary
 
@@ -229,6 +230,37 @@ def validate(data: Mapping[str, Any], where: str = "") -> None:
     check = data.get("check")
     if check and check["passed"] is not (check["wrong"] == 0):  # from_dict derives it again from wrong
         raise RecordError(f"field check.passed: {check['passed']} but field check.wrong is {check['wrong']}", where)
+    try:
+        _check_numbers(data)
+    except NumberError as exc:
+        raise RecordError(str(exc), where) from None
+
+
+def _check_numbers(data: Mapping[str, Any]) -> None:
+    """The numbers the schema types but cannot hold to what a record means: JSON's Infinity and NaN
+    parse, and its 'number' admits them (wall_s: Infinity was read); its 'integer' admits 2.0; and
+    no run asks for more iterations than a record holds (MAX_SAMPLES, the bound of --iters and
+    --warmup), where plan.iters of 10**18 was read. Samples and metrics have their own checks
+    (``_check_samples``, harness.core.verify)."""
+    check_int(data["family_version"], "field family_version", 1)
+    check_int(data["world"], "field world", 1)
+    check_float(data["wall_s"], "field wall_s", 0)
+    for key, value in data["params"].items():
+        if not isinstance(value, str):
+            check_float(value, f"field params.{key}")
+    plan = data.get("plan")
+    if plan:
+        check_int(plan["warmup"], "field plan.warmup", 0, MAX_SAMPLES)
+        check_int(plan["iters"], "field plan.iters", 1, MAX_SAMPLES)
+    for key, value in (data.get("summary") or {}).items():
+        check_float(value, f"field summary.{key}", 0)
+    check = data.get("check")
+    if check:
+        check_int(check["wrong"], "field check.wrong", 0)
+        check_int(check["checked"], "field check.checked", 0)
+    error = data.get("error")
+    if error and error.get("rank") is not None:
+        check_int(error["rank"], "field error.rank", 0)
 
 
 def samples_array(record: Record) -> np.ndarray:

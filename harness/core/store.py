@@ -18,9 +18,9 @@ from functools import cached_property
 from pathlib import Path
 from typing import Iterable, Iterator, Mapping, Optional, Sequence
 
-from harness.core import atomic
-from harness.core.jsonfile import JsonFileError, JsonLimits, loads_strict
+from harness.core import atomic, fingerprintfile
 from harness.core.inputfile import InputFileError, open_regular, read_bounded
+from harness.core.jsonfile import JsonFileError, JsonLimits, loads_strict
 from harness.core.options import CannotRun
 from harness.core.records import Record, RecordError
 from harness.core.verify import verify
@@ -179,6 +179,18 @@ def read_json(path: Path) -> dict:
     return data
 
 
+def read_fingerprint(path: Path) -> dict:
+    """A run's fingerprint.json: {} when absent; ResultsFileError naming the file and field when a
+    field critpath reads is of the wrong type (harness.core.fingerprintfile). Every reader of a
+    run's fingerprint reads it through here."""
+    data = read_json(path)
+    try:
+        fingerprintfile.check(data)
+    except fingerprintfile.FingerprintError as exc:
+        raise ResultsFileError(f"{path}: {exc}") from None
+    return data
+
+
 def planned_digest(case_ids: Iterable[str]) -> str:
     """The digest run.json keeps of the cases a run plans (``PLANNED``): of their IDs, sorted, one a
     line. A digest rather than the list: run.json is rewritten after every case, and 10,000 IDs
@@ -331,7 +343,7 @@ def load_run(path: Path, label: Optional[str] = None) -> LoadedRun:
     path = Path(path)
     if not path.is_dir():
         raise ResultsFileError(f"{path}: not a run directory")
-    return run_of(path, load_records(path), read_json(path / RUN_META), read_json(path / FINGERPRINT), label)
+    return run_of(path, load_records(path), read_json(path / RUN_META), read_fingerprint(path / FINGERPRINT), label)
 
 
 RUN_FILES = (RESULTS, RUN_META, FINGERPRINT)

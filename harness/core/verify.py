@@ -21,7 +21,13 @@ from typing import Mapping
 
 from harness.core import registry
 from harness.core.case import Case, CaseIdError
-from harness.core.imported import IMPORTED_BY, check_contradiction, contradiction, identity_contradiction
+from harness.core.imported import (
+    IMPORTED_BY,
+    check_contradiction,
+    contradiction,
+    identity_contradiction,
+)
+from harness.core.numbers import NumberError, check_float
 from harness.core.records import CHECK_FAILED, Record, RecordError
 from harness.core.stats import Summary
 
@@ -48,8 +54,10 @@ def _imported(record: Record, where: str) -> bool:
 
 def _check_finite(record: Record, where: str) -> None:
     for name, value in record.metrics.items():
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
-            raise RecordError(f"field metrics.{name}: {value!r} is not a finite number", where)
+        try:
+            check_float(value, f"field metrics.{name}")
+        except NumberError as exc:
+            raise RecordError(str(exc), where) from None
 
 
 def _check_identity(record: Record, where: str) -> Case:

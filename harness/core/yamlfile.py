@@ -15,7 +15,8 @@ not UTF-8. Here every one of those is a ``YamlFileError`` naming the file and li
   parsed three times in pure Python took 36 s and 306 MB;
 - numbers are YAML 1.2 core schema's: ``4e11`` is a float (YAML 1.1 makes it text), ``1:20`` and
   ``1_000`` are text (not 80 and 1000), ``0o17`` is octal and ``017`` is refused (YAML 1.1 reads it
-  as 15); an integer outside 64 bits is refused, as in critpath's JSON.
+  as 15); an integer outside 64 bits is refused, as in critpath's JSON. An explicit ``!!int`` or
+  ``!!float`` tag is held to the same grammar (``!!float 1:20`` is refused, not 80).
 
 ``refuse_unknown`` is the one way a reader refuses a key it does not know: the line, what is
 known, and the nearest known name.
@@ -108,6 +109,7 @@ class _StrictLoader(yaml.composer.Composer, _Parser, yaml.constructor.SafeConstr
     def construct_yaml_int(self, node):
         text = node.value
         line = node.start_mark.line + 1
+        _refuse_outside_1_2(node, _INT_1_2, "an integer (decimal digits, 0o octal or 0x hex)")
         if text.startswith("0o"):
             value = int(text[2:], 8) if len(text) <= 2 + 22 else INT_MAX + 1
         elif text.startswith("0x"):
@@ -121,6 +123,10 @@ class _StrictLoader(yaml.composer.Composer, _Parser, yaml.constructor.SafeConstr
         if not INT_MIN <= value <= INT_MAX:
             raise _Refused(line, f"integer {shown(text)} is outside 64 bits ({INT_MIN} to {INT_MAX})")
         return value
+
+    def construct_yaml_float(self, node):
+        _refuse_outside_1_2(node, _FLOAT_1_2, "a number (digits, '.', an exponent, .inf or .nan)")
+        return super().construct_yaml_float(node)  # on 1.2 text, PyYAML's 1.1 reading agrees
 
     def construct_object(self, node, deep=False):
         try:
@@ -144,6 +150,17 @@ class _StrictLoader(yaml.composer.Composer, _Parser, yaml.constructor.SafeConstr
 
 
 _StrictLoader.add_constructor("tag:yaml.org,2002:int", _StrictLoader.construct_yaml_int)
+_StrictLoader.add_constructor("tag:yaml.org,2002:float", _StrictLoader.construct_yaml_float)
+
+
+def _refuse_outside_1_2(node: yaml.ScalarNode, grammar: re.Pattern, what: str) -> None:
+    """An implicit number already matched ``grammar`` when it was resolved; an explicit ``!!int``
+    or ``!!float`` tag skips the resolver, and PyYAML's constructors would read YAML 1.1 text
+    (``1:20`` as 80, ``1_000`` as 1000, '٣' as 3), so the tagged text is held to it here."""
+    if not (isinstance(node, yaml.ScalarNode) and grammar.fullmatch(node.value)):
+        tag = node.tag.rsplit(":", 1)[-1]
+        given = shown(node.value) if isinstance(node, yaml.ScalarNode) else f"on a {node.id}"
+        raise _Refused(node.start_mark.line + 1, f"!!{tag} {given} is not {what} by YAML 1.2's core schema")
 
 
 class _Refused(Exception):
@@ -208,6 +225,11 @@ def line_of(node: Optional[yaml.Node], path: Sequence[Any]) -> int:
     return node_at(node, path).start_mark.line + 1
 
 
+def field_at(path: Path, root: Optional[yaml.Node], where: Sequence[Any]) -> str:
+    """``FILE:LINE: field A.B.C``: how every reader names the field it refuses."""
+    return f"{path}:{line_of(root, where)}: field {'.'.join(str(p) for p in where)}"
+
+
 def refuse_unknown(path: Path, root: Optional[yaml.Node], where: Sequence[Any], given: Iterable[Any],
                    known: Iterable[str], what: str = "key") -> None:
     """YamlFileError ``FILE:LINE: field W.K: unknown KEY; known: ...; did you mean ...?`` for the
@@ -216,9 +238,8 @@ def refuse_unknown(path: Path, root: Optional[yaml.Node], where: Sequence[Any], 
     for key in given:
         if str(key) in known:
             continue
-        field = ".".join(str(p) for p in [*where, key])
         near = difflib.get_close_matches(str(key), known, n=1)
         hint = f"; did you mean {near[0]!r}?" if near else ""
         shown = ", ".join(known) if len(known) <= 12 else ", ".join(known[:12]) + f" (and {len(known) - 12} more)"
-        raise YamlFileError(f"{path}:{line_of(root, [*where, key])}: field {field}: unknown {what} {str(key)!r}; "
+        raise YamlFileError(f"{field_at(path, root, [*where, key])}: unknown {what} {str(key)!r}; "
                             f"known: {shown}{hint}")

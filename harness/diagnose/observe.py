@@ -12,15 +12,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
-from harness.core import registry
 from harness.collectives import pairs
+from harness.core import registry
 from harness.core.declarations import better
 from harness.core.figures import FigureUnavailable, is_mean_only, sample_value, supports
 from harness.core.records import Record
-from harness.core.echo import shown
-from harness.core.store import FINGERPRINT, LoadedRun, ResultsFileError, load_run
+from harness.core.store import LoadedRun, ResultsFileError, load_run
 
 # The sample statistics every record offers a rule beside its declared figures; a percentile only
 # where the samples support it (harness.core.figures.supports: p99 from 100, p999 from 1,000).
@@ -60,47 +59,19 @@ class Fleet:
     failures: list = field(default_factory=list)  # Failure
 
 
-def _field(run: LoadedRun, value: Any, name: str, kind: type, of: Optional[type] = None) -> Any:
-    """``value`` when it is a ``kind`` (a list of ``of``), or DiagnoseInputError naming the file and
-    field: a hand-edited fingerprint must be an error, not an AttributeError."""
-    if value is None:
-        return kind()
-    if not isinstance(value, kind) or isinstance(value, bool) or (
-            of is not None and not all(isinstance(v, of) and not isinstance(v, bool) for v in value)):
-        want = {dict: "a mapping", list: "a list", str: "a string"}[kind]
-        want += {None: "", str: " of strings", int: " of integers", dict: " of mappings"}[of]
-        raise DiagnoseInputError(f"{run.path / FINGERPRINT}: field {name}: must be {want}, not "
-                                 f"{shown(value)}")
-    return value
-
-
-def _layout(run: LoadedRun) -> dict:
-    """The fingerprint's layout, each field diagnose reads checked for its type."""
-    layout = _field(run, run.fingerprint.get("layout"), "layout", dict)
-    keys = _field(run, layout.get("node_keys"), "layout.node_keys", list, str)
-    _field(run, layout.get("hosts"), "layout.hosts", list, str)
-    ranks = _field(run, layout.get("node_of_rank"), "layout.node_of_rank", list, int)
-    if keys and any(not 0 <= r < len(keys) for r in ranks):
-        raise DiagnoseInputError(f"{run.path / FINGERPRINT}: field layout.node_of_rank: a node index outside "
-                                 f"0..{len(keys) - 1} (layout.node_keys has {len(keys)})")
-    return layout
-
-
 def run_nodes(run: LoadedRun) -> tuple[list[str], dict[str, str]]:
-    """The node keys of a run, in layout order, and each one's host."""
+    """The node keys of a run, in layout order, and each one's host. The fingerprint's types were
+    checked where the run was loaded (harness.core.fingerprintfile)."""
     fp = run.fingerprint
-    layout = _layout(run)
+    layout = fp.get("layout") or {}
     if layout.get("node_keys"):
         keys = list(layout["node_keys"])
         hosts = layout.get("hosts") or keys
         return keys, dict(zip(keys, hosts))
-    gpus = _field(run, fp.get("gpus"), "gpus", dict)
-    devices = _field(run, gpus.get("devices"), "gpus.devices", list, dict)
-    for i, device in enumerate(devices):
-        _field(run, device.get("host"), f"gpus.devices.{i}.host", str)
+    devices = (fp.get("gpus") or {}).get("devices") or []
     hosts = sorted({d["host"] for d in devices if d.get("host")})
     if not hosts and fp.get("host"):
-        hosts = [h for h in _field(run, fp["host"], "host", str).split(",") if h]
+        hosts = [h for h in fp["host"].split(",") if h]
     if not hosts:
         raise DiagnoseInputError(f"{run.path}: fingerprint.json names no node (no layout.node_keys, no host): "
                                  "diagnose needs to know which node each run measured; add a fingerprint with "
@@ -132,7 +103,7 @@ def record_figures(record: Record) -> dict[str, float]:
 
 def _failure_of(record: Record, run: LoadedRun, keys: list[str]) -> Failure:
     subject = tuple(keys)
-    layout = _layout(run)
+    layout = run.fingerprint.get("layout") or {}
     rank = record.error.rank if record.error else None
     node_of_rank = layout.get("node_of_rank")
     if rank is not None and node_of_rank and 0 <= rank < len(node_of_rank) and node_of_rank[rank] < len(keys):

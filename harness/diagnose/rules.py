@@ -42,6 +42,7 @@ except ImportError:  # 3.10
 
 from harness.claims.baselines import line_of_field, load_checked
 from harness.core.echo import shown
+from harness.core.numbers import NumberError, parse_float
 
 SCHEMA_ID = "critpath.diagnose/1"
 FUNCTIONS = ("variance", "ratio", "value", "failure_check", "multi_rules")
@@ -49,8 +50,10 @@ RELATIVE = ("variance", "ratio")  # judged against the fleet median
 VERDICTS = ("suspect", "failed")
 OPERATORS: dict[str, Callable[[float, float], bool]] = {
     "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
-_NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
-CRITERIA = re.compile(rf"^\s*(<=|>=|<|>)\s*({_NUMBER})\s*$")
+# An operator and a word; the word is a number by harness.core.numbers (parse_float), which names
+# what is wrong with it ('-1e400' is not finite, '٣' not ASCII). Spaces and tabs are spelt out, not
+# \s: the schema's pattern is matched without re.ASCII, and both must read the same text alike.
+CRITERIA = re.compile(r"^[ \t]*(<=|>=|<|>)[ \t]*([^ \t<>=]+)[ \t]*$", re.ASCII)
 # The settings only some functions have, for the message that refuses one elsewhere.
 SETTING_OF = {"criteria": "variance, ratio and value rules", "rules": "multi_rules rules",
               "at_least": "multi_rules rules", "metrics": "rules other than multi_rules",
@@ -219,8 +222,8 @@ def _shape(items) -> tuple[int, int, Optional[str]]:
 def _metric_pattern(text: str) -> re.Pattern:
     """``text`` compiled, or ValueError: not a regex, or not of the shape that bounds its matching."""
     try:
-        pattern = re.compile(text)
-        parsed = _sre_parse.parse(text)
+        pattern = re.compile(text, re.ASCII)  # \d is 0-9 and \w [A-Za-z0-9_], as in a case ID
+        parsed = _sre_parse.parse(text, re.ASCII)
     except (re.error, OverflowError, RecursionError, ValueError) as exc:
         raise ValueError(f"{shown(text)} is not a regex: {exc}") from None
     why = _shape(parsed)[2]
@@ -265,7 +268,11 @@ def load(path: Path) -> list[Rule]:
         criteria = None
         if "criteria" in raw:
             op, number = CRITERIA.match(raw["criteria"]).groups()
-            criteria = Criteria(op, float(number))
+            at = line_of_field(root, ["rules", name, "criteria"])
+            try:
+                criteria = Criteria(op, parse_float(number, f"{path}:{at}: field rules.{name}.criteria"))
+            except NumberError as exc:
+                raise RuleFileError(str(exc)) from None
         rules.append(Rule(name=name, function=raw["function"], categories=raw["categories"],
                           source=f"{path.name}:{line}", verdict=raw.get("verdict"), criteria=criteria,
                           metrics=tuple(patterns), store=raw.get("store", False), rules=tuple(raw.get("rules", ())),

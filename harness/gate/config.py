@@ -23,15 +23,15 @@ settles; every entry compares the candidate's repeats against a fixed value::
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from harness.core import registry, yamlfile
 from harness.core.case import CaseIdError
-from harness.gate.stats import DIRECTIONS, Policy
 from harness.core.figures import FigureUnavailable
+from harness.core.numbers import NumberError, check_float, check_int
+from harness.gate.stats import DIRECTIONS, MIN_CONFIDENCE, MIN_N_RESAMPLES, Policy
 from harness.gate.values import default_direction, validate_statistic
 
 
@@ -95,15 +95,22 @@ def _refuse_unknown(path: Path, root, where: list, given, known, what: str = "ke
         raise ConfigError(str(exc)) from None
 
 
-def _number(path: Path, root, where: list, value: Any, low: float, high: float) -> float:
+def _number(path: Path, root, where: list, value: Any, low: Optional[float] = None,
+            high: Optional[float] = None) -> float:
     """``value`` as a finite float in [low, high]; ConfigError naming file:line:field otherwise."""
-    field_name = ".".join(str(p) for p in where)
-    at = f"{path}:{yamlfile.line_of(root, where)}: field {field_name}"
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(f"{at}: expected a number, got {value!r}")
-    if not (math.isfinite(value) and low <= float(value) <= high):
-        raise ConfigError(f"{at}: must be a finite number in [{low:g}, {high:g}], got {value}")
-    return float(value)
+    try:
+        return check_float(value, yamlfile.field_at(path, root, where), low, high)
+    except NumberError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _integer(path: Path, root, where: list, value: Any, low: int, high: int) -> int:
+    """``value`` as an integer in [low, high] (100.9 is refused, not truncated); ConfigError
+    naming file:line:field otherwise."""
+    try:
+        return check_int(value, yamlfile.field_at(path, root, where), low, high)
+    except NumberError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _mapping(path: Path, root, where: list, value: Any) -> Mapping:
@@ -132,6 +139,10 @@ MIN_EFFECT_KEYS = ("default", "families", "cases")
 MAX_MIN_EFFECT = 5.0  # a 500 % change: beyond it a minimum effect is a typo, not a policy
 # The family-wise false-alarm rate: above a half, a gate is a coin.
 ALPHA_RANGE = (1e-6, 0.5)
+# The bootstrap interval's confidence, short of 1 (where the interval has no bound).
+CONFIDENCE_RANGE = (MIN_CONFIDENCE, 0.999)
+# Bootstrap resamples: past a million, a gate takes minutes a case.
+N_RESAMPLES_RANGE = (MIN_N_RESAMPLES, 1_000_000)
 
 
 def load_config(path: Optional[Path], base: GateConfig = GateConfig()) -> GateConfig:
@@ -144,9 +155,9 @@ def load_config(path: Optional[Path], base: GateConfig = GateConfig()) -> GateCo
     if "alpha" in data:
         policy = replace(policy, alpha=_number(path, root, ["alpha"], data["alpha"], *ALPHA_RANGE))
     if "confidence" in data:
-        policy = replace(policy, confidence=_number(path, root, ["confidence"], data["confidence"], 0.5, 0.999))
+        policy = replace(policy, confidence=_number(path, root, ["confidence"], data["confidence"], *CONFIDENCE_RANGE))
     if "n_resamples" in data:
-        policy = replace(policy, n_resamples=int(_number(path, root, ["n_resamples"], data["n_resamples"], 100, 1e6)))
+        policy = replace(policy, n_resamples=_integer(path, root, ["n_resamples"], data["n_resamples"], *N_RESAMPLES_RANGE))
     statistic = base.statistic
     if "statistic" in data:
         try:
@@ -209,9 +220,9 @@ def load_baselines(path: Path) -> list[Baseline]:
             raise ConfigError(f"{at('statistic')}: {exc}") from None
         if "value" not in entry:
             raise ConfigError(f"{at()}.value: missing")
-        value = entry["value"]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value > 0):
-            raise ConfigError(f"{at('value')}: must be a finite number > 0, got {value!r}")
+        value = _number(path, root, ["baselines", i, "value"], entry["value"], low=0.0)
+        if value == 0:  # a ratio against it would divide by zero
+            raise ConfigError(f"{yamlfile.field_at(path, root, ['baselines', i, 'value'])}: must be a number > 0, got 0")
         try:  # absent: as the case's family declares the figure, never assumed lower
             direction = entry["direction"] if "direction" in entry else default_direction(case_id, statistic)
         except FigureUnavailable as exc:
@@ -224,5 +235,5 @@ def load_baselines(path: Path) -> list[Baseline]:
         if (case_id, statistic) in seen:
             raise ConfigError(f"{at()}: {case_id} {statistic} listed twice")
         seen.add((case_id, statistic))
-        out.append(Baseline(case_id, statistic, float(value), direction, min_effect))
+        out.append(Baseline(case_id, statistic, value, direction, min_effect))
     return out

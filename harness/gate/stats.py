@@ -57,6 +57,10 @@ MIN_VALUES_FOR_TEST = 2
 # Cap on the "more repeats would decide it" estimate; beyond it we say the effect sits on the
 # minimum-effect boundary and repeats alone will not settle it.
 MAX_REPEATS_ADVICE = 1000
+# The least confidence and number of resamples a bootstrap interval is drawn with: Policy refuses
+# less, and the gate config's ranges start here.
+MIN_CONFIDENCE = 0.5
+MIN_N_RESAMPLES = 100
 
 
 @dataclass(frozen=True)
@@ -75,10 +79,10 @@ class Policy:
             raise ValueError(f"alpha must be in (0, 1), got {self.alpha}")
         if not 0 <= self.min_effect < 10:
             raise ValueError(f"min_effect must be a relative change in [0, 10), got {self.min_effect}")
-        if not 0.5 <= self.confidence < 1:
-            raise ValueError(f"confidence must be in [0.5, 1), got {self.confidence}")
-        if self.n_resamples < 100:
-            raise ValueError(f"n_resamples must be >= 100, got {self.n_resamples}")
+        if not MIN_CONFIDENCE <= self.confidence < 1:
+            raise ValueError(f"confidence must be in [{MIN_CONFIDENCE}, 1), got {self.confidence}")
+        if self.n_resamples < MIN_N_RESAMPLES:
+            raise ValueError(f"n_resamples must be >= {MIN_N_RESAMPLES}, got {self.n_resamples}")
 
     def to_dict(self) -> dict:
         return asdict(self)

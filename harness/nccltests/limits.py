@@ -7,6 +7,7 @@ What one row may hold is derived from what one record may be (``MAX_RECORD_BYTES
 record the import writes is one every reader of results.jsonl reads.
 """
 from harness.core.jsonfile import INT64_MAX
+from harness.core.records import MAX_SAMPLES
 from harness.core.store import MAX_RECORD_BYTES, MAX_RUN_CASES, RECORD_LIMITS
 
 # nccl-tests prints sizes and counts as size_t through "%ld" (and -J writes them as such), so none
@@ -28,6 +29,9 @@ MAX_TIMES_PER_SIDE = min((MAX_RECORD_BYTES - _RECORD_REST_BYTES) // _SAMPLE_JSON
                          (RECORD_LIMITS.values - RECORD_LIMITS.keys) // 2)
 
 MAX_ROWS = MAX_RUN_CASES
+# An import's warm-up and timed iterations become its records' plan, which holds no more than a
+# critpath run may time (records.MAX_SAMPLES, the bound of --iters and --warmup).
+MAX_ITERS = MAX_SAMPLES
 # A text log with NCCL_DEBUG=INFO lines between the rows of a large job: tens of megabytes.
 MAX_TEXT_BYTES = 256 << 20
 # Lines cost time however short (some 4 us each: 10 million lines of '#' took 40 s): nccl-tests

@@ -35,10 +35,18 @@ from typing import Any, Iterable, Optional
 from harness.core.imported import DTYPES
 from harness.core.jsonfile import JsonFileError, loads_strict
 from harness.nccltests.evidence import Observed, ObservedRow, Side
-from harness.nccltests.limits import MAX_ROWS, MAX_TIME_US
+from harness.nccltests.limits import MAX_ITERS, MAX_ROWS, MAX_TIME_US
 from harness.nccltests.periter import per_iteration_times
-from harness.nccltests.values import (JSON_PRINTED_HALF_ULP, NcclTestsFormatError, json_flag, json_integer, json_number,
-                                      json_text, text_integer, text_number)
+from harness.nccltests.values import (
+    JSON_PRINTED_HALF_ULP,
+    NcclTestsFormatError,
+    json_flag,
+    json_integer,
+    json_number,
+    json_text,
+    text_integer,
+    text_number,
+)
 
 __all__ = ["JSON_PRINTED_HALF_ULP", "Parsed", "Row", "parse_json", "parse_text"]
 
@@ -360,6 +368,8 @@ def parse_text(lines: Iterable[str], path: str) -> Parsed:
     for name, value in (("nThread", nthreads), ("nGpus", ngpus), ("iters", iters), ("agg iters", agg or "1")):
         text_integer(value, f"{path}:{headers[0]}", name, low=1)
     text_integer(warmup, f"{path}:{headers[0]}", "warmup iters")
+    _plan_count(int(iters), f"{path}:{headers[0]}: iters")
+    _plan_count(int(warmup), f"{path}:{headers[0]}: warmup iters")
     per_process = int(nthreads) * int(ngpus)
     if devices:
         ranks = len({d["index"] for d in devices})
@@ -470,7 +480,8 @@ def _json_row(entry: Any, i: int, path: str, iters: int) -> Row:
     size = json_integer(need("size"), f"{where}.size", what="bytes")
     count = json_integer(need("count"), f"{where}.count", what="elements")
     redop = json_text(entry.get("redop", ""), f"{where}.redop", "a reduction name")
-    actual = _optional(entry, "actual_iterations", lambda v, w: json_integer(v, w, low=1, what="iterations"), where)
+    actual = _optional(entry, "actual_iterations",
+                       lambda v, w: _plan_count(json_integer(v, w, low=1, what="iterations"), w), where)
     in_place = _json_side(entry, "in_place", where, actual or iters)
     out_of_place = _json_side(entry, "out_of_place", where, actual or iters)
     if in_place is None and out_of_place is None:
@@ -517,6 +528,15 @@ def _config_count(config: dict, key: str, path: str, default: int, low: int) -> 
     return _optional(config, key, lambda v, w: json_integer(v, w, low=low), f"{path}: field config", default)
 
 
+def _plan_count(count: int, where: str) -> int:
+    """``count`` iterations (``where`` names them), no more than a record's plan holds: a critpath
+    run times at most MAX_ITERS, and every reader of results.jsonl refuses a record of more."""
+    if count > MAX_ITERS:
+        raise NcclTestsFormatError(f"{where}: {count} is more than {MAX_ITERS}, the most iterations a critpath "
+                                   "record's plan holds (MAX_ITERS, the bound of --iters)")
+    return count
+
+
 def parse_json(text: str, path: str) -> Parsed:
     try:
         data = loads_strict(text, path)  # a repeated key ("nwrong" twice) is refused, not the last taken
@@ -529,7 +549,8 @@ def parse_json(text: str, path: str) -> Parsed:
         raise NcclTestsFormatError(f"{path}: field version: {version!r} is not a known nccl-tests JSON version "
                                    f"({', '.join(map(str, JSON_VERSIONS))})")
     config = _object(_get(data, ["config"], path), f"{path}: field config")
-    iters = json_integer(_get(data, ["config", "iterations"], path), f"{path}: field config.iterations", low=1)
+    where = f"{path}: field config.iterations"
+    iters = _plan_count(json_integer(_get(data, ["config", "iterations"], path), where, low=1), where)
     results = _get(data, ["results"], path)
     if not isinstance(results, list) or not results:
         raise NcclTestsFormatError(f"{path}: field results: no result entries")
@@ -557,7 +578,7 @@ def parse_json(text: str, path: str) -> Parsed:
                      f"{path}: field")
     validation = _optional(config, "validation", lambda v, w: v if isinstance(v, bool) else
                            json_integer(v, w, high=1, what="0 or 1"), f"{path}: field config")
-    warmup = _config_count(config, "warmup_iters", path, 0, low=0)
+    warmup = _plan_count(_config_count(config, "warmup_iters", path, 0, low=0), f"{path}: field config.warmup_iters")
     agg = _config_count(config, "aggregated_iterations", path, 1, low=1)
     started = _optional(data, "start_time", lambda v, w: json_text(v, w, "a time"), f"{path}: field", "unknown")
     return Parsed(rows, iters, warmup, agg,

@@ -1,0 +1,128 @@
+"""The types of the fingerprint.json fields critpath reads, checked once where a run is loaded.
+
+A fingerprint is written by ``critpath run`` (harness.run.fingerprint) or by an import, and read by
+the report, acceptance, diagnosis and the records frame. A hand-edited one must be refused where it
+is read, naming its field, not reach a reader as a surprise: ``"gpus": "x"`` was an AttributeError
+in ``critpath report`` and ``critpath accept``, and ``"world": true`` passed a pin on world 1
+(``True == 1`` in Python).
+
+Every field may be absent or null (not recorded, which readers say); one that is there has the
+type below. Integers go through ``harness.core.numbers.check_int``: a bool is no count. A GPU's
+fields are its identity (text: name, uuid, host, pci, and a ``<field>_reason`` for one NVML could
+not give) and its node facts and counts, each a non-negative integer as the writer records them.
+Fields critpath does not read are left as they are.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Union
+
+from harness.core.echo import shown
+from harness.core.numbers import NumberError, check_int
+
+
+class FingerprintError(ValueError):
+    """A fingerprint field of the wrong type; the message starts with ``field NAME:``."""
+
+
+@dataclass(frozen=True)
+class _Count:
+    low: int  # 0 for a count, 1 for a world size
+
+
+@dataclass(frozen=True)
+class _List:
+    item: "_Spec"
+
+
+@dataclass(frozen=True)
+class _Values:
+    """A mapping of any keys whose values (null for not recorded) are each ``item``."""
+
+    item: "_Spec"
+
+
+class _Device:
+    """A GPU of ``gpus.devices``: text for its identity and reasons, a count for everything else."""
+
+
+_Spec = Union[type, _Count, _List, _Values, _Device, Mapping[str, Any]]
+
+
+COUNT, WORLD = _Count(0), _Count(1)
+_DEVICE_TEXT = ("name", "uuid", "host", "pci", "reason")
+_WANT = {str: "a string", bool: "true or false"}
+
+LAYOUT = {"nodes": WORLD, "ranks_per_node": (WORLD, _List(WORLD)), "uniform": bool, "node_major": bool,
+          "hosts": _List(str), "node_keys": _List(str), "node_of_rank": _List(COUNT), "local_ranks": _List(COUNT),
+          "ranks": _List({})}
+GPUS = {"present": bool, "reason": str, "count": COUNT, "count_reason": str, "driver_version": str,
+        "driver_version_reason": str, "listed": str, "devices": _List(_Device())}
+FINGERPRINT = {"schema": str, "host": str, "cpu_model": str, "cpu_count": COUNT, "cpu_usable": COUNT, "kernel": str,
+               "machine": str, "python": str, "torch": str, "critpath": str, "backend": str, "world": WORLD,
+               "launch": str, "nccl_version": str, "imported_from": str, "layout": LAYOUT, "gpus": GPUS,
+               "git": {"commit": str, "dirty": bool, "reason": str}, "libraries": _Values(str), "env": _Values(str)}
+
+
+def _what(spec) -> str:
+    if isinstance(spec, tuple):
+        return " or ".join(_what(s) for s in spec)
+    if isinstance(spec, _List):
+        item = spec.item
+        return "a list of " + ("strings" if item is str else f"integers >= {item.low}" if isinstance(item, _Count)
+                               else "mappings")
+    if isinstance(spec, _Count):
+        return f"an integer >= {spec.low}"
+    return _WANT[spec] if spec is str or spec is bool else "a mapping"
+
+
+def _fits(value: Any, spec) -> bool:
+    """Whether ``value`` is of the kind ``spec`` names, its own fields unchecked."""
+    if isinstance(spec, _List):
+        return isinstance(value, list)
+    if isinstance(spec, _Count):
+        return isinstance(value, int) and not isinstance(value, bool)
+    if spec is str or spec is bool:
+        return isinstance(value, spec)
+    return isinstance(value, dict)  # a mapping, _Values or a _Device
+
+
+def _check(value: Any, spec, name: str) -> None:
+    kinds = spec if isinstance(spec, tuple) else (spec,)  # one of several kinds: the one that fits is checked
+    spec = next((kind for kind in kinds if _fits(value, kind)), None)
+    if spec is None:
+        raise FingerprintError(f"field {name}: must be {_what(kinds)}, not {shown(value)}")
+    if isinstance(spec, _Count):
+        try:
+            check_int(value, f"field {name}", spec.low)
+        except NumberError as exc:
+            raise FingerprintError(str(exc)) from None
+    elif isinstance(spec, _List):
+        for index, item in enumerate(value):
+            if item is None:
+                raise FingerprintError(f"field {name}.{index}: must be {_what(spec.item)}, not null")
+            _check(item, spec.item, f"{name}.{index}")
+    elif isinstance(spec, _Values):
+        for key, item in value.items():
+            if item is not None:
+                _check(item, spec.item, f"{name}.{key}")
+    elif isinstance(spec, _Device):
+        for key, item in value.items():
+            if item is not None:
+                text = key in _DEVICE_TEXT or str(key).endswith("_reason")
+                _check(item, str if text else _List(str) if key == "clocks_event_reasons" else COUNT, f"{name}.{key}")
+    elif isinstance(spec, dict):
+        for key, sub in spec.items():
+            if value.get(key) is not None:
+                _check(value[key], sub, f"{name}.{key}" if name else key)
+
+
+def check(fingerprint: Mapping[str, Any]) -> None:
+    """FingerprintError naming the first field critpath reads that is of the wrong type, and a
+    layout.node_of_rank that names a node layout.node_keys does not have."""
+    _check(fingerprint, FINGERPRINT, "")
+    layout = fingerprint.get("layout") or {}
+    keys, ranks = layout.get("node_keys") or [], layout.get("node_of_rank") or []
+    if keys and any(r >= len(keys) for r in ranks):
+        raise FingerprintError(f"field layout.node_of_rank: a node index outside 0..{len(keys) - 1} "
+                               f"(layout.node_keys has {len(keys)})")
