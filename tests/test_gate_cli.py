@@ -59,7 +59,7 @@ def test_bad_baseline_file_names_the_field(tmp_repo, tmp_path):
     table = tmp_path / "baselines.yaml"
     table.write_text(f"baselines:\n  - {{case_id: '{NOOP}', statistic: p50_ns, value: -3}}\n")
     code, data = _gate(tmp_repo, tmp_path / "out", "--against", str(table))
-    assert code == EXIT_COULD_NOT_RUN and "baselines[0].value" in data["error"]
+    assert code == EXIT_COULD_NOT_RUN and "baselines.0.value" in data["error"]
 
 
 @pytest.mark.integration
