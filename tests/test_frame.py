@@ -213,3 +213,14 @@ def test_an_unverified_figure_is_marked_in_every_export(tmp_path, fmt):
     assert rows[edited.case_id]["figures_unverified"] == ",".join(sorted(edited.unverifiable))
     assert "busbw_gbps" in edited.unverifiable  # the rewritten figure, beside it the reason
     assert rows[edited.case_id]["unverified_reason"] == edited.unverifiable["busbw_gbps"]
+
+
+def test_frames_derived_from_a_frame_share_its_declarations_rather_than_copy_them():
+    # pandas deep-copies attrs into every row and slice it derives; copying the figure declarations
+    # for each row took half of a two-run report's build (harness/tables/frame.py).
+    df = harness.frame(MIXED)
+    row = df.iloc[0]
+    part = df[df["family"] == df["family"].iloc[0]]
+    for derived in (row, part, df.copy()):
+        assert derived.attrs["figures"] is df.attrs["figures"] and derived.attrs["runs"] is df.attrs["runs"]
+    assert json.loads(json.dumps(df.attrs)) == {"figures": dict(df.attrs["figures"]), "runs": list(df.attrs["runs"])}
