@@ -8,10 +8,12 @@ to the last whole line and raised, so what was written before stays valid.
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import hashlib
 import os
 import secrets
 import socket
+import stat
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -19,9 +21,9 @@ from pathlib import Path
 from typing import Iterable, Iterator, Mapping, Optional, Sequence
 
 from harness.core import atomic, fingerprintfile
-from harness.core.inputfile import InputFileError, open_regular, read_bounded
+from harness.core.inputfile import InputFileError, kind, open_regular, read_bounded
 from harness.core.jsonfile import JsonFileError, JsonLimits, loads_strict
-from harness.core.options import CannotRun
+from harness.core.options import CannotRun, UsageError
 from harness.core.records import Record, RecordError
 from harness.core.verify import verify
 
@@ -62,6 +64,24 @@ def new_run_id(now: _dt.datetime | None = None) -> str:
     return f"{now:%Y%m%d-%H%M%S}-{host}-{secrets.token_hex(2)}"
 
 
+def _open_results(path: Path) -> int:
+    """``path`` opened to append records: never through a symbolic link (one planted in a run's
+    directory would put the records outside it, wherever it points), never a FIFO or device."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     0o644)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UsageError(f"{path} is a symbolic link, not a results file critpath made; "
+                             "records are never written through one: remove it") from None
+        raise OSError(exc.errno, f"could not append to {path}: {exc.strerror or exc}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise UsageError(f"{path} is {kind(mode)}, not a results file critpath made; remove it")
+    return fd
+
+
 def append_record(path: Path, record: Record) -> None:
     append_records(path, [record])
 
@@ -73,7 +93,7 @@ def append_records(path: Path, records: Sequence[Record]) -> None:
         return
     record = records[-1]
     line = "".join(r.to_json() + "\n" for r in records).encode()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = _open_results(Path(path))
     try:
         before = os.fstat(fd).st_size
         try:
@@ -350,8 +370,9 @@ RUN_FILES = (RESULTS, RUN_META, FINGERPRINT)
 
 
 def run_files(path: Path) -> list[Path]:
-    """The files that make ``path`` a run directory (a failed start's temporaries do not)."""
-    return [Path(path) / name for name in RUN_FILES if (Path(path) / name).exists()]
+    """The files that make ``path`` a run directory (a failed start's temporaries do not): any
+    entry of one of their names, a symbolic link to nothing too, which a writer would follow."""
+    return [Path(path) / name for name in RUN_FILES if os.path.lexists(Path(path) / name)]
 
 
 def run_digests(path: Path) -> dict[str, Optional[str]]:
