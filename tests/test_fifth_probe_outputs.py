@@ -2,8 +2,13 @@
 directory one process holds; a refused start leaves its --out as it found it."""
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+
 import pytest
-from conftest import derived_record
+from conftest import ROOT, derived_record
 
 from harness.cli import main
 from harness.core.options import UsageError
@@ -35,3 +40,38 @@ def test_a_record_is_never_appended_through_a_link(tmp_path, target):
     with pytest.raises(UsageError, match="is a symbolic link"):
         append_record(tmp_path / RESULTS, derived_record(OK_CASE, range(1000, 1100)))
     assert (victim.read_text() == "mine\n") if target == "existing" else not victim.exists()
+
+
+# -- a worker holds its --out -------------------------------------------------------------------------
+
+def _worker(out, **kw) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    return subprocess.Popen([sys.executable, "-m", "harness", "worker", "--out", str(out)], cwd=ROOT, env=env,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+
+ROUND = json.dumps({"cmd": "round", "round": 0, "cases": [{"id": OK_CASE, "iters": 5}], "warmup": 1}) + "\n"
+
+
+def test_two_workers_into_one_out_are_refused_at_once_and_after(tmp_path):
+    """Two workers sent the same round both exited 0, and one results.jsonl held two records of
+    one case with two run IDs."""
+    out = tmp_path / "W"
+    first = _worker(out)
+    try:
+        assert json.loads(first.stdout.readline())["event"] == "ready"  # it holds W now
+        second = _worker(out)
+        stdout, stderr = second.communicate(ROUND + '{"cmd": "stop"}\n', timeout=120)
+        assert second.returncode == 2 and stdout == ""
+        assert f"{out} is in use" in stderr and "critpath worker" in stderr
+        first.stdin.write(ROUND + '{"cmd": "stop"}\n')
+        first.stdin.close()
+        assert first.wait(timeout=120) == 0
+    finally:
+        first.kill()
+        first.wait()
+    later = _worker(out)
+    stdout, stderr = later.communicate(ROUND + '{"cmd": "stop"}\n', timeout=120)
+    assert later.returncode == 2 and stdout == "" and f"{out} already holds a worker's rounds" in stderr
+    records = [json.loads(line) for line in (out / "round-000" / RESULTS).read_text().splitlines()]
+    assert len(records) == 1

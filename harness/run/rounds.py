@@ -41,10 +41,11 @@ from typing import Any, Optional, Sequence, TextIO
 
 import harness
 from harness.core import registry
+from harness.core.claim import Claim, claim_dir
 from harness.core.family import RankContext
-from harness.core.options import seconds
+from harness.core.options import UsageError, seconds
 from harness.core.records import MAX_SAMPLES, ErrorInfo, Record, utc_now_iso
-from harness.core.store import RunDir, new_run_id
+from harness.core.store import RunDir, new_run_id, run_files
 from harness.run import fingerprint
 from harness.run.driver import Collectives, run_case
 from harness.run.lifetime import die_with_parent
@@ -53,7 +54,8 @@ from harness.run.timing import PlanPolicy
 
 PROTOCOL = 1
 MAX_ITERS = MAX_SAMPLES  # per case and round, when the gate sets the window: what a record holds
-ROUND_DIR = "round-{:03d}"
+ROUND_PREFIX = "round-"
+ROUND_DIR = ROUND_PREFIX + "{:03d}"
 
 
 def register(sub) -> None:
@@ -123,7 +125,9 @@ class RoundServer:
                 self._pool(case.world).start(wait=True)
 
     def _pool(self, world: int):
-        from harness.run.launcher import Supervisor  # imports torch (1.5 s): only a multi-rank case pays it
+        from harness.run.launcher import (
+            Supervisor,  # imports torch (1.5 s): only a multi-rank case pays it
+        )
 
         if world not in self._pools:
             self._pools[world] = Supervisor(world=world, backend=self.backend, policy=PROFILE_POLICY["quick"],
@@ -158,7 +162,9 @@ class RoundServer:
     def _torch_context(self):
         import torch.distributed as dist  # a family that uses torch has loaded it already
 
-        from harness.run.worker import device_for  # worker imports torch at module level
+        from harness.run.worker import (
+            device_for,  # worker imports torch at module level
+        )
 
         if not self._solo_group:
             dist.init_process_group(self.backend, store=dist.HashStore(), rank=0, world_size=1)
@@ -195,7 +201,24 @@ def _parse_round(message: dict) -> tuple[int, list, Optional[int], Optional[floa
     return number, cases, warmup, target_s
 
 
+def claim_out(out: Path) -> Claim:
+    """``out`` held by this worker alone, as ``critpath run`` holds its --out: a second worker
+    into it (at once, or after this one) would append records of another run ID to the same round
+    files. The gate's log of the worker (written there before it starts) is not a worker's output."""
+    claim = claim_dir(out, "worker")
+    taken = run_files(out) + sorted(Path(out).glob(ROUND_PREFIX + "*"))
+    if taken:
+        claim.release()
+        raise UsageError(f"{out} already holds a worker's rounds ({taken[0]}); choose another --out")
+    return claim
+
+
 def serve(out: Path, backend: str, timeout_s: float, commands: TextIO, replies: TextIO) -> int:
+    with claim_out(out):
+        return _serve(out, backend, timeout_s, commands, replies)
+
+
+def _serve(out: Path, backend: str, timeout_s: float, commands: TextIO, replies: TextIO) -> int:
     server = RoundServer(out, backend, timeout_s)
     try:
         server.write_fingerprint()
