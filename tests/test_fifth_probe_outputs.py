@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import socket
 import subprocess
 import sys
 
@@ -12,7 +14,7 @@ from conftest import ROOT, derived_record
 
 from harness.cli import main
 from harness.core.options import UsageError
-from harness.core.store import RESULTS, append_record
+from harness.core.store import RESULTS, append_record, host_token
 
 OK_CASE = "selftest/fault_rank=0,mode=noop,world=1"
 
@@ -75,3 +77,26 @@ def test_two_workers_into_one_out_are_refused_at_once_and_after(tmp_path):
     assert later.returncode == 2 and stdout == "" and f"{out} already holds a worker's rounds" in stderr
     records = [json.loads(line) for line in (out / "round-000" / RESULTS).read_text().splitlines()]
     assert len(records) == 1
+
+
+# -- a run ID is a safe token whatever the host is called ---------------------------------------------
+
+HOSTILE_HOST = "h<i>/x</i>\n\x1b[2J(//e"
+
+
+def test_a_hostile_host_name_makes_one_plain_directory(tmp_path, monkeypatch, capfd):
+    """A host so named made nested directories whose names held a newline and an ESC."""
+    monkeypatch.setattr(socket, "gethostname", lambda: HOSTILE_HOST)
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "--case", OK_CASE, "--iters", "5"]) == 0
+    (run_dir,) = (tmp_path / "reports").iterdir()
+    assert run_dir.is_dir() and re.fullmatch(r"[0-9]{8}-[0-9]{6}-[A-Za-z0-9-]+-[0-9a-f]{4}", run_dir.name)
+    assert json.loads((run_dir / "run.json").read_text())["run_id"] == run_dir.name
+
+
+def test_host_tokens_keep_a_plain_name_and_keep_two_changed_ones_apart():
+    assert host_token("node7.cluster.example") == "node7"
+    assert host_token("") == "host"
+    changed = {host_token(h) for h in (HOSTILE_HOST, HOSTILE_HOST.replace("/", "?"), "a" * 300, "a" * 301)}
+    assert len(changed) == 4
+    assert all(re.fullmatch(r"[A-Za-z0-9-]{1,32}", t) for t in changed)

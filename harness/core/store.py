@@ -11,6 +11,7 @@ import datetime as _dt
 import errno
 import hashlib
 import os
+import re
 import secrets
 import socket
 import stat
@@ -58,10 +59,29 @@ class ResultsFileError(CannotRun):
     """A results file that cannot be read; the message names the file and line."""
 
 
+# A run ID names a directory (reports/<run-id>) and is printed: its host part keeps only letters,
+# digits and "-" (the first label of a host name: no dot), so a host name holding a slash, a
+# newline or an escape makes no nested directory nor a terminal sequence; and at most
+# HOST_TOKEN_MAX of them.
+NOT_HOST_TOKEN = re.compile(r"[^A-Za-z0-9-]")
+HOST_TOKEN_MAX = 32
+HOST_DIGEST_HEX = 6  # of the raw name, when the token is not it: two hosts so changed stay apart
+
+
+def host_token(host: str) -> str:
+    """The host part of a run ID: ``host``'s first label as it is when it is a safe token (above);
+    else with every other character as "-", cut, and a short digest of the raw name after it."""
+    label = host.split(".")[0]
+    token = NOT_HOST_TOKEN.sub("-", label[:HOST_TOKEN_MAX])
+    if token == label:
+        return token or "host"
+    digest = hashlib.sha256(host.encode("utf-8", "surrogateescape")).hexdigest()[:HOST_DIGEST_HEX]
+    return f"{token[:HOST_TOKEN_MAX - HOST_DIGEST_HEX - 1]}-{digest}"
+
+
 def new_run_id(now: _dt.datetime | None = None) -> str:
     now = now or _dt.datetime.now(_dt.timezone.utc)
-    host = socket.gethostname().split(".")[0] or "host"
-    return f"{now:%Y%m%d-%H%M%S}-{host}-{secrets.token_hex(2)}"
+    return f"{now:%Y%m%d-%H%M%S}-{host_token(socket.gethostname())}-{secrets.token_hex(2)}"
 
 
 def _open_results(path: Path) -> int:
