@@ -125,9 +125,7 @@ class RoundServer:
                 self._pool(case.world).start(wait=True)
 
     def _pool(self, world: int):
-        from harness.run.launcher import (
-            Supervisor,  # imports torch (1.5 s): only a multi-rank case pays it
-        )
+        from harness.run.launcher import Supervisor  # imports torch (1.5 s): only a multi-rank case pays it
 
         if world not in self._pools:
             self._pools[world] = Supervisor(world=world, backend=self.backend, policy=PROFILE_POLICY["quick"],
@@ -162,9 +160,7 @@ class RoundServer:
     def _torch_context(self):
         import torch.distributed as dist  # a family that uses torch has loaded it already
 
-        from harness.run.worker import (
-            device_for,  # worker imports torch at module level
-        )
+        from harness.run.worker import device_for  # worker imports torch at module level
 
         if not self._solo_group:
             dist.init_process_group(self.backend, store=dist.HashStore(), rank=0, world_size=1)
