@@ -10,9 +10,10 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, derived_record
+from conftest import ROOT, derived_record, git
 
 from harness.cli import main
+from harness.core.git import over_repository
 from harness.core.options import UsageError
 from harness.core.store import RESULTS, append_record, host_token
 
@@ -100,3 +101,31 @@ def test_host_tokens_keep_a_plain_name_and_keep_two_changed_ones_apart():
     changed = {host_token(h) for h in (HOSTILE_HOST, HOSTILE_HOST.replace("/", "?"), "a" * 300, "a" * 301)}
     assert len(changed) == 4
     assert all(re.fullmatch(r"[A-Za-z0-9-]{1,32}", t) for t in changed)
+
+
+# -- no output of a gate lands in the repository it measures ------------------------------------------
+
+@pytest.mark.parametrize("option, where, why", [
+    ("--markdown", "harness/__init__.py", "is a file git tracks in the repository being measured"),
+    ("--out", "harness", "holds"),
+    ("--out", ".", "is the repository being measured"),
+    ("--out", "..", "is a directory that holds the repository"),
+])
+def test_a_gate_refuses_an_output_over_the_repository_it_measures(tmp_repo, tmp_path, capfd, option, where, why):
+    """`gate --markdown harness/__init__.py` appended the gate's table to the candidate's tracked source."""
+    source = (tmp_repo / "harness" / "__init__.py").read_bytes()
+    before = sorted(p.name for p in tmp_path.iterdir())
+    given = {"--out": str(tmp_path / "g"), "--markdown": None, option: str(tmp_repo / where)}
+    argv = ["gate", "--base", "HEAD", "--case", OK_CASE, "--repo", str(tmp_repo)]
+    argv += [x for opt, path in given.items() if path for x in (opt, path)]
+    assert main(argv) == 2
+    err = capfd.readouterr().err
+    assert f"{option} {os.path.abspath(tmp_repo / where)} {why}" in err
+    assert (tmp_repo / "harness" / "__init__.py").read_bytes() == source
+    assert git(tmp_repo, "status", "--porcelain") == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # no gate.json, no claim, no --out made
+
+
+def test_a_gate_output_inside_the_repository_where_git_tracks_nothing_is_not_refused(tmp_repo):
+    assert over_repository(tmp_repo, tmp_repo / "reports" / "gate-1") == ""
+    assert over_repository(tmp_repo, tmp_repo.parent / "elsewhere") == ""

@@ -39,3 +39,28 @@ def run_git(repo: Path, *args: str, timeout: float = 120, check: bool = False) -
     """``git -C repo ARGS`` under ``git_env()``, output captured as text."""
     return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=timeout,
                           check=check, env=git_env())
+
+
+def over_repository(repo: Path, path: Path) -> str:
+    """Why writing ``path`` would write over the git repository ``repo`` (its top): it is the
+    repository, holds it, or is or holds a file git tracks there, whose bytes are what a gate or a
+    history measures; "" when it does none of these (outside it, or inside where git tracks
+    nothing: REPO/reports, REPO/.asv). Said as a predicate of ``path``: "is the repository ...".
+    Every command that measures a repository and writes an output checks each output here."""
+    repo, path = Path(repo).resolve(), Path(path).resolve()
+    if repo == path:
+        return "is the repository being measured"
+    if repo.is_relative_to(path):
+        return f"is a directory that holds the repository {repo} being measured"
+    if not path.is_relative_to(repo):
+        return ""
+    inside = path.relative_to(repo)
+    listed = run_git(repo, "ls-files", "-z", "--", f":(literal){inside}")
+    if listed.returncode != 0:
+        return f"is inside the repository {repo} being measured, and git ls-files failed there: {listed.stderr.strip()}"
+    tracked = [name for name in listed.stdout.split("\0") if name]
+    if tracked == [inside.as_posix()]:
+        return "is a file git tracks in the repository being measured"
+    if tracked:
+        return f"holds {len(tracked)} file(s) of the repository being measured (first {repo / tracked[0]})"
+    return ""

@@ -17,6 +17,7 @@ from harness.core.claim import claim_dir
 from harness.core.comparable import mismatch
 from harness.core.escape import for_terminal
 from harness.core.figures import FigureUnavailable
+from harness.core.git import over_repository
 from harness.core.inputfile import declare_inputs
 from harness.core.options import (absolute, at_least, case_id_option, families_option, number_in, positive,
                                   print_error, seconds)
@@ -117,6 +118,10 @@ def cmd_gate(args) -> int:
     # Every path against the user's directory, here: a tree's processes run in its worktree.
     outputs = GateOutputs("gate", absolute(args.out), absolute(args.markdown), args.fail_on_inconclusive,
                           args.allow_inconclusive)
+    over = _outputs_over_repo(absolute(args.repo), outputs)
+    if over:  # refused before anything is written: a refusal's own outputs would land there too
+        print_error("gate", over)
+        return EXIT_COULD_NOT_RUN
     try:
         config = load_config(absolute(args.config)).overridden(args.alpha, args.min_effect, args.statistic, args.direction)
         for case_id in [] if args.against else args.case_ids:
@@ -131,6 +136,21 @@ def cmd_gate(args) -> int:
     return gate(GateRequest(args.base, args.candidate or WORKTREE, absolute(args.against), absolute(args.repo),
                             tuple(args.case_ids), args.families,
                             "full" if args.full else "quick", plan, args.repeats, config, outputs))
+
+
+def _outputs_over_repo(repo: Path, outputs: GateOutputs) -> str:
+    """Why an output of the gate would be written over the repository it measures
+    (``over_repository``): ``--markdown harness/__init__.py`` appended the table to the candidate's
+    tracked source. "" when none would, or when ``repo`` is no checkout (the gate says so itself)."""
+    try:
+        top = repo_root(repo)
+    except TreeError:
+        return ""
+    for option, path in (("--out", outputs.out_dir("gate")), ("--markdown", outputs.markdown)):
+        why = over_repository(top, path) if path is not None else ""
+        if why:
+            return f"{option} {path} {why}; choose a path outside it, or one inside it where git tracks nothing"
+    return ""
 
 
 def _ambiguous_worktree(args) -> str:

@@ -35,11 +35,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-
 from harness.core import atomic
 from harness.core.claim import claim_dir, refuse_links_below
 from harness.core.escape import for_terminal
-from harness.core.git import git_env, run_git
+from harness.core.git import git_env, over_repository, run_git
 from harness.core.inputfile import InputFileError, declare_inputs, read_bounded
 from harness.core.options import (EXIT_FAILED, EXIT_OK, EXIT_USAGE, absolute, case_id_option, families_option,
                                   machine_option, print_error, seconds)
@@ -183,22 +182,14 @@ def asv_config(repo: Path, results: Optional[Path], out: Path) -> tuple[Path, Pa
 
 def refuse_out_over_repo(repo: Path, out: Path) -> None:
     """HistoryRunError when ``out`` is the measured repository, holds it, or holds a file git
-    tracks there: the asv config, logs and runs written into it would replace the repository's own
-    files, the ones being measured. Inside it, where git tracks nothing (the default
-    REPO/.asv/history), is fine."""
+    tracks there (``over_repository``): the asv config, logs and runs written into it would replace
+    the repository's own files, the ones being measured. Inside it, where git tracks nothing (the
+    default REPO/.asv/history), is fine."""
     repo, out = repo.resolve(), out.resolve()
-    fix = f"choose a directory outside it, or one inside that git tracks nothing in (default {repo / '.asv' / 'history'})"
-    if repo == out or repo.is_relative_to(out):
-        what = "the repository" if repo == out else f"a directory that holds the repository {repo}"
-        raise HistoryRunError(f"--out {out} is {what} being measured; {fix}")
-    if out.is_relative_to(repo):
-        listed = run_git(repo, "ls-files", "-z", "--", f":(literal){out.relative_to(repo)}")
-        if listed.returncode != 0:
-            raise HistoryRunError(f"{repo}: git ls-files failed: {listed.stderr.strip()}")
-        tracked = [name for name in listed.stdout.split("\0") if name]
-        if tracked:
-            raise HistoryRunError(f"--out {out} holds {len(tracked)} file(s) of the repository being measured "
-                                  f"(first {repo / tracked[0]}); {fix}")
+    why = over_repository(repo, out)
+    if why:
+        raise HistoryRunError(f"--out {out} {why}; choose a directory outside it, or one inside that git tracks "
+                              f"nothing in (default {repo / '.asv' / 'history'})")
     declare_inputs([repo / "asv.conf.json"])  # read by asv's own reader: never written over, by any path
 
 
@@ -216,7 +207,9 @@ def machine_name(config: Path, given: Optional[str], log) -> str:
         raise HistoryRunError(f"asv machine --yes failed; see {log.name}")
     if given:
         return given
-    from asv.machine import Machine  # asv is 0.15 s of every `critpath --help`: imported where it serves
+    from asv.machine import (
+        Machine,  # asv is 0.15 s of every `critpath --help`: imported where it serves
+    )
 
     return Machine.get_unique_machine_name()
 
