@@ -2,6 +2,7 @@
 directory one process holds; a refused start leaves its --out as it found it."""
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -13,6 +14,7 @@ import pytest
 from conftest import ROOT, derived_record, git
 
 from harness.cli import main
+from harness.core.claim import CLAIM_FILE
 from harness.core.git import over_repository
 from harness.core.options import UsageError
 from harness.core.store import RESULTS, append_record, host_token
@@ -129,3 +131,23 @@ def test_a_gate_refuses_an_output_over_the_repository_it_measures(tmp_repo, tmp_
 def test_a_gate_output_inside_the_repository_where_git_tracks_nothing_is_not_refused(tmp_repo):
     assert over_repository(tmp_repo, tmp_repo / "reports" / "gate-1") == ""
     assert over_repository(tmp_repo, tmp_repo.parent / "elsewhere") == ""
+
+
+# -- a claim on a full disk ------------------------------------------------------------------------
+
+def test_a_claim_on_a_full_disk_names_its_file_and_leaves_none(tmp_path, monkeypatch, capfd):
+    """`[Errno 28] No space left on device` named no file, and an empty .critpath-claim stayed."""
+    real_write = os.write
+
+    def full_for_claims(fd, data):
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(CLAIM_FILE):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", full_for_claims)
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    for out in (tmp_path / "new", kept):
+        assert main(["run", "--case", OK_CASE, "--iters", "5", "--out", str(out)]) == 2
+        assert f"could not claim {out}: {out / CLAIM_FILE}: No space left on device" in capfd.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept"] and list(kept.iterdir()) == []

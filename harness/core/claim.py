@@ -141,11 +141,17 @@ def claim_dir(path: Path, command: str) -> Claim:
         if same:
             break
         os.close(fd)  # the holder removed the file as we opened it: take the new one
-    os.ftruncate(fd, 0)
-    os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "command": command,
-                             "argv": sys.argv, "started_at": _dt.datetime.now(_dt.timezone.utc)
-                             .isoformat(timespec="seconds")}).encode() + b"\n")
     claim = Claim(path, fd, made)
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "command": command,
+                                 "argv": sys.argv, "started_at": _dt.datetime.now(_dt.timezone.utc)
+                                 .isoformat(timespec="seconds")}).encode() + b"\n")
+    except OSError as exc:
+        # A full disk: no claim file stays behind (nor the directory, if this made it), and the
+        # error names the file that could not be written.
+        claim.release()
+        raise OSError(exc.errno, f"could not claim {path}: {path / CLAIM_FILE}: {exc.strerror or exc}") from None
     _HELD[_key(path)] = claim
     return claim
 
