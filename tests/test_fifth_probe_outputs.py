@@ -17,7 +17,7 @@ from harness.cli import main
 from harness.core.claim import CLAIM_FILE
 from harness.core.git import over_repository
 from harness.core.options import UsageError
-from harness.core.store import RESULTS, append_record, host_token
+from harness.core.store import RESULTS, RunDir, append_record, host_token
 
 OK_CASE = "selftest/fault_rank=0,mode=noop,world=1"
 
@@ -151,3 +151,30 @@ def test_a_claim_on_a_full_disk_names_its_file_and_leaves_none(tmp_path, monkeyp
         assert main(["run", "--case", OK_CASE, "--iters", "5", "--out", str(out)]) == 2
         assert f"could not claim {out}: {out / CLAIM_FILE}: No space left on device" in capfd.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kept"] and list(kept.iterdir()) == []
+
+
+# -- a refused start leaves --out as it found it -------------------------------------------------------
+
+def test_a_start_refused_after_its_fingerprint_leaves_the_out_as_it_was(tmp_path, monkeypatch, capfd):
+    """A start whose run.json could not be written left fingerprint.json, and the retry was refused
+    as "already holds a run"."""
+    def full(self, data):
+        raise OSError(errno.ENOSPC, f"could not write {self.path / 'run.json'}: No space left on device")
+
+    monkeypatch.setattr(RunDir, "write_meta", full)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for out in (tmp_path / "new", empty):
+        assert main(["run", "--case", OK_CASE, "--iters", "5", "--out", str(out)]) == 2
+        assert "No space left on device" in capfd.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty"] and list(empty.iterdir()) == []
+    monkeypatch.undo()
+    assert main(["run", "--case", OK_CASE, "--iters", "5", "--out", str(empty)]) == 0  # the retry runs
+
+
+def test_a_run_json_link_to_nothing_is_refused_before_the_start_writes(tmp_path, capfd):
+    out = tmp_path / "L4"
+    out.mkdir()
+    (out / "run.json").symlink_to(tmp_path / "victim")
+    assert main(["run", "--case", OK_CASE, "--iters", "5", "--out", str(out)]) == 2
+    assert sorted(p.name for p in out.iterdir()) == ["run.json"] and not (tmp_path / "victim").exists()

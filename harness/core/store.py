@@ -449,6 +449,15 @@ class RunDir:
     def write_meta(self, data: dict) -> None:
         atomic.write_json(self.path / RUN_META, data)
 
+    def remove_start(self) -> None:
+        """Remove what a start wrote (fingerprint.json, run.json), before any record: the directory
+        held none of the run's files when it was claimed (``RunJournal.open``), so these are its."""
+        for name in (FINGERPRINT, RUN_META):
+            try:
+                (self.path / name).unlink(missing_ok=True)
+            except OSError:
+                pass  # the error that stopped the start is the one to report
+
     def done_case_ids(self) -> set[str]:
         if not self.results.exists():
             return set()

@@ -163,7 +163,10 @@ class RunJournal:
             self.run_dir.write_fingerprint(fingerprint)
             self.run_dir.write_meta(self.meta("running"))
         except BaseException:
-            self._release()  # a start that failed (a full disk) leaves the directory as it found it
+            # A start that failed (a full disk, a run.json refused) leaves the directory as it found
+            # it: a fingerprint.json left there would refuse the retry as "already holds a run".
+            self.run_dir.remove_start()
+            self._release()
             raise
 
     def keep(self, record: Record) -> None:
