@@ -14,10 +14,13 @@ import pytest
 from conftest import ROOT, derived_record, git
 
 from harness.cli import main
+from harness.core import temps
 from harness.core.claim import CLAIM_FILE
 from harness.core.git import over_repository
 from harness.core.options import UsageError
 from harness.core.store import RESULTS, RunDir, append_record, host_token
+from harness.gate.outputs import GateResult, write_outputs
+from harness.gate.stats import Policy
 
 OK_CASE = "selftest/fault_rank=0,mode=noop,world=1"
 
@@ -178,3 +181,69 @@ def test_a_run_json_link_to_nothing_is_refused_before_the_start_writes(tmp_path,
     (out / "run.json").symlink_to(tmp_path / "victim")
     assert main(["run", "--case", OK_CASE, "--iters", "5", "--out", str(out)]) == 2
     assert sorted(p.name for p in out.iterdir()) == ["run.json"] and not (tmp_path / "victim").exists()
+
+
+# -- the outputs of one command are one set ---------------------------------------------------------
+
+def _run_of(path, family):
+    path.mkdir()
+    lines = (ROOT / "tests" / "fixtures" / "run_mixed" / RESULTS).read_text().splitlines(keepends=True)
+    (path / RESULTS).write_text("".join(line for line in lines if f'"family":"{family}"' in line))
+    return path
+
+
+def _files(path):
+    return {p.relative_to(path).as_posix(): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+def _fill_after_one_output(monkeypatch):
+    """From now on the disk fills once one temporary of a command's outputs was written: the fsync
+    of the next fails, as a full disk's delayed allocation makes it."""
+    real_fsync, synced = os.fsync, []
+
+    def fsync(fd):
+        if temps.is_temp_name(os.path.basename(os.readlink(f"/proc/self/fd/{fd}"))):
+            synced.append(fd)
+            if len(synced) > 1:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+
+
+def test_a_report_on_a_full_disk_leaves_the_previous_report_whole(tmp_path, capfd, monkeypatch):
+    """`report A --out r` on a full disk made report.md A's while report.html stayed base's."""
+    base, other, out = _run_of(tmp_path / "base", "allreduce"), _run_of(tmp_path / "other", "pipeline"), tmp_path / "r"
+    assert main(["report", str(base), "--out", str(out)]) == 0
+    before = _files(out)
+    assert {"report.md", "report.html", "plots/allreduce_latency.png"} <= set(before)
+    with monkeypatch.context() as full:
+        _fill_after_one_output(full)
+        assert main(["report", str(other), "--out", str(out)]) == 2
+    err = capfd.readouterr().err
+    assert f"could not write {out}" in err and "No space left on device" in err
+    assert _files(out) == before  # every file the earlier report's, and no temporary
+
+
+def test_a_report_removes_the_plots_an_earlier_report_left_and_keeps_other_files(tmp_path):
+    base, other, out = _run_of(tmp_path / "base", "allreduce"), _run_of(tmp_path / "other", "pipeline"), tmp_path / "r"
+    assert main(["report", str(base), "--out", str(out)]) == 0
+    (out / "plots" / "mine.png").write_bytes(b"not critpath's")
+    (out / "plots" / "notes.txt").write_text("mine too\n")
+    assert main(["report", str(other), "--out", str(out)]) == 0
+    assert sorted(p.name for p in (out / "plots").iterdir()) == ["mine.png", "notes.txt", "pipeline_bubble.png"]
+
+
+def test_gate_outputs_on_a_full_disk_are_the_previous_set_whole(tmp_path, monkeypatch):
+    out, summary = tmp_path / "g", tmp_path / "summary.md"
+    summary.write_text("earlier steps\n")
+    write_outputs(GateResult("ab", "p50_ns", "process", Policy()), out, summary)
+    before, summed = _files(out), summary.read_bytes()
+    assert set(before) == {"gate.json", "gate.xml", "gate.md"}
+    failed = GateResult("ab", "p50_ns", "process", Policy(), error="another result")
+    with monkeypatch.context() as full:
+        _fill_after_one_output(full)
+        with pytest.raises(OSError, match="could not write .*No space left on device"):
+            write_outputs(failed, out, summary)
+    assert _files(out) == before and summary.read_bytes() == summed
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["g", "summary.md"]

@@ -4,7 +4,8 @@ A file is written to a temporary beside it (same directory, so the rename cannot
 system), flushed and fsynced, renamed over the target with ``os.replace``, and the directory is
 fsynced so the rename itself survives a crash. A reader sees the old file or the new one, never a
 half: a full disk, an exception or a SIGTERM (the command line turns it into one) leaves the old
-file where it was, and no temporary behind.
+file where it was, and no temporary behind. The files of one command that belong together (a
+report, a gate's result) are written as a set (``write_set``): all written before any is renamed.
 
 Before a byte is written the target is checked: it must not be a file this process read or
 declared as an input (``harness.core.inputfile``), by identity, so a symlink or hard link to an
@@ -28,9 +29,9 @@ import json
 import math
 import os
 import stat
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import IO, Iterable, Iterator, Optional
+from typing import IO, Callable, Iterable, Iterator, Mapping, Optional
 
 from harness.core.claim import held_above, refuse_links_below, writing_into
 from harness.core.inputfile import declare_inputs, input_at, kind
@@ -71,7 +72,7 @@ def check_target(path: Path, updates: bool = False) -> None:
             raise UsageError(f"{path} is a symbolic link to nothing; give the path of a new or a regular file") from None
         return
     except OSError as exc:
-        raise OSError(exc.errno, f"could not write {path}: {exc.strerror or exc}") from None
+        raise _naming(exc, path) from None
     if os.path.islink(path):
         # The rename replaces the link, not what it points at (/dev/stdout, a CI step summary):
         # the output would land where nobody looks and the link would be gone.
@@ -102,27 +103,81 @@ def atomic_file(path: Path, mode: str = "wb", updates: bool = False) -> Iterator
     check_target(path, updates)
     with writing_into(path.parent) as confirm:
         sweep_stale(path.parent)
-        try:
-            tmp, fd = new_temp(path.parent)
-        except OSError as exc:
-            raise OSError(exc.errno, f"could not write {path}: {exc.strerror or exc}") from None
+        tmp, fd = _temp_beside(path)
         try:
             # The temporary's lock lives as long as this file object: it is closed after the rename.
             with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8", "newline": ""})) as f:
                 yield f
                 f.flush()
                 os.fsync(f.fileno())
-                check_target(path, updates)  # an input read while the block ran, or a FIFO made meanwhile
-                confirm()  # a claim of the directory made while it was written
-                os.replace(tmp, path)
+                _install(tmp, path, confirm, updates)
             _fsync_dir(path.parent)
         except OSError as exc:
             discard(tmp)
             # A full disk: keep whatever was there before, and name the file.
-            raise OSError(exc.errno, f"could not write {path}: {exc.strerror or exc}") from exc
+            raise _naming(exc, path) from exc
         except BaseException:
             discard(tmp)
             raise
+
+
+def write_set(files: Mapping[Path, bytes]) -> None:
+    """Every file of ``files`` (path: bytes) written, or none of them: each into a temporary beside
+    it, fsynced, and only when all are written are they renamed, one after the other. A failure
+    before the renames (a full disk, a refused target) removes the temporaries and leaves every
+    target as it was, so the files of one command (a report's markdown, HTML and plots; a gate's
+    JSON, JUnit and markdown) are never half of one run and half of another."""
+    paths = [Path(p) for p in files]
+    check_targets(paths)
+    staged: list[tuple[Path, Path, int]] = []  # target, temporary, its locked fd
+    with ExitStack() as held:
+        confirms = {d: held.enter_context(writing_into(d)) for d in dict.fromkeys(p.parent for p in paths)}
+        try:
+            for directory in confirms:
+                sweep_stale(directory)
+            for path, data in zip(paths, files.values()):
+                tmp, fd = _temp_beside(path)
+                staged.append((path, tmp, fd))
+                try:
+                    left = memoryview(data)
+                    while left:  # a write may take less than all of it
+                        left = left[os.write(fd, left):]
+                    os.fsync(fd)
+                except OSError as exc:
+                    raise _naming(exc, path) from exc
+            for path, tmp, _ in staged:
+                try:
+                    _install(tmp, path, confirms[path.parent])
+                except OSError as exc:
+                    raise _naming(exc, path) from exc
+            for directory in confirms:
+                _fsync_dir(directory)
+        except BaseException:
+            for _, tmp, _ in staged:
+                discard(tmp)  # one renamed already is gone from this name: nothing to remove
+            raise
+        finally:
+            for _, _, fd in staged:
+                os.close(fd)
+
+
+def _temp_beside(path: Path) -> tuple[Path, int]:
+    """A new temporary in ``path``'s directory, locked (``temps.new_temp``); an error names ``path``."""
+    try:
+        return new_temp(path.parent)
+    except OSError as exc:
+        raise _naming(exc, path) from None
+
+
+def _install(tmp: Path, path: Path, confirm: Callable[[], None], updates: bool = False) -> None:
+    """The written temporary ``tmp`` renamed to ``path``, checked once more just before."""
+    check_target(path, updates)  # an input read while it was written, or a FIFO made meanwhile
+    confirm()  # a claim of the directory made while it was written
+    os.replace(tmp, path)
+
+
+def _naming(exc: OSError, path: Path) -> OSError:
+    return OSError(exc.errno, f"could not write {path}: {exc.strerror or exc}")
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -146,7 +201,12 @@ def write_text(path: Path, text: str, updates: bool = False) -> None:
 
 def write_json(path: Path, data, indent: int = 2, sort_keys: bool = True, updates: bool = False) -> None:
     """``data`` as strict JSON (``strict_json``) into ``path``."""
-    write_text(path, strict_json(data, path, indent, sort_keys) + "\n", updates)
+    write_bytes(path, json_bytes(path, data, indent, sort_keys), updates)
+
+
+def json_bytes(path: Path, data, indent: int = 2, sort_keys: bool = True) -> bytes:
+    """What ``write_json`` writes into ``path``: for a file written in a set (``write_set``)."""
+    return (strict_json(data, path, indent, sort_keys) + "\n").encode("utf-8")
 
 
 def strict_json(data, where, indent: Optional[int] = 2, sort_keys: bool = True) -> str:
@@ -189,13 +249,18 @@ def append_text(path: Path, text: str) -> None:
     """``text`` added at the end of ``path`` (a CI step summary collects several steps): the old
     content and the new are written whole into a temporary that replaces it, so a kill leaves the
     old file as it was, never half a step."""
+    write_bytes(path, appended(path, text))
+
+
+def appended(path: Path, text: str) -> bytes:
+    """What ``append_text`` writes into ``path``: its content, then ``text``."""
     path = Path(path)
     check_target(path)
     try:
         old = path.read_bytes()  # a regular file: check_target refused anything else
     except FileNotFoundError:
         old = b""
-    write_bytes(path, old + text.encode("utf-8"))
+    return old + text.encode("utf-8")
 
 
 def refuse_inputs(out: Path, inputs: Iterable[Path]) -> None:

@@ -39,7 +39,10 @@ class Image:
 Block = Union[Heading, Para, Table, Image]
 
 
-def to_markdown(blocks: Sequence[Block], plots_dir: str = "plots") -> str:
+PLOTS_DIR = "plots"  # where a document's images are, beside its markdown
+
+
+def to_markdown(blocks: Sequence[Block], plots_dir: str = PLOTS_DIR) -> str:
     out: list[str] = []
     for b in blocks:
         if isinstance(b, Heading):

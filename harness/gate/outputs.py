@@ -131,8 +131,8 @@ def _json_ready(value):
     return value
 
 
-def write_json(result: GateResult, path: Path) -> None:
-    atomic.write_json(path, _json_ready(result.to_dict()), sort_keys=False)
+def _json_bytes(result: GateResult, path: Path) -> bytes:
+    return atomic.json_bytes(path, _json_ready(result.to_dict()), sort_keys=False)
 
 
 def _pct(ratio: float) -> str:
@@ -291,11 +291,11 @@ def write_outputs(result: GateResult, out_dir: Path, markdown_path: Optional[Pat
             raise UsageError(f"--markdown {markdown_path} is one of the gate's own outputs in {out_dir}; "
                              "give a file outside it")
         atomic.check_target(markdown_path)
-    write_json(result, paths["json"])
-    atomic.write_text(paths["junit"], junit_xml(result))
     text = markdown(result)
-    atomic.write_text(paths["markdown"], text)
+    files = {paths["json"]: _json_bytes(result, paths["json"]), paths["junit"]: junit_xml(result).encode("utf-8"),
+             paths["markdown"]: text.encode("utf-8")}
     if markdown_path is not None:
         # Appended, as CI step-summary files collect several steps; whole, and never into an input.
-        atomic.append_text(markdown_path, text + "\n")
+        files[Path(markdown_path)] = atomic.appended(markdown_path, text + "\n")
+    atomic.write_set(files)  # all of them or, on a full disk, none: never one result's JSON beside another's XML
     return paths

@@ -146,6 +146,16 @@ def _date(ms: int) -> str:
     return _dt.datetime.fromtimestamp(ms / 1000, _dt.timezone.utc).strftime("%Y-%m-%d")
 
 
+# A history plot's name: this prefix, then its machine and benchmark as letters, digits and "_".
+HISTORY_PLOT_PREFIX = "history_"
+_HISTORY_PLOT = re.compile(re.escape(HISTORY_PLOT_PREFIX) + r"[A-Za-z0-9_]+")
+
+
+def is_history_plot(name: str) -> bool:
+    """``name`` is one a history plot is given (a report's plots/NAME.png)."""
+    return _HISTORY_PLOT.fullmatch(name) is not None
+
+
 def _plot(machine: str, benchmark: str, group: list[Series]) -> Image:
     fig, ax = subplots((7, 4))
     commits = sorted({(p.date_ms, p.commit) for s in group for p in s.points})
@@ -181,7 +191,7 @@ def _plot(machine: str, benchmark: str, group: list[Series]) -> Image:
     ax.set_ylabel(_figure_name(benchmark) + (f" ({unit})" if unit else ""))
     ax.grid(True, alpha=0.3)
     legend(ax)
-    name = "history_" + re.sub(r"[^A-Za-z0-9]+", "_", f"{machine}_{benchmark}").strip("_")
+    name = HISTORY_PLOT_PREFIX + re.sub(r"[^A-Za-z0-9]+", "_", f"{machine}_{benchmark}").strip("_")
     hidden = len(cases) - len(shown)
     caption = f"{hidden} more cases in the table" if hidden else ""
     return Image(name, f"{benchmark} over commits ({machine})", png_bytes(fig), caption)

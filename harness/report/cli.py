@@ -5,20 +5,20 @@ several runs give a comparison with the plots overlaid (--out, default reports/c
 """
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Sequence
 
 from harness.claims import baselines
-from harness.core import atomic
+from harness.core import atomic, registry
 from harness.core.claim import claim_dir
 from harness.core.inputfile import declare_inputs
 from harness.core.options import EXIT_OK, EXIT_USAGE, print_error
 from harness.core.store import load_run, run_inputs
-from harness.document.blocks import Block, Heading, Image, to_html, to_markdown
-from harness.history.view import HistoryError, history_blocks
+from harness.document.blocks import PLOTS_DIR, Block, Heading, Image, to_html, to_markdown
+from harness.history.view import HistoryError, history_blocks, is_history_plot
 from harness.report.build import Report, build
-
 
 
 def register(sub) -> None:
@@ -40,23 +40,52 @@ def write_report(report: Report, out: Path) -> tuple[Path, Path]:
 def report_targets(report: Report, out: Path) -> list[Path]:
     """Every file ``write_report`` writes into ``out``: report.md, report.html and the plots."""
     images = [b for b in report.blocks if isinstance(b, Image)]
-    return [out / "report.md", out / "report.html", *(out / "plots" / f"{image.name}.png" for image in images)]
+    return [out / "report.md", out / "report.html", *(out / PLOTS_DIR / f"{image.name}.png" for image in images)]
 
 
 def _write_report(report: Report, out: Path) -> tuple[Path, Path]:
-    # All checked before the first is written: a refused plot (a planted ``plots`` link) leaves
-    # no report.md beside it, and a refused report.md no plots.
+    # One set (atomic.write_set): all checked before the first is written (a refused plot, a planted
+    # ``plots`` link, leaves no report.md beside it), and none renamed until all are written (a full
+    # disk leaves the previous report whole, never its markdown new and its HTML old).
     targets = report_targets(report, out)
-    atomic.check_targets(targets)
     images = [b for b in report.blocks if isinstance(b, Image)]
-    if images:
-        (out / "plots").mkdir(exist_ok=True)
-    for image, path in zip(images, targets[2:]):
-        atomic.write_bytes(path, image.png)
     md, html = targets[:2]
-    atomic.write_text(md, to_markdown(report.blocks))
-    atomic.write_text(html, to_html(report.blocks, report.title))
+    files = {md: to_markdown(report.blocks).encode("utf-8"), html: to_html(report.blocks, report.title).encode("utf-8"),
+             **{path: image.png for image, path in zip(images, targets[2:])}}
+    atomic.check_targets(targets)
+    plots = out / PLOTS_DIR
+    made = bool(images) and not os.path.lexists(plots)
+    if images:
+        plots.mkdir(exist_ok=True)
+    try:
+        atomic.write_set(files)
+    except BaseException:
+        if made:
+            _rmdir_if_empty(plots)
+        raise
+    _remove_old_plots(plots, {path.name for path in targets[2:]})
     return md, html
+
+
+def _remove_old_plots(plots: Path, kept: set[str]) -> None:
+    """Remove the plots an earlier report left in ``plots`` that this one did not write: a report
+    in the same --out showed them beside the new ones. Only files named as critpath names a plot
+    (a family's declared plot, a history plot) go; anything else there is not critpath's."""
+    if os.path.islink(plots) or not plots.is_dir():
+        return
+    ours = {plot.name for family in registry.FAMILIES.values() for plot in family.plots}
+    for entry in os.scandir(plots):
+        stem, suffix = os.path.splitext(entry.name)
+        if (suffix == ".png" and entry.name not in kept and entry.is_file(follow_symlinks=False)
+                and (stem in ours or is_history_plot(stem))):
+            os.unlink(entry.path)
+
+
+def _rmdir_if_empty(directory: Path) -> None:
+    try:
+        directory.rmdir()
+    except OSError:
+        pass  # it holds something: kept
 
 
 def make_report(run_dirs: Sequence[Path], labels: Sequence[str] = (), baselines_dir: Path = baselines.DEFAULT_DIR,
