@@ -1,0 +1,150 @@
+"""Every run-shaped input is judged from its records, not its own claim, however it is named: a
+run's results file, a pipeline or MoE run read by its own command, a gate's round; run.json's
+fields read once and refused naming file and field; a gate's workers bounded; history plots each
+in a file of their own."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+from harness.core.store import (
+    FINGERPRINT,
+    RESULTS,
+    RUN_META,
+    ResultsFileError,
+    load_run,
+)
+
+RUN = Path(__file__).parent / "fixtures" / "run_mixed"
+
+
+def _copy(tmp_path: Path, name: str = "run") -> Path:
+    run = tmp_path / name
+    shutil.copytree(RUN, run)
+    return run
+
+
+def _first_records(run: Path, n: int) -> None:
+    lines = (run / RESULTS).read_text().splitlines(keepends=True)
+    (run / RESULTS).write_text("".join(lines[:n]))
+
+
+def _edit_meta(run: Path, **fields) -> None:
+    meta = json.loads((run / RUN_META).read_text())
+    for name, value in fields.items():
+        if value is ...:
+            meta.pop(name, None)
+        else:
+            meta[name] = value
+    (run / RUN_META).write_text(json.dumps(meta))
+
+
+# -- a run's results file is that run ---------------------------------------------------------------
+
+def test_a_runs_results_file_is_judged_as_its_directory(tmp_path, capsys):
+    run = _copy(tmp_path)
+    _first_records(run, 1)
+    assert main(["show", str(run / RESULTS)]) == 1
+    assert "incomplete: 1 of 53 cases" in capsys.readouterr().err
+    assert load_run(run / RESULTS).incomplete.startswith("incomplete: 1 of 53 cases")
+
+
+def test_compare_refuses_a_cut_runs_results_file_as_it_refuses_the_directory(tmp_path, capsys):
+    cut, whole = _copy(tmp_path, "cut"), _copy(tmp_path, "whole")
+    _first_records(cut, 1)
+    assert main(["compare", str(cut / RESULTS), str(whole / RESULTS), "--out", str(tmp_path / "g")]) == 2
+    assert "incomplete: 1 of 53 cases" in capsys.readouterr().err
+
+
+def test_a_results_file_alone_is_still_taken_as_it_is(tmp_path, capsys):
+    alone = tmp_path / "alone" / RESULTS
+    alone.parent.mkdir()
+    shutil.copy(RUN / RESULTS, alone)
+    assert main(["show", str(alone)]) == 1  # one record of the fixture failed: 1, with no incompleteness
+    assert "incomplete" not in capsys.readouterr().err
+
+
+# -- a run without its fingerprint ------------------------------------------------------------------
+
+def test_a_run_without_its_fingerprint_is_incomplete(tmp_path, capsys):
+    run = _copy(tmp_path)
+    (run / FINGERPRINT).unlink()
+    assert load_run(run).incomplete == f"incomplete: 53 cases and no {FINGERPRINT}, which a run writes before its first case"
+    main(["show", str(run)])
+    assert f"no {FINGERPRINT}" in capsys.readouterr().err
+
+
+# -- run.json's fields --------------------------------------------------------------------------------
+
+def test_a_null_run_id_does_not_skip_the_cross_check(tmp_path):
+    run = _copy(tmp_path)
+    _edit_meta(run, run_id=None)
+    with pytest.raises(ResultsFileError, match=r"run.json: field run_id: None is not a run ID"):
+        load_run(run)
+
+
+def test_an_unknown_run_schema_is_refused_naming_it(tmp_path, capsys):
+    run = _copy(tmp_path)
+    _edit_meta(run, schema="critpath.run/999")
+    assert main(["show", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "run.json: field schema: 'critpath.run/999'" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("field,stamp", [("started_at", "0001-01-01T00:00:00+01:00"),
+                                         ("finished_at", "9999-12-31T23:59:59-01:00"),
+                                         ("started_at", "yesterday"), ("finished_at", 12)])
+def test_a_run_json_time_out_of_range_or_unparseable_is_refused_naming_file_and_field(tmp_path, capsys, field, stamp):
+    run = _copy(tmp_path)
+    _edit_meta(run, **{field: stamp})
+    assert main(["report", str(run), "--out", str(tmp_path / "rep")]) == 2
+    err = capsys.readouterr().err
+    assert f"{run / RUN_META}: field {field}:" in err and "Traceback" not in err
+    assert not (tmp_path / "rep").exists() or not any((tmp_path / "rep").iterdir())
+
+
+def test_an_imports_unknown_start_is_still_read(tmp_path):
+    run = _copy(tmp_path)
+    _edit_meta(run, started_at="unknown", finished_at=None)
+    assert load_run(run).meta["started_at"] == "unknown"
+
+
+# -- pipeline-compare, moe-report and moe-sim read a run as the one loader judges it ----------------
+
+def _running(run: Path) -> None:
+    _edit_meta(run, state="running", finished_at=None)
+
+
+def _another_runs_record(run: Path) -> None:
+    line = json.loads((run / RESULTS).read_text().splitlines()[-1])
+    line["run_id"] = "another-run"
+    with open(run / RESULTS, "a") as f:
+        f.write(json.dumps(line) + "\n")
+
+
+def _duplicated(run: Path) -> None:
+    lines = (run / RESULTS).read_text().splitlines(keepends=True)
+    pipeline = next(line for line in lines if '"family": "pipeline"' in line or '"family":"pipeline"' in line)
+    with open(run / RESULTS, "a") as f:
+        f.write(pipeline)
+
+
+@pytest.mark.parametrize("command", [["pipeline-compare"], ["moe-report"], ["moe-sim", "--from-run"]])
+def test_a_whole_run_is_read_by_the_pipeline_and_moe_commands(tmp_path, command):
+    assert main([*command, str(_copy(tmp_path))]) == 0
+
+
+@pytest.mark.parametrize("command", [["pipeline-compare"], ["moe-report"], ["moe-sim", "--from-run"]])
+@pytest.mark.parametrize("spoil,why", [(_running, "incomplete: 53 of 53 cases, run.json says running"),
+                                       (_another_runs_record, "mixed: records of 2 runs"),
+                                       (_duplicated, "not whole: a case recorded more than once")])
+def test_the_pipeline_and_moe_commands_refuse_a_run_that_is_not_whole(tmp_path, capsys, command, spoil, why):
+    run = _copy(tmp_path)
+    spoil(run)
+    assert main([*command, str(run)]) == 2
+    err = capsys.readouterr().err
+    assert f"{run}: {why}" in err and "Traceback" not in err
