@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import derived_record
 
 from harness.cli import main
 from harness.core.store import (
@@ -16,6 +17,7 @@ from harness.core.store import (
     RESULTS,
     RUN_META,
     ResultsFileError,
+    append_record,
     load_run,
 )
 
@@ -148,3 +150,47 @@ def test_the_pipeline_and_moe_commands_refuse_a_run_that_is_not_whole(tmp_path, 
     assert main([*command, str(run)]) == 2
     err = capsys.readouterr().err
     assert f"{run}: {why}" in err and "Traceback" not in err
+
+
+# -- compare on a gate's own directories --------------------------------------------------------------
+
+NOOP = "selftest/fault_rank=0,mode=noop,world=1"
+
+
+def _gate_side(root: Path, side: str, center_ns: int, generations: int = 8) -> Path:
+    """A gate side as a gate leaves it: a generation per worker process (one run ID), a round each."""
+    for gen in range(generations):
+        round_dir = root / side / f"gen-{gen:03d}" / "round-000"
+        round_dir.mkdir(parents=True)
+        samples = [center_ns + 10 * gen + i for i in range(50)]
+        append_record(round_dir / RESULTS, derived_record(NOOP, samples, run_id=f"{side}-{gen}"))
+    return root / side
+
+
+def _append_to_first_round(side: Path, record) -> Path:
+    results = side / "gen-000" / "round-000" / RESULTS
+    append_record(results, record)
+    return results
+
+
+@pytest.mark.parametrize("run_id,why", [("another-gate", "mixed: records of 2 runs in one generation (gen-000"),
+                                        ("base-0", "not whole: a case recorded more than once")])
+def test_compare_refuses_a_gate_round_holding_another_runs_record_or_a_case_twice(tmp_path, capsys, run_id, why):
+    base, cand = _gate_side(tmp_path, "base", 10_000), _gate_side(tmp_path, "candidate", 11_000)
+    assert main(["compare", str(base), str(cand), "--out", str(tmp_path / "ok")]) in (0, 1)
+    capsys.readouterr()
+    spoiled = _append_to_first_round(base, derived_record(NOOP, [1_000] * 50, run_id=run_id))
+    assert main(["compare", str(base), str(cand), "--out", str(tmp_path / "g")]) == 2
+    err = capsys.readouterr().err
+    assert f"{spoiled}: {why}" in err and "Traceback" not in err
+
+
+def test_a_later_round_of_another_run_is_refused_too(tmp_path, capsys):
+    base, cand = _gate_side(tmp_path, "base", 10_000), _gate_side(tmp_path, "candidate", 11_000)
+    second = base / "gen-001" / "round-001" / RESULTS
+    second.parent.mkdir()
+    append_record(second, derived_record(NOOP, [10_000] * 50, run_id="another-gate"))
+    (cand / "gen-001" / "round-001").mkdir()
+    append_record(cand / "gen-001" / "round-001" / RESULTS, derived_record(NOOP, [11_000] * 50, run_id="candidate-1"))
+    assert main(["compare", str(base), str(cand), "--out", str(tmp_path / "g")]) == 2
+    assert f"{second}: mixed: records of 2 runs in one generation (gen-001" in capsys.readouterr().err

@@ -227,6 +227,25 @@ def _is_import(record) -> bool:
     return isinstance(extra, Mapping) and "imported" in extra
 
 
+def of_runs(records: Sequence, where: str = "one results file") -> str:
+    """"mixed: records of 2 runs ..." when ``records`` are not all of one run, "" when they are. One
+    results file is one run: records of another (two runs written into one directory at once, files
+    joined by hand) make it none of them."""
+    run_ids = list(dict.fromkeys(getattr(r, "run_id", None) for r in records))
+    if len(run_ids) > 1:
+        return f"mixed: records of {len(run_ids)} runs in {where} ({', '.join(map(str, run_ids[:3]))})"
+    return ""
+
+
+def recorded_twice(records: Sequence) -> str:
+    """"not whole: a case recorded more than once ..." when one is, "" when none is."""
+    times = Counter(getattr(r, "case_id", None) for r in records)
+    twice = [f"{case_id} ({n} times)" for case_id, n in times.items() if n > 1]
+    if twice:
+        return f"not whole: a case recorded more than once: {', '.join(twice[:3])}{' ...' if len(twice) > 3 else ''}"
+    return ""
+
+
 def _not_these_cases(meta: dict, records: Sequence) -> str:
     """Why the records are not the cases run.json says the run holds, each once; "" when they are
     (or when they are only fewer: how far the run got is ``incompleteness``'s to say)."""
@@ -239,10 +258,9 @@ def _not_these_cases(meta: dict, records: Sequence) -> str:
         return f"not whole: {RUN_META} says {state}, and {len(records) - imports} of its records were not imported"
     if state not in IMPORT_STATES and imports:
         return f"not whole: {RUN_META} says {state}, a critpath run, and {imports} of its records are imports"
-    times = Counter(getattr(r, "case_id", None) for r in records)
-    twice = [f"{case_id} ({n} times)" for case_id, n in times.items() if n > 1]
+    twice = recorded_twice(records)
     if twice:
-        return f"not whole: a case recorded more than once: {', '.join(twice[:3])}{' ...' if len(twice) > 3 else ''}"
+        return twice
     if counted and len(records) > total:
         return f"not whole: {len(records)} records where {RUN_META} planned {total} cases"
     planned = meta.get(PLANNED)
@@ -283,11 +301,10 @@ def incompleteness(meta: dict, records: Sequence, directory: bool = True, finger
     fingerprint.json (``fingerprinted`` False), which both write before the first record, and
     without which nothing says where the run ran. A results file given alone (``directory``
     False) has nothing beside it to say, and is taken as it is."""
-    # One results file is one run: records of another (two runs written into one directory at
-    # once, files joined by hand) make it none of them.
-    run_ids = list(dict.fromkeys(getattr(r, "run_id", None) for r in records))
-    if len(run_ids) > 1:
-        return f"mixed: records of {len(run_ids)} runs in one results file ({', '.join(map(str, run_ids[:3]))})"
+    mixed = of_runs(records)
+    if mixed:
+        return mixed
+    run_ids = [getattr(records[0], "run_id", None)] if records else []
     if not meta:
         return f"incomplete: {len(records)} cases and no run.json, which a whole run writes last" if directory else ""
     if run_ids and meta.get("run_id") not in (None, run_ids[0]):  # None: absent (null is refused on read)
