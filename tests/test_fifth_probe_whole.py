@@ -194,3 +194,26 @@ def test_a_later_round_of_another_run_is_refused_too(tmp_path, capsys):
     append_record(cand / "gen-001" / "round-001" / RESULTS, derived_record(NOOP, [11_000] * 50, run_id="candidate-1"))
     assert main(["compare", str(base), str(cand), "--out", str(tmp_path / "g")]) == 2
     assert f"{second}: mixed: records of 2 runs in one generation (gen-001" in capsys.readouterr().err
+
+
+# -- history plots: a file each ---------------------------------------------------------------------
+
+ASV_MACHINE = Path(__file__).parent / "fixtures" / "asv_results" / "ci-runner"
+
+
+@pytest.mark.parametrize("machines", [("m.1", "m-1", "m_1"), ("m" * 240, "m" * 239 + "n")])
+def test_every_machines_history_plot_has_a_file_name_of_its_own_and_a_bounded_one(tmp_path, machines):
+    from harness.claims.baselines import load_dir
+    from harness.history.view import MAX_PLOT_NAME_CHARS, history_blocks
+
+    for n, machine in enumerate(machines):
+        copy = shutil.copytree(ASV_MACHINE, tmp_path / "asv" / f"machine-{n}")
+        for doc in copy.glob("*.json"):  # machine.json and each result's params name the machine
+            data = json.loads(doc.read_text())
+            where = data["params"] if "params" in data else data
+            where["machine"] = machine
+            doc.write_text(json.dumps(data))
+    names = [b.name for b in history_blocks(tmp_path / "asv", load_dir()) if hasattr(b, "png")]
+    assert len(names) == 3 * len(machines)
+    assert len(set(names)) == len(names)  # no machine's plot replaces another's
+    assert max(len(name.encode()) for name in names) <= MAX_PLOT_NAME_CHARS
