@@ -217,3 +217,75 @@ def test_every_machines_history_plot_has_a_file_name_of_its_own_and_a_bounded_on
     assert len(names) == 3 * len(machines)
     assert len(set(names)) == len(names)  # no machine's plot replaces another's
     assert max(len(name.encode()) for name in names) <= MAX_PLOT_NAME_CHARS
+
+
+# -- a gate's worker that misbehaves -----------------------------------------------------------------
+
+class _Tree:
+    """Where a side runs its worker: this checkout, its environment."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def env(self) -> dict:
+        import os
+
+        return dict(os.environ)
+
+
+def _worker(tmp_path: Path, body: str):
+    """A candidate WorkerSide whose 'python' is a script that does ``body`` instead of serving."""
+    import os
+    import sys
+
+    from harness.gate.sides import WorkerSide
+
+    script = tmp_path / "worker.py"
+    script.write_text(f"#!{sys.executable}\nimport sys, time\n{body}\n")
+    os.chmod(script, 0o755)
+    side = WorkerSide(_Tree(tmp_path), "candidate", 0, tmp_path / "gen-000", {"timeout_s": 5}, python=str(script))
+    side.start()
+    return side
+
+
+def test_a_worker_writing_forever_without_a_newline_is_stopped_at_the_line_cap(tmp_path):
+    import time
+
+    from harness.gate.sides import MAX_WORKER_LINE_BYTES, SideError
+
+    side = _worker(tmp_path, "chunk = b'x' * 65536\nwhile True:\n    sys.stdout.buffer.write(chunk)")
+    start = time.monotonic()
+    try:
+        with pytest.raises(SideError) as caught:
+            side.await_ready(60)
+    finally:
+        side.kill()
+    assert time.monotonic() - start < 30  # the line cap, not the start wait, ended it
+    message = str(caught.value)
+    assert message.startswith(f"candidate worker wrote a line of more than {MAX_WORKER_LINE_BYTES} bytes")
+    assert str(tmp_path / "gen-000" / "worker.log") in message
+
+
+def test_a_worker_line_nested_past_the_limit_names_the_side_not_a_recursion_error(tmp_path):
+    from harness.gate.sides import SideError
+
+    side = _worker(tmp_path, "sys.stdout.write('[' * 200000 + '\\n'); sys.stdout.flush(); time.sleep(60)")
+    try:
+        with pytest.raises(SideError, match=r"^candidate worker wrote a line that is no message: .*nest"):
+            side.await_ready(30)
+    finally:
+        side.kill()
+
+
+def test_a_workers_start_wait_is_what_the_budget_leaves(tmp_path):
+    from harness.gate.schedule import MIN_START_WAIT_S, START_TIMEOUT_S, Plan, Schedule
+
+    now = [0.0]
+    schedule = Schedule([NOOP], {}, "worker", Plan(budget_s=8.0), tmp_path, "p50", decide=None,
+                        clock=lambda: now[0], started_at=0.0)
+    now[0] = 2.0
+    assert schedule._start_wait_s() == 6.0  # not START_TIMEOUT_S: a worker that never answers took 180 s of 8
+    now[0] = 7.5
+    assert schedule._start_wait_s() == MIN_START_WAIT_S
+    assert Schedule([NOOP], {}, "worker", Plan(budget_s=3600.0), tmp_path, "p50", decide=None,
+                    clock=lambda: 0.0, started_at=0.0)._start_wait_s() == START_TIMEOUT_S
