@@ -112,6 +112,7 @@ def run_with_an_unverified_figure(path: Path, busbw_gbps: float = 9999.0) -> Pat
     honest, edited = (derived_record(c, [30000 + i for i in range(200)], reports=reports) for c in cases)
     run = RunDir(path, "t")
     run.append_many([honest, dataclasses.replace(edited, metrics={**edited.metrics, "busbw_gbps": busbw_gbps}, extra={})])
+    run.write_fingerprint({"host": "test"})
     run.write_meta({"schema": "critpath.run/1", "run_id": "t", "state": "finished", "cases_total": 2,
                     "cases_planned_sha256": planned_digest(cases), "cases_ok": 2, "cases_failed": 0})
     return run.path

@@ -109,8 +109,8 @@ def test_a_run_directory_without_run_json_is_not_whole(tmp_path, capsys):
     (run / RUN_META).unlink()
     assert load_run(run).incomplete == "incomplete: 9 cases and no run.json, which a whole run writes last"
     assert main(["show", str(run)]) == 1
-    # a results file given alone has nothing beside it to say, and is shown as it is
-    assert main(["show", str(run / RESULTS)]) == 0
+    # its results file, with the run's fingerprint beside it, is that run: no more whole
+    assert main(["show", str(run / RESULTS)]) == 1
 
 
 def test_the_import_writes_its_records_before_the_run_json_that_claims_them(tmp_path):

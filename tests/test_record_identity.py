@@ -70,6 +70,7 @@ def _native_run(tmp_path: Path, **fields) -> Path:
     reports = [{"impl": "gloo allreduce", "nccl_algo_env": None}] * 2
     run = RunDir(tmp_path / "native", "t")
     run.append(derived_record(case_id, [30000 + i for i in range(200)], reports=reports, **fields))
+    run.write_fingerprint({"host": "test"})
     run.write_meta({"schema": "critpath.run/1", "run_id": "t", "state": "finished", "cases_total": 1})
     return run.path
 

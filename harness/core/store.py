@@ -21,7 +21,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Iterable, Iterator, Mapping, Optional, Sequence
 
-from harness.core import atomic, fingerprintfile
+from harness.core import atomic, fingerprintfile, runmeta
 from harness.core.inputfile import InputFileError, kind, open_regular, read_bounded
 from harness.core.jsonfile import JsonFileError, JsonLimits, loads_strict
 from harness.core.options import CannotRun, UsageError
@@ -219,16 +219,40 @@ def read_json(path: Path) -> dict:
     return data
 
 
+def _read_checked(path: Path, check, error: type[ValueError]) -> dict:
+    """``read_json`` of ``path``, whose fields ``check`` raises ``error`` for, naming the field."""
+    data = read_json(path)
+    try:
+        check(data)
+    except error as exc:
+        raise ResultsFileError(f"{path}: {exc}") from None
+    return data
+
+
 def read_fingerprint(path: Path) -> dict:
     """A run's fingerprint.json: {} when absent; ResultsFileError naming the file and field when a
     field critpath reads is of the wrong type (harness.core.fingerprintfile). Every reader of a
     run's fingerprint reads it through here."""
-    data = read_json(path)
-    try:
-        fingerprintfile.check(data)
-    except fingerprintfile.FingerprintError as exc:
-        raise ResultsFileError(f"{path}: {exc}") from None
-    return data
+    return _read_checked(path, fingerprintfile.check, fingerprintfile.FingerprintError)
+
+
+def read_meta(path: Path) -> dict:
+    """A run's run.json: {} when absent; ResultsFileError naming the file and field when a field
+    critpath reads of the run itself is not one it can (harness.core.runmeta). Every reader of a
+    run's run.json reads it through here."""
+    return _read_checked(path, runmeta.check, runmeta.RunMetaError)
+
+
+def run_dir_of(path: Path) -> Optional[Path]:
+    """The run directory ``path`` is, or whose results file it is (a results.jsonl with the run's
+    run.json or fingerprint.json beside it is that run, judged whole or not as the directory is);
+    None for a results file given alone, which has nothing beside it to say."""
+    path = Path(path)
+    if path.is_dir():
+        return path
+    if path.name == RESULTS and any((path.parent / name).exists() for name in (RUN_META, FINGERPRINT)):
+        return path.parent
+    return None
 
 
 def planned_digest(case_ids: Iterable[str]) -> str:
@@ -243,6 +267,25 @@ def _is_import(record) -> bool:
     return isinstance(extra, Mapping) and "imported" in extra
 
 
+def of_runs(records: Sequence, where: str = "one results file") -> str:
+    """"mixed: records of 2 runs ..." when ``records`` are not all of one run, "" when they are. One
+    results file is one run: records of another (two runs written into one directory at once, files
+    joined by hand) make it none of them."""
+    run_ids = list(dict.fromkeys(getattr(r, "run_id", None) for r in records))
+    if len(run_ids) > 1:
+        return f"mixed: records of {len(run_ids)} runs in {where} ({', '.join(map(str, run_ids[:3]))})"
+    return ""
+
+
+def recorded_twice(records: Sequence) -> str:
+    """"not whole: a case recorded more than once ..." when one is, "" when none is."""
+    times = Counter(getattr(r, "case_id", None) for r in records)
+    twice = [f"{case_id} ({n} times)" for case_id, n in times.items() if n > 1]
+    if twice:
+        return f"not whole: a case recorded more than once: {', '.join(twice[:3])}{' ...' if len(twice) > 3 else ''}"
+    return ""
+
+
 def _not_these_cases(meta: dict, records: Sequence) -> str:
     """Why the records are not the cases run.json says the run holds, each once; "" when they are
     (or when they are only fewer: how far the run got is ``incompleteness``'s to say)."""
@@ -255,14 +298,14 @@ def _not_these_cases(meta: dict, records: Sequence) -> str:
         return f"not whole: {RUN_META} says {state}, and {len(records) - imports} of its records were not imported"
     if state not in IMPORT_STATES and imports:
         return f"not whole: {RUN_META} says {state}, a critpath run, and {imports} of its records are imports"
-    times = Counter(getattr(r, "case_id", None) for r in records)
-    twice = [f"{case_id} ({n} times)" for case_id, n in times.items() if n > 1]
+    twice = recorded_twice(records)
     if twice:
-        return f"not whole: a case recorded more than once: {', '.join(twice[:3])}{' ...' if len(twice) > 3 else ''}"
+        return twice
     if counted and len(records) > total:
         return f"not whole: {len(records)} records where {RUN_META} planned {total} cases"
     planned = meta.get(PLANNED)
-    # A run of the previous release says how many cases it planned, not which: its count decides.
+    # A run of the previous release says how many cases it planned, not which: its count decides. So
+    # does a newer one whose digest an edit deleted (docs/reports.md says so): a known gap, kept for them.
     if counted and len(records) == total and planned is not None and planned != planned_digest(
             r.case_id for r in records):
         return (f"not whole: its {len(records)} records are not the {total} cases {RUN_META} planned "
@@ -288,22 +331,23 @@ def _counts_contradiction(meta: dict, records: Sequence) -> str:
     return f"contradicted: {RUN_META}: {'; '.join(wrong)}" if wrong else ""
 
 
-def incompleteness(meta: dict, records: Sequence, directory: bool = True) -> str:
+def incompleteness(meta: dict, records: Sequence, directory: bool = True, fingerprinted: bool = True) -> str:
     """Why a run is not whole ("incomplete: 37 of 87 cases, run.json says running", "mixed: records
     of 2 runs ...", "not whole: a case recorded more than once ..."), read from its records against
     its run.json; "" when run.json says it finished (or was imported) and its records are exactly the
     cases it planned, each once, all of its run, as many ok and failed as it says. A run directory
     without a run.json is not whole:
-    ``critpath run`` and an import write it, and write it last. A results file given alone
-    (``directory`` False) has nothing beside it to say, and is taken as it is."""
-    # One results file is one run: records of another (two runs written into one directory at
-    # once, files joined by hand) make it none of them.
-    run_ids = list(dict.fromkeys(getattr(r, "run_id", None) for r in records))
-    if len(run_ids) > 1:
-        return f"mixed: records of {len(run_ids)} runs in one results file ({', '.join(map(str, run_ids[:3]))})"
+    ``critpath run`` and an import write it, and write it last; nor is one without its
+    fingerprint.json (``fingerprinted`` False), which both write before the first record, and
+    without which nothing says where the run ran. A results file given alone (``directory``
+    False) has nothing beside it to say, and is taken as it is."""
+    mixed = of_runs(records)
+    if mixed:
+        return mixed
+    run_ids = [getattr(records[0], "run_id", None)] if records else []
     if not meta:
         return f"incomplete: {len(records)} cases and no run.json, which a whole run writes last" if directory else ""
-    if run_ids and meta.get("run_id") not in (None, run_ids[0]):
+    if run_ids and meta.get("run_id") not in (None, run_ids[0]):  # None: absent (null is refused on read)
         return f"mixed: its records are of run {run_ids[0]}, its {RUN_META} of run {meta.get('run_id')}"
     if meta.get("contradicted"):  # an import whose trailer disagrees with its rows: they are not the whole run
         return f"contradicted: {meta['contradicted']}"
@@ -312,14 +356,26 @@ def incompleteness(meta: dict, records: Sequence, directory: bool = True) -> str
     if wrong:
         return wrong
     if state in ENDED and len(records) == total:
+        if not fingerprinted:  # all it claims holds, and nothing says where it ran
+            return f"incomplete: {len(records)} cases and no {FINGERPRINT}, which a run writes before its first case"
         return _counts_contradiction(meta, records)
     of = f" of {total}" if isinstance(total, int) and not isinstance(total, bool) else ""
     return f"incomplete: {len(records)}{of} cases, run.json says {state or 'nothing'}"
 
 
-def run_incompleteness(run_dir: Path, records: list) -> str:
-    """``incompleteness`` of the run in ``run_dir`` (a results file alone has no run.json)."""
-    return incompleteness(read_json(Path(run_dir) / RUN_META), records) if Path(run_dir).is_dir() else ""
+def run_documents(path: Path) -> tuple[dict, dict]:
+    """(run.json, fingerprint.json) of the run ``path`` is, or whose results file it is ({} for a
+    document it lacks, and both for a results file given alone)."""
+    run_dir = run_dir_of(path)
+    if run_dir is None:
+        return {}, {}
+    return read_meta(run_dir / RUN_META), read_fingerprint(run_dir / FINGERPRINT)
+
+
+def run_incompleteness(path: Path, records: Sequence) -> str:
+    """``incompleteness`` of the run ``path`` is, or whose results file it is ("" for a results
+    file given alone)."""
+    return run_of(path, records, *run_documents(path)).incomplete
 
 
 def load_records(run_dir: Path, skip_invalid: bool = False, skipped: list | None = None) -> list[Record]:
@@ -349,7 +405,7 @@ class LoadedRun:
     @cached_property  # judged from every record: once per run, however many read it
     def incomplete(self) -> str:
         """Why the run is not whole (``incompleteness``), "" when it is."""
-        return incompleteness(self.meta, self.records, self.path.is_dir())
+        return incompleteness(self.meta, self.records, run_dir_of(self.path) is not None, bool(self.fingerprint))
 
     def families(self) -> list[str]:
         """The families of its records, in the order they first appear."""
@@ -378,12 +434,24 @@ def run_of(path: Path, records: Sequence[Record], meta: Optional[dict] = None, f
 
 
 def load_run(path: Path, label: Optional[str] = None) -> LoadedRun:
-    """The run directory ``path`` read whole; ResultsFileError when it is none, or for an invalid
-    record (naming file and line: none is skipped)."""
-    path = Path(path)
-    if not path.is_dir():
+    """The run directory ``path`` (or its results file) read whole; ResultsFileError when it is
+    none, or for an invalid record (naming file and line: none is skipped)."""
+    run_dir = run_dir_of(path)
+    if run_dir is None:
         raise ResultsFileError(f"{path}: not a run directory")
-    return run_of(path, load_records(path), read_json(path / RUN_META), read_fingerprint(path / FINGERPRINT), label)
+    return run_of(run_dir, load_records(run_dir), *run_documents(run_dir), label=label)
+
+
+def load_whole(path: Path) -> LoadedRun:
+    """The run ``path`` is (or whose results file it is) read whole, refused with ResultsFileError
+    naming it unless it is whole (``incompleteness``): what a command that concludes from a run's
+    records (a comparison, a verdict, a fitted model) reads it with. A results file given alone is
+    taken as it is."""
+    path = Path(path)
+    run = run_of(path, load_records(path), *run_documents(path))
+    if run.incomplete:  # a killed, mixed or duplicated run's cases are not its measurement
+        raise ResultsFileError(f"{path}: {run.incomplete}")
+    return run
 
 
 RUN_FILES = (RESULTS, RUN_META, FINGERPRINT)
@@ -421,7 +489,8 @@ def run_inputs(paths: Iterable[Path]) -> list[Path]:
     (a results file given alone is itself the input)."""
     files: list[Path] = []
     for path in map(Path, paths):
-        files += run_files(path) if path.is_dir() else [path]
+        run_dir = run_dir_of(path)
+        files += run_files(run_dir) if run_dir is not None else [path]
     return files
 
 

@@ -22,7 +22,7 @@ from harness.core.inputfile import declare_inputs
 from harness.core.options import (absolute, at_least, case_id_option, families_option, number_in, positive,
                                   print_error, seconds)
 from harness.core.records import MAX_SAMPLES, Record
-from harness.core.store import RESULTS, ResultsFileError, load_records, run_incompleteness, run_inputs
+from harness.core.store import RESULTS, ResultsFileError, load_whole, run_inputs
 from harness.gate.config import ALPHA_RANGE, MAX_MIN_EFFECT, ConfigError, GateConfig, load_baselines, load_config
 from harness.gate.outputs import EXIT_COULD_NOT_RUN, GateResult
 from harness.gate.paired import DESIGN, SPENDING, paired_verdicts, recheck_verdicts
@@ -345,14 +345,7 @@ def _load_side(path: Path) -> list[list[Record]]:
     if not runs:
         raise ResultsFileError(f"{path}: no run directory (results.jsonl) found")
     declare_inputs(run_inputs(runs))  # known before they are read: no output of this compare may replace them
-    loaded = []
-    for run in runs:
-        records = load_records(run)
-        incomplete = run_incompleteness(run, records)
-        if incomplete:  # a killed run's cases are not a side's measurement
-            raise ResultsFileError(f"{run}: {incomplete}")
-        loaded.append(records)
-    return loaded
+    return [list(load_whole(run).records) for run in runs]  # a killed run's cases are not a side's measurement
 
 
 def cmd_compare(args) -> int:

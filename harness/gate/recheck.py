@@ -11,12 +11,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping
 
-from harness.gate.schedule import SIDES, CaseTrack, pair_value
-from harness.core.comparable import mismatch
 from harness.core import figures
+from harness.core.comparable import mismatch
 from harness.core.figures import FigureUnavailable
+from harness.core.store import (
+    RESULTS,
+    ResultsFileError,
+    load_records,
+    of_runs,
+    recorded_twice,
+)
+from harness.gate.schedule import SIDES, CaseTrack, pair_value
 from harness.gate.values import failure_text
-from harness.core.store import RESULTS, load_records
 
 
 def is_gate_side(path: Path) -> bool:
@@ -24,8 +30,21 @@ def is_gate_side(path: Path) -> bool:
 
 
 def _rounds(gen_dir: Path) -> list[dict]:
-    return [{r.case_id: r for r in load_records(d)} for d in sorted(gen_dir.glob("round-*"))
-            if (d / RESULTS).exists()]
+    """Each round of one generation, case ID -> its record; ResultsFileError naming the round's
+    file when it holds a case twice, or a record of a run other than its generation's (one worker
+    process, one run ID): a record appended by hand would otherwise replace, or join, the pair's."""
+    rounds: list[dict] = []
+    seen: list = []  # the generation's records so far: all of one run
+    for d in sorted(gen_dir.glob("round-*")):
+        if not (d / RESULTS).exists():
+            continue
+        records = load_records(d)
+        seen += records
+        wrong = of_runs(seen, f"one generation ({gen_dir.name}, one worker)") or recorded_twice(records)
+        if wrong:
+            raise ResultsFileError(f"{d / RESULTS}: {wrong}")
+        rounds.append({r.case_id: r for r in records})
+    return rounds
 
 
 def read_pairs(base_dir: Path, cand_dir: Path, statistic: str) -> tuple[dict[str, CaseTrack], int]:

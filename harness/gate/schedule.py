@@ -36,7 +36,10 @@ from harness.core.figures import FigureUnavailable
 from harness.gate.values import failure_text
 
 SIDES = (BASE, CANDIDATE)
-START_TIMEOUT_S = 180.0  # a worker must be ready, its ranks up, within this
+START_TIMEOUT_S = 180.0  # a worker must be ready, its ranks up, within this (or what the budget leaves)
+# A worker's start is given at least this, whatever the budget leaves: python and torch take seconds
+# to import, and a generation the budget let start is not failed for starting.
+MIN_START_WAIT_S = 5.0
 ROUND_SLACK_S = 10.0  # a round may take this much longer than its cases' --timeout, for the worker itself
 # A CI job's own limit (GitHub Actions stops a job at 6 h); beyond it, alpha spent by the calendar
 # fraction of the budget is never spent, and the gate never decides.
@@ -209,6 +212,12 @@ class Schedule:
     def _probe_generation(self) -> int:
         return self.plan.probe_pairs
 
+    def _start_wait_s(self) -> float:
+        """How long a worker may take to start: START_TIMEOUT_S, or what the budget leaves when that
+        is less (a worker that never answers took 180 s of an 8 s budget), never under MIN_START_WAIT_S."""
+        left_s = self.plan.budget_s - (self.clock() - self._start)
+        return min(START_TIMEOUT_S, max(MIN_START_WAIT_S, left_s))
+
     def _open(self) -> list[CaseTrack]:
         return [t for t in self.tracks.values() if not t.problem and (t.state is None or t.state.outcome is None)]
 
@@ -244,11 +253,11 @@ class Schedule:
             for side in sides.values():
                 side.start()
             for side in sides.values():
-                side.await_ready(START_TIMEOUT_S)
+                side.await_ready(self._start_wait_s())
             for side in sides.values():
                 side.prepare(open_ids)
             for side in sides.values():
-                side.await_prepared(START_TIMEOUT_S)
+                side.await_prepared(self._start_wait_s())
         except SideError as exc:
             for side in sides.values():
                 side.kill()

@@ -26,9 +26,17 @@ from typing import Optional, Sequence
 
 from harness.gate.trees import Tree
 from harness.core.records import Record
-from harness.core.store import RESULTS, ResultsFileError, load_records
+from harness.core.jsonfile import JsonFileError, JsonLimits, loads_strict
+from harness.core.store import MAX_RUN_CASES, RESULTS, ResultsFileError, load_records
 
 STOP_GRACE_S = 10.0
+# The longest line a worker writes: its round message names each case with its status and count,
+# some 300 bytes a case, 3 MB for the most cases a run holds. A worker past this is misbehaving
+# (one writing forever without a newline took 3 min and 365 MB of quadratic buffer copies).
+MAX_WORKER_LINE_BYTES = 16 << 20
+# What one worker message may hold once parsed: a round message's few keys per case, at most
+# MAX_RUN_CASES cases, nested four levels. A line of 200,000 "[" was a RecursionError naming nothing.
+WORKER_MESSAGE_LIMITS = JsonLimits(keys=10 * MAX_RUN_CASES, values=20 * MAX_RUN_CASES, depth=8)
 
 
 class SideError(RuntimeError):
@@ -83,7 +91,7 @@ class WorkerSide:
         self.run_args = run_args  # timeout_s, warmup, target_s
         self.python = python
         self.proc: Optional[subprocess.Popen] = None
-        self._buffer = b""
+        self._buffer = bytearray()  # appended in place: a long line is not copied per chunk
         self._log = None
 
     def start(self) -> None:
@@ -161,30 +169,41 @@ class WorkerSide:
             raise SideError(f"{self.side} worker sent {message.get('event')!r} where {event!r} was due")
         return message
 
+    @property
+    def _log_path(self) -> Path:
+        return self.out_dir / "worker.log"
+
     def _read(self, timeout_s: float) -> dict:
         deadline = time.monotonic() + timeout_s
         fd = self.proc.stdout.fileno()
         with selectors.DefaultSelector() as sel:
             sel.register(fd, selectors.EVENT_READ)
             while b"\n" not in self._buffer:
+                if len(self._buffer) > MAX_WORKER_LINE_BYTES:
+                    _kill_group(self.proc)
+                    raise SideError(f"{self.side} worker wrote a line of more than {MAX_WORKER_LINE_BYTES} bytes "
+                                    f"(MAX_WORKER_LINE_BYTES) without a newline; killed it (log: {self._log_path})")
                 left = deadline - time.monotonic()
                 if left <= 0:
                     _kill_group(self.proc)
                     raise SideError(f"{self.side} worker did not answer within {timeout_s:.0f} s; killed it "
-                                    f"(log: {self.out_dir / 'worker.log'})")
+                                    f"(log: {self._log_path})")
                 if not sel.select(left):
                     continue
                 chunk = os.read(fd, 65536)
                 if not chunk:
                     raise SideError(self._dead_reason("closed its output"))
                 self._buffer += chunk
-        line, _, self._buffer = self._buffer.partition(b"\n")
+        end = self._buffer.index(b"\n")
+        line = bytes(self._buffer[:end])
+        del self._buffer[:end + 1]
         try:
-            message = json.loads(line)
-        except json.JSONDecodeError:
-            raise SideError(f"{self.side} worker wrote a line that is not JSON: {line[:200]!r}") from None
+            message = loads_strict(line, f"{self.side} worker's output", WORKER_MESSAGE_LIMITS)
+        except JsonFileError as exc:
+            raise SideError(f"{self.side} worker wrote a line that is no message: {exc} "
+                            f"(log: {self._log_path})") from None
         if not isinstance(message, dict):
-            raise SideError(f"{self.side} worker wrote {line[:200]!r}, not a JSON object")
+            raise SideError(f"{self.side} worker wrote {line[:200]!r}, not a JSON object (log: {self._log_path})")
         return message
 
     def _dead_reason(self, what: str) -> str:
@@ -194,7 +213,7 @@ class WorkerSide:
         except subprocess.TimeoutExpired:
             pass
         tail = ""
-        log = self.out_dir / "worker.log"
+        log = self._log_path
         if log.exists():
             lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
             tail = f"; last log line: {lines[-1].strip()}" if lines else ""

@@ -11,6 +11,7 @@ its parameters are a subset of the case's.
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import math
 import re
 from collections import defaultdict
@@ -191,10 +192,39 @@ def _plot(machine: str, benchmark: str, group: list[Series]) -> Image:
     ax.set_ylabel(_figure_name(benchmark) + (f" ({unit})" if unit else ""))
     ax.grid(True, alpha=0.3)
     legend(ax)
-    name = HISTORY_PLOT_PREFIX + re.sub(r"[^A-Za-z0-9]+", "_", f"{machine}_{benchmark}").strip("_")
+    name = plot_name(machine, benchmark)
     hidden = len(cases) - len(shown)
     caption = f"{hidden} more cases in the table" if hidden else ""
     return Image(name, f"{benchmark} over commits ({machine})", png_bytes(fig), caption)
+
+
+# The most characters of a history plot's name (plots/<name>.png): far under a file name's 255 bytes,
+# and a name a reader can still take in.
+MAX_PLOT_NAME_CHARS = 120
+_UNSAFE = re.compile(r"[^A-Za-z0-9_]+")
+_DIGEST_CHARS = 10
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:_DIGEST_CHARS]
+
+
+def plot_name(machine: str, benchmark: str) -> str:
+    """The file name (no suffix) of one machine's plot of one benchmark, one per pair: asv's dotted
+    benchmark name reads with its dots as underscores (its parts are Python names), and a machine
+    name the file name cannot hold as it is (``m.1``, ``m-1``) or one cut to MAX_PLOT_NAME_CHARS
+    carries a short digest of what it was, so that no two machines' plots share a file."""
+    safe_machine = _UNSAFE.sub("_", machine).strip("_") or "machine"
+    if safe_machine != machine:
+        safe_machine += "_" + _digest(machine)
+    safe_benchmark = benchmark.replace(".", "_")
+    if _UNSAFE.search(safe_benchmark):
+        safe_benchmark = _UNSAFE.sub("_", safe_benchmark).strip("_") + "_" + _digest(benchmark)
+    name = f"{HISTORY_PLOT_PREFIX}{safe_machine}_{safe_benchmark}"
+    if len(name) > MAX_PLOT_NAME_CHARS:
+        whole = _digest(f"{machine}\n{benchmark}")
+        name = f"{name[:MAX_PLOT_NAME_CHARS - _DIGEST_CHARS - 1]}_{whole}"
+    return name
 
 
 def _priority(case_series: list[Series]) -> tuple:

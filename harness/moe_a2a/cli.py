@@ -12,7 +12,7 @@ from rich.table import Table
 from harness.core import atomic
 from harness.core.inputfile import declare_inputs
 from harness.core.options import at_least, comma_separated, integer, number_in, positive, print_error
-from harness.core.store import load_records, run_inputs
+from harness.core.store import load_whole, run_inputs
 from harness.moe_a2a import sim
 from harness.moe_a2a.config import mitigation_label, workload_label
 from harness.tables.terminal import wide_console
@@ -145,7 +145,7 @@ def _print_claims(console, results) -> None:
 def _sim_from_run(run_dir: Path, drift_ms: float, windows_ms: tuple[float, ...], model, console) -> int:
     """The model fitted to ``run_dir``'s uniform case, beside what that run measured."""
     declare_inputs(run_inputs([run_dir]))  # --json may not replace the run's files
-    records = load_records(run_dir)
+    records = list(load_whole(run_dir).records)
     try:
         fitted, basis = sim.fit_from_run(records, model)
     except ValueError as exc:
@@ -214,7 +214,7 @@ def _relative(records) -> list[dict]:
 
 def cmd_report(args) -> int:
     declare_inputs(run_inputs([args.run_dir]))  # --json may not replace the run's files
-    rows = _relative(load_records(args.run_dir))
+    rows = _relative(load_whole(args.run_dir).records)
     if not rows:
         print_error("moe-report", f"{args.run_dir} holds no passing moe_a2a records")
         return 2

@@ -40,7 +40,8 @@ from harness.core.imported import (MEAN_ONLY, PER_ITERATION, case_id_of, check_o
                                    mean_samples_ns, samples_ns)
 from harness.core.options import print_error
 from harness.core.records import Record
-from harness.core.store import PLANNED, RUN_META, RunDir, planned_digest, read_json
+from harness.core.runmeta import RUN_SCHEMA
+from harness.core.store import PLANNED, RUN_META, RunDir, planned_digest, read_meta
 from harness.nccltests.consistency import check_figures
 from harness.nccltests.evidence import COLLECTIVES, FOUND, Ambiguous, detect, ranks_text
 from harness.nccltests.limits import RECORDS_PER_BATCH
@@ -178,7 +179,7 @@ def _import(path: Path, out: Path, collective: Optional[str], run_id: Optional[s
         raise NcclTestsFormatError(f"{out} already holds a run; choose another --out")
     trailer = trailer_checks(parsed)
     detection = parsed.detection
-    meta = {"schema": "critpath.run/1", "run_id": run_id, "source": str(path), "source_sha256": digest,
+    meta = {"schema": RUN_SCHEMA, "run_id": run_id, "source": str(path), "source_sha256": digest,
             "format": parsed.fmt, "collective": parsed.collective, "collective_from": detection.source,
             "evidence": [e.line() for e in detection.evidence], "ranks": parsed.ranks, "trailer": trailer,
             "checked": checked_lines(parsed), "started_at": parsed.started_at}
@@ -224,7 +225,7 @@ def cmd_import(args) -> int:
     print(f"collective {imported['collective']}, {FOUND[imported['collective_from']]}:")
     for line in imported["evidence"]:
         print(f"  - {line}")
-    for line in [*read_json(args.out / RUN_META).get("checked", []), *imported["trailer"]["lines"]]:
+    for line in [*read_meta(args.out / RUN_META).get("checked", []), *imported["trailer"]["lines"]]:
         print(line)
     wrong = [r for r in records if not r.ok]
     if wrong:

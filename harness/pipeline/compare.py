@@ -18,7 +18,7 @@ from typing import Iterable, Optional
 from rich.table import Table
 
 from harness.core.records import Record
-from harness.core.store import load_records
+from harness.core.store import load_whole
 from harness.pipeline.scenarios import SCENARIOS, STRETCH_WARN
 from harness.tables.terminal import wide_console
 
@@ -113,7 +113,7 @@ def table(comparisons: list[Comparison]) -> Table:
 
 
 def cmd_compare(args) -> int:
-    comparisons = compare(load_records(args.run_dir))
+    comparisons = compare(list(load_whole(args.run_dir).records))
     if not comparisons:
         print(f"critpath pipeline-compare: {args.run_dir}: no pair of ok pipeline records differing only in schedule")
         return 1

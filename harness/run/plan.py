@@ -20,6 +20,7 @@ from harness.core.escape import for_terminal
 from harness.core.family import GridOptions
 from harness.core.options import UsageError
 from harness.core.records import Record, utc_now_iso
+from harness.core.runmeta import RUN_SCHEMA
 from harness.core.store import MAX_RUN_CASES, PLANNED, RunDir, new_run_id, planned_digest, run_files
 from harness.run.timing import PlanPolicy
 
@@ -187,7 +188,7 @@ class RunJournal:
     def meta(self, state: str) -> dict:
         """run.json: how far the run got."""
         return {
-            "schema": "critpath.run/1",
+            "schema": RUN_SCHEMA,
             "run_id": self.run_id,
             "state": state,
             "argv": list(self.plan.argv),

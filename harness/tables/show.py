@@ -8,15 +8,7 @@ from pathlib import Path
 
 from harness.core.escape import for_terminal
 from harness.core.options import EXIT_FAILED, EXIT_OK
-from harness.core.store import (
-    FINGERPRINT,
-    RUN_META,
-    ResultsFileError,
-    load_records,
-    read_fingerprint,
-    read_json,
-    run_of,
-)
+from harness.core.store import ResultsFileError, load_records, run_documents, run_of
 from harness.tables.frame import records_of
 from harness.tables.terminal import print_comparison, print_tables
 
@@ -37,9 +29,8 @@ def cmd_show(args) -> int:
     for i, run_dir in enumerate(args.run_dirs):
         skipped: list = []
         records = load_records(run_dir, skip_invalid=args.skip_invalid, skipped=skipped)
-        # a results file given alone has no run.json or fingerprint.json beside it: both read as {}
-        run = run_of(run_dir, records, read_json(run_dir / RUN_META), read_fingerprint(run_dir / FINGERPRINT),
-                     args.label[i] if args.label else None)
+        # a run's results file is judged as its directory; one given alone reads both as {}
+        run = run_of(run_dir, records, *run_documents(run_dir), label=args.label[i] if args.label else None)
         frames.append(records_of([run]))
         runs.append(records)
         labels.append(run.label)
