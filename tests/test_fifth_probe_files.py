@@ -1,0 +1,123 @@
+"""The fifth probe of critpath's bounds: a launcher environment half set, integers written as
+floats in the files critpath reads, the gate worker's protocol numbers and a baseline value too
+small to divide by. Each refusal names the file, line and field (or variable) and exits 2."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness.accept.profile import ProfileError, load_profile
+from harness.diagnose import rules
+from tests.test_diagnose import GOOD_RULE
+
+NOOP = "selftest/fault_rank=0,mode=noop,world=1"
+ALLREDUCE = "allreduce/algo=ring,backend=gloo,dtype=float32,size_bytes=1024,world=2"
+
+PROFILE = f"""schema: critpath.accept/1
+name: t
+world: 2
+nodes: 1
+run:
+  iters: 10
+  warmup: 1
+  timeout_s: 60
+  cases:
+    - {ALLREDUCE}
+checks:
+  - name: ring
+    family: allreduce
+    select: {{size_bytes: 1024, algo: [ring]}}
+    statistic: p50_us
+    max: 1000000
+    source: a test
+"""
+
+
+# -- 2, 3: an integer field refuses a float and a bool; a number field refuses NaN ----------------
+
+@pytest.mark.parametrize("old, new, line, field, why", [
+    ("world: 2", "world: 2.0", 3, "world", "expected an integer, got 2.0"),
+    ("nodes: 1", "nodes: 1.0", 4, "nodes", "expected an integer, got 1.0"),
+    ("iters: 10", "iters: 5.0", 6, "run.iters", "expected an integer, got 5.0"),
+    ("warmup: 1", "warmup: 1.0", 7, "run.warmup", "expected an integer, got 1.0"),
+    ("timeout_s: 60", "timeout_s: .nan", 8, "run.timeout_s", "nan is not a finite number"),
+    ("size_bytes: 1024,", "size_bytes: 1024.0,", 14, "checks.0.select.size_bytes",
+     "1024.0 is not int: allreduce.size_bytes is declared int"),
+    ("algo: [ring]", "algo: [ring, 2.0]", 14, "checks.0.select.algo.1", "2.0 is not str"),
+    ("size_bytes: 1024,", "world: true,", 14, "checks.0.select.world", "True"),
+])
+def test_a_profile_number_of_the_wrong_kind_is_refused_at_load(tmp_path, old, new, line, field, why):
+    assert old in PROFILE
+    path = tmp_path / "profile.yaml"
+    path.write_text(PROFILE.replace(old, new, 1))
+    with pytest.raises(ProfileError) as refused:
+        load_profile(path)
+    assert str(refused.value).startswith(f"{path}:{line}: field {field}: ") and why in str(refused.value)
+    path.write_text(PROFILE)
+    assert load_profile(path)["world"] == 2  # the profile as written loads
+
+
+# the rule file test_diagnose holds as good, with counts of its own
+RULES = GOOD_RULE + "    min_fleet: 2\n    min_cases: 1\n"
+
+
+@pytest.mark.parametrize("old, new, line, field", [("min_fleet: 2", "min_fleet: 2.0", 9, "rules.busbw_low.min_fleet"),
+                                                   ("min_cases: 1", "min_cases: 1.0", 10, "rules.busbw_low.min_cases"),
+                                                   ("min_cases: 1", "min_cases: true", 10, "rules.busbw_low.min_cases")])
+def test_a_rule_count_written_as_a_float_is_refused(tmp_path, old, new, line, field):
+    path = tmp_path / "rules.yaml"
+    path.write_text(RULES)
+    assert rules.load(path)  # as written, it loads
+    path.write_text(RULES.replace(old, new))
+    with pytest.raises(rules.RuleFileError) as refused:
+        rules.load(path)
+    assert str(refused.value).startswith(f"{path}:{line}: field {field}: "), str(refused.value)
+    assert "expected an integer, got" in str(refused.value)
+
+
+def _power_doc(**trial) -> dict:
+    cell = {"name": "c", "case_ids": [NOOP], "condition": "A/A", "candidate": "a", "target": None}
+    row = {"cell": "c", "trial": 0, "exit_code": 0, "wall_s": 1.0, "cases": {}, **trial}
+    return {"base": "0" * 40, "settings": {"budget_s": 180, "min_effect": 0.05, "statistic": None, "rounds": None,
+                                           "trials": 2, "tools": [], "tool_trials": 0},
+            "cells": [cell], "trials": [row], "tool_trials": [], "aa": {}, "clone": "x", "branches": {}}
+
+
+@pytest.mark.parametrize("edit, field, why", [
+    (lambda d: d["settings"].update(trials=1.0), "settings.trials", "expected an integer, got 1.0"),
+    (lambda d: d["trials"][0].update(trial=0.0), "trials[0].trial", "expected an integer, got 0.0"),
+    (lambda d: d["trials"][0].update(exit_code=2.0), "trials[0].exit_code", "expected an integer, got 2.0"),
+    (lambda d: d["trials"][0].update(trial=99999), "trials[0].trial", "beyond settings.trials"),
+    (lambda d: d["trials"][0].update(trial=2), "trials[0].trial", "numbered 0 to 1"),
+    (lambda d: d["settings"].update(budget_s=True), "settings.budget_s", "expected a number, got True"),
+])
+def test_a_gate_power_measurement_with_a_float_count_or_a_trial_beyond_its_count_is_refused(
+        tmp_path, edit, field, why):
+    from harness.gatepower.power import _load
+
+    path = tmp_path / "power.json"
+    doc = _power_doc()
+    path.write_text(json.dumps(doc))
+    assert _load(path, resume=True) == doc
+    edit(doc)
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ValueError) as refused:
+        _load(path, resume=True)
+    assert f"{path}: not a readable gate-power measurement: field {field}: " in str(refused.value)
+    assert why in str(refused.value), str(refused.value)
+
+
+def test_every_file_reader_validates_with_the_one_strict_validator():
+    """The five schemas' validators: 5.0 is no integer, True no number, NaN no number."""
+    from harness.accept import profile
+    from harness.claims import baselines
+    from harness.core import records
+    from harness.gatepower import power
+
+    for validator in (power._POWER_VALIDATOR, profile._VALIDATOR, baselines._VALIDATOR, records._VALIDATOR,
+                      rules._VALIDATOR):
+        assert not validator.is_type(5.0, "integer") and not validator.is_type(True, "integer")
+        assert not validator.is_type(True, "number") and not validator.is_type(float("nan"), "number")
+        assert validator.is_type(5, "integer") and validator.is_type(0.5, "number")
+
