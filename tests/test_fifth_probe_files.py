@@ -121,3 +121,53 @@ def test_every_file_reader_validates_with_the_one_strict_validator():
         assert not validator.is_type(True, "number") and not validator.is_type(float("nan"), "number")
         assert validator.is_type(5, "integer") and validator.is_type(0.5, "number")
 
+
+# -- 1: a launcher environment half set --------------------------------------------------------------
+
+LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS", "MASTER_ADDR", "MASTER_PORT")
+
+
+@pytest.mark.parametrize("env, missing", [({"RANK": "1"}, "RANK is set but WORLD_SIZE is not"),
+                                          ({"WORLD_SIZE": "2"}, "WORLD_SIZE is set but RANK is not")])
+def test_half_a_torchrun_environment_is_no_local_run(env, missing):
+    from harness.core.options import UsageError
+    from harness.run.joined import joined_rank, position
+
+    for decide in (position, joined_rank):
+        with pytest.raises(UsageError, match=f"^{missing}: set both"):
+            decide(env)
+    assert position({}) is None
+    assert position({"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}).rank == 1
+    assert position({"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "MASTER_ADDR": "h", "MASTER_PORT": "1"}).rank == 1
+
+
+IMPOSSIBLE = f"""schema: critpath.accept/1
+name: impossible
+world: 1
+run:
+  iters: 5
+  warmup: 1
+  cases:
+    - {NOOP}
+checks:
+  - name: noop
+    case: "{NOOP}"
+    statistic: p50_us
+    max: 0.000001
+    source: a test
+"""
+
+
+@pytest.mark.parametrize("env", [{"RANK": "1"}, {"WORLD_SIZE": "1"}])
+def test_a_failing_acceptance_under_half_a_launcher_environment_exits_2_not_0(tmp_path, monkeypatch, capsys, env):
+    from harness.cli import main
+
+    profile = tmp_path / "profile.yaml"
+    profile.write_text(IMPOSSIBLE)
+    for name in LAUNCH_VARS:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    code = main(["accept", "--profile", str(profile), "--out", str(tmp_path / "out"), "--no-report"])
+    assert code == 2 and "is set but" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()  # refused before anything ran
