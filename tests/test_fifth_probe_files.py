@@ -171,3 +171,42 @@ def test_a_failing_acceptance_under_half_a_launcher_environment_exits_2_not_0(tm
     code = main(["accept", "--profile", str(profile), "--out", str(tmp_path / "out"), "--no-report"])
     assert code == 2 and "is set but" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()  # refused before anything ran
+
+
+# -- 7: the gate worker's protocol numbers ------------------------------------------------------------
+
+@pytest.mark.parametrize("edit, why", [
+    ({"cases": [{"id": NOOP, "iters": 1_000_000_000_000}]}, "field cases[0].iters: 1000000000000 is outside the range"),
+    ({"round": 2.9}, "field round: expected an integer, got 2.9"),
+    ({"round": "٣"}, "field round: expected an integer"),
+    ({"round": True}, "field round: expected an integer, got True"),
+    ({"round": -1}, "field round: -1 is outside the range"),
+    ({"warmup": -5}, "field warmup: -5 is outside the range"),
+    ({"warmup": "abc"}, "field warmup: expected an integer"),
+    ({"target_s": float("nan")}, "field target_s: nan is not a finite number"),
+    ({"target_s": 0}, "field target_s: 0 is no window"),
+])
+def test_a_worker_round_with_a_number_out_of_its_grammar_or_range_is_a_protocol_error(edit, why):
+    from harness.run.rounds import MAX_ITERS, ProtocolError, _parse_round
+
+    good = {"round": 3, "cases": [{"id": NOOP, "iters": MAX_ITERS}], "warmup": 0, "target_s": 0.3}
+    number, cases, warmup, target_s = _parse_round(good)
+    assert (number, cases[0][1], warmup, target_s) == (3, MAX_ITERS, 0, 0.3)
+    with pytest.raises(ProtocolError) as refused:
+        _parse_round({**good, **edit})
+    assert str(refused.value).startswith(why), str(refused.value)
+
+
+def test_the_worker_exits_2_on_a_bad_round_and_makes_no_round_directory(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    request = json.dumps({"cmd": "round", "round": -1, "cases": [{"id": NOOP}]})
+    done = subprocess.run([sys.executable, "-m", "harness", "worker", "--out", str(tmp_path / "w")], cwd=ROOT,
+                          input=request + "\n", capture_output=True, text=True, timeout=120)
+    replies = [json.loads(line) for line in done.stdout.splitlines()]
+    assert done.returncode == 2 and replies[-1]["event"] == "error", done.stdout + done.stderr
+    assert replies[-1]["message"].startswith("field round: -1 is outside the range")
+    assert not list((tmp_path / "w").glob("round-*"))
