@@ -210,3 +210,20 @@ def test_the_worker_exits_2_on_a_bad_round_and_makes_no_round_directory(tmp_path
     assert done.returncode == 2 and replies[-1]["event"] == "error", done.stdout + done.stderr
     assert replies[-1]["message"].startswith("field round: -1 is outside the range")
     assert not list((tmp_path / "w").glob("round-*"))
+
+
+# -- 15: a gate baseline value too small to divide by -------------------------------------------------
+
+@pytest.mark.parametrize("value", ["1e-320", "1e-200", "1e200"])
+def test_a_gate_baseline_value_outside_its_declared_range_is_refused(tmp_path, value):
+    from harness.gate.config import BASELINE_VALUE_RANGE, ConfigError, load_baselines
+
+    path = tmp_path / "table.yaml"
+    table = f"baselines:\n  - case_id: '{NOOP}'\n    statistic: p50_ns\n    value: {{}}\n"
+    for edge in BASELINE_VALUE_RANGE:
+        path.write_text(table.format(edge))
+        assert load_baselines(path)[0].value == edge
+    path.write_text(table.format(value))
+    with pytest.raises(ConfigError) as refused:
+        load_baselines(path)
+    assert str(refused.value).startswith(f"{path}:4: field baselines.0.value: ") and "outside the range" in str(refused.value)
