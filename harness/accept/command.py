@@ -14,7 +14,6 @@ and nothing failed, or acceptance could not start (bad profile, unreadable run).
 """
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Any, Mapping, Optional
@@ -29,8 +28,7 @@ from harness.core.options import print_error
 from harness.core.store import LoadedRun, ResultsFileError, load_run, new_run_id, run_digests
 from harness.document.blocks import Heading, Para, Table
 from harness.report.cli import make_report, report_targets, write_report
-from harness.run.launchenv import env_int
-from harness.run.plan import MAX_WORLD
+from harness.run.joined import position
 from harness.run.runner import RunOptions, run
 
 
@@ -94,9 +92,9 @@ def cmd_accept(args) -> int:
         if args.run:
             run_dir = args.run
         else:
+            me = position()  # the run's own decision, so the two cannot disagree on who judges
             run_dir, code = _run_cases(profile, args.out)
-            # read after the run: under Slurm the run itself sets RANK (from SLURM_PROCID)
-            if env_int(os.environ, "RANK", 0, MAX_WORLD - 1, default=0) != 0:
+            if me is not None and me.rank != 0:
                 # Under torchrun/Slurm every rank ran the cases; rank 0 alone holds and judges them.
                 return 0 if code == 0 else 1
         run, judged = _load_judged(run_dir)

@@ -14,13 +14,15 @@ from typing import Any, Mapping
 
 import jsonschema
 
-from harness.claims.baselines import line_of_field, refuse_unknown_key  # file:line:field, as baselines
+from harness.claims.baselines import SELECTOR_SCHEMA, line_of_field, refuse_unknown_key  # as baselines
 from harness.core import registry, yamlfile
 from harness.core.case import CaseIdError
 from harness.core.declarations import declared
+from harness.core.echo import shown
 from harness.core.figures import is_sample_statistic
 from harness.core.options import MAX_SECONDS
 from harness.core.records import MAX_SAMPLES
+from harness.core.schema import strict_validator
 from harness.run.nodefacts import FACT_NAMES
 from harness.run.plan import MAX_WORLD
 
@@ -87,8 +89,9 @@ PROFILE_SCHEMA = {
                     "name": {"type": "string", "minLength": 1},
                     "case": {"type": "string"},
                     "family": {"type": "string"},
-                    "select": {"type": "object"},
-                    "relative_to": {"type": "object", "description": "select of the reference record; the check compares the ratio"},
+                    "select": SELECTOR_SCHEMA,
+                    "relative_to": {**SELECTOR_SCHEMA,
+                                    "description": "select of the reference record; the check compares the ratio"},
                     "statistic": {"type": "string"},
                     "max": {"type": "number"},
                     "min": {"type": "number"},
@@ -104,7 +107,7 @@ PROFILE_SCHEMA = {
         },
     },
 }
-_VALIDATOR = jsonschema.Draft202012Validator(PROFILE_SCHEMA)
+_VALIDATOR = strict_validator(PROFILE_SCHEMA)
 
 
 class ProfileError(ValueError):
@@ -115,6 +118,23 @@ def case_parts(case_id: str) -> tuple[str, dict[str, str]]:
     """``allreduce/algo=ring,dtype=float32`` -> ("allreduce", {"algo": "ring", "dtype": "float32"}), as text."""
     family, _, body = case_id.partition("/")
     return family, dict(item.partition("=")[::2] for item in body.split(",") if item)
+
+
+def _select_problems(family: str, check: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """A selected value of another type than the family declares for its key: 1024.0 would
+    select size_bytes=1024 (Python's 1024.0 == 1024) though no case ID can say 1024.0."""
+    params = registry.get(family).declared if family in registry.FAMILIES else {}
+    problems = []
+    for section in ("select", "relative_to"):
+        for key, want in check.get(section, {}).items():
+            if key not in params or want is None:
+                continue
+            kind = params[key].type
+            for index, value in enumerate(want if isinstance(want, list) else [want]):
+                if not isinstance(value, kind) and not (kind is float and isinstance(value, int)):
+                    field = f"{section}.{key}" + (f".{index}" if isinstance(want, list) else "")
+                    problems.append((field, f"{shown(value)} is not {kind.__name__}: {family}.{key} is declared {kind.__name__}"))
+    return problems
 
 
 def _semantic_problems(check: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -141,6 +161,7 @@ def _semantic_problems(check: Mapping[str, Any]) -> list[tuple[str, str]]:
         family = check["family"]
         if dtypes and "dtype" in check.get("select", {}):
             problems.append(("dtypes", "give the data types once: in dtypes, or in select.dtype, not both"))
+        problems += _select_problems(family, check)
     stat = check["statistic"]
     if family in registry.FAMILIES and not is_sample_statistic(stat) and declared(family, stat) is None:
         names = ", ".join(f.name for f in registry.get(family).figures)
@@ -172,7 +193,7 @@ def load_profile(path: Path) -> dict:
                                        f"{entry[key]} is not a threshold: a bound must be a finite number")
     for i, check in enumerate(data["checks"]):
         for key, message in _semantic_problems(check):
-            where = ["checks", i, key]
+            where = ["checks", i, *(int(p) if p.isdigit() else p for p in key.split("."))]
             raise ProfileError(f"{path}:{line_of_field(root, where)}: field checks.{i}.{key}: {message}")
     return data
 

@@ -23,6 +23,7 @@ import yaml
 from harness.core import registry, yamlfile
 from harness.core.numbers import NumberError, check_float, check_int
 from harness.core.options import print_error
+from harness.core.schema import strict_validator
 from harness.run.fingerprint import PROJECT_ROOT
 from harness.run.plan import MAX_WORLD
 
@@ -40,7 +41,10 @@ def _schema() -> dict:
     return json.loads(resources.files("harness").joinpath("schemas/baselines-1.json").read_text())
 
 
-_VALIDATOR = jsonschema.Draft202012Validator(_schema())
+_SCHEMA = _schema()
+_VALIDATOR = strict_validator(_SCHEMA)
+# The parameters a record must have: a claim's select and an acceptance check's select alike.
+SELECTOR_SCHEMA = _SCHEMA["$defs"]["selector"]
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from harness.core import registry
 from harness.core.family import CheckResult
 from harness.core.numbers import NumberError, check_float, check_int
 from harness.core.options import CannotRun
+from harness.core.schema import strict_validator
 from harness.core.stats import Summary
 
 SCHEMA_ID = "critpath.record/1"
@@ -65,7 +66,7 @@ def _without_sample_items(schema: dict) -> dict:
 
 
 _SAMPLE_ITEMS = _schema()["properties"]["samples_ns"]["items"]
-_VALIDATOR = jsonschema.Draft202012Validator(_without_sample_items(_schema()))
+_VALIDATOR = strict_validator(_without_sample_items(_schema()))
 
 
 def _check_samples(samples: Any, where: str) -> None:

@@ -33,8 +33,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-import jsonschema
-
 try:
     from re import _parser as _sre_parse  # Python 3.11 and later
 except ImportError:  # 3.10
@@ -43,6 +41,7 @@ except ImportError:  # 3.10
 from harness.claims.baselines import line_of_field, load_checked
 from harness.core.echo import shown
 from harness.core.numbers import NumberError, parse_float
+from harness.core.schema import strict_validator
 
 SCHEMA_ID = "critpath.diagnose/1"
 FUNCTIONS = ("variance", "ratio", "value", "failure_check", "multi_rules")
@@ -107,7 +106,7 @@ SCHEMA = {
                   "additionalProperties": _RULE_SCHEMA},
     },
 }
-_VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
+_VALIDATOR = strict_validator(SCHEMA)
 
 
 class RuleFileError(ValueError):

@@ -143,6 +143,11 @@ ALPHA_RANGE = (1e-6, 0.5)
 CONFIDENCE_RANGE = (MIN_CONFIDENCE, 0.999)
 # Bootstrap resamples: past a million, a gate takes minutes a case.
 N_RESAMPLES_RANGE = (MIN_N_RESAMPLES, 1_000_000)
+# A baseline value divides every figure measured against it (the ratio, and its log). 0 divides by
+# zero, and a positive value as small as 1e-320 (subnormal) makes the ratio of any figure inf, read
+# as "regressed +inf %". Within 1e-150 to 1e150 the ratio of a figure in the same range is at most
+# 1e300 either way: a finite, normal float, whatever unit the statistic is in.
+BASELINE_VALUE_RANGE = (1e-150, 1e150)
 
 
 def load_config(path: Optional[Path], base: GateConfig = GateConfig()) -> GateConfig:
@@ -223,6 +228,7 @@ def load_baselines(path: Path) -> list[Baseline]:
         value = _number(path, root, ["baselines", i, "value"], entry["value"], low=0.0)
         if value == 0:  # a ratio against it would divide by zero
             raise ConfigError(f"{yamlfile.field_at(path, root, ['baselines', i, 'value'])}: must be a number > 0, got 0")
+        _number(path, root, ["baselines", i, "value"], value, *BASELINE_VALUE_RANGE)
         try:  # absent: as the case's family declares the figure, never assumed lower
             direction = entry["direction"] if "direction" in entry else default_direction(case_id, statistic)
         except FigureUnavailable as exc:

@@ -47,6 +47,7 @@ from harness.core.inputfile import read_bounded
 from harness.core.jsonfile import JsonFileError, JsonLimits, loads_strict
 from harness.core.numbers import NumberError, parse_float
 from harness.core.options import absolute, at_least, comma_separated, number_in, positive, print_error
+from harness.core.schema import strict_validator
 from harness.gate.config import MAX_MIN_EFFECT
 from harness.gate.outputs import EXIT_COULD_NOT_RUN, EXIT_REGRESSION, fails_build
 from harness.gate.schedule import MAX_BUDGET_S, MAX_ROUNDS, Plan, Schedule
@@ -154,7 +155,8 @@ POWER_SCHEMA = {
                                               "reason": _STRING_OR_NULL}}}}}},
         "tool_trials": {"type": "array", "items": {
             "type": "object", "required": ["cell", "tool", "trial"],
-            "properties": {"cell": {"type": "string"}, "tool": {"type": "string"}, "trial": {"type": "integer"},
+            "properties": {"cell": {"type": "string"}, "tool": {"type": "string"},
+                           "trial": {"type": "integer", "minimum": 0},
                            "verdicts": {"type": "array", "items": {
                                "type": "object", "required": ["tool", "rule", "fails"],
                                "properties": {"tool": {"type": "string"}, "rule": {"type": "string"},
@@ -183,7 +185,7 @@ POWER_SCHEMA = {
 }
 # --resume carries a measurement on: it needs what started it too.
 RESUME_REQUIRED = {"": ["aa", "clone", "branches", "tool_trials"], "settings": ["trials", "tools", "tool_trials"]}
-_POWER_VALIDATOR = jsonschema.Draft202012Validator(POWER_SCHEMA)
+_POWER_VALIDATOR = strict_validator(POWER_SCHEMA)
 # A slowdown injected, as a fraction of the case's time: above 5, no gate needs measuring.
 _fraction = number_in(0.0, MAX_MIN_EFFECT)
 _rounds = at_least(1, MAX_ROUNDS)
@@ -420,9 +422,14 @@ def _check_document(path: Path, doc, resume: bool) -> dict:
         refuse(field_name, f"{value} is not a finite number")
     names = {c["name"] for c in doc["cells"]}
     for section in ("trials", "tool_trials"):
+        # a trial is counted from 0 within the settings' count of it (settings.trials, settings.tool_trials)
+        count = doc["settings"].get(section)
         for i, entry in enumerate(doc.get(section, ())):
             if entry["cell"] not in names:
                 refuse(f"{section}[{i}].cell", f"{entry['cell']!r} is none of the cells")
+            if count is not None and entry["trial"] >= count:
+                refuse(f"{section}[{i}].trial", f"{entry['trial']} is beyond settings.{section}: trials are "
+                                                f"numbered 0 to {count - 1}")
     for i, row in enumerate((doc.get("resampled") or {}).get("rows", ())):
         if row["cell"] not in names:
             refuse(f"resampled.rows[{i}].cell", f"{row['cell']!r} is none of the cells")

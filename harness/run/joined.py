@@ -8,7 +8,7 @@ import os
 import sys
 import threading
 from dataclasses import replace
-from typing import Optional
+from typing import NamedTuple, Optional
 
 from rich.console import Console
 
@@ -33,24 +33,57 @@ def _rendezvous(env) -> None:
     env_int(env, "MASTER_PORT", 1, MAX_PORT)
 
 
+class Position(NamedTuple):
+    """Where this process is in a torchrun/Slurm job."""
+
+    rank: int
+    world: int
+    local_rank: int
+    launcher: str  # "torchrun" or "slurm"
+
+
+# torchrun's pair: one without the other is a launcher environment half set, not a local run.
+TORCHRUN_PAIR = ("RANK", "WORLD_SIZE")
+
+
+def position(env=os.environ) -> Optional[Position]:
+    """The one decision of whether this process is a rank of a torchrun/Slurm job and which one
+    (None: a local launch), made alike by ``critpath run`` and by ``critpath accept``, which judges
+    on rank 0 alone. RANK without WORLD_SIZE (or the reverse) is refused: read as a local run, every
+    rank would run the cases itself and the one that reads RANK=1 would judge none of them."""
+    held = [k for k in TORCHRUN_PAIR if k in env]
+    if len(held) == 1:
+        missing = next(k for k in TORCHRUN_PAIR if k not in env)
+        low, high = (0, MAX_WORLD - 1) if held[0] == "RANK" else (1, MAX_WORLD)
+        env_int(env, held[0], low, high)  # a value that is no rank or world is named first
+        raise UsageError(f"{held[0]} is set but {missing} is not: set both (torchrun does) for a joined run, "
+                         "or neither for a local one")
+    if held:
+        world = env_int(env, "WORLD_SIZE", 1, MAX_WORLD)
+        rank, local = env_int(env, "RANK", 0, world - 1), env_int(env, "LOCAL_RANK", 0, world - 1, 0)
+        launcher = "torchrun"
+    elif "SLURM_PROCID" in env and env_int(env, "SLURM_NTASKS", 1, MAX_WORLD, 1) > 1:
+        world = env_int(env, "SLURM_NTASKS", 1, MAX_WORLD)
+        rank, local = env_int(env, "SLURM_PROCID", 0, world - 1), env_int(env, "SLURM_LOCALID", 0, world - 1, 0)
+        launcher = "slurm"
+    else:
+        return None
+    _rendezvous(env)
+    fingerprint.launcher_layout(env)  # the node's variables too, checked before the ranks meet
+    return Position(rank, world, local, launcher)
+
+
 def joined_rank(env=os.environ):
     """The rank this process is in a torchrun/Slurm job, or None for a local launch."""
     # torch (a second or more): only a run that has ranks loads it, not whoever imports the runner
     from harness.run.worker import Rank, pick_backend
 
-    if "RANK" in env and "WORLD_SIZE" in env:
-        world = env_int(env, "WORLD_SIZE", 1, MAX_WORLD)
-        rank, local = env_int(env, "RANK", 0, world - 1), env_int(env, "LOCAL_RANK", 0, world - 1, 0)
-        _rendezvous(env)
-    elif "SLURM_PROCID" in env and env_int(env, "SLURM_NTASKS", 1, MAX_WORLD, 1) > 1:
-        world = env_int(env, "SLURM_NTASKS", 1, MAX_WORLD)
-        rank, local = env_int(env, "SLURM_PROCID", 0, world - 1), env_int(env, "SLURM_LOCALID", 0, world - 1, 0)
-        _rendezvous(env)
-        os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(local))
-    else:
+    me = position(env)
+    if me is None:
         return None
-    fingerprint.launcher_layout(env)  # the node's variables too, checked before the ranks meet
-    return Rank(rank, world, local, pick_backend(None, local))
+    if me.launcher == "slurm":  # torch's env:// reads torchrun's names
+        os.environ.update(RANK=str(me.rank), WORLD_SIZE=str(me.world), LOCAL_RANK=str(me.local_rank))
+    return Rank(me.rank, me.world, me.local_rank, pick_backend(None, me.local_rank))
 
 
 def joined_plan(opts: RunOptions, me) -> RunPlan:

@@ -43,7 +43,8 @@ import harness
 from harness.core import registry
 from harness.core.claim import Claim, claim_dir
 from harness.core.family import RankContext
-from harness.core.options import UsageError, seconds
+from harness.core.numbers import check_float, check_int
+from harness.core.options import MAX_SECONDS, UsageError, seconds
 from harness.core.records import MAX_SAMPLES, ErrorInfo, Record, utc_now_iso
 from harness.core.store import RunDir, new_run_id, run_files
 from harness.run import fingerprint
@@ -174,25 +175,33 @@ def _send(channel: TextIO, message: dict) -> None:
 
 
 def _parse_round(message: dict) -> tuple[int, list, Optional[int], Optional[float]]:
+    """The round a gate asks for, each number by the one grammar of typed numbers within its range:
+    a bad request is a protocol error naming the field, not a failed record or an unbounded loop."""
     try:
-        number = int(message["round"])
+        number = check_int(message["round"], "field round", 0)
         entries = message["cases"]
         if not isinstance(entries, list) or not entries:
             raise ProtocolError("field cases: expected a non-empty list")
         cases = []
         for i, entry in enumerate(entries):
             iters = entry.get("iters")
-            if iters is not None and (not isinstance(iters, int) or iters < 1):
-                raise ProtocolError(f"field cases[{i}].iters: expected a positive integer or null, got {iters!r}")
+            if iters is not None:
+                check_int(iters, f"field cases[{i}].iters", 1, MAX_ITERS)
             case = registry.parse(entry["id"])
             if case.world > MAX_LOCAL_WORLD:  # this worker spawns the case's ranks on this host
                 raise ProtocolError(f"case {case.id} needs world {case.world}: {LOCAL_WORLD_RULE}")
             cases.append((case, iters))
         warmup = message.get("warmup")
+        if warmup is not None:
+            check_int(warmup, "field warmup", 0, MAX_ITERS)  # no longer than the timed loop may be
         target_s = message.get("target_s")
+        if target_s is not None:
+            check_float(target_s, "field target_s", 0.0, MAX_SECONDS)
+            if target_s == 0:
+                raise ProtocolError("field target_s: 0 is no window to time; it must be above 0")
     except (KeyError, TypeError, AttributeError) as exc:
         raise ProtocolError(f"round message lacks or mistypes a field: {exc!r}") from None
-    except ValueError as exc:
+    except ValueError as exc:  # a NumberError or a CaseIdError names its field or case
         raise ProtocolError(str(exc)) from None
     return number, cases, warmup, target_s
 
