@@ -95,7 +95,7 @@ def test_a_float_without_a_dot_is_a_number_and_quoted_text_is_refused_naming_the
     assert load_profile(_profile(tmp_path, "min: 4e11"))["checks"][0]["min"] == 4e11
     assert load_profile(_profile(tmp_path, "max: 1e-6"))["checks"][0]["max"] == 1e-6
     path = _profile(tmp_path, 'min: "4e11"')
-    with pytest.raises(ProfileError, match=r"profile.yaml:8: field checks.0.min: '4e11' is not of type 'number'"):
+    with pytest.raises(ProfileError, match=r"profile.yaml:8: field checks.0.min: expected a number, got '4e11'"):
         load_profile(path)
 
 
