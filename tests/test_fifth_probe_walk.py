@@ -1,0 +1,128 @@
+"""The fifth probe's walk, nccl-tests log, fingerprint and record defects, each held by a test
+built on its own inputs under tmp_path."""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import derived_record
+
+from harness.cli import main
+from harness.core.store import RunDir
+from harness.gate.cli import MAX_REPEATS, SIDE_DEPTH
+from harness.gate.outputs import EXIT_COULD_NOT_RUN
+from harness.history.asvfiles import RESULTS_DEPTH
+
+FIXTURES = Path(__file__).parent / "fixtures"
+ASV = FIXTURES / "asv_results"
+NOOP = "selftest/fault_rank=0,mode=noop,world=1"
+# Past the interpreter's recursion limit (1,000), where os.walk and rglob raised RecursionError.
+DEEP = 1_100
+
+
+@pytest.fixture
+def deep_tree():
+    """Makes trees ``levels`` deep, and removes them after the test a level at a time (pytest's
+    own clean-up of old temporary directories recurses, and would hit the recursion limit)."""
+    made: list[Path] = []
+
+    def make(root: Path, levels: int, name: str, data: bytes) -> None:
+        made.append(root)
+        _deep_file(root, levels, name, data)
+
+    yield make
+    for root in made:
+        while (root / "a").is_dir():  # lift the level below "a" into its place, then drop "a"
+            for entry in os.listdir(root / "a"):
+                if entry != "a":
+                    os.unlink(root / "a" / entry)
+            if (root / "a" / "a").is_dir():
+                os.rename(root / "a" / "a", root / "lifted")
+            os.rmdir(root / "a")
+            if (root / "lifted").is_dir():
+                os.rename(root / "lifted", root / "a")
+
+
+def _deep_file(root: Path, levels: int, name: str, data: bytes) -> None:
+    """``name`` holding ``data``, ``levels`` directories below ``root``: each level entered in turn,
+    so no path is longer than the system allows."""
+    root.mkdir(parents=True, exist_ok=True)
+    here = os.open(root, os.O_RDONLY)
+    for _ in range(levels):
+        os.mkdir("a", dir_fd=here)
+        below = os.open("a", os.O_RDONLY, dir_fd=here)
+        os.close(here)
+        here = below
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=here)
+    os.write(fd, data)
+    os.close(fd)
+    os.close(here)
+
+
+def _run(root: Path, run_id: str, center: float = 1000.0, seed: int = 0) -> Path:
+    samples = np.random.default_rng(seed).normal(center, center * 0.01, 200).clip(1)
+    run = RunDir(root, run_id)
+    run.append(derived_record(NOOP, samples, run_id=run_id, plan={"warmup": 1, "iters": len(samples)}))
+    run.write_meta({"schema": "critpath.run/1", "state": "finished", "cases_total": 1})
+    return root
+
+
+# -- 8: deep and wide trees ---------------------------------------------------------------------
+
+def test_an_asv_results_directory_nested_past_the_recursion_limit_is_refused_naming_the_depth(tmp_path, capsys, deep_tree):
+    results = tmp_path / "deep"
+    deep_tree(results, DEEP, "x.json", b"{}")
+    assert main(["report", "--asv-results", str(results), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "RecursionError" not in err
+    assert f"more than {RESULTS_DEPTH} directories below {results}" in err
+
+
+def test_an_asv_results_directory_as_asv_writes_it_is_still_read(tmp_path):
+    results = tmp_path / "results"
+    shutil.copytree(ASV, results)
+    assert main(["report", "--asv-results", str(results), "--out", str(tmp_path / "out")]) == 0
+
+
+def test_a_compare_side_nested_past_the_recursion_limit_is_refused_naming_the_depth(tmp_path, capsys, deep_tree):
+    base = _run(tmp_path / "base", "base-0")
+    deep = tmp_path / "cmpdeep"
+    deep_tree(deep, DEEP, "results.jsonl", (base / "results.jsonl").read_bytes())
+    assert main(["compare", str(deep), str(base), "--out", str(tmp_path / "out")]) == EXIT_COULD_NOT_RUN
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "RecursionError" not in err
+    assert f"more than {SIDE_DEPTH} directories below {deep}" in err
+
+
+def test_copies_of_one_run_on_a_side_are_refused_as_repeats_naming_both(tmp_path, capsys):
+    side = tmp_path / "side"
+    first = _run(side / "a", "run-x")
+    shutil.copytree(first, side / "b")
+    other = tmp_path / "other"
+    for i in range(2):
+        _run(other / f"r{i}", f"other-{i}", seed=i)
+    assert main(["compare", str(side), str(other), "--out", str(tmp_path / "out")]) == EXIT_COULD_NOT_RUN
+    err = capsys.readouterr().err
+    assert f"run run-x appears twice in base: {side / 'a'} and {side / 'b'}" in err
+
+
+def test_a_compare_side_of_more_runs_than_a_gate_repeats_is_refused(tmp_path, capsys):
+    one = _run(tmp_path / "one", "run-x")
+    side = tmp_path / "many"
+    for i in range(MAX_REPEATS + 1):  # copies: the count is refused before any is read
+        shutil.copytree(one, side / f"r{i}")
+    other = _run(tmp_path / "other", "other-0")
+    assert main(["compare", str(other), str(side), "--out", str(tmp_path / "out")]) == EXIT_COULD_NOT_RUN
+    assert f"{side}: {MAX_REPEATS + 1} run directories; a compare side takes at most {MAX_REPEATS}" in \
+        capsys.readouterr().err
+
+
+def test_distinct_runs_on_each_side_still_compare(tmp_path):
+    base, cand = tmp_path / "a", tmp_path / "b"
+    for i in range(3):
+        _run(base / f"r{i}", f"a-{i}", seed=i)
+        _run(cand / f"r{i}", f"b-{i}", seed=10 + i)
+    assert main(["compare", str(base), str(cand), "--out", str(tmp_path / "out")]) in (0, 1)
