@@ -15,6 +15,7 @@ from harness.core.store import RunDir
 from harness.gate.cli import MAX_REPEATS, SIDE_DEPTH
 from harness.gate.outputs import EXIT_COULD_NOT_RUN
 from harness.history.asvfiles import RESULTS_DEPTH
+from harness.nccltests.limits import MAX_DEVICE
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ASV = FIXTURES / "asv_results"
@@ -126,3 +127,47 @@ def test_distinct_runs_on_each_side_still_compare(tmp_path):
         _run(base / f"r{i}", f"a-{i}", seed=i)
         _run(cand / f"r{i}", f"b-{i}", seed=10 + i)
     assert main(["compare", str(base), str(cand), "--out", str(tmp_path / "out")]) in (0, 1)
+
+
+# -- 12: nccl-tests text logs read whole words, by the one integer grammar ------------------------
+
+PUBLIC_LOG = FIXTURES / "nccl_tests" / "public" / "gcp_a3mega_allreduce_16rank_2node.txt"  # 16 ranks, 2 nodes
+
+
+def _edited_log(tmp_path: Path, line: int, old: str, new: str) -> Path:
+    """The public log with one field of its line ``line`` (1-based) changed."""
+    lines = PUBLIC_LOG.read_text().splitlines(keepends=True)
+    assert lines[line - 1].count(old) == 1, lines[line - 1]
+    lines[line - 1] = lines[line - 1].replace(old, new)
+    path = tmp_path / "all_reduce.txt"
+    path.write_text("".join(lines))
+    return path
+
+
+@pytest.mark.parametrize("line, old, new, message", [
+    (55, ": 0 OK", ": 0x5 OK", "Out of bounds values: expected an integer"),
+    (55, ": 0 OK", ": 1e400 OK", "Out of bounds values: expected an integer"),
+    (55, ": 0 OK", ": 00 OK", "Out of bounds values: '00' has a leading zero"),
+    (55, ": 0 OK", ": 0 OKAY", "Out of bounds values is '0 OKAY'; nccl-tests prints a count then OK or FAILED"),
+    (55, ": 0 OK", ": 3 OK", "Out of bounds values 3 OK; nccl-tests prints FAILED exactly when the count is not 0"),
+    (1, "nGpus 1 ", "nGpus 1x ", "nGpus: expected an integer"),
+    (1, "iters: 20 ", "iters: 20x ", "iters: expected an integer"),
+    (1, "validation: 1 ", "validation: 7 ", "validation: 7 is outside the range it may take (from 0 to 1)"),
+    (24, "           8             2", "          08             2", "size (B): '08' has a leading zero"),
+    (24, "           8             2", "0" * 48 + "8             2", "size (B): '" + "0" * 48 + "8' has a leading zero"),
+    (19, "Rank 15 ", "Rank 16 ", "Rank 16, but the run has 16 ranks"),
+    (19, "Rank 15 ", "Rank 15x ", "Rank: expected an integer"),
+    (19, "device  7 ", "device 99999999 ", f"device: 99999999 is outside the range it may take (from 0 to {MAX_DEVICE})"),
+])
+def test_a_public_log_with_one_field_changed_is_refused_naming_the_line(tmp_path, capsys, line, old, new, message):
+    path = _edited_log(tmp_path, line, old, new)
+    assert main(["import-nccl-tests", str(path), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}:{line}: {message}" in err, err
+    assert "Traceback" not in err and not (tmp_path / "run").exists()
+
+
+def test_the_public_log_as_published_still_imports(tmp_path):
+    path = tmp_path / "all_reduce.txt"
+    shutil.copyfile(PUBLIC_LOG, path)
+    assert main(["import-nccl-tests", str(path), "--out", str(tmp_path / "run")]) == 0
