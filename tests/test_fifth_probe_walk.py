@@ -2,7 +2,9 @@
 built on its own inputs under tmp_path."""
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -11,7 +13,8 @@ import pytest
 from conftest import derived_record
 
 from harness.cli import main
-from harness.core.store import RunDir
+from harness.core.records import UNKNOWN_START
+from harness.core.store import ResultsFileError, RunDir, load_records
 from harness.gate.cli import MAX_REPEATS, SIDE_DEPTH
 from harness.gate.outputs import EXIT_COULD_NOT_RUN
 from harness.history.asvfiles import RESULTS_DEPTH
@@ -171,3 +174,42 @@ def test_the_public_log_as_published_still_imports(tmp_path):
     path = tmp_path / "all_reduce.txt"
     shutil.copyfile(PUBLIC_LOG, path)
     assert main(["import-nccl-tests", str(path), "--out", str(tmp_path / "run")]) == 0
+
+
+# -- 17: a record holds its declared fields, its count a count and its start an instant -------------
+
+def _record_line(tmp_path: Path, edit) -> Path:
+    """A run whose one record has been edited as JSON by ``edit``."""
+    run = _run(tmp_path / "run", "run-r")
+    data = json.loads((run / "results.jsonl").read_text())
+    edit(data)
+    (run / "results.jsonl").write_text(json.dumps(data) + "\n")
+    return run
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d["summary"].update(n=float(d["summary"]["n"])), "field summary.n: expected an integer, got 200.0"),
+    (lambda d: d.update(zzz=1), "field 'zzz': not a field of a record (critpath.record/1 has schema, run_id"),
+    (lambda d: d.update(started_at="last Tuesday"), "field started_at: 'last Tuesday' is not an instant"),
+    (lambda d: d.update(started_at="2024-05-01T12:00:00"), "field started_at: '2024-05-01T12:00:00' is not an instant"),
+    (lambda d: d.update(started_at="2024-05-01"), "field started_at: '2024-05-01' is not an instant"),
+    (lambda d: d.update(started_at="2024-13-01T12:00:00+00:00"), "is not an instant as critpath writes one"),
+])
+def test_a_record_with_a_field_critpath_does_not_write_is_refused_naming_it(tmp_path, edit, message):
+    run = _record_line(tmp_path, edit)
+    with pytest.raises(ResultsFileError, match=re.escape(message)) as refused:
+        load_records(run)
+    assert str(refused.value).startswith(f"{run / 'results.jsonl'}:1: ")
+
+
+@pytest.mark.parametrize("started_at", ["2024-05-01T12:00:00.123+00:00", "2024-05-01T14:00:00+02:00", UNKNOWN_START])
+def test_a_record_as_critpath_writes_it_is_read(tmp_path, started_at):
+    run = _record_line(tmp_path, lambda d: d.update(started_at=started_at))
+    assert [r.started_at for r in load_records(run)] == [started_at]
+
+
+def test_an_import_whose_time_has_no_zone_records_its_start_as_unknown(tmp_path):
+    source = FIXTURES / "nccl_tests" / "all_reduce_h100.json"
+    assert '"start_time":"2026-01-01 00:00:00"' in source.read_text().replace(": ", ":")
+    assert main(["import-nccl-tests", str(source), "--out", str(tmp_path / "run")]) == 0
+    assert {r.started_at for r in load_records(tmp_path / "run")} == {UNKNOWN_START}

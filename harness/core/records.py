@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import math
+import re
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from typing import Any, Mapping, Optional
@@ -16,6 +17,7 @@ import jsonschema
 import numpy as np
 
 from harness.core import registry
+from harness.core.echo import shown
 from harness.core.family import CheckResult
 from harness.core.numbers import NumberError, check_float, check_int
 from harness.core.options import CannotRun
@@ -31,6 +33,26 @@ MAX_SAMPLES = 1_000_000
 MAX_OVER_RANKS, SINGLE_RANK = "max_over_ranks", "single_rank"
 # ErrorInfo.kind of a case that ran and whose correctness check found wrong results.
 CHECK_FAILED = "check"
+
+
+# started_at of a record whose start no source gave: a text log of nccl-tests prints none, and its
+# JSON prints local time without a zone, which is no instant.
+UNKNOWN_START = "unknown"
+# ISO 8601 with its offset, as utc_now_iso writes it: "2024-05-01T12:00:00.123+00:00". Python's
+# fromisoformat alone also takes "2024-05-01", "20240501T1200" and times without a zone.
+_STARTED_AT = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,6})?[+-][0-9]{2}:[0-9]{2}",
+                         re.ASCII)
+
+
+def is_started_at(text: Any) -> bool:
+    """Whether ``text`` is an instant as critpath writes one (ISO 8601 with its offset), a real date and time."""
+    if not isinstance(text, str) or not _STARTED_AT.fullmatch(text):
+        return False
+    try:
+        _dt.datetime.fromisoformat(text)
+    except ValueError:  # month 13, hour 25, offset +99:00
+        return False
+    return True
 
 
 def utc_now_iso(timespec: str = "milliseconds") -> str:
@@ -65,6 +87,8 @@ def _without_sample_items(schema: dict) -> dict:
 
 
 _SAMPLE_ITEMS = _schema()["properties"]["samples_ns"]["items"]
+# The fields of a record, as the schema declares them: any other top-level key is refused.
+_FIELDS = tuple(_schema()["properties"])
 _VALIDATOR = jsonschema.Draft202012Validator(_without_sample_items(_schema()))
 
 
@@ -222,6 +246,13 @@ def validate(data: Mapping[str, Any], where: str = "") -> None:
     if error is not None:
         path = ".".join(str(p) for p in error.absolute_path) or "(record)"
         raise RecordError(f"field {path}: {error.message}", where)
+    unknown = [key for key in data if key not in _FIELDS]
+    if unknown:
+        raise RecordError(f"field {shown(unknown[0])}: not a field of a record ({SCHEMA_ID} has {', '.join(_FIELDS)})",
+                          where)
+    if data["started_at"] != UNKNOWN_START and not is_started_at(data["started_at"]):
+        raise RecordError(f"field started_at: {shown(data['started_at'])} is not an instant as critpath writes one "
+                          f"(ISO 8601 with its offset, 2024-05-01T12:00:00.123+00:00), nor {UNKNOWN_START!r}", where)
     _check_samples(data["samples_ns"], where)
     if data["status"] == "ok" and not data["samples_ns"]:
         raise RecordError("field samples_ns: an ok record must carry its samples", where)
@@ -253,7 +284,8 @@ def _check_numbers(data: Mapping[str, Any]) -> None:
         check_int(plan["warmup"], "field plan.warmup", 0, MAX_SAMPLES)
         check_int(plan["iters"], "field plan.iters", 1, MAX_SAMPLES)
     for key, value in (data.get("summary") or {}).items():
-        check_float(value, f"field summary.{key}", 0)
+        # n counts samples: 20.0 is no count (the schema's 'number' admits it)
+        (check_int if key == "n" else check_float)(value, f"field summary.{key}", 0)
     check = data.get("check")
     if check:
         check_int(check["wrong"], "field check.wrong", 0)

@@ -34,6 +34,7 @@ from typing import Any, Iterable, Optional
 
 from harness.core.imported import DTYPES
 from harness.core.jsonfile import JsonFileError, loads_strict
+from harness.core.records import UNKNOWN_START
 from harness.nccltests.evidence import Observed, ObservedRow, Side
 from harness.nccltests.limits import MAX_DEVICE, MAX_ITERS, MAX_ROWS, MAX_TIME_US
 from harness.nccltests.periter import per_iteration_times
@@ -123,7 +124,7 @@ class Parsed:
     devices: list[dict] = field(default_factory=list)
     nccl_version: Optional[str] = None
     tests_version: Optional[str] = None
-    started_at: str = "unknown"
+    started_at: str = UNKNOWN_START  # as the source gives it; a record takes it only as an instant
     binary: Optional[tuple[str, str]] = None  # (name, where)
     columns: Optional[tuple[str, ...]] = None
     columns_where: str = ""
@@ -616,7 +617,7 @@ def parse_json(text: str, path: str) -> Parsed:
                            json_integer(v, w, high=1, what="0 or 1"), f"{path}: field config")
     warmup = _plan_count(_config_count(config, "warmup_iters", path, 0, low=0), f"{path}: field config.warmup_iters")
     agg = _config_count(config, "aggregated_iterations", path, 1, low=1)
-    started = _optional(data, "start_time", lambda v, w: json_text(v, w, "a time"), f"{path}: field", "unknown")
+    started = _optional(data, "start_time", lambda v, w: json_text(v, w, "a time"), f"{path}: field", UNKNOWN_START)
     return Parsed(rows, iters, warmup, agg,
                   ranks, ranks_from, "json", devices, None if code is None else nccl_version_text(code),
                   None, started, binary=(args[0], "field args[0]") if args else None,

@@ -14,7 +14,7 @@ from rich.console import Console
 
 from harness.core import registry
 from harness.core.options import UsageError
-from harness.core.records import ErrorInfo, Record, utc_now_iso
+from harness.core.records import UNKNOWN_START, ErrorInfo, Record, utc_now_iso
 from harness.run import fingerprint
 from harness.run.launchenv import env_int
 from harness.run.plan import MAX_WORLD, RunJournal, RunOptions, RunPlan, plan_run
@@ -104,7 +104,7 @@ class _FileSink:
             print(f"critpath rank {self.me.rank}: {case_id} failed: {error.kind}: {error.message}", file=sys.stderr)
             return
         self.record(Record.failure(registry.parse(case_id), self.journal.run_id, error, self.backend,
-                                   self.started_at or "unknown"))
+                                   self.started_at or UNKNOWN_START))
 
     def finished(self, rank: int) -> None:
         self._disarm()
