@@ -13,12 +13,16 @@ import pytest
 from conftest import derived_record
 
 from harness.cli import main
+from harness.core.options import UsageError
 from harness.core.records import UNKNOWN_START
-from harness.core.store import ResultsFileError, RunDir, load_records
+from harness.core.scale import MAX_CPU_COUNT, MAX_WORLD
+from harness.core.store import ResultsFileError, RunDir, load_records, load_run
 from harness.gate.cli import MAX_REPEATS, SIDE_DEPTH
 from harness.gate.outputs import EXIT_COULD_NOT_RUN
 from harness.history.asvfiles import RESULTS_DEPTH
 from harness.nccltests.limits import MAX_DEVICE
+from harness.run import fingerprint
+from harness.run.joined import joined_rank
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ASV = FIXTURES / "asv_results"
@@ -189,6 +193,7 @@ def _record_line(tmp_path: Path, edit) -> Path:
 
 @pytest.mark.parametrize("edit, message", [
     (lambda d: d["summary"].update(n=float(d["summary"]["n"])), "field summary.n: expected an integer, got 200.0"),
+    (lambda d: d.update(world=2**40), f"field world: 1099511627776 is outside the range it may take (from 1 to {MAX_WORLD})"),
     (lambda d: d.update(zzz=1), "field 'zzz': not a field of a record (critpath.record/1 has schema, run_id"),
     (lambda d: d.update(started_at="last Tuesday"), "field started_at: 'last Tuesday' is not an instant"),
     (lambda d: d.update(started_at="2024-05-01T12:00:00"), "field started_at: '2024-05-01T12:00:00' is not an instant"),
@@ -213,3 +218,71 @@ def test_an_import_whose_time_has_no_zone_records_its_start_as_unknown(tmp_path)
     assert '"start_time":"2026-01-01 00:00:00"' in source.read_text().replace(": ", ":")
     assert main(["import-nccl-tests", str(source), "--out", str(tmp_path / "run")]) == 0
     assert {r.started_at for r in load_records(tmp_path / "run")} == {UNKNOWN_START}
+
+
+# -- 16: fingerprint and layout numbers within the job critpath runs, and the records' world -------
+
+def _fingerprinted(tmp_path: Path, edit, worlds=(2,), launch: str = "local") -> Path:
+    """A whole run of one record per world in ``worlds``, its fingerprint as ``critpath run``
+    writes it (world: the widest case) and then changed by ``edit``."""
+    run = RunDir(tmp_path / "run", "run-f")
+    samples = np.random.default_rng(0).normal(1000, 10, 200).clip(1)
+    for world in worlds:
+        case_id = f"selftest/fault_rank=0,mode=noop,world={world}"
+        run.append(derived_record(case_id, samples, run_id="run-f", plan={"warmup": 1, "iters": len(samples)}))
+    run.write_meta({"schema": "critpath.run/1", "state": "finished", "cases_total": len(worlds)})
+    data = fingerprint.collect("gloo", max(worlds), launch)
+    edit(data)
+    run.write_fingerprint(data)
+    return tmp_path / "run"
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d.update(world=2**63 - 1), f"field world: 9223372036854775807 is outside the range it may take "
+                                          f"(from 1 to {MAX_WORLD})"),
+    (lambda d: d.update(cpu_count=2**63 - 1), f"field cpu_count: 9223372036854775807 is outside the range it may "
+                                              f"take (from 0 to {MAX_CPU_COUNT})"),
+    (lambda d: d["layout"].update(nodes=2**63 - 1), "field layout.nodes: 9223372036854775807 is outside the range"),
+    (lambda d: d["layout"].update(nodes=3), "field layout.nodes: 3 nodes, but field world is 2 ranks"),
+    (lambda d: d["layout"].update(local_ranks=[0, 2**40]), "field layout.local_ranks.1: 1099511627776 is outside"),
+    (lambda d: d.update(world=3), "field world: 3 ranks, but the widest of the run's records is world 2"),
+])
+def test_a_fingerprint_number_past_the_job_or_the_records_is_refused_naming_it(tmp_path, edit, message):
+    run = _fingerprinted(tmp_path, edit)
+    with pytest.raises(ResultsFileError, match=re.escape(message)) as refused:
+        load_run(run)
+    assert str(refused.value).startswith(f"{run / 'fingerprint.json'}: ")
+
+
+def test_acceptance_refuses_a_layout_past_any_job_rather_than_failing_its_pin(tmp_path, capsys):
+    run = _fingerprinted(tmp_path, lambda d: d["layout"].update(nodes=2**63 - 1))
+    profile = tmp_path / "profile.yaml"
+    profile.write_text("schema: critpath.accept/1\nname: t\nworld: 2\nnodes: 1\nchecks:\n"
+                       f"  - {{name: p99, case: '{NOOP.replace('world=1', 'world=2')}', statistic: p99_us, max: 1000000,"
+                       " source: a bound}\n")
+    assert main(["accept", "--profile", str(profile), "--run", str(run), "--out", str(tmp_path / "acc")]) == 2
+    shown = capsys.readouterr()
+    assert "COULD NOT VERIFY" in shown.out and "FAIL" not in shown.out.replace("COULD NOT VERIFY", "")
+    assert "field layout.nodes: 9223372036854775807 is outside the range" in shown.out + shown.err
+
+
+def test_a_joined_job_whose_records_hold_another_world_is_refused(tmp_path):
+    run = _fingerprinted(tmp_path, lambda d: None, worlds=(1, 2), launch="joined")
+    with pytest.raises(ResultsFileError, match=re.escape("field world: 2 ranks, but a record of this one job is "
+                                                         "world 1")):
+        load_run(run)
+
+
+@pytest.mark.parametrize("worlds, launch", [((1, 2), "local"), ((2,), "joined"), ((1, 2), "worker")])
+def test_a_fingerprint_as_critpath_writes_it_is_read(tmp_path, worlds, launch):
+    edit = (lambda d: d.update(world=1)) if launch == "worker" else (lambda d: None)
+    assert load_run(_fingerprinted(tmp_path, edit, worlds, launch)).fingerprint["world"] == (
+        1 if launch == "worker" else max(worlds))
+
+
+def test_a_local_rank_past_the_ranks_of_its_node_is_refused_naming_both_variables():
+    env = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": "29500"}
+    with pytest.raises(UsageError, match=re.escape("LOCAL_RANK=1: expected an integer in [0, 0], one of the 1 ranks "
+                                                   "the launcher starts on this node (LOCAL_WORLD_SIZE)")):
+        joined_rank(env)

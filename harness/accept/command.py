@@ -30,7 +30,7 @@ from harness.core.store import LoadedRun, ResultsFileError, load_run, new_run_id
 from harness.document.blocks import Heading, Para, Table
 from harness.report.cli import make_report, report_targets, write_report
 from harness.run.launchenv import env_int
-from harness.run.plan import MAX_WORLD
+from harness.core.scale import MAX_WORLD
 from harness.run.runner import RunOptions, run
 
 

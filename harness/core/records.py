@@ -21,6 +21,7 @@ from harness.core.echo import shown
 from harness.core.family import CheckResult
 from harness.core.numbers import NumberError, check_float, check_int
 from harness.core.options import CannotRun
+from harness.core.scale import MAX_WORLD
 from harness.core.stats import Summary
 
 SCHEMA_ID = "critpath.record/1"
@@ -274,7 +275,7 @@ def _check_numbers(data: Mapping[str, Any]) -> None:
     --warmup), where plan.iters of 10**18 was read. Samples and metrics have their own checks
     (``_check_samples``, harness.core.verify)."""
     check_int(data["family_version"], "field family_version", 1)
-    check_int(data["world"], "field world", 1)
+    check_int(data["world"], "field world", 1, MAX_WORLD)
     check_float(data["wall_s"], "field wall_s", 0)
     for key, value in data["params"].items():
         if not isinstance(value, str):
@@ -292,7 +293,7 @@ def _check_numbers(data: Mapping[str, Any]) -> None:
         check_int(check["checked"], "field check.checked", 0)
     error = data.get("error")
     if error and error.get("rank") is not None:
-        check_int(error["rank"], "field error.rank", 0)
+        check_int(error["rank"], "field error.rank", 0, MAX_WORLD - 1)
 
 
 def samples_array(record: Record) -> np.ndarray:

@@ -17,7 +17,8 @@ from harness.core.options import UsageError
 from harness.core.records import UNKNOWN_START, ErrorInfo, Record, utc_now_iso
 from harness.run import fingerprint
 from harness.run.launchenv import env_int
-from harness.run.plan import MAX_WORLD, RunJournal, RunOptions, RunPlan, plan_run
+from harness.core.scale import MAX_WORLD
+from harness.run.plan import RunJournal, RunOptions, RunPlan, plan_run
 from harness.run.reporter import Reporter, announce, finish
 
 
@@ -40,16 +41,22 @@ def joined_rank(env=os.environ):
 
     if "RANK" in env and "WORLD_SIZE" in env:
         world = env_int(env, "WORLD_SIZE", 1, MAX_WORLD)
-        rank, local = env_int(env, "RANK", 0, world - 1), env_int(env, "LOCAL_RANK", 0, world - 1, 0)
+        rank, local_var = env_int(env, "RANK", 0, world - 1), "LOCAL_RANK"
+        local = env_int(env, local_var, 0, world - 1, 0)
         _rendezvous(env)
     elif "SLURM_PROCID" in env and env_int(env, "SLURM_NTASKS", 1, MAX_WORLD, 1) > 1:
         world = env_int(env, "SLURM_NTASKS", 1, MAX_WORLD)
-        rank, local = env_int(env, "SLURM_PROCID", 0, world - 1), env_int(env, "SLURM_LOCALID", 0, world - 1, 0)
+        rank, local_var = env_int(env, "SLURM_PROCID", 0, world - 1), "SLURM_LOCALID"
+        local = env_int(env, local_var, 0, world - 1, 0)
         _rendezvous(env)
         os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(local))
     else:
         return None
-    fingerprint.launcher_layout(env)  # the node's variables too, checked before the ranks meet
+    # the node's variables too, checked before the ranks meet: a local rank is one of its node's
+    _, local_world = fingerprint.launcher_layout(env)
+    if local_world is not None and local >= local_world:
+        raise UsageError(f"{local_var}={local}: expected an integer in [0, {local_world - 1}], one of the "
+                         f"{local_world} ranks the launcher starts on this node ({fingerprint.local_world_var(env)})")
     return Rank(rank, world, local, pick_backend(None, local))
 
 
