@@ -154,7 +154,7 @@ def _node_run(path, host, mean_us, failed=None):
         if failed is not None and size == 65536:
             from harness.core import registry
 
-            run.append(Record.failure(registry.parse(case_id), f"run-{host}", failed, "gloo", "2026-01-01T00:00:00"))
+            run.append(Record.failure(registry.parse(case_id), f"run-{host}", failed, "gloo", "2026-01-01T00:00:00+00:00"))
             continue
         samples = np.full(200, mean_us * 1e3 * size / 65536, dtype=np.int64)
         run.append(derived_record(case_id, samples, run_id=f"run-{host}", reports=[{}, {}]))

@@ -199,7 +199,8 @@ def test_a_text_wrong_count_that_is_not_a_whole_number_is_refused(tmp_path, toke
     lines[25] = lines[25].rstrip()[:-1] + token + "\n"
     path = tmp_path / "all_reduce.txt"
     path.write_text("".join(lines))
-    with pytest.raises(NcclTestsFormatError, match=rf"all_reduce.txt:26: in-place #wrong is '{re.escape(token)}', not a whole"):
+    refused = rf"(expected an integer .*, got '{re.escape(token)}'|{re.escape(token)} is outside the range)"
+    with pytest.raises(NcclTestsFormatError, match=rf"all_reduce.txt:26: in-place #wrong: {refused}"):
         parse_file(path)
 
 
@@ -397,11 +398,11 @@ def _text_log(tmp_path: Path, old: str, new: str, name: str = "all_reduce.txt") 
 
 @pytest.mark.parametrize("size, count, message", [
     ("1180591620717411303424", "295147905179352825856",
-     "size (B) is '1180591620717411303424', more than 9223372036854775807"),
-    ("9223372036854775808", "2305843009213693952", "size (B) is '9223372036854775808', more than"),
-    ("1" * 5000, "2", "size (B) is '11111111111111111111'... (5000 characters), more than"),
+     "size (B): 1180591620717411303424 is outside the range it may take (from 0 to 9223372036854775807)"),
+    ("9223372036854775808", "2305843009213693952", "size (B): 9223372036854775808 is outside the range"),
+    ("1" * 5000, "2", "size (B): expected an integer"),
     ("１３４２１７７２８", "33554432", "is neither a result row"),  # fullwidth digits
-    ("134217728", "３３５５４４３２", "count (elements) is '３３５５４４３２', not a whole number"),
+    ("134217728", "３３５５４４３２", "count (elements): expected an integer (ASCII digits"),
 ])
 def test_a_text_size_past_what_nccl_tests_prints_is_refused_naming_line_and_field(tmp_path, capsys, size, count,
                                                                                  message):

@@ -132,8 +132,8 @@ def test_model_ranks_are_held_to_the_largest_job(text, why, capsys):
 
 
 def test_model_ranks_up_to_the_largest_job_are_modelled():
+    from harness.core.scale import MAX_WORLD
     from harness.model.command import parse_ranks
-    from harness.run.plan import MAX_WORLD
 
     assert parse_ranks("8,16,...,16384")[-1] == 16384 and parse_ranks(f"1,{MAX_WORLD}") == (1, MAX_WORLD)
 
@@ -142,8 +142,9 @@ def test_model_ranks_up_to_the_largest_job_are_modelled():
 
 def test_a_local_run_spawns_no_more_ranks_than_one_host_holds():
     from harness.core.options import UsageError
+    from harness.core.scale import MAX_WORLD
     from harness.run.local import local_plan
-    from harness.run.plan import MAX_LOCAL_WORLD, MAX_WORLD, RunOptions
+    from harness.run.plan import MAX_LOCAL_WORLD, RunOptions
 
     assert MAX_LOCAL_WORLD < MAX_WORLD
     with pytest.raises(UsageError, match=rf"^--world {MAX_WORLD}: a local run spawns at most MAX_LOCAL_WORLD = "

@@ -24,7 +24,7 @@ from harness.core.options import MAX_SECONDS
 from harness.core.records import MAX_SAMPLES
 from harness.core.schema import strict_validator
 from harness.run.nodefacts import FACT_NAMES
-from harness.run.plan import MAX_WORLD
+from harness.core.scale import MAX_WORLD
 
 # Where a record came from: critpath measured it, or it was imported (extra.imported.source).
 RECORD_SOURCES = ("critpath", "nccl-tests")

@@ -24,8 +24,8 @@ from harness.core import registry, yamlfile
 from harness.core.numbers import NumberError, check_float, check_int
 from harness.core.options import print_error
 from harness.core.schema import strict_validator
+from harness.core.scale import MAX_WORLD
 from harness.run.fingerprint import PROJECT_ROOT
-from harness.run.plan import MAX_WORLD
 
 SCHEMA_ID = "critpath.baselines/1"
 DEFAULT_DIR = PROJECT_ROOT / "baselines"

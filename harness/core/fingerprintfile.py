@@ -15,10 +15,11 @@ Fields critpath does not read are left as they are.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Union
+from typing import Any, Mapping, Optional, Union
 
 from harness.core.echo import shown
 from harness.core.numbers import NumberError, check_int
+from harness.core.scale import MAX_CPU_COUNT, MAX_WORLD
 
 
 class FingerprintError(ValueError):
@@ -28,6 +29,7 @@ class FingerprintError(ValueError):
 @dataclass(frozen=True)
 class _Count:
     low: int  # 0 for a count, 1 for a world size
+    high: Optional[int] = None  # None: any 64-bit count (a GPU's memory in bytes)
 
 
 @dataclass(frozen=True)
@@ -49,16 +51,19 @@ class _Device:
 _Spec = Union[type, _Count, _List, _Values, _Device, Mapping[str, Any]]
 
 
-COUNT, WORLD = _Count(0), _Count(1)
+COUNT = _Count(0)
+# A job's ranks, nodes and ranks per node: 1 to the largest job critpath runs; a rank's index or
+# node index below it; a host's CPUs as Linux counts them. 2**63-1 was a world that passed.
+WORLD, INDEX, CPUS = _Count(1, MAX_WORLD), _Count(0, MAX_WORLD - 1), _Count(0, MAX_CPU_COUNT)
 _DEVICE_TEXT = ("name", "uuid", "host", "pci", "reason")
 _WANT = {str: "a string", bool: "true or false"}
 
 LAYOUT = {"nodes": WORLD, "ranks_per_node": (WORLD, _List(WORLD)), "uniform": bool, "node_major": bool,
-          "hosts": _List(str), "node_keys": _List(str), "node_of_rank": _List(COUNT), "local_ranks": _List(COUNT),
+          "hosts": _List(str), "node_keys": _List(str), "node_of_rank": _List(INDEX), "local_ranks": _List(INDEX),
           "ranks": _List({})}
 GPUS = {"present": bool, "reason": str, "count": COUNT, "count_reason": str, "driver_version": str,
         "driver_version_reason": str, "listed": str, "devices": _List(_Device())}
-FINGERPRINT = {"schema": str, "host": str, "cpu_model": str, "cpu_count": COUNT, "cpu_usable": COUNT, "kernel": str,
+FINGERPRINT = {"schema": str, "host": str, "cpu_model": str, "cpu_count": CPUS, "cpu_usable": CPUS, "kernel": str,
                "machine": str, "python": str, "torch": str, "critpath": str, "backend": str, "world": WORLD,
                "launch": str, "nccl_version": str, "imported_from": str, "layout": LAYOUT, "gpus": GPUS,
                "git": {"commit": str, "dirty": bool, "reason": str}, "libraries": _Values(str), "env": _Values(str)}
@@ -94,7 +99,7 @@ def _check(value: Any, spec, name: str) -> None:
         raise FingerprintError(f"field {name}: must be {_what(kinds)}, not {shown(value)}")
     if isinstance(spec, _Count):
         try:
-            check_int(value, f"field {name}", spec.low)
+            check_int(value, f"field {name}", spec.low, spec.high)
         except NumberError as exc:
             raise FingerprintError(str(exc)) from None
     elif isinstance(spec, _List):
@@ -126,3 +131,6 @@ def check(fingerprint: Mapping[str, Any]) -> None:
     if keys and any(r >= len(keys) for r in ranks):
         raise FingerprintError(f"field layout.node_of_rank: a node index outside 0..{len(keys) - 1} "
                                f"(layout.node_keys has {len(keys)})")
+    nodes, world = layout.get("nodes"), fingerprint.get("world")
+    if nodes is not None and world is not None and nodes > world:  # a node holds a rank or more
+        raise FingerprintError(f"field layout.nodes: {nodes} nodes, but field world is {world} ranks")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import math
+import re
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from typing import Any, Mapping, Optional
@@ -16,10 +17,13 @@ import jsonschema
 import numpy as np
 
 from harness.core import registry
+from harness.core.echo import shown
 from harness.core.family import CheckResult
 from harness.core.numbers import NumberError, check_float, check_int
 from harness.core.options import CannotRun
+from harness.core.runmeta import UNKNOWN_TIME
 from harness.core.schema import strict_validator
+from harness.core.scale import MAX_WORLD
 from harness.core.stats import Summary
 
 SCHEMA_ID = "critpath.record/1"
@@ -32,6 +36,26 @@ MAX_SAMPLES = 1_000_000
 MAX_OVER_RANKS, SINGLE_RANK = "max_over_ranks", "single_rank"
 # ErrorInfo.kind of a case that ran and whose correctness check found wrong results.
 CHECK_FAILED = "check"
+
+
+# started_at of a record whose start no source gave: a text log of nccl-tests prints none, and its
+# JSON prints local time without a zone, which is no instant.
+UNKNOWN_START = UNKNOWN_TIME  # the same word run.json writes for such a start
+# ISO 8601 with its offset, as utc_now_iso writes it: "2024-05-01T12:00:00.123+00:00". Python's
+# fromisoformat alone also takes "2024-05-01", "20240501T1200" and times without a zone.
+_STARTED_AT = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,6})?[+-][0-9]{2}:[0-9]{2}",
+                         re.ASCII)
+
+
+def is_started_at(text: Any) -> bool:
+    """Whether ``text`` is an instant as critpath writes one (ISO 8601 with its offset), a real date and time."""
+    if not isinstance(text, str) or not _STARTED_AT.fullmatch(text):
+        return False
+    try:
+        _dt.datetime.fromisoformat(text)
+    except ValueError:  # month 13, hour 25, offset +99:00
+        return False
+    return True
 
 
 def utc_now_iso(timespec: str = "milliseconds") -> str:
@@ -66,6 +90,8 @@ def _without_sample_items(schema: dict) -> dict:
 
 
 _SAMPLE_ITEMS = _schema()["properties"]["samples_ns"]["items"]
+# The fields of a record, as the schema declares them: any other top-level key is refused.
+_FIELDS = tuple(_schema()["properties"])
 _VALIDATOR = strict_validator(_without_sample_items(_schema()))
 
 
@@ -223,6 +249,13 @@ def validate(data: Mapping[str, Any], where: str = "") -> None:
     if error is not None:
         path = ".".join(str(p) for p in error.absolute_path) or "(record)"
         raise RecordError(f"field {path}: {error.message}", where)
+    unknown = [key for key in data if key not in _FIELDS]
+    if unknown:
+        raise RecordError(f"field {shown(unknown[0])}: not a field of a record ({SCHEMA_ID} has {', '.join(_FIELDS)})",
+                          where)
+    if data["started_at"] != UNKNOWN_START and not is_started_at(data["started_at"]):
+        raise RecordError(f"field started_at: {shown(data['started_at'])} is not an instant as critpath writes one "
+                          f"(ISO 8601 with its offset, 2024-05-01T12:00:00.123+00:00), nor {UNKNOWN_START!r}", where)
     _check_samples(data["samples_ns"], where)
     if data["status"] == "ok" and not data["samples_ns"]:
         raise RecordError("field samples_ns: an ok record must carry its samples", where)
@@ -244,7 +277,7 @@ def _check_numbers(data: Mapping[str, Any]) -> None:
     --warmup), where plan.iters of 10**18 was read. Samples and metrics have their own checks
     (``_check_samples``, harness.core.verify)."""
     check_int(data["family_version"], "field family_version", 1)
-    check_int(data["world"], "field world", 1)
+    check_int(data["world"], "field world", 1, MAX_WORLD)
     check_float(data["wall_s"], "field wall_s", 0)
     for key, value in data["params"].items():
         if not isinstance(value, str):
@@ -254,14 +287,15 @@ def _check_numbers(data: Mapping[str, Any]) -> None:
         check_int(plan["warmup"], "field plan.warmup", 0, MAX_SAMPLES)
         check_int(plan["iters"], "field plan.iters", 1, MAX_SAMPLES)
     for key, value in (data.get("summary") or {}).items():
-        check_float(value, f"field summary.{key}", 0)
+        # n counts samples: 20.0 is no count (the schema's 'number' admits it)
+        (check_int if key == "n" else check_float)(value, f"field summary.{key}", 0)
     check = data.get("check")
     if check:
         check_int(check["wrong"], "field check.wrong", 0)
         check_int(check["checked"], "field check.checked", 0)
     error = data.get("error")
     if error and error.get("rank") is not None:
-        check_int(error["rank"], "field error.rank", 0)
+        check_int(error["rank"], "field error.rank", 0, MAX_WORLD - 1)
 
 
 def samples_array(record: Record) -> np.ndarray:

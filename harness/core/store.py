@@ -439,7 +439,7 @@ def load_run(path: Path, label: Optional[str] = None) -> LoadedRun:
     run_dir = run_dir_of(path)
     if run_dir is None:
         raise ResultsFileError(f"{path}: not a run directory")
-    return run_of(run_dir, load_records(run_dir), *run_documents(run_dir), label=label)
+    return _world_checked(run_of(run_dir, load_records(run_dir), *run_documents(run_dir), label=label))
 
 
 def load_whole(path: Path) -> LoadedRun:
@@ -448,10 +448,44 @@ def load_whole(path: Path) -> LoadedRun:
     records (a comparison, a verdict, a fitted model) reads it with. A results file given alone is
     taken as it is."""
     path = Path(path)
-    run = run_of(path, load_records(path), *run_documents(path))
+    run = _world_checked(run_of(path, load_records(path), *run_documents(path)))
     if run.incomplete:  # a killed, mixed or duplicated run's cases are not its measurement
         raise ResultsFileError(f"{path}: {run.incomplete}")
     return run
+
+
+def _world_checked(run: LoadedRun) -> LoadedRun:
+    """``run``, refused naming its fingerprint when the fingerprint's world cannot be the run's."""
+    contradiction = world_contradiction(run)
+    if contradiction:
+        raise ResultsFileError(f"{run_dir_of(run.path) / FINGERPRINT}: field world: {contradiction}")
+    return run
+
+
+# A worker's fingerprint is its own process's (world 1), written before any round: each round's
+# cases spawn their own ranks, so its world says nothing of theirs.
+_OWN_WORLD_LAUNCHES = ("worker",)
+# One job whose every case runs on all its ranks: no record holds a world other than the job's. A
+# local run's cases each spawn their own ranks, and critpath run before its RunPlan wrote --world
+# (2) however wide a case (4): there a narrower fingerprint is how such runs read.
+_ONE_JOB_LAUNCHES = ("joined", "imported")
+
+
+def world_contradiction(run: LoadedRun) -> str:
+    """Why the fingerprint's world cannot be the run's, "" when it can. Diagnosis and acceptance
+    read it as the job's: a whole run holds a case of that many ranks (a world wider than every
+    record, even 2**63-1, passed as healthy), and a joined or imported one no other."""
+    world = run.fingerprint.get("world")
+    if world is None or not run.records or run.fingerprint.get("launch") in _OWN_WORLD_LAUNCHES:
+        return ""
+    widest = max(run.records, key=lambda r: r.world)
+    one_job = run.fingerprint.get("launch") in _ONE_JOB_LAUNCHES
+    if widest.world < world and not run.incomplete:
+        return f"{world} ranks, but the widest of the run's records is world {widest.world} ({widest.case_id})"
+    if one_job and any(r.world != world for r in run.records):
+        other = next(r for r in run.records if r.world != world)
+        return f"{world} ranks, but a record of this one job is world {other.world} ({other.case_id})"
+    return ""
 
 
 RUN_FILES = (RESULTS, RUN_META, FINGERPRINT)

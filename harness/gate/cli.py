@@ -23,6 +23,7 @@ from harness.core.options import (absolute, at_least, case_id_option, families_o
                                   print_error, seconds)
 from harness.core.records import MAX_SAMPLES, Record
 from harness.core.store import RESULTS, ResultsFileError, load_whole, run_inputs
+from harness.core.walk import WalkError, walk_bounded
 from harness.gate.config import ALPHA_RANGE, MAX_MIN_EFFECT, ConfigError, GateConfig, load_baselines, load_config
 from harness.gate.outputs import EXIT_COULD_NOT_RUN, GateResult
 from harness.gate.paired import DESIGN, SPENDING, paired_verdicts, recheck_verdicts
@@ -336,16 +337,43 @@ def _against_input(baseline, problem: Optional[str], runs: Repeats, config: Gate
 
 # -- compare ------------------------------------------------------------------------------------
 
-def _load_side(path: Path) -> list[list[Record]]:
-    """A run directory, or a directory whose subdirectories (recursively) are run directories."""
+# A side is a run directory, or a directory of them as the gate writes its own (out/candidate/rep-001)
+# with a level or two above for grouping. Its runs are repeats, at most as many as a gate takes.
+SIDE_DEPTH = 4
+MAX_SIDE_DIRS = 4 * MAX_REPEATS
+
+
+def _side_runs(path: Path) -> list[Path]:
+    """The run directories of one side: ``path`` itself, or those below it within SIDE_DEPTH."""
     if (path / RESULTS).exists() or path.is_file():
-        runs = [path]
-    else:
-        runs = sorted(p.parent for p in path.rglob(RESULTS))
+        return [path]
+    try:
+        runs = [d for d, names in walk_bounded(path, "a compare side", SIDE_DEPTH, MAX_SIDE_DIRS) if RESULTS in names]
+    except WalkError as exc:
+        raise ResultsFileError(str(exc)) from None
+    if len(runs) > MAX_REPEATS:
+        raise ResultsFileError(f"{path}: {len(runs)} run directories; a compare side takes at most {MAX_REPEATS} "
+                               "repeats")
+    return sorted(runs)
+
+
+def _load_side(path: Path, label: str) -> list[list[Record]]:
+    """A run directory, or a directory whose subdirectories (recursively) are run directories,
+    each a distinct run: the same run twice would count one process as two repeats."""
+    runs = _side_runs(path)
     if not runs:
         raise ResultsFileError(f"{path}: no run directory (results.jsonl) found")
     declare_inputs(run_inputs(runs))  # known before they are read: no output of this compare may replace them
-    return [list(load_whole(run).records) for run in runs]  # a killed run's cases are not a side's measurement
+    loaded, first_of = [], {}
+    for run in runs:
+        records = list(load_whole(run).records)  # a killed run's cases are not a side's measurement
+        for run_id in dict.fromkeys(r.run_id for r in records):
+            if run_id in first_of:
+                raise ResultsFileError(f"{path}: run {for_terminal(run_id)} appears twice in {label}: "
+                                       f"{first_of[run_id]} and {run}; repeats are distinct runs")
+            first_of[run_id] = run
+        loaded.append(records)
+    return loaded
 
 
 def cmd_compare(args) -> int:
@@ -370,7 +398,7 @@ def _compare_into(request: CompareRequest, out: Path) -> int:
     if is_gate_side(request.run_a) and is_gate_side(request.run_b):
         return _recheck_gate(request, out, start)
     try:
-        sides = [_load_side(request.run_a), _load_side(request.run_b)]
+        sides = [_load_side(request.run_a, "base"), _load_side(request.run_b, "candidate")]
     except ResultsFileError as exc:
         return outputs.error("compare", str(exc), config.statistic)
     unit = Unit.PROCESS if min(len(s) for s in sides) >= 2 else Unit.ITERATION

@@ -11,7 +11,6 @@ and counted (``AsvFiles.skipped``), never taken for a figure and never silently 
 from __future__ import annotations
 
 import math
-import os
 import re
 import sys
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from harness.core.escape import for_terminal
 from harness.core.inputfile import InputFileError, read_bounded
 from harness.core.jsonfile import JsonFileError, JsonLimits, loads_strict
 from harness.core.numbers import NumberError, check_float, check_int
+from harness.core.walk import WalkError, walk_bounded
 
 # asv's benchmarks.json: a few kB a benchmark.
 MAX_BENCHMARKS_JSON_BYTES = 64 << 20
@@ -36,6 +36,10 @@ MACHINE_LIMITS = JsonLimits(keys=1_000, values=1_000, depth=4)
 # A file per commit, machine and environment: 20,000 is years of nightly history on several
 # machines. More is no history a report can draw, and a directory past it is refused whole.
 MAX_RESULT_FILES = 20_000
+# asv writes results/<machine>/<commit>-<env>.json: one level of directories below the results
+# directory, one per machine. A dozen machines is a large lab; a thousand directories is none.
+RESULTS_DEPTH = 1
+MAX_RESULT_DIRS = 1_000
 # asv's results format (``asv.results.Results.api_version``); an older one is asv update's to convert.
 RESULTS_FORMAT = 2
 # asv dates a commit in milliseconds since 1970; the last a date is printed for is in year 9999.
@@ -192,16 +196,24 @@ def read_result(path: Path, machine: str) -> AsvResult:
 
 def _machine_dirs(results_dir: Path) -> Iterator[tuple[Path, list[Path]]]:
     """(directory, its results files) for every directory under ``results_dir`` that holds one,
-    as asv walks them; AsvDirectoryError past MAX_RESULT_FILES."""
+    as asv walks them; AsvDirectoryError past MAX_RESULT_FILES, or deeper than RESULTS_DEPTH or
+    wider than MAX_RESULT_DIRS."""
     count = 0
-    for root, _dirs, names in os.walk(results_dir):
-        files = [Path(root) / n for n in sorted(names) if n.endswith(".json") and n not in NOT_RESULTS]
+    walk = walk_bounded(results_dir, "an asv results directory", RESULTS_DEPTH, MAX_RESULT_DIRS)
+    while True:
+        try:
+            root, names = next(walk)
+        except StopIteration:
+            return
+        except WalkError as exc:
+            raise AsvDirectoryError(str(exc)) from None
+        files = [root / n for n in names if n.endswith(".json") and n not in NOT_RESULTS]
         count += len(files)
         if count > MAX_RESULT_FILES:
             raise AsvDirectoryError(f"{results_dir}: more than {MAX_RESULT_FILES} asv results files; a history "
                                     f"reads at most {MAX_RESULT_FILES} (give the directory of fewer machines or commits)")
         if files:
-            yield Path(root), files
+            yield root, files
 
 
 def read_results(results_dir: Path, machine: Optional[str] = None, commit: Optional[str] = None) -> AsvFiles:

@@ -24,12 +24,12 @@ from harness.core.console import Console
 from harness.core.echo import shown
 from harness.core.numbers import parse_int
 from harness.core.options import model_size_sweep, print_error
+from harness.core.scale import MAX_WORLD
 from harness.core.sizes import MAX_SIZES, format_size, parse_sizes
 from harness.model import alphabeta as ab
 from harness.model import nccl_tuning, plots
 from harness.model import scale_claims as claims
 from harness.model.profile import HardwareProfile, LinkTier, ProfileError, load_profile
-from harness.run.plan import MAX_WORLD
 
 if TYPE_CHECKING:  # scipy loads only when a fit is asked for, not on every critpath command
     from harness.model.calibrate import Fit

@@ -18,7 +18,7 @@ import yaml
 from harness.core import yamlfile
 from harness.core.echo import shown
 from harness.core.numbers import NumberError, check_float, check_int
-from harness.run.plan import MAX_WORLD
+from harness.core.scale import MAX_WORLD
 
 TIER_KINDS = ("nvlink", "pcie", "roce", "infiniband", "loopback")
 NCCL_INTRA_HW = ("nvlink", "pci")

@@ -39,7 +39,7 @@ from harness.core.family import CheckResult
 from harness.core.imported import (MEAN_ONLY, PER_ITERATION, case_id_of, check_of, family_params, figures_of,
                                    mean_samples_ns, samples_ns)
 from harness.core.options import print_error
-from harness.core.records import Record
+from harness.core.records import UNKNOWN_START, Record, is_started_at
 from harness.core.runmeta import RUN_SCHEMA
 from harness.core.store import PLANNED, RUN_META, RunDir, planned_digest, read_meta
 from harness.nccltests.consistency import check_figures
@@ -116,7 +116,8 @@ def iter_records(parsed: Parsed, run_id: str, source_name: str, trailer: dict) -
         case_id = case_id_of(family, params)
         yield Record(
             run_id=run_id, case_id=case_id, family=family, family_version=1, params=params, status="ok",
-            backend="nccl", world=parsed.ranks, started_at=parsed.started_at, wall_s=0.0, samples_ns=samples,
+            backend="nccl", world=parsed.ranks, started_at=parsed.started_at if is_started_at(parsed.started_at) else UNKNOWN_START,
+            wall_s=0.0, samples_ns=samples,
             plan={"warmup": parsed.warmup, "iters": iters}, timer="nccl-tests (CUDA events)",
             metrics=figures_of(side),
             check=_check(row), reduction="nccl-tests" + (": per iteration, max over ranks" if kind == PER_ITERATION

@@ -29,6 +29,9 @@ MAX_TIMES_PER_SIDE = min((MAX_RECORD_BYTES - _RECORD_REST_BYTES) // _SAMPLE_JSON
                          (RECORD_LIMITS.values - RECORD_LIMITS.keys) // 2)
 
 MAX_ROWS = MAX_RUN_CASES
+# A '#  Rank' line's CUDA device ordinal, one of its node's devices: the largest nodes hold 16 GPUs,
+# and each of up to 7 MIG instances is a device of its own; 255 is past any node.
+MAX_DEVICE = 255
 # An import's warm-up and timed iterations become its records' plan, which holds no more than a
 # critpath run may time (records.MAX_SAMPLES, the bound of --iters and --warmup).
 MAX_ITERS = MAX_SAMPLES

@@ -34,9 +34,9 @@ from typing import Any, Iterable, Optional
 
 from harness.core.imported import DTYPES
 from harness.core.jsonfile import JsonFileError, loads_strict
-from harness.core.runmeta import UNKNOWN_TIME
+from harness.core.records import UNKNOWN_START
 from harness.nccltests.evidence import Observed, ObservedRow, Side
-from harness.nccltests.limits import MAX_ITERS, MAX_ROWS, MAX_TIME_US
+from harness.nccltests.limits import MAX_DEVICE, MAX_ITERS, MAX_ROWS, MAX_TIME_US
 from harness.nccltests.periter import per_iteration_times
 from harness.nccltests.values import (
     JSON_PRINTED_HALF_ULP,
@@ -53,13 +53,19 @@ __all__ = ["JSON_PRINTED_HALF_ULP", "Parsed", "Row", "parse_json", "parse_text"]
 
 # re.ASCII throughout: a Unicode \d takes fullwidth or Arabic-Indic digits, which nccl-tests never prints
 _BANNER = re.compile(r"^#\s*Collective test starting:\s*(\S+)", re.ASCII)
-_HEADER = re.compile(r"^#\s*nThread\s+(\d+)\s+nGpus\s+(\d+).*?warmup iters:\s*(\d+)\s+iters:\s*(\d+)"
-                     r"(?:\s+agg iters:\s*(\d+))?(?:\s+validation:\s*(\d+))?", re.ASCII)
-_RANK = re.compile(r"^#\s+Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+(\d+)\s+\[([^\]]*)\]\s+(.*)$",
+# Each number is taken as the whole word it is (\S+) and read by text_integer or text_number:
+# a pattern of digits alone read "nGpus 1x" as 1 and "0x5" as 0, the prefix of a word.
+_HEADER = re.compile(r"^#\s*nThread\s+(\S+)\s+nGpus\s+(\S+)\s.*?warmup iters:\s*(\S+)\s+iters:\s*(\S+)"
+                     r"(?:\s+agg iters:\s*(\S+))?(?:\s+validation:\s*(\S+))?", re.ASCII)
+_RANK = re.compile(r"^#\s+Rank\s+(\S+)\s+(?:Group\s+\S+\s+)?Pid\s+\S+\s+on\s+(\S+)\s+device\s+(\S+)\s+\[([^\]]*)\]\s+(.*)$",
                    re.ASCII)
-_VERSION = re.compile(r"^#\s*nccl-tests version\s+(\S+).*?nccl-library=(\d+)", re.ASCII)
-_OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)", re.ASCII)
-_AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(\S+)", re.ASCII)
+_VERSION = re.compile(r"^#\s*nccl-tests version\s+(\S+).*?nccl-library=(\S+)", re.ASCII)
+# writeResultFooter: "# Out of bounds values : %d %s" (OK, or FAILED when the count is not 0) and
+# "# Avg bus bandwidth    : %g". A line that starts like one but does not end like one is refused.
+_OOB = re.compile(r"^#\s*Out of bounds values\s*:", re.ASCII)
+_OOB_VALUE = re.compile(r"(\S+)\s+(OK|FAILED)", re.ASCII)
+_AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:", re.ASCII)
+_AVG_VALUE = re.compile(r"\S+", re.ASCII)
 _COMMAND = re.compile(r"(?:^|[\s/])(\w+_perf(?:_mpi)?)(?:\s|$)", re.ASCII)
 # Open MPI --tag-output, Slurm srun --label
 _TAGGED = re.compile(r"^\[\d+,\d+\]<(stdout|stderr)>:", re.ASCII)
@@ -118,7 +124,7 @@ class Parsed:
     devices: list[dict] = field(default_factory=list)
     nccl_version: Optional[str] = None
     tests_version: Optional[str] = None
-    started_at: str = UNKNOWN_TIME
+    started_at: str = UNKNOWN_START  # as the source gives it; a record takes it only as an instant
     binary: Optional[tuple[str, str]] = None  # (name, where)
     columns: Optional[tuple[str, ...]] = None
     columns_where: str = ""
@@ -257,6 +263,27 @@ def _check_roots(rows: list[Row], ranks: int, ranks_from: str, at: str) -> None:
                                        f"({ranks_from}): a root is -1 (no root) or a rank, 0 to {ranks - 1}")
 
 
+def _check_ranks(devices: list[dict], rank_lines: list[str], ranks: int, ranks_from: str) -> None:
+    """Every '#  Rank' line's rank one of the run's, 0 to ranks - 1: a rank past them is a line
+    changed or pasted from another run."""
+    for device, where in zip(devices, rank_lines):
+        if device["index"] >= ranks:
+            raise NcclTestsFormatError(f"{where}: Rank {device['index']}, but the run has {ranks} ranks "
+                                       f"({ranks_from}): its ranks are 0 to {ranks - 1}")
+
+
+def _out_of_bounds(value: str, where: str) -> int:
+    """The count of "# Out of bounds values : K OK|FAILED", which nccl-tests marks FAILED exactly when K is not 0."""
+    if not (m := _OOB_VALUE.fullmatch(value)):
+        raise NcclTestsFormatError(f"{where}: Out of bounds values is {value[:40]!r}; nccl-tests prints a count "
+                                   "then OK or FAILED")
+    count = text_integer(m.group(1), where, "Out of bounds values")
+    if (count != 0) != (m.group(2) == "FAILED"):
+        raise NcclTestsFormatError(f"{where}: Out of bounds values {count} {m.group(2)}; nccl-tests prints FAILED "
+                                   "exactly when the count is not 0")
+    return count
+
+
 def _row(cols: list[str], layout: _Layout, number: int, where: str) -> Row:
     if len(cols) == layout.width - 1 and "redop" in layout.optional and _NUMBER.fullmatch(cols[3]):
         cols = cols[:3] + [""] + cols[3:]  # an empty redop column (alltoall before 2.13, hypercube)
@@ -303,6 +330,7 @@ def parse_text(lines: Iterable[str], path: str) -> Parsed:
     nccl_version = tests_version = None
     layout, columns_where = None, ""
     trailer = Trailer()
+    rank_lines: list[str] = []  # where each device's '#  Rank' line is
     # From the column header (or the first row) to the trailer: there, a line that still looks like
     # a row but does not start like one is refused, so that a row a byte spoils ("+8", a NUL, a
     # fullwidth digit) cannot drop out of the import silently; a launcher's message is read past
@@ -321,8 +349,9 @@ def parse_text(lines: Iterable[str], path: str) -> Parsed:
                 header, header_where = m.groups(), f"line {number}"
             elif m := _RANK.match(line):
                 devices.append({"index": text_integer(m.group(1), where, "Rank"), "host": m.group(2),
-                                "device": text_integer(m.group(3), where, "device"),
+                                "device": text_integer(m.group(3), where, "device", high=MAX_DEVICE),
                                 "pci": m.group(4), "name": m.group(5).strip()})
+                rank_lines.append(where)
             elif line.lstrip("# ").startswith("size ") and line.lstrip("# ").split()[:3] == ["size", "count", "type"]:
                 layout, columns_where = _layout(line.lstrip("# ").split(), where), f"line {number}"
                 in_table = header is not None
@@ -330,12 +359,16 @@ def parse_text(lines: Iterable[str], path: str) -> Parsed:
                 tests_version = m.group(1)
                 nccl_version = nccl_version_text(text_integer(m.group(2), where, "nccl-library"))
             elif m := _OOB.match(line):
-                trailer.out_of_bounds = text_integer(m.group(1), where, "Out of bounds values")
+                trailer.out_of_bounds = _out_of_bounds(line[m.end():].strip(), where)
                 trailer.oob_where = f"line {number}"
                 in_table = False
             elif m := _AVG.match(line):
-                trailer.avg_busbw_gbps = text_number(m.group(1), where, "Avg bus bandwidth")
-                trailer.avg_busbw_half_ulp, trailer.avg_where = half_ulp(m.group(1)), f"line {number}"
+                value = line[m.end():].strip()
+                if not _AVG_VALUE.fullmatch(value):
+                    raise NcclTestsFormatError(f"{where}: Avg bus bandwidth is {value[:40]!r}; nccl-tests prints "
+                                               "one number there")
+                trailer.avg_busbw_gbps = text_number(value, where, "Avg bus bandwidth")
+                trailer.avg_busbw_half_ulp, trailer.avg_where = half_ulp(value), f"line {number}"
                 in_table = False
             continue
         cols = line.split()
@@ -369,12 +402,15 @@ def parse_text(lines: Iterable[str], path: str) -> Parsed:
     for name, value in (("nThread", nthreads), ("nGpus", ngpus), ("iters", iters), ("agg iters", agg or "1")):
         text_integer(value, f"{path}:{headers[0]}", name, low=1)
     text_integer(warmup, f"{path}:{headers[0]}", "warmup iters")
+    if validation is not None:
+        text_integer(validation, f"{path}:{headers[0]}", "validation", high=1)
     _plan_count(int(iters), f"{path}:{headers[0]}: iters")
     _plan_count(int(warmup), f"{path}:{headers[0]}: warmup iters")
     per_process = int(nthreads) * int(ngpus)
     if devices:
         ranks = len({d["index"] for d in devices})
         ranks_from = f"{ranks} '#  Rank' lines"
+        _check_ranks(devices, rank_lines, ranks, ranks_from)
         # without them the processes are not known, nor the ranks a root may be
         _check_roots(rows, ranks, ranks_from, ": column root")
     else:
@@ -581,7 +617,7 @@ def parse_json(text: str, path: str) -> Parsed:
                            json_integer(v, w, high=1, what="0 or 1"), f"{path}: field config")
     warmup = _plan_count(_config_count(config, "warmup_iters", path, 0, low=0), f"{path}: field config.warmup_iters")
     agg = _config_count(config, "aggregated_iterations", path, 1, low=1)
-    started = _optional(data, "start_time", lambda v, w: json_text(v, w, "a time"), f"{path}: field", UNKNOWN_TIME)
+    started = _optional(data, "start_time", lambda v, w: json_text(v, w, "a time"), f"{path}: field", UNKNOWN_START)
     return Parsed(rows, iters, warmup, agg,
                   ranks, ranks_from, "json", devices, None if code is None else nccl_version_text(code),
                   None, started, binary=(args[0], "field args[0]") if args else None,

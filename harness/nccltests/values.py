@@ -12,13 +12,11 @@ import math
 import re
 from typing import Any, Optional
 
+from harness.core.numbers import NumberError, parse_int
 from harness.nccltests.limits import MAX_COUNT
 
-# ASCII digits only: str.isdigit and a Unicode \d take "１３４２１７７２８" (fullwidth) as a number
-_INTEGER = re.compile(r"[0-9]+")
 # The figures nccl-tests prints: "%7.2f", "%6.2f", "%.6lf", "%5.0le", "%g" (no nan, no inf)
 _DECIMAL = re.compile(r"-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]{1,4})?")
-_COUNT_DIGITS = len(str(MAX_COUNT))
 # -J writes every double as "%lf": six decimals, each off by at most half the last
 JSON_PRINTED_HALF_ULP = 5e-7
 
@@ -97,17 +95,13 @@ def _shown(token: str) -> str:
 
 
 def text_integer(token: str, where: str, field: str, low: int = 0, high: int = MAX_COUNT) -> int:
-    """A count as nccl-tests prints it: ASCII digits only (no sign, point, exponent or underscore),
-    at most ``high``; the length is checked before the digits become a number."""
-    if not _INTEGER.fullmatch(token):
-        raise NcclTestsFormatError(f"{where}: {field} is {_shown(token)}, not a whole number of at least {low}")
-    if len(token.lstrip("0")) > _COUNT_DIGITS or int(token) > high:
-        raise NcclTestsFormatError(f"{where}: {field} is {_shown(token)}, more than {high}, "
-                                   "the most nccl-tests prints (harness/nccltests/limits.py)")
-    number = int(token)
-    if number < low:
-        raise NcclTestsFormatError(f"{where}: {field} is {token!r}, less than {low}")
-    return number
+    """A count as nccl-tests prints it, by critpath's one grammar of an integer (``parse_int``):
+    ASCII digits, no sign, point, exponent, underscore or leading zero ("08" and "00" are no
+    counts nccl-tests prints: its "%d" pads with spaces), in [low, high]."""
+    try:
+        return parse_int(token, f"{where}: {field}", low, high)
+    except NumberError as exc:
+        raise NcclTestsFormatError(str(exc)) from None
 
 
 def text_number(token: str, where: str, field: str, low: Optional[float] = 0.0, above: bool = False,

@@ -11,8 +11,9 @@ from harness.core import registry
 from harness.core.family import GridOptions
 from harness.core.options import EXIT_OK, at_least, comma_separated, seconds, size_sweep
 from harness.core.records import MAX_SAMPLES
+from harness.core.scale import MAX_WORLD
 from harness.run.lifetime import raise_on_sigterm
-from harness.run.plan import MAX_LOCAL_WORLD, MAX_WORLD
+from harness.run.plan import MAX_LOCAL_WORLD
 from harness.run.runner import RunOptions, run
 
 

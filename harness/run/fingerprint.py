@@ -17,9 +17,9 @@ from typing import Optional
 
 import harness
 from harness.core.git import run_git
+from harness.core.scale import MAX_WORLD
 from harness.run import nodefacts
 from harness.run.launchenv import env_int
-from harness.run.plan import MAX_WORLD
 
 # Variables that change what a collective or the allocator does.
 ENV_PATTERNS = re.compile(
@@ -173,9 +173,14 @@ def node_rank(env=os.environ) -> Optional[tuple[str, int]]:
     return None if var is None else (var, env_int(env, var, 0, MAX_WORLD - 1))
 
 
+def local_world_var(env=os.environ) -> Optional[str]:
+    """The variable that says how many ranks the launcher starts on this node: the first of LOCAL_WORLD_VARS set."""
+    return _first_set(env, LOCAL_WORLD_VARS)
+
+
 def local_world_size(env=os.environ) -> Optional[int]:
-    """Ranks the launcher starts on this node (the first of LOCAL_WORLD_VARS set), 1 to MAX_WORLD."""
-    var = _first_set(env, LOCAL_WORLD_VARS)
+    """Ranks the launcher starts on this node (``local_world_var``), 1 to MAX_WORLD."""
+    var = local_world_var(env)
     return None if var is None else env_int(env, var, 1, MAX_WORLD)
 
 

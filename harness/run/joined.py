@@ -14,10 +14,11 @@ from rich.console import Console
 
 from harness.core import registry
 from harness.core.options import UsageError
-from harness.core.records import ErrorInfo, Record, utc_now_iso
+from harness.core.records import UNKNOWN_START, ErrorInfo, Record, utc_now_iso
 from harness.run import fingerprint
 from harness.run.launchenv import env_int
-from harness.run.plan import MAX_WORLD, RunJournal, RunOptions, RunPlan, plan_run
+from harness.core.scale import MAX_WORLD
+from harness.run.plan import RunJournal, RunOptions, RunPlan, plan_run
 from harness.run.reporter import Reporter, announce, finish
 
 
@@ -69,7 +70,12 @@ def position(env=os.environ) -> Optional[Position]:
     else:
         return None
     _rendezvous(env)
-    fingerprint.launcher_layout(env)  # the node's variables too, checked before the ranks meet
+    # the node's variables too, checked before the ranks meet: a local rank is one of its node's
+    _, local_world = fingerprint.launcher_layout(env)
+    if local_world is not None and local >= local_world:
+        local_var = "LOCAL_RANK" if launcher == "torchrun" else "SLURM_LOCALID"
+        raise UsageError(f"{local_var}={local}: expected an integer in [0, {local_world - 1}], one of the "
+                         f"{local_world} ranks the launcher starts on this node ({fingerprint.local_world_var(env)})")
     return Position(rank, world, local, launcher)
 
 
@@ -137,7 +143,7 @@ class _FileSink:
             print(f"critpath rank {self.me.rank}: {case_id} failed: {error.kind}: {error.message}", file=sys.stderr)
             return
         self.record(Record.failure(registry.parse(case_id), self.journal.run_id, error, self.backend,
-                                   self.started_at or "unknown"))
+                                   self.started_at or UNKNOWN_START))
 
     def finished(self, rank: int) -> None:
         self._disarm()

@@ -31,9 +31,6 @@ PROFILE_POLICY = {
     "full": PlanPolicy(warmup=10, target_s=1.0, min_iters=200, max_iters=20000, tail_budget_s=10.0),
 }
 
-# Ranks of one job (--world, WORLD_SIZE, SLURM_NTASKS): beyond the largest machines this project
-# models (docs/scale.md), a typo.
-MAX_WORLD = 65536
 # Ranks a local run spawns on this one host (--world, or a case ID's world): each is a process that
 # imports torch (some 300 MB) and holds a socket to every other, so a thousand already fill a large
 # host; a job past it runs under torchrun or Slurm, one process per rank where the ranks are.
