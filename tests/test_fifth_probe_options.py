@@ -51,3 +51,43 @@ def test_a_diagnose_criterion_that_underflows_names_its_file_line_and_field(tmp_
         rules.load(path)
     path.write_text(path.read_text().replace("-1e-400", "-0.10"))
     assert rules.load(path)[0].criteria.threshold == -0.10
+
+
+# -- 14: one spelling of each percentile -----------------------------------------------------------
+
+@pytest.mark.parametrize("name, write", [("p00_ns", "p0_ns"), ("p05_ns", "p5_ns"), ("p050_us", "p50_us"),
+                                         ("p00.5_ns", "p0.5_ns"), ("p05_over_mean", "p5_over_mean")])
+def test_a_percentile_with_a_leading_zero_is_no_statistic_and_says_what_to_write(name, write):
+    from harness.core.figures import is_sample_statistic
+    from harness.gate.values import validate_statistic
+
+    assert not is_sample_statistic(name)
+    with pytest.raises(ValueError, match=rf"leading zero; write .* \({write!r}\)"):
+        validate_statistic(name)
+
+
+@pytest.mark.parametrize("name", ["p0_ns", "p5_ns", "p0.5_ns", "p50_us", "p999_ns", "p5_over_mean"])
+def test_the_one_spelling_still_names_its_statistic(name):
+    from harness.core.figures import is_sample_statistic, sample_value
+    from harness.gate.values import validate_statistic
+
+    assert is_sample_statistic(name) and validate_statistic(name) == name
+    assert sample_value(list(range(1, 2001)), name) > 0
+
+
+def test_gate_compare_refuses_a_leading_zero_percentile_with_exit_2(tmp_path, capsys):
+    from harness.cli import main
+
+    with pytest.raises(SystemExit) as refused:
+        main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--statistic", "p05_ns",
+              "--out", str(tmp_path / "out")])
+    assert refused.value.code == 2
+    assert "--statistic: statistic 'p05_ns' writes p05 with a leading zero; write p5 ('p5_ns')" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_family_cannot_declare_a_figure_with_a_leading_zero_percentile():
+    from harness.core.figures import Figure
+
+    with pytest.raises(ValueError, match="figure rtt_p05_us: 'rtt_p05_us' writes p05 with a leading zero"):
+        Figure("rtt_p05_us", "us", "lower", "the 5th percentile of round trips")

@@ -26,6 +26,9 @@ def default_direction(case_id: str, statistic: str) -> str:
 
 
 def validate_statistic(name: str) -> str:
+    misspelt = figures.misspelt_percentile(name)
+    if misspelt:
+        raise FigureUnavailable(f"statistic {misspelt}")
     if is_sample_statistic(name) or re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
         return name
     raise FigureUnavailable(f"statistic {name!r}: expected p50_ns, p99_us, pNN_ns, min_ns, mean_ms or a declared figure")
