@@ -91,3 +91,51 @@ def test_a_family_cannot_declare_a_figure_with_a_leading_zero_percentile():
 
     with pytest.raises(ValueError, match="figure rtt_p05_us: 'rtt_p05_us' writes p05 with a leading zero"):
         Figure("rtt_p05_us", "us", "lower", "the 5th percentile of round trips")
+
+
+# -- 11: gate-power's --statistic is the gate's ----------------------------------------------------
+
+RPC = "rpc/codec=raw,mode=pingpong,payload_bytes=256,transport=tcp_nodelay"
+
+
+@pytest.fixture
+def gates_measured(monkeypatch):
+    """What gate-power went on to measure: nothing, where it refused its options."""
+    import harness.gatepower.power as power
+
+    measured = []
+    monkeypatch.setattr(power, "measure", lambda request: measured.append(request) or {})
+    monkeypatch.setattr(power, "table", lambda doc: "")
+    monkeypatch.setattr(power.atomic, "write_text", lambda *a, **k: None)
+    return measured
+
+
+@pytest.mark.parametrize("statistic, why", [("nonsense", "'nonsense' is not a figure that family 'rpc' declares"),
+                                            ("p05_ns", "writes p05 with a leading zero")])
+def test_gate_power_refuses_a_statistic_no_gate_could_run_on(tmp_path, capsys, gates_measured, statistic, why):
+    from harness.cli import main
+
+    args = ["gate-power", "--case", RPC, "--trials", "1", "--statistic", statistic, "--out", str(tmp_path / "gp")]
+    try:
+        code = main(args)
+    except SystemExit as exc:  # argparse refuses it as the gate's option type does
+        code = exc.code
+    assert code == 2 and why in capsys.readouterr().err
+    assert gates_measured == []
+
+
+def test_gate_power_refuses_a_non_ascii_percentile(tmp_path, capsys, gates_measured):
+    from harness.cli import main
+
+    with pytest.raises(SystemExit) as refused:
+        main(["gate-power", "--case", RPC, "--statistic", "p٩٩_ns", "--out", str(tmp_path / "gp")])
+    assert refused.value.code == 2 and "--statistic: statistic 'p٩٩_ns'" in capsys.readouterr().err
+    assert gates_measured == []
+
+
+def test_gate_power_passes_a_statistic_the_gate_runs_on(tmp_path, gates_measured):
+    from harness.cli import main
+
+    assert main(["gate-power", "--case", RPC, "--trials", "1", "--statistic", "p99_ns",
+                 "--out", str(tmp_path / "gp")]) == 0
+    assert [r.statistic for r in gates_measured] == ["p99_ns"]

@@ -34,7 +34,7 @@ from harness.gate.sequential import CaseSpec, SequentialGate
 from harness.gate.stats import CaseInput, Outcome, Unit, verdicts
 from harness.gate.trees import (BASE, CANDIDATE, WORKTREE, TreeError, checkout, list_cases, probe, repo_root,
                                 sweep_orphans, worktree_ambiguity)
-from harness.gate.values import failure_text, iteration_values, validate_statistic
+from harness.gate.values import failure_text, iteration_values, statistic_option
 from harness.run.lifetime import interrupt_signal, raise_on_sigterm
 
 DEFAULT_REPEATS = 10  # --against: processes of the candidate
@@ -43,16 +43,9 @@ MAX_REPEATS = 1000  # --against: each is a fresh process; a thousand is hours
 _repeats = at_least(2, MAX_REPEATS)
 
 
-def _statistic(text: str) -> str:
-    try:
-        return validate_statistic(text)
-    except FigureUnavailable as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", type=Path, help="gate config YAML: alpha, confidence, statistic, min_effect per family/case")
-    p.add_argument("--statistic", type=_statistic,
+    p.add_argument("--statistic", type=statistic_option,
                    help=f"per-round statistic (default {GateConfig.statistic}; p50_ns, pNN_ns, min_ns, a metric)")
     p.add_argument("--min-effect", type=number_in(0.0, MAX_MIN_EFFECT), metavar="FRACTION", help="default minimum effect (0.05 = 5 %%), below per-family/case config")
     p.add_argument("--alpha", type=number_in(*ALPHA_RANGE),
