@@ -3,6 +3,7 @@ seconds, list options read alike, and a number or statistic name has one spellin
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 
@@ -139,3 +140,41 @@ def test_gate_power_passes_a_statistic_the_gate_runs_on(tmp_path, gates_measured
     assert main(["gate-power", "--case", RPC, "--trials", "1", "--statistic", "p99_ns",
                  "--out", str(tmp_path / "gp")]) == 0
     assert [r.statistic for r in gates_measured] == ["p99_ns"]
+
+
+# -- 10: model's list options read as every list option does ---------------------------------------
+
+def _model(tmp_path, *args: str) -> int:
+    from harness.cli import main
+
+    try:
+        return main(["model", "--no-plots", "--out", str(tmp_path / "m"), *args])
+    except SystemExit as exc:
+        return exc.code
+
+
+@pytest.mark.parametrize("args, why", [
+    (("--algos", ","), "argument --algos: expected one or more comma-separated values"),
+    (("--algos", ""), "argument --algos: expected one or more comma-separated values"),
+    (("--algos", "ring,ring"), "argument --algos: 'ring' is given twice"),
+    (("--algos", "ring,bogus"), "argument --algos: unknown 'bogus'; known: ring"),
+    (("--ranks", "8,8"), "argument --ranks: ranks '8,8': '8' is given twice"),
+    (("--ranks", "2,4,...,3"), "the value after '...' (3) must exceed those before it (4)"),
+    (("--ranks", "2,3,8,...,64"), "the values before '...' are not one progression"),
+    (("--ranks", "16,8,...,64"), "values before '...' must increase"),
+])
+def test_model_refuses_an_empty_repeated_or_backward_list_with_exit_2(tmp_path, capsys, args, why):
+    assert _model(tmp_path, *args) == 2
+    assert why in capsys.readouterr().err
+    assert not (tmp_path / "m").exists()
+
+
+def test_model_ranks_and_algos_read_as_the_doc_says(tmp_path):
+    from harness.model.command import parse_ranks
+
+    assert parse_ranks("8,16,...,100") == (8, 16, 32, 64, 100)  # the last value ends the list
+    assert parse_ranks("2,4,6,...,10") == (2, 4, 6, 8, 10)
+    assert parse_ranks("16,8,4") == (4, 8, 16)  # scales in any order
+    assert _model(tmp_path, "--ranks", "8,16", "--sizes", "8,1K", "--algos", "ring,tree") == 0
+    doc = json.loads((tmp_path / "m" / "model.json").read_text())
+    assert doc["scales"] == [8, 16] and list(doc["modelled_time_us"]) == ["ring", "tree"]
