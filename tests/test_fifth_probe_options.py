@@ -178,3 +178,25 @@ def test_model_ranks_and_algos_read_as_the_doc_says(tmp_path):
     assert _model(tmp_path, "--ranks", "8,16", "--sizes", "8,1K", "--algos", "ring,tree") == 0
     doc = json.loads((tmp_path / "m" / "model.json").read_text())
     assert doc["scales"] == [8, 16] and list(doc["modelled_time_us"]) == ["ring", "tree"]
+
+
+# -- 4: model bounds its grid ----------------------------------------------------------------------
+
+def test_model_refuses_a_grid_past_its_cap_naming_both_options(tmp_path, capsys):
+    from harness.model.command import MAX_MODEL_CELLS
+
+    # Each option within its own cap (4,096 scales, 4,096 sizes); together 80 million modelled times.
+    assert _model(tmp_path, "--ranks", "2,3,...,4097", "--sizes", "1:4096:+1") == 2
+    err = capsys.readouterr().err
+    assert "--sizes x --ranks x --algos: 4096 sizes x 4096 scales x 5 algorithms" in err
+    assert f"at most MAX_MODEL_CELLS = {MAX_MODEL_CELLS}" in err and not (tmp_path / "m").exists()
+
+
+def test_model_runs_the_largest_grid_its_cap_admits(tmp_path):
+    from harness.model.command import DEFAULT_RANKS, MAX_MODEL_CELLS, parse_ranks
+
+    scales = len(parse_ranks(DEFAULT_RANKS))
+    sizes = MAX_MODEL_CELLS // (scales * 5)
+    assert sizes >= 4096  # every algorithm at the default scales over the largest size sweep
+    assert _model(tmp_path, "--sizes", "1:4096:+1") == 0
+    assert _model(tmp_path / "one_more", "--sizes", "1:4096:+1", "--ranks", f"1,2,3,...,{MAX_MODEL_CELLS // (4096 * 5) + 1}") == 2

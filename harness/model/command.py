@@ -42,6 +42,10 @@ MAX_NAMED_FIELDS = 20  # non-finite fields of model.json named one by one; the c
 
 # Scales one model run tabulates: as many as a size sweep has sizes.
 MAX_SCALES = MAX_SIZES
+# Modelled times one run computes and writes (algorithms x scales x sizes): the default scales with
+# every algorithm and MAX_SIZES sizes (12 x 5 x 4,096) fit; 4,096 scales x 4,096 sizes took 3.8 GB
+# and ended in a MemoryError, and 1.3 million cells took 14 s and wrote 84 MB.
+MAX_MODEL_CELLS = 1 << 18
 
 
 def parse_ranks(text: str) -> tuple[int, ...]:
@@ -179,6 +183,12 @@ def cmd_model(args) -> int:
 
     console = Console(soft_wrap=True)
     algos = args.algos
+    cells = len(algos) * len(args.ranks) * len(args.sizes)
+    if cells > MAX_MODEL_CELLS:  # refused before a profile is read or an array is built
+        print_error("model", f"--sizes x --ranks x --algos: {len(args.sizes)} sizes x {len(args.ranks)} scales x "
+                             f"{len(algos)} algorithms is {cells} modelled times; at most MAX_MODEL_CELLS = "
+                             f"{MAX_MODEL_CELLS} (fewer sizes, scales or algorithms)")
+        return 2
     try:
         profile = load_profile(args.profile or DEFAULT_PROFILE) if (args.profile or not args.calibrate) else None
         fits: list = []
