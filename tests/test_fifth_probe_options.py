@@ -200,3 +200,44 @@ def test_model_runs_the_largest_grid_its_cap_admits(tmp_path):
     assert sizes >= 4096  # every algorithm at the default scales over the largest size sweep
     assert _model(tmp_path, "--sizes", "1:4096:+1") == 0
     assert _model(tmp_path / "one_more", "--sizes", "1:4096:+1", "--ranks", f"1,2,3,...,{MAX_MODEL_CELLS // (4096 * 5) + 1}") == 2
+
+
+# -- 5: moe-sim bounds each option and their combinations ------------------------------------------
+
+def _moe_sim(*args: str) -> int:
+    from harness.cli import main
+
+    try:
+        return main(["moe-sim", *args])
+    except SystemExit as exc:
+        return exc.code
+
+
+@pytest.mark.parametrize("args, why", [
+    (("--worlds", "65536", "--experts", "65536"), "argument --worlds: must be an integer in [1, 256]"),
+    (("--worlds", "4096", "--experts", "4096"), "argument --worlds: must be an integer in [1, 256]"),
+    (("--worlds", "8", "--spare-slots", "65536"), "argument --spare-slots: must be an integer in [0, 4096]"),
+    (("--worlds", "8", "--spare-slots", "1024"), "--experts 256 + --worlds 8 x --spare-slots 1024: 8448 expert slots; "
+                                                 "at most MAX_SLOTS = 4096"),
+    (("--worlds", "256", "--experts", "4096", "--spare-slots", "1"), "4352 expert slots; at most MAX_SLOTS"),
+    (("--worlds", "256,255,254"), "--worlds 256,255,254: 195077 rank pairs (world x world, summed); at most "
+                                  "MAX_RANK_PAIRS = 131072"),
+])
+def test_moe_sim_refuses_what_would_not_finish_in_seconds_with_exit_2(capsys, args, why):
+    assert _moe_sim(*args) == 2
+    assert why in capsys.readouterr().err
+
+
+def test_moe_sim_bounds_admit_the_default_worlds_and_shapes():
+    from harness.moe_a2a.cli import MAX_RANK_PAIRS, MAX_SLOTS, _too_large
+
+    assert sum(w * w for w in (8, 16, 32, 64, 128, 256)) <= MAX_RANK_PAIRS
+    assert _too_large((8, 16, 32, 64, 128, 256), 256, 1) == ""  # DeepSeek-V3's 256 experts, 1 spare slot
+    assert _too_large((256,), 256, (MAX_SLOTS - 256) // 256) == ""
+    assert _too_large((8,), 8, (MAX_SLOTS - 8) // 8 + 1).startswith("--experts 8 + --worlds 8 x --spare-slots 512")
+
+
+def test_moe_sim_runs_at_the_slot_bound(capsys):
+    # 8 ranks, every slot of MAX_SLOTS placed: about a second (16,384 spare slots took 16 s).
+    assert _moe_sim("--worlds", "8", "--experts", "8", "--top-k", "2", "--spare-slots", "511") == 0
+    assert "MODELLED" in capsys.readouterr().out
