@@ -6,6 +6,7 @@ import argparse
 import json
 import re
 import sys
+import time
 
 import pytest
 
@@ -241,3 +242,60 @@ def test_moe_sim_runs_at_the_slot_bound(capsys):
     # 8 ranks, every slot of MAX_SLOTS placed: about a second (16,384 spare slots took 16 s).
     assert _moe_sim("--worlds", "8", "--experts", "8", "--top-k", "2", "--spare-slots", "511") == 0
     assert "MODELLED" in capsys.readouterr().out
+
+
+# -- 6: gate --against honours --budget --------------------------------------------------------------
+
+NOOP = "selftest/fault_rank=0,mode=noop,world=1"
+
+
+def _fake_process(seconds: float, clock: list, sleep: bool = False):
+    """run_process as a candidate process that takes ``seconds`` (on ``clock``, or also in real time
+    when ``sleep``) and writes one passing record."""
+    from conftest import derived_record
+
+    from harness.core.store import RunDir
+
+    def run_process(tree, case_ids, run_dir, run_args, timeout_s):
+        clock[0] += seconds
+        if sleep:
+            time.sleep(seconds)
+        run = RunDir(run_dir, run_dir.name)
+        run.append(derived_record(NOOP, [1000 + i for i in range(50)], run_id=run_dir.name,
+                                  plan={"warmup": 1, "iters": 50}))
+        run.write_meta({"schema": "critpath.run/1", "state": "finished", "cases_total": 1})
+        return 0, seconds, ""
+    return run_process
+
+
+def test_repeats_start_none_that_would_end_past_the_budget(tmp_path, monkeypatch):
+    from harness.gate import repeats
+
+    clock = [0.0]
+    monkeypatch.setattr(repeats, "run_process", _fake_process(5.6, clock))
+    done = repeats.run_repeats([NOOP], tree=None, repeats=10, out=tmp_path, run_args=[], timeout_s=60,
+                               progress=lambda run: None, budget_s=20.0, started_at=0.0, clock=lambda: clock[0])
+    # 3 x 5.6 s = 16.8 s; a fourth would end at 22.4 s, past the 20 s budget.
+    assert len(done.runs) == 3 and clock[0] == pytest.approx(16.8)
+    assert done.cut == [{"repeats_run": 3, "repeats_planned": 10, "budget_s": 20.0, "elapsed_s": 16.8,
+                         "next_repeat_s": 5.6}]
+    unbounded = repeats.run_repeats([NOOP], None, 4, tmp_path / "all", [], 60, lambda run: None)
+    assert len(unbounded.runs) == 4 and unbounded.cut == []
+
+
+def test_gate_against_a_table_stops_at_the_budget_and_says_so(tmp_repo, tmp_path, monkeypatch):
+    from harness.cli import main
+    from harness.gate import repeats
+
+    monkeypatch.setattr(repeats, "run_process", _fake_process(0.3, [0.0], sleep=True))
+    table = tmp_path / "baselines.yaml"
+    table.write_text(f"baselines:\n  - {{case_id: '{NOOP}', statistic: min_ns, value: 1.0e+9, direction: lower}}\n")
+    out = tmp_path / "out"
+    # The first process always runs; after it (0.3 s, and the worktree before it) a second would
+    # end past a 0.5 s budget.
+    main(["gate", "--repo", str(tmp_repo), "--out", str(out), "--against", str(table), "--budget", "0.5"])
+    data = json.loads((out / "gate.json").read_text())
+    assert len(list((out / "candidate").glob("rep-*"))) == 1 and data["repeats"] == 1
+    (cut,) = data["extra"]["cut"]
+    assert cut["repeats_run"] == 1 and cut["repeats_planned"] == 10 and cut["budget_s"] == 0.5
+    assert any("the 0.5 s budget cut the candidate's processes at 1 of 10 repeats" in w for w in data["warnings"])

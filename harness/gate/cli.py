@@ -266,6 +266,7 @@ def _run_against(request: GateRequest, out: Path) -> GateResult:
     """--against: only the candidate runs, a fixed number of fresh processes, each case tested
     against its table value (a table measured elsewhere is not an A/B)."""
     config, plan, repeats = request.config, request.plan, request.repeats
+    started_at = time.monotonic()  # the budget counts the worktree and probe too, as the A/B loop's does
     repo = _repo(request)
     baselines = load_baselines(request.against)
     case_ids = list(dict.fromkeys(b.case_id for b in baselines))
@@ -282,19 +283,23 @@ def _run_against(request: GateRequest, out: Path) -> GateResult:
             print(for_terminal(f"  {run.side:<9} repeat {run.repeat + 1}/{repeats}: {state}, {run.wall_s:.1f} s"
                                + (f" ({run.error})" if run.error else "")), file=sys.stderr)
 
-        runs = (run_repeats(runnable, cand, repeats, out, run_args, plan.case_timeout_s, progress) if runnable
-                else Repeats())
+        runs = (run_repeats(runnable, cand, repeats, out, run_args, plan.case_timeout_s, progress,
+                            budget_s=plan.budget_s, started_at=started_at) if runnable else Repeats())
     inputs = [_against_input(b, problems.get(b.case_id), runs, config) for b in baselines]
     stats = {b.statistic for b in baselines}
     warnings = [text for text, applies in (
         ("a baseline table was measured elsewhere: this is not an A/B in one job, so machine and job differences "
          "count as change; set min_effect accordingly", True),
         ("the candidate has uncommitted changes", cand.dirty),
-        (runs.stopped, bool(runs.stopped))) if applies]
+        (runs.stopped, bool(runs.stopped)),
+        (f"the {plan.budget_s:g} s budget cut the candidate's processes at {len(runs.runs)} of {repeats} repeats "
+         f"(the next would have ended past it); each case is tested on the {len(runs.runs)} it ran", bool(runs.cut)))
+        if applies]
     return request.outputs.result(request.mode, stats.pop() if len(stats) == 1 else "per baseline entry",
                                   config.policy, verdicts=verdicts(inputs, config.policy),
-                                  base={"ref": str(request.against)}, candidate=cand.to_dict(), repeats=repeats,
-                                  warnings=warnings)
+                                  base={"ref": str(request.against)}, candidate=cand.to_dict(),
+                                  repeats=len(runs.runs), warnings=warnings,
+                                  extra={"plan": plan.to_dict(), "cut": list(runs.cut)})
 
 
 def _against_input(baseline, problem: Optional[str], runs: Repeats, config: GateConfig) -> CaseInput:
