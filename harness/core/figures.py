@@ -34,7 +34,8 @@ SAMPLE_BETTER = "lower"  # a sample statistic is a time, or a tail ratio of time
 
 # pNN, pNN.N, and Summary's own p999 (99.9) / p9999 (99.99); ASCII digits only (a bare \d takes
 # 'p٩٩_ns', which Fraction reads as p99: a statistic nobody wrote named one). No leading zero, as
-# Summary writes them (p5, p0.5): p05 and p5 would be two names of one statistic, two gate keys.
+# Summary's own names have none (p50, p99): p05 and p5 would be two names of one statistic, two gate keys;
+# p0 and p0.5 are the zero and the fraction, not a leading zero.
 _Q = r"((?:0|[1-9][0-9]?)(?:\.[0-9]+)?|99[0-9]{1,2})"
 # The other spelling, refused with the one to write instead.
 _LEADING_ZERO = re.compile(r"(?:^|_)p(0[0-9]+(?:\.[0-9]+)?)(?=_|$)")
