@@ -19,7 +19,7 @@ from harness.core import registry, yamlfile
 from harness.core.case import CaseIdError
 from harness.core.declarations import declared
 from harness.core.echo import shown
-from harness.core.figures import is_sample_statistic
+from harness.core.figures import is_sample_statistic, misspelt_percentile
 from harness.core.options import MAX_SECONDS
 from harness.core.records import MAX_SAMPLES
 from harness.core.schema import strict_validator
@@ -163,7 +163,9 @@ def _semantic_problems(check: Mapping[str, Any]) -> list[tuple[str, str]]:
             problems.append(("dtypes", "give the data types once: in dtypes, or in select.dtype, not both"))
         problems += _select_problems(family, check)
     stat = check["statistic"]
-    if family in registry.FAMILIES and not is_sample_statistic(stat) and declared(family, stat) is None:
+    if misspelt_percentile(stat):
+        problems.append(("statistic", misspelt_percentile(stat)))
+    elif family in registry.FAMILIES and not is_sample_statistic(stat) and declared(family, stat) is None:
         names = ", ".join(f.name for f in registry.get(family).figures)
         problems.append(("statistic", f"family {family!r} declares no figure {stat!r}; it declares {names}, "
                                       "and every record gives pNN_us, mean_us, max_ms ..."))

@@ -33,8 +33,12 @@ TIME_SCALE = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
 SAMPLE_BETTER = "lower"  # a sample statistic is a time, or a tail ratio of times
 
 # pNN, pNN.N, and Summary's own p999 (99.9) / p9999 (99.99); ASCII digits only (a bare \d takes
-# 'p٩٩_ns', which Fraction reads as p99: a statistic nobody wrote named one).
-_Q = r"([0-9]{1,2}(?:\.[0-9]+)?|99[0-9]{1,2})"
+# 'p٩٩_ns', which Fraction reads as p99: a statistic nobody wrote named one). No leading zero, as
+# Summary's own names have none (p50, p99): p05 and p5 would be two names of one statistic, two gate keys;
+# p0 and p0.5 are the zero and the fraction, not a leading zero.
+_Q = r"((?:0|[1-9][0-9]?)(?:\.[0-9]+)?|99[0-9]{1,2})"
+# The other spelling, refused with the one to write instead.
+_LEADING_ZERO = re.compile(r"(?:^|_)p(0[0-9]+(?:\.[0-9]+)?)(?=_|$)")
 _SAMPLE = re.compile(rf"^(min|max|mean|p{_Q})_(ns|us|ms|s)$")
 _OVER_MEAN = re.compile(rf"^p{_Q}_over_mean$")
 # A percentile inside a declared figure's name (rtt_p999_us, send_lag_p99_us, step_p50_us): the
@@ -42,6 +46,19 @@ _OVER_MEAN = re.compile(rf"^p{_Q}_over_mean$")
 _NAMED_PERCENTILE = re.compile(rf"(?:^|_)(p{_Q})(?:_|$)")
 
 N_TOO_SMALL = "n too small"  # what a reader shows where the samples do not support a percentile
+
+
+def misspelt_percentile(name: str) -> Optional[str]:
+    """Why ``name`` names no figure where it spells a percentile with a leading zero (``p05_ns``,
+    ``p00_ns``): the one spelling to write instead; None for any other name."""
+    match = _LEADING_ZERO.search(name)
+    if match is None:
+        return None
+    digits = match.group(1)
+    one = digits.lstrip("0")
+    one = "0" + one if not one or one.startswith(".") else one
+    return (f"{name!r} writes p{digits} with a leading zero; write p{one} "
+            f"({name.replace('p' + digits, 'p' + one, 1)!r}), the one spelling of each percentile")
 
 
 def _exact_quantile(text: str) -> Fraction:
@@ -122,6 +139,8 @@ class Figure:
             raise ValueError(f"figure {self.name}: source must be one of {SOURCES}, got {self.source!r}")
         if not self.definition:
             raise ValueError(f"figure {self.name}: a figure needs its definition")
+        if misspelt_percentile(self.name):
+            raise ValueError(f"figure {self.name}: {misspelt_percentile(self.name)}")
 
 
 def is_sample_statistic(name: str) -> bool:
@@ -181,5 +200,7 @@ def value(record: Any, name: str) -> float:
         if record.samples_ns:  # a record without samples has nothing to count its percentiles by
             require_samples(name, len(record.samples_ns))
         return float(record.metrics[name])
+    if misspelt_percentile(name):
+        raise FigureUnavailable(f"{record.case_id}: {misspelt_percentile(name)}")
     known = ", ".join(sorted(record.metrics)) or "(none)"
     raise FigureUnavailable(f"{record.case_id}: no figure {name!r}; its metrics: {known}")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from typing import Optional
 
 from harness.core.echo import shown
@@ -69,8 +70,19 @@ def parse_float(text: str, source: str, low: Optional[float] = None, high: Optio
     value = float(text)
     if not math.isfinite(value):
         raise NumberError(f"{source}: {shown(text)} is not a finite number")
+    if abs(value) < sys.float_info.min and _names_nonzero(text):
+        # float() reads 1e-400 as 0.0 and 1e-310 as a subnormal that has lost digits: the text
+        # named a number the value does not hold.
+        raise NumberError(f"{source}: {shown(text)} is too small to hold (underflows); "
+                          f"write 0 or a magnitude of at least {sys.float_info.min!r}")
     _in_range(value, low, high, source)
     return value
+
+
+def _names_nonzero(text: str) -> bool:
+    """Whether float text by the grammar above has a nonzero digit before its exponent."""
+    mantissa = re.split(r"[eE]", text, maxsplit=1)[0]
+    return any(ch in "123456789" for ch in mantissa)
 
 
 def check_int(value: object, source: str, low: Optional[int] = None, high: Optional[int] = None) -> int:

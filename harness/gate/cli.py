@@ -36,7 +36,7 @@ from harness.gate.sequential import CaseSpec, SequentialGate
 from harness.gate.stats import CaseInput, Outcome, Unit, verdicts
 from harness.gate.trees import (BASE, CANDIDATE, WORKTREE, TreeError, checkout, list_cases, probe, repo_root,
                                 sweep_orphans, worktree_ambiguity)
-from harness.gate.values import failure_text, iteration_values, validate_statistic
+from harness.gate.values import failure_text, iteration_values, statistic_option
 from harness.run.lifetime import interrupt_signal, raise_on_sigterm
 
 DEFAULT_REPEATS = 10  # --against: processes of the candidate
@@ -45,16 +45,9 @@ MAX_REPEATS = 1000  # --against: each is a fresh process; a thousand is hours
 _repeats = at_least(2, MAX_REPEATS)
 
 
-def _statistic(text: str) -> str:
-    try:
-        return validate_statistic(text)
-    except FigureUnavailable as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", type=Path, help="gate config YAML: alpha, confidence, statistic, min_effect per family/case")
-    p.add_argument("--statistic", type=_statistic,
+    p.add_argument("--statistic", type=statistic_option,
                    help=f"per-round statistic (default {GateConfig.statistic}; p50_ns, pNN_ns, min_ns, a metric)")
     p.add_argument("--min-effect", type=number_in(0.0, MAX_MIN_EFFECT), metavar="FRACTION", help="default minimum effect (0.05 = 5 %%), below per-family/case config")
     p.add_argument("--alpha", type=number_in(*ALPHA_RANGE),
@@ -294,6 +287,7 @@ def _run_against(request: GateRequest, out: Path) -> GateResult:
     """--against: only the candidate runs, a fixed number of fresh processes, each case tested
     against its table value (a table measured elsewhere is not an A/B)."""
     config, plan, repeats = request.config, request.plan, request.repeats
+    started_at = time.monotonic()  # the budget counts the worktree and probe too, as the A/B loop's does
     repo = _repo(request)
     baselines = load_baselines(request.against)
     case_ids = list(dict.fromkeys(b.case_id for b in baselines))
@@ -310,19 +304,23 @@ def _run_against(request: GateRequest, out: Path) -> GateResult:
             print(for_terminal(f"  {run.side:<9} repeat {run.repeat + 1}/{repeats}: {state}, {run.wall_s:.1f} s"
                                + (f" ({run.error})" if run.error else "")), file=sys.stderr)
 
-        runs = (run_repeats(runnable, cand, repeats, out, run_args, plan.case_timeout_s, progress) if runnable
-                else Repeats())
+        runs = (run_repeats(runnable, cand, repeats, out, run_args, plan.case_timeout_s, progress,
+                            budget_s=plan.budget_s, started_at=started_at) if runnable else Repeats())
     inputs = [_against_input(b, problems.get(b.case_id), runs, config) for b in baselines]
     stats = {b.statistic for b in baselines}
     warnings = [text for text, applies in (
         ("a baseline table was measured elsewhere: this is not an A/B in one job, so machine and job differences "
          "count as change; set min_effect accordingly", True),
         ("the candidate has uncommitted changes", cand.dirty),
-        (runs.stopped, bool(runs.stopped))) if applies]
+        (runs.stopped, bool(runs.stopped)),
+        (f"the {plan.budget_s:g} s budget cut the candidate's processes at {len(runs.runs)} of {repeats} repeats "
+         f"(the next would have ended past it); each case is tested on the {len(runs.runs)} it ran", bool(runs.cut)))
+        if applies]
     return request.outputs.result(request.mode, stats.pop() if len(stats) == 1 else "per baseline entry",
                                   config.policy, verdicts=verdicts(inputs, config.policy),
-                                  base={"ref": str(request.against)}, candidate=cand.to_dict(), repeats=repeats,
-                                  warnings=warnings)
+                                  base={"ref": str(request.against)}, candidate=cand.to_dict(),
+                                  repeats=len(runs.runs), warnings=warnings,
+                                  extra={"plan": plan.to_dict(), "cut": list(runs.cut)})
 
 
 def _against_input(baseline, problem: Optional[str], runs: Repeats, config: GateConfig) -> CaseInput:

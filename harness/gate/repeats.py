@@ -7,15 +7,18 @@ it with the ranks it spawned.
 """
 from __future__ import annotations
 
+import math
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence
 
+from harness.gate.schedule import RECENT, fits
 from harness.gate.trees import CANDIDATE, Tree
 from harness.core import figures
 from harness.core.figures import FigureUnavailable
@@ -39,6 +42,9 @@ class ProcessRun:
 class Repeats:
     runs: list[ProcessRun] = field(default_factory=list)
     stopped: str = ""  # why the loop stopped early, if it did
+    # The budget's cut, as the A/B loop records its own (gate.json: extra.cut): the repeats it
+    # left unstarted because the next would have ended past the budget.
+    cut: list = field(default_factory=list)
 
     def values(self, case_id: str, statistic: str) -> tuple[list[float], str]:
         """One value per process, or ([], a reason) if any repeat is unusable: a failed or
@@ -93,9 +99,19 @@ def run_process(tree: Tree, case_ids: Sequence[str], run_dir: Path, run_args: Se
 
 
 def run_repeats(case_ids: Sequence[str], tree: Tree, repeats: int, out: Path, run_args: Sequence[str],
-                timeout_s: float, progress: Callable[[ProcessRun], None]) -> Repeats:
+                timeout_s: float, progress: Callable[[ProcessRun], None], budget_s: float = math.inf,
+                started_at: Optional[float] = None, clock: Callable[[], float] = time.monotonic) -> Repeats:
+    """``repeats`` fresh processes, one after another, none started that would end past
+    ``budget_s`` (counted from ``started_at`` on ``clock``; its cost is the recent processes'
+    median wall time, so the first always runs)."""
     result = Repeats()
+    started_at = clock() if started_at is None else started_at
     for repeat in range(repeats):
+        estimate_s = statistics.median(r.wall_s for r in result.runs[-RECENT:]) if result.runs else None
+        if not fits(clock() - started_at, estimate_s, budget_s):
+            result.cut.append({"repeats_run": repeat, "repeats_planned": repeats, "budget_s": budget_s,
+                               "elapsed_s": round(clock() - started_at, 3), "next_repeat_s": round(estimate_s, 3)})
+            break
         run_dir = out / CANDIDATE / f"rep-{repeat:03d}"
         run_dir.parent.mkdir(parents=True, exist_ok=True)
         code, wall_s, note = run_process(tree, case_ids, run_dir, run_args, timeout_s * len(case_ids) + 180.0)

@@ -9,6 +9,7 @@ from the declaration (``harness.core.declarations.better``), never from a name's
 """
 from __future__ import annotations
 
+import argparse
 import re
 from typing import Sequence
 
@@ -26,9 +27,20 @@ def default_direction(case_id: str, statistic: str) -> str:
 
 
 def validate_statistic(name: str) -> str:
+    misspelt = figures.misspelt_percentile(name)
+    if misspelt:
+        raise FigureUnavailable(f"statistic {misspelt}")
     if is_sample_statistic(name) or re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
         return name
     raise FigureUnavailable(f"statistic {name!r}: expected p50_ns, p99_us, pNN_ns, min_ns, mean_ms or a declared figure")
+
+
+def statistic_option(text: str) -> str:
+    """``--statistic``'s type, for the gate and for every command that passes one on to it."""
+    try:
+        return validate_statistic(text)
+    except FigureUnavailable as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def iteration_values(record: Record, statistic: str) -> np.ndarray:

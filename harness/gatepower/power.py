@@ -42,6 +42,7 @@ import scipy  # scipy.stats loads on first use (scipy's lazy loading): gate-powe
 
 from harness.core import atomic, registry
 from harness.core.claim import claim_dir, refuse_links_below
+from harness.core.figures import FigureUnavailable
 from harness.core.git import run_git
 from harness.core.inputfile import read_bounded
 from harness.core.jsonfile import JsonFileError, JsonLimits, loads_strict
@@ -54,6 +55,7 @@ from harness.gate.schedule import MAX_BUDGET_S, MAX_ROUNDS, Plan, Schedule
 from harness.gate.sequential import estimate_se, hodges_lehmann, min_detectable_effect
 from harness.gate.sides import RoundCase, WorkerSide
 from harness.gate.trees import BASE, CANDIDATE, Tree, TreeError, checkout, repo_root, resolve, sweep_orphans
+from harness.gate.values import default_direction, statistic_option
 from harness.gatepower import inject, tools
 from harness.gatepower.resample import GATE_JSON_LIMITS, MAX_GATE_JSON_BYTES, MeasuredGate, resampled_rate
 from harness.run.lifetime import interrupt_signal, raise_on_sigterm, stop_with_parent
@@ -209,7 +211,7 @@ def register(sub) -> None:
     p.add_argument("--trials", type=at_least(1, MAX_TRIALS), default=20, help="real gates per cell (default 20)")
     p.add_argument("--budget", type=positive(float, MAX_BUDGET_S), default=Plan.budget_s, help=f"--budget of each gate (default {Plan.budget_s:g})")
     p.add_argument("--min-effect", type=_fraction, default=0.05, help="--min-effect of each gate (default 0.05)")
-    p.add_argument("--statistic", default=None, help="--statistic of each gate (default: the gate's)")
+    p.add_argument("--statistic", type=statistic_option, default=None, help="--statistic of each gate (default: the gate's)")
     p.add_argument("--rounds", type=_rounds, default=None, help="--rounds of each gate (default: the gate's)")
     p.add_argument("--rounds-sweep", type=_rounds_sweep, default=(), metavar="K,K,...",
                    help="instead: A/A gates of each --case at each --rounds, run to the budget, for the trade-off "
@@ -561,6 +563,18 @@ def _sweep(out: Path) -> None:
             print(f"critpath gate-power: {removed}", file=sys.stderr)
 
 
+def _unmeasurable(statistic: Optional[str], case_ids) -> Optional[str]:
+    """Why some gate would not run on ``statistic``, as the gate refuses it for a named case (a
+    figure the case's family does not declare, or one that is neither better nor worse): before
+    any clone, not as every trial's could-not-run."""
+    for case_id in case_ids if statistic else ():
+        try:
+            default_direction(case_id, statistic)
+        except FigureUnavailable as exc:
+            return f"--statistic {statistic}: {case_id}: {exc}"
+    return None
+
+
 def measure(request: PowerRequest) -> dict:
     out = request.out
     claim = claim_dir(out, "gate-power")
@@ -904,6 +918,10 @@ def cmd_power(args) -> int:
         return 2
     if args.trials < 1:
         print("critpath gate-power: error: --trials must be >= 1", file=sys.stderr)
+        return 2
+    unmeasurable = _unmeasurable(args.statistic, (*args.case_ids, *(c for group in args.groups for c in group)))
+    if unmeasurable:
+        print_error("gate-power", unmeasurable)
         return 2
     request = PowerRequest(tuple(args.case_ids), tuple(args.groups), tuple(args.slowdowns), args.trials, args.budget,
                            args.min_effect, args.statistic, args.rounds, tuple(args.rounds_sweep), tuple(args.tools),

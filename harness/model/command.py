@@ -23,7 +23,7 @@ from harness.core.claim import claim_dir
 from harness.core.console import Console
 from harness.core.echo import shown
 from harness.core.numbers import parse_int
-from harness.core.options import model_size_sweep, print_error
+from harness.core.options import comma_separated, model_size_sweep, print_error
 from harness.core.scale import MAX_WORLD
 from harness.core.sizes import MAX_SIZES, format_size, parse_sizes
 from harness.model import alphabeta as ab
@@ -42,47 +42,56 @@ MAX_NAMED_FIELDS = 20  # non-finite fields of model.json named one by one; the c
 
 # Scales one model run tabulates: as many as a size sweep has sizes.
 MAX_SCALES = MAX_SIZES
+# Modelled times one run computes and writes (algorithms x scales x sizes): the default scales with
+# every algorithm and MAX_SIZES sizes (12 x 5 x 4,096) fit; 4,096 scales x 4,096 sizes took 3.8 GB
+# and ended in a MemoryError, and 1.3 million cells took 14 s and wrote 84 MB.
+MAX_MODEL_CELLS = 1 << 18
 
 
 def parse_ranks(text: str) -> tuple[int, ...]:
-    """``8,16,32,...,16384``: a list, where ``...`` continues the geometric (or arithmetic, if the
-    two values before it differ by a constant and not a factor) progression up to the last value.
-    Each scale is a job's ranks, 1 to MAX_WORLD: the model's arithmetic (an int64 of ranks, a float
-    of time) overflowed past it, and no machine it describes is larger."""
-    parts = [p.strip() for p in text.split(",") if p.strip()]
+    """``8,16,32,...,16384``: scales in any order, or a progression: ``...`` continues the geometric
+    (or arithmetic, if the values before it differ by a constant and not a factor) progression the
+    values before it start, and the value after it ends the list, whether or not the progression
+    lands on it (``8,16,...,100`` is 8,16,32,64,100). A list option like every other
+    (harness.core.options.comma_separated): no scale twice, at most MAX_LIST_ITEMS written. Each
+    scale is a job's ranks, 1 to MAX_WORLD: the model's arithmetic (an int64 of ranks, a float of
+    time) overflowed past it, and no machine it describes is larger."""
+    try:
+        parts = list(comma_separated(text))
+    except argparse.ArgumentTypeError as exc:
+        raise ValueError(f"ranks {shown(text)}: {exc}") from None
 
     def ranks(part: str) -> int:
         return parse_int(part, f"ranks {shown(text)}", 1, MAX_WORLD)
 
     if "..." not in parts:
-        values = [ranks(p) for p in parts]
-    else:
-        i = parts.index("...")
-        if i < 2 or i != len(parts) - 2:
-            raise ValueError(f"ranks {shown(text)}: '...' needs two values before it and one after (8,16,...,1024)")
-        head = [ranks(p) for p in parts[:i]]
-        end = ranks(parts[-1])
-        a, b = head[-2], head[-1]
-        values = list(head)
-        if a > 0 and b % a == 0 and b // a > 1:
-            factor = b // a
-            while values[-1] * factor <= end:
-                values.append(values[-1] * factor)
-        elif b > a:
-            count = (end - b) // (b - a) + len(values)
-            if count > MAX_SCALES:  # counted before it is built: 1,2,...,1e12 would fill memory
-                raise ValueError(f"ranks {shown(text)} gives {count} scales; at most {MAX_SCALES}")
-            while values[-1] + (b - a) <= end:
-                values.append(values[-1] + (b - a))
-        else:
-            raise ValueError(f"ranks {shown(text)}: values before '...' must increase")
-        if values[-1] != end:
-            values.append(end)
+        return tuple(sorted(ranks(p) for p in parts))
+    i = parts.index("...")
+    if i < 2 or i != len(parts) - 2:
+        raise ValueError(f"ranks {shown(text)}: '...' needs two values before it and one after (8,16,...,1024)")
+    head = [ranks(p) for p in parts[:i]]
+    end = ranks(parts[-1])
+    a, b = head[-2], head[-1]
+    if b <= a:
+        raise ValueError(f"ranks {shown(text)}: values before '...' must increase")
+    if end <= b:  # 2,4,...,3 read as 2,3,4: a range that ends before it starts is a typo
+        raise ValueError(f"ranks {shown(text)}: the value after '...' ({end}) must exceed those before it ({b})")
+    geometric = b % a == 0 and b // a > 1
+    step = b // a if geometric else b - a
+    following = [(x * step if geometric else x + step) == y for x, y in zip(head, head[1:])]
+    if not all(following):
+        raise ValueError(f"ranks {shown(text)}: the values before '...' are not one progression "
+                         f"({'x' if geometric else '+'}{step} from {head[-2]} to {head[-1]})")
+    if not geometric and (end - b) // step + len(head) > MAX_SCALES:  # counted before it is built
+        raise ValueError(f"ranks {shown(text)} gives {(end - b) // step + len(head)} scales; at most {MAX_SCALES}")
+    values = list(head)
+    while (values[-1] * step if geometric else values[-1] + step) <= end:
+        values.append(values[-1] * step if geometric else values[-1] + step)
+    if values[-1] != end:
+        values.append(end)
     if len(values) > MAX_SCALES:
         raise ValueError(f"ranks {shown(text)} gives {len(values)} scales; at most {MAX_SCALES}")
-    if not values or any(v < 1 for v in values):
-        raise ValueError(f"ranks {shown(text)}: need integers >= 1")
-    return tuple(sorted(set(values)))
+    return tuple(values)
 
 
 def _ranks_arg(text: str) -> tuple[int, ...]:
@@ -90,6 +99,15 @@ def _ranks_arg(text: str) -> tuple[int, ...]:
         return parse_ranks(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _algos_arg(text: str) -> tuple[str, ...]:
+    """``--algos ring,tree``: the list option's rules (none empty, none twice), each a modelled algorithm."""
+    algos = comma_separated(text)
+    unknown = [a for a in algos if a not in ab.ALLREDUCE_MODELS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown {', '.join(map(shown, unknown))}; known: {', '.join(ab.ALLREDUCE_MODELS)}")
+    return algos
 
 
 def register(sub) -> None:
@@ -101,7 +119,7 @@ def register(sub) -> None:
     p.add_argument("--profile", default=None,
                    help=f"hardware profile YAML or shipped name (default {DEFAULT_PROFILE}; with --calibrate alone: "
                         "a one-tier loopback profile from the fit)")
-    p.add_argument("--algos", default=",".join(ab.ALLREDUCE_MODELS),
+    p.add_argument("--algos", type=_algos_arg, default=tuple(ab.ALLREDUCE_MODELS), metavar="LIST",
                    help=f"comma list of {', '.join(ab.ALLREDUCE_MODELS)}")
     p.add_argument("--calibrate", type=Path, metavar="RUN_DIR", action="append",
                    help="fit alpha/beta from the allreduce records of a run directory and use them "
@@ -164,11 +182,12 @@ def cmd_model(args) -> int:
     from harness.model.calibrate import CalibrationError, extrapolations, fit_run  # scipy: as above
 
     console = Console(soft_wrap=True)
-    algos = tuple(a.strip() for a in args.algos.split(",") if a.strip())
-    unknown = [a for a in algos if a not in ab.ALLREDUCE_MODELS]
-    if unknown:
-        print(f"critpath model: error: --algos: unknown {', '.join(unknown)}; known: {', '.join(ab.ALLREDUCE_MODELS)}",
-              file=sys.stderr)
+    algos = args.algos
+    cells = len(algos) * len(args.ranks) * len(args.sizes)
+    if cells > MAX_MODEL_CELLS:  # refused before a profile is read or an array is built
+        print_error("model", f"--sizes x --ranks x --algos: {len(args.sizes)} sizes x {len(args.ranks)} scales x "
+                             f"{len(algos)} algorithms is {cells} modelled times; at most MAX_MODEL_CELLS = "
+                             f"{MAX_MODEL_CELLS} (fewer sizes, scales or algorithms)")
         return 2
     try:
         profile = load_profile(args.profile or DEFAULT_PROFILE) if (args.profile or not args.calibrate) else None

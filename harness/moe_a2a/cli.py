@@ -22,12 +22,20 @@ CLAIM_SKEW_REL = 0.47  # A1.moe_skew: 17x hot expert -> effective throughput 47 
 CLAIM_ADAPTIVE_REL = 0.89  # A1.moe_adaptive: adaptive routing, 100 ms window -> 89 %
 
 
-# What the event-level model is meant for (8..256 ranks, DeepSeek-V3's shapes) with room to spare;
-# beyond these a value is a typo that would run for hours or fill memory.
-MAX_MODELLED_WORLD = 65536
+# What the event-level model is meant for (8..256 ranks, DeepSeek-V3's shapes); beyond these a
+# value is a typo that would run for hours or fill memory. Its cost grows with the square of two
+# things, so each is bounded alone and together:
+# - rank pairs: every step is world^2 messages, each an event in Python (256 ranks: about 7 s; 1,024:
+#   over a minute; 65,536 tried a 32 GiB array). MAX_RANK_PAIRS bounds world^2 summed over
+#   --worlds, so the default 8..256 (87,360 pairs) fits and a list of 64 large worlds does not.
+# - expert slots: the placement scans every slot for each slot it places, (experts + world x
+#   spare slots)^2 (16,384 spare slots at 8 ranks took 16 s; 4,096 slots take about a second).
+MAX_MODELLED_WORLD = 256
+MAX_RANK_PAIRS = 2 * MAX_MODELLED_WORLD ** 2
+MAX_SLOTS = 4096  # experts + world x --spare-slots, per modelled world
 MAX_TOKENS = 1 << 20  # per rank
 MAX_HIDDEN = 1 << 20
-MAX_EXPERTS = 1 << 16
+MAX_EXPERTS = MAX_SLOTS
 MAX_FACTOR = 1e6  # --hot-factor, --capacity-factor
 MAX_MS = 1e9  # about 11 days: --drift-ms, --window-ms
 MAX_US = 1e9
@@ -80,6 +88,20 @@ def _fmt_pct(x: float) -> str:
     return "-" if x != x else f"{100 * x:.0f} %"
 
 
+def _too_large(worlds: tuple[int, ...], experts: int, spare_slots: int) -> str:
+    """Why these options together would not finish in seconds (see MAX_RANK_PAIRS, MAX_SLOTS); ''
+    when they would."""
+    pairs = sum(w * w for w in worlds)
+    if pairs > MAX_RANK_PAIRS:
+        return (f"--worlds {','.join(map(str, worlds))}: {pairs} rank pairs (world x world, summed); at most "
+                f"MAX_RANK_PAIRS = {MAX_RANK_PAIRS} (fewer or smaller worlds)")
+    slots = experts + max(worlds) * spare_slots
+    if slots > MAX_SLOTS:
+        return (f"--experts {experts} + --worlds {max(worlds)} x --spare-slots {spare_slots}: {slots} expert slots; "
+                f"at most MAX_SLOTS = {MAX_SLOTS} (fewer experts or spare slots)")
+    return ""
+
+
 def cmd_sim(args) -> int:
     console = wide_console()
     model = sim.CostModel()
@@ -89,6 +111,10 @@ def cmd_sim(args) -> int:
         model = replace(model, planner_us=args.planner_us if args.planner_us > 0 else None)
     if args.from_run is not None:
         return _sim_from_run(args.from_run, args.drift_ms, args.window_ms, model, console)
+    too_large = _too_large(args.worlds, args.experts, args.spare_slots)
+    if too_large:
+        print_error("moe-sim", too_large)
+        return 2
     cfg = sim.SimConfig(tokens=args.tokens, hidden=args.hidden, bytes_per_elem=args.bytes_per_elem,
                         experts=args.experts, top_k=args.top_k, hot_factor=args.hot_factor,
                         spare_slots=args.spare_slots, capacity_factor=args.capacity_factor,
