@@ -251,7 +251,8 @@ def _worker(tmp_path: Path, body: str):
 def test_a_worker_writing_forever_without_a_newline_is_stopped_at_the_line_cap(tmp_path):
     import time
 
-    from harness.gate.sides import MAX_WORKER_LINE_BYTES, SideError
+    from harness.gate.sides import SideError
+    from harness.run.protocol import MAX_WORKER_LINE_BYTES
 
     side = _worker(tmp_path, "chunk = b'x' * 65536\nwhile True:\n    sys.stdout.buffer.write(chunk)")
     start = time.monotonic()

@@ -29,7 +29,9 @@ INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 MAX_NUMBER_CHARS = 64
 
 _INT = re.compile(r"-?(?:0|[1-9][0-9]*)", re.ASCII)
-_FLOAT = re.compile(r"-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?", re.ASCII)
+# No leading zero on the integer part: 04.0 and 4.0 would be two spellings of one case key. The
+# exponent may carry a '+', because repr() writes 1e+16 so, and case IDs are written with repr().
+_FLOAT = re.compile(r"-?(?:(?:0|[1-9][0-9]*)(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?", re.ASCII)
 
 
 class NumberError(ValueError):
@@ -65,18 +67,29 @@ def parse_int(text: str, source: str, low: Optional[int] = None, high: Optional[
 def parse_float(text: str, source: str, low: Optional[float] = None, high: Optional[float] = None) -> float:
     """``text`` as a finite number by critpath's grammar (``12``, ``-0.5``, ``1e-6``), within [low, high]."""
     if not isinstance(text, str) or len(text) > MAX_NUMBER_CHARS or not _FLOAT.fullmatch(text):
-        raise NumberError(f"{source}: expected a number (ASCII digits, '.', an exponent; no '_', '+' or spaces), "
-                          f"got {shown(text)}")
+        raise NumberError(f"{source}: expected a number (ASCII digits, '.', an exponent; no '_', spaces, leading "
+                          f"'+' or leading zero), got {shown(text)}")
     value = float(text)
     if not math.isfinite(value):
         raise NumberError(f"{source}: {shown(text)} is not a finite number")
-    if abs(value) < sys.float_info.min and _names_nonzero(text):
-        # float() reads 1e-400 as 0.0 and 1e-310 as a subnormal that has lost digits: the text
-        # named a number the value does not hold.
-        raise NumberError(f"{source}: {shown(text)} is too small to hold (underflows); "
-                          f"write 0 or a magnitude of at least {sys.float_info.min!r}")
+    if underflows(text, value):
+        raise NumberError(f"{source}: {underflow_text(text)}")
+    if value == 0 and text.startswith("-"):
+        # -0.0 == 0.0, yet repr() writes '-0.0': one case would have two IDs
+        raise NumberError(f"{source}: {shown(text)} is a negative zero; write 0")
     _in_range(value, low, high, source)
     return value
+
+
+def underflows(text: str, value: float) -> bool:
+    """Whether float ``text`` names a nonzero number that ``value`` (what float() read) cannot
+    hold: float() reads 1e-400 as 0.0 and 1e-310 as a subnormal that has lost digits."""
+    return abs(value) < sys.float_info.min and _names_nonzero(text)
+
+
+def underflow_text(text: str) -> str:
+    """What is said of such text, wherever it was read."""
+    return f"{shown(text)} is too small to hold (underflows); write 0 or a magnitude of at least {sys.float_info.min!r}"
 
 
 def _names_nonzero(text: str) -> bool:

@@ -32,6 +32,7 @@ import yaml
 
 from harness.core.echo import shown
 from harness.core.inputfile import InputFileError, read_bounded
+from harness.core.numbers import underflow_text, underflows
 
 # critpath's largest YAML (a baselines file) is about 16 kB; a profile or a rule file a few kB.
 MAX_YAML_BYTES = 1 << 20
@@ -126,7 +127,10 @@ class _StrictLoader(yaml.composer.Composer, _Parser, yaml.constructor.SafeConstr
 
     def construct_yaml_float(self, node):
         _refuse_outside_1_2(node, _FLOAT_1_2, "a number (digits, '.', an exponent, .inf or .nan)")
-        return super().construct_yaml_float(node)  # on 1.2 text, PyYAML's 1.1 reading agrees
+        value = super().construct_yaml_float(node)  # on 1.2 text, PyYAML's 1.1 reading agrees
+        if underflows(node.value, value):  # as the text grammar refuses it: 1e-400 is no 0
+            raise _Refused(node.start_mark.line + 1, underflow_text(node.value))
+        return value
 
     def construct_object(self, node, deep=False):
         try:

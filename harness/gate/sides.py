@@ -26,17 +26,11 @@ from typing import Optional, Sequence
 
 from harness.gate.trees import Tree
 from harness.core.records import Record
-from harness.core.jsonfile import JsonFileError, JsonLimits, loads_strict
-from harness.core.store import MAX_RUN_CASES, RESULTS, ResultsFileError, load_records
+from harness.core.jsonfile import JsonFileError, loads_strict
+from harness.core.store import RESULTS, ResultsFileError, load_records
+from harness.run.protocol import MAX_WORKER_LINE_BYTES, WORKER_MESSAGE_LIMITS
 
 STOP_GRACE_S = 10.0
-# The longest line a worker writes: its round message names each case with its status and count,
-# some 300 bytes a case, 3 MB for the most cases a run holds. A worker past this is misbehaving
-# (one writing forever without a newline took 3 min and 365 MB of quadratic buffer copies).
-MAX_WORKER_LINE_BYTES = 16 << 20
-# What one worker message may hold once parsed: a round message's few keys per case, at most
-# MAX_RUN_CASES cases, nested four levels. A line of 200,000 "[" was a RecursionError naming nothing.
-WORKER_MESSAGE_LIMITS = JsonLimits(keys=10 * MAX_RUN_CASES, values=20 * MAX_RUN_CASES, depth=8)
 
 
 class SideError(RuntimeError):

@@ -20,6 +20,7 @@ from typing import Iterator, Optional
 from harness.core.escape import for_terminal
 from harness.core.inputfile import InputFileError, read_bounded
 from harness.core.jsonfile import JsonFileError, JsonLimits, loads_strict
+from harness.core.echo import shown
 from harness.core.numbers import NumberError, check_float, check_int
 from harness.core.walk import WalkError, walk_bounded
 
@@ -128,6 +129,10 @@ def benchmark_units(path: Path) -> dict[str, str]:
     return units
 
 
+# A case ID's shape, as every family's IDs have it: a family name, a slash, its parameters.
+_CASE_ID = re.compile(r"[a-z0-9_]+/\S+", re.ASCII)
+
+
 def _figures(name: str, row, columns: dict[str, int], where: str) -> Iterator[Figure]:
     """The figures of one tracked benchmark's row: one per case asv holds. Tracked figures are
     parameterised by case ID alone; asv keeps each parameter as its repr, quotes included."""
@@ -155,6 +160,8 @@ def _figures(name: str, row, columns: dict[str, int], where: str) -> Iterator[Fi
         got = f"{len(values)} values" if isinstance(values, list) else type(values).__name__
         raise AsvFileError(f"{where}.result: expected a value for each of its {len(cases)} cases, got {got}")
     for i, (case_id, value) in enumerate(zip(cases, values)):
+        if not _CASE_ID.fullmatch(case_id.strip("'\"")):  # the view labels a series by what follows the family
+            raise AsvFileError(f"{where}.params[0][{i}]: {shown(case_id)} is no case ID (FAMILY/KEY=VALUE,...)")
         # asv writes null (or NaN) for a case that failed or lacks the figure: missing, never zero
         missing = value is None or (isinstance(value, float) and math.isnan(value))
         try:

@@ -43,6 +43,7 @@ import harness
 from harness.core import registry
 from harness.core.claim import Claim, claim_dir
 from harness.core.family import RankContext
+from harness.core.jsonfile import JsonFileError, loads_strict
 from harness.core.numbers import check_float, check_int
 from harness.core.options import MAX_SECONDS, UsageError, seconds
 from harness.core.records import MAX_SAMPLES, ErrorInfo, Record, utc_now_iso
@@ -50,6 +51,7 @@ from harness.core.store import RunDir, new_run_id, run_files
 from harness.run import fingerprint
 from harness.run.driver import Collectives, run_case
 from harness.run.lifetime import die_with_parent
+from harness.run.protocol import MAX_WORKER_LINE_BYTES, WORKER_MESSAGE_LIMITS
 from harness.run.plan import LOCAL_WORLD_RULE, MAX_LOCAL_WORLD, PROFILE_POLICY
 from harness.run.timing import PlanPolicy
 
@@ -223,16 +225,31 @@ def serve(out: Path, backend: str, timeout_s: float, commands: TextIO, replies: 
         return _serve(out, backend, timeout_s, commands, replies)
 
 
+def _requests(commands: TextIO):
+    """The gate's lines, each read within MAX_WORKER_LINE_BYTES (ProtocolError past it)."""
+    while True:
+        line = commands.readline(MAX_WORKER_LINE_BYTES + 1)
+        if not line:
+            return
+        if len(line) > MAX_WORKER_LINE_BYTES:
+            raise ProtocolError(f"a request line of more than {MAX_WORKER_LINE_BYTES} bytes (MAX_WORKER_LINE_BYTES)")
+        yield line
+
+
 def _serve(out: Path, backend: str, timeout_s: float, commands: TextIO, replies: TextIO) -> int:
     server = RoundServer(out, backend, timeout_s)
     try:
         server.write_fingerprint()
         _send(replies, {"event": "ready", "protocol": PROTOCOL, "harness_file": harness.__file__, "pid": os.getpid()})
-        for line in commands:
-            if not line.strip():
-                continue
+        requests = _requests(commands)
+        while True:
             try:
-                message = json.loads(line)
+                line = next(requests, None)
+                if line is None:
+                    break
+                if not line.strip():
+                    continue
+                message = loads_strict(line, "the gate's request", WORKER_MESSAGE_LIMITS)
                 if not isinstance(message, dict):
                     raise ProtocolError("a message must be a JSON object")
                 cmd = message.get("cmd")
@@ -241,7 +258,7 @@ def _serve(out: Path, backend: str, timeout_s: float, commands: TextIO, replies:
                 if cmd not in ("round", "prepare"):
                     raise ProtocolError(f"unknown cmd {cmd!r}; expected prepare, round or stop")
                 number, cases, warmup, target_s = _parse_round({"round": 0, **message})
-            except (json.JSONDecodeError, ProtocolError) as exc:
+            except (JsonFileError, ProtocolError) as exc:
                 _send(replies, {"event": "error", "message": str(exc)})
                 return 2
             if cmd == "prepare":
