@@ -10,6 +10,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+# What a test's run writes as its fingerprint.json before its first case: the fields every run's
+# holds (harness.core.fingerprintfile.REQUIRED). A local launch of world 1 is narrower than any
+# record, as a local run's fingerprint may be.
+RUN_FINGERPRINT = {"host": "test", "launch": "local", "world": 1}
 
 
 def free_port() -> int:
@@ -112,7 +116,7 @@ def run_with_an_unverified_figure(path: Path, busbw_gbps: float = 9999.0) -> Pat
     honest, edited = (derived_record(c, [30000 + i for i in range(200)], reports=reports) for c in cases)
     run = RunDir(path, "t")
     run.append_many([honest, dataclasses.replace(edited, metrics={**edited.metrics, "busbw_gbps": busbw_gbps}, extra={})])
-    run.write_fingerprint({"host": "test"})
+    run.write_fingerprint({**RUN_FINGERPRINT, "world": 2})  # its records' two ranks
     run.write_meta({"schema": "critpath.run/1", "run_id": "t", "state": "finished", "cases_total": 2,
                     "cases_planned_sha256": planned_digest(cases), "cases_ok": 2, "cases_failed": 0})
     return run.path

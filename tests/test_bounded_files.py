@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from conftest import RUN_FINGERPRINT
 
 from harness.cli import main
 from harness.core import store
@@ -46,7 +47,7 @@ def _run(path: Path, n: int) -> Path:
     path.mkdir()
     records = [derived_record(_spin(i + 1), [1000 + i, 1100, 1200]) for i in range(n)]
     (path / store.RESULTS).write_text("".join(r.to_json() + "\n" for r in records))
-    (path / store.FINGERPRINT).write_text(json.dumps({"host": "test"}))
+    (path / store.FINGERPRINT).write_text(json.dumps(RUN_FINGERPRINT))
     (path / store.RUN_META).write_text(json.dumps({
         "run_id": "t", "state": "finished", "cases_total": n,
         store.PLANNED: store.planned_digest(r.case_id for r in records)}))

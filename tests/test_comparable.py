@@ -7,7 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest import derived_record
+from conftest import RUN_FINGERPRINT, derived_record
 
 from harness.cli import main
 from harness.core.comparable import CHECKED_FIELDS, mismatch
@@ -32,7 +32,7 @@ def _runs(root: Path, n: int, **fields) -> Path:
     for i in range(n):
         run = RunDir(root / f"run-{i}", f"run-{i}")
         run.append(derived_record(NOOP, [s + i for s in SAMPLES], run_id=run.run_id, **fields))
-        run.write_fingerprint({"host": "test"})  # a run writes one before its first case
+        run.write_fingerprint(RUN_FINGERPRINT)  # a run writes one before its first case
         run.write_meta({"schema": "critpath.run/1", "state": "finished", "cases_total": 1})
     return root
 

@@ -82,7 +82,7 @@ def _pairs_run(path, rtt_us, nodes=4, ranks_per_node=1, sizes=(8, 4096), family=
         case_id = f"{family}/backend=gloo,size_bytes={size},tier=pairs,world={world}"
         run.append(derived_record(case_id, sweep, run_id="diag-test", reports=reports))
     hosts = [f"host{n}" for n in range(nodes)]
-    run.write_fingerprint({"layout": {"nodes": nodes, "node_keys": list(keys), "hosts": hosts,
+    run.write_fingerprint({"launch": "joined", "world": world, "layout": {"nodes": nodes, "node_keys": list(keys), "hosts": hosts,
                                       "node_of_rank": list(node_of_rank)}})
     run.write_meta({"schema": "critpath.run/1", "state": "finished", "cases_total": len(sizes)})
     return keys
@@ -158,7 +158,7 @@ def _node_run(path, host, mean_us, failed=None):
             continue
         samples = np.full(200, mean_us * 1e3 * size / 65536, dtype=np.int64)
         run.append(derived_record(case_id, samples, run_id=f"run-{host}", reports=[{}, {}]))
-    run.write_fingerprint({"host": host, "layout": {"nodes": 1, "node_keys": [host], "hosts": [host],
+    run.write_fingerprint({"host": host, "launch": "joined", "world": 2, "layout": {"nodes": 1, "node_keys": [host], "hosts": [host],
                                                     "node_of_rank": [0, 0]}})
     run.write_meta({"schema": "critpath.run/1", "state": "finished", "cases_total": 2})
 

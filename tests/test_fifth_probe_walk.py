@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import derived_record
+from conftest import RUN_FINGERPRINT, derived_record
 
 from harness.cli import main
 from harness.core.options import UsageError
@@ -74,7 +74,7 @@ def _run(root: Path, run_id: str, center: float = 1000.0, seed: int = 0) -> Path
     samples = np.random.default_rng(seed).normal(center, center * 0.01, 200).clip(1)
     run = RunDir(root, run_id)
     run.append(derived_record(NOOP, samples, run_id=run_id, plan={"warmup": 1, "iters": len(samples)}))
-    run.write_fingerprint({"host": "test"})  # a run writes one before its first case
+    run.write_fingerprint(RUN_FINGERPRINT)  # a run writes one before its first case
     run.write_meta({"schema": "critpath.run/1", "state": "finished", "cases_total": 1})
     return root
 

@@ -62,9 +62,8 @@ def test_compare_refuses_a_cut_runs_results_file_as_it_refuses_the_directory(tmp
     assert "incomplete: 1 of 53 cases" in capsys.readouterr().err
 
 
-def test_a_results_file_alone_is_still_taken_as_it_is(tmp_path, capsys):
-    alone = tmp_path / "alone" / RESULTS
-    alone.parent.mkdir()
+def test_a_bare_results_file_is_still_taken_as_it_is(tmp_path, capsys):
+    alone = tmp_path / "alone.jsonl"  # a results.jsonl is its directory's: only another name is bare
     shutil.copy(RUN / RESULTS, alone)
     assert main(["show", str(alone)]) == 1  # one record of the fixture failed: 1, with no incompleteness
     assert "incomplete" not in capsys.readouterr().err

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import xmlschema
-from conftest import derived_record, git as _git, processes_mentioning
+from conftest import RUN_FINGERPRINT, derived_record, git as _git, processes_mentioning
 
 from harness.cli import main
 from harness.gate.outputs import EXIT_COULD_NOT_RUN, EXIT_PASS, EXIT_REGRESSION, junit_schema_path
@@ -103,7 +103,7 @@ def _runs(root: Path, centers, case_id: str = NOOP, failed_at: int = -1, seed: i
     for i, center in enumerate(centers):
         run = RunDir(root / f"run-{i}", f"run-{i}")
         run.append(_record(case_id, rng.normal(center, center * 0.01, 200).clip(1), run.run_id, ok=i != failed_at))
-        run.write_fingerprint({"host": "test"})
+        run.write_fingerprint(RUN_FINGERPRINT)
         run.write_meta({"schema": "critpath.run/1", "state": "finished", "cases_total": 1})
     return root
 
@@ -172,7 +172,7 @@ def test_compare_a_throughput_metric_counts_a_drop_as_a_regression(tmp_path):
             run = RunDir(root / f"run-{i}", f"run-{i}")
             # sendrecv's busbw is size / mean time (bus factor 1): samples that give this busbw.
             run.append(_record(case_id, [round(4096 / value)] * 10, run.run_id))
-            run.write_fingerprint({"host": "test"})
+            run.write_fingerprint(RUN_FINGERPRINT)
             run.write_meta({"schema": "critpath.run/1", "state": "finished", "cases_total": 1})
         return root
     base = runs(tmp_path / "a", [10.0, 10.1, 9.9, 10.0, 10.2, 9.8])

@@ -312,7 +312,7 @@ def test_every_fingerprint_critpath_writes_passes_the_check(monkeypatch):
 
 
 def test_a_well_typed_fingerprint_is_accepted_and_judged(tmp_path, capsys):
-    run = _run(tmp_path / "good", {"host": "h", "world": 1, "gpus": {"present": False, "count": 0, "reason": "none"},
+    run = _run(tmp_path / "good", {"host": "h", "launch": "local", "world": 1, "gpus": {"present": False, "count": 0, "reason": "none"},
                                    "layout": {"nodes": 1, "ranks_per_node": [1], "node_keys": ["h"], "hosts": ["h"],
                                               "node_of_rank": [0]}})
     profile = tmp_path / "p.yaml"

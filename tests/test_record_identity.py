@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import derived_record
+from conftest import RUN_FINGERPRINT, derived_record
 
 from harness.cli import main
 from harness.core.stats import Summary
@@ -70,7 +70,7 @@ def _native_run(tmp_path: Path, **fields) -> Path:
     reports = [{"impl": "gloo allreduce", "nccl_algo_env": None}] * 2
     run = RunDir(tmp_path / "native", "t")
     run.append(derived_record(case_id, [30000 + i for i in range(200)], reports=reports, **fields))
-    run.write_fingerprint({"host": "test"})
+    run.write_fingerprint({**RUN_FINGERPRINT, "world": 2})  # its record's two ranks
     run.write_meta({"schema": "critpath.run/1", "run_id": "t", "state": "finished", "cases_total": 1})
     return run.path
 

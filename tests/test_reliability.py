@@ -7,7 +7,7 @@ import sys
 import time
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, RUN_FINGERPRINT
 
 from harness.cli import main
 
@@ -139,7 +139,7 @@ def test_a_killed_or_empty_run_is_never_shown_or_judged_as_a_whole_one(tmp_path,
 
     run = RunDir(tmp_path / "killed", "killed")
     cases = ["selftest/fault_rank=0,mode=noop,world=1", "selftest/fault_rank=0,mode=spin,spin_iters=10,world=1"]
-    run.write_fingerprint({"host": "test"})  # written first, as a run does
+    run.write_fingerprint(RUN_FINGERPRINT)  # written first, as a run does
     run.write_meta({"schema": "critpath.run/1", "run_id": "killed", "state": "running", "cases_total": 2})
     assert main(["show", str(run.path)]) == 1  # killed before its first record: no results file yet
     assert "incomplete: 0 of 2 cases, run.json says running" in capsys.readouterr().err

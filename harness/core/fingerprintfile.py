@@ -68,6 +68,17 @@ FINGERPRINT = {"schema": str, "host": str, "cpu_model": str, "cpu_count": CPUS, 
                "launch": str, "nccl_version": str, "imported_from": str, "layout": LAYOUT, "gpus": GPUS,
                "git": {"commit": str, "dirty": bool, "reason": str}, "libraries": _Values(str), "env": _Values(str)}
 
+# The fields every writer of a fingerprint gives a value (harness.run.fingerprint.collect for a
+# run, its worker and each rank; an import's fingerprint_of): one lacking any is not a run's
+# fingerprint, and says nothing of where the run ran. ``host`` is not among them: an import of
+# nccl-tests text without device lines writes it null.
+REQUIRED = ("launch", "world")
+
+
+def lacking(fingerprint: Mapping[str, Any]) -> tuple[str, ...]:
+    """The ``REQUIRED`` fields ``fingerprint`` lacks (absent or null); all of them for none."""
+    return tuple(name for name in REQUIRED if fingerprint.get(name) is None)
+
 
 def _what(spec) -> str:
     if isinstance(spec, tuple):

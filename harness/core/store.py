@@ -244,14 +244,17 @@ def read_meta(path: Path) -> dict:
 
 
 def run_dir_of(path: Path) -> Optional[Path]:
-    """The run directory ``path`` is, or whose results file it is (a results.jsonl with the run's
-    run.json or fingerprint.json beside it is that run, judged whole or not as the directory is);
-    None for a results file given alone, which has nothing beside it to say."""
+    """The run directory ``path`` is, or whose results file it is; None for a results file of
+    another name than results.jsonl, a bare file. A results.jsonl is its directory's, judged whole
+    or not exactly as the directory is, with or without a run.json beside it: the name is the one a
+    run writes, and a copy of a killed run's records is no more whole than the run. A symlink is
+    judged where it leads: the run.json beside the real file is the one that speaks for it."""
     path = Path(path)
     if path.is_dir():
         return path
-    if path.name == RESULTS and any((path.parent / name).exists() for name in (RUN_META, FINGERPRINT)):
-        return path.parent
+    real = Path(os.path.realpath(path))
+    if real.name == RESULTS:
+        return real.parent
     return None
 
 
@@ -331,22 +334,26 @@ def _counts_contradiction(meta: dict, records: Sequence) -> str:
     return f"contradicted: {RUN_META}: {'; '.join(wrong)}" if wrong else ""
 
 
-def incompleteness(meta: dict, records: Sequence, directory: bool = True, fingerprinted: bool = True) -> str:
+def incompleteness(meta: dict, records: Sequence, directory: bool = True, fingerprint: Optional[Mapping] = None) -> str:
     """Why a run is not whole ("incomplete: 37 of 87 cases, run.json says running", "mixed: records
     of 2 runs ...", "not whole: a case recorded more than once ..."), read from its records against
     its run.json; "" when run.json says it finished (or was imported) and its records are exactly the
     cases it planned, each once, all of its run, as many ok and failed as it says. A run directory
     without a run.json is not whole:
     ``critpath run`` and an import write it, and write it last; nor is one without its
-    fingerprint.json (``fingerprinted`` False), which both write before the first record, and
-    without which nothing says where the run ran. A results file given alone (``directory``
-    False) has nothing beside it to say, and is taken as it is."""
+    fingerprint.json, which both write before the first record, and without which nothing says
+    where the run ran, or with one lacking a field every fingerprint holds (``fingerprintfile.
+    REQUIRED``; ``fingerprint`` None: the caller judges none). A bare results file (``directory``
+    False: not named results.jsonl) has nothing beside it to say how far its run got, and is taken
+    as it is unless it holds records of two runs or a case twice."""
     mixed = of_runs(records)
     if mixed:
         return mixed
     run_ids = [getattr(records[0], "run_id", None)] if records else []
+    if not directory:  # a bare file: nothing beside it to say how far it got, but one run, each case once
+        return recorded_twice(records)
     if not meta:
-        return f"incomplete: {len(records)} cases and no run.json, which a whole run writes last" if directory else ""
+        return f"incomplete: {len(records)} cases and no run.json, which a whole run writes last"
     if run_ids and meta.get("run_id") not in (None, run_ids[0]):  # None: absent (null is refused on read)
         return f"mixed: its records are of run {run_ids[0]}, its {RUN_META} of run {meta.get('run_id')}"
     if meta.get("contradicted"):  # an import whose trailer disagrees with its rows: they are not the whole run
@@ -356,8 +363,12 @@ def incompleteness(meta: dict, records: Sequence, directory: bool = True, finger
     if wrong:
         return wrong
     if state in ENDED and len(records) == total:
-        if not fingerprinted:  # all it claims holds, and nothing says where it ran
+        lacks = fingerprintfile.lacking(fingerprint) if fingerprint is not None else ()
+        if lacks and not fingerprint:  # all it claims holds, and nothing says where it ran
             return f"incomplete: {len(records)} cases and no {FINGERPRINT}, which a run writes before its first case"
+        if lacks:  # {"junk": 1} says no more of where it ran than none
+            return (f"incomplete: {len(records)} cases and a {FINGERPRINT} without field {', '.join(lacks)}, "
+                    f"which every run's holds")
         return _counts_contradiction(meta, records)
     of = f" of {total}" if isinstance(total, int) and not isinstance(total, bool) else ""
     return f"incomplete: {len(records)}{of} cases, run.json says {state or 'nothing'}"
@@ -365,7 +376,7 @@ def incompleteness(meta: dict, records: Sequence, directory: bool = True, finger
 
 def run_documents(path: Path) -> tuple[dict, dict]:
     """(run.json, fingerprint.json) of the run ``path`` is, or whose results file it is ({} for a
-    document it lacks, and both for a results file given alone)."""
+    document it lacks, and both for a bare results file: ``run_dir_of``)."""
     run_dir = run_dir_of(path)
     if run_dir is None:
         return {}, {}
@@ -373,8 +384,8 @@ def run_documents(path: Path) -> tuple[dict, dict]:
 
 
 def run_incompleteness(path: Path, records: Sequence) -> str:
-    """``incompleteness`` of the run ``path`` is, or whose results file it is ("" for a results
-    file given alone)."""
+    """``incompleteness`` of the run ``path`` is, or whose results file it is (of its records alone
+    for a bare results file: ``run_dir_of``)."""
     return run_of(path, records, *run_documents(path)).incomplete
 
 
@@ -405,7 +416,7 @@ class LoadedRun:
     @cached_property  # judged from every record: once per run, however many read it
     def incomplete(self) -> str:
         """Why the run is not whole (``incompleteness``), "" when it is."""
-        return incompleteness(self.meta, self.records, run_dir_of(self.path) is not None, bool(self.fingerprint))
+        return incompleteness(self.meta, self.records, run_dir_of(self.path) is not None, self.fingerprint)
 
     def families(self) -> list[str]:
         """The families of its records, in the order they first appear."""
@@ -445,8 +456,8 @@ def load_run(path: Path, label: Optional[str] = None) -> LoadedRun:
 def load_whole(path: Path) -> LoadedRun:
     """The run ``path`` is (or whose results file it is) read whole, refused with ResultsFileError
     naming it unless it is whole (``incompleteness``): what a command that concludes from a run's
-    records (a comparison, a verdict, a fitted model) reads it with. A results file given alone is
-    taken as it is."""
+    records (a comparison, a verdict, a fitted model) reads it with. A bare results file (``run_dir_of``)
+    is taken as it is, each case once, all of one run."""
     path = Path(path)
     run = _world_checked(run_of(path, load_records(path), *run_documents(path)))
     if run.incomplete:  # a killed, mixed or duplicated run's cases are not its measurement
@@ -520,7 +531,7 @@ def run_digests(path: Path) -> dict[str, Optional[str]]:
 
 def run_inputs(paths: Iterable[Path]) -> list[Path]:
     """Every file a reader of these runs reads: each run's records, run.json and fingerprint.json
-    (a results file given alone is itself the input)."""
+    (a bare results file, ``run_dir_of``, is itself the input)."""
     files: list[Path] = []
     for path in map(Path, paths):
         run_dir = run_dir_of(path)

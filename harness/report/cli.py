@@ -15,7 +15,7 @@ from harness.core import atomic, registry
 from harness.core.claim import claim_dir
 from harness.core.inputfile import declare_inputs
 from harness.core.options import EXIT_OK, EXIT_USAGE, print_error
-from harness.core.store import load_run, run_inputs
+from harness.core.store import load_run, run_dir_of, run_inputs
 from harness.document.blocks import PLOTS_DIR, Block, Heading, Image, to_html, to_markdown
 from harness.history.view import HistoryError, history_blocks, is_history_plot
 from harness.report.build import Report, build
@@ -119,8 +119,8 @@ def cmd_report(args) -> int:
         return EXIT_USAGE
     if args.out:
         out = args.out
-    elif len(args.run_dirs) == 1:
-        out = args.run_dirs[0]
+    elif len(args.run_dirs) == 1:  # beside the run, also when named by its results file (a file is no --out)
+        out = run_dir_of(args.run_dirs[0])
     else:
         out = Path("reports") / atomic.fit_name("compare-" + "-".join(p.name for p in args.run_dirs), 120)
     md, html = write_report(report, out)
