@@ -1,0 +1,51 @@
+"""The sixth probe of critpath's consistency: one case spelt two ways in the gate's files, a
+fingerprint.json whose layout contradicts itself and run.json options out of their declared
+ranges. Each is read as the one case it names, or refused naming the file and field."""
+from __future__ import annotations
+
+import pytest
+
+from harness.gate.config import ConfigError, load_baselines, load_config
+
+ALLREDUCE = "allreduce/algo=native,backend=gloo,dtype=float32,size_bytes=8,world=2"
+ALLREDUCE_REORDERED = "allreduce/world=2,algo=native,backend=gloo,dtype=float32,size_bytes=8"
+NOOP = "selftest/fault_rank=0,mode=noop,world=1"
+NOOP_REORDERED = "selftest/mode=noop,fault_rank=0,world=1"
+
+
+# -- D10: a per-case min_effect keyed by a non-canonical spelling of the case --------------------
+
+def test_a_case_min_effect_applies_however_its_keys_are_ordered(tmp_path):
+    path = tmp_path / "gate.yaml"
+    path.write_text(f"min_effect:\n  default: 0.05\n  cases:\n    '{ALLREDUCE_REORDERED}': 4.0\n")
+    config = load_config(path)
+    assert config.min_effect(ALLREDUCE) == 4.0
+    assert config.min_effect(ALLREDUCE_REORDERED) == 4.0
+
+
+def test_two_case_min_effect_keys_naming_one_case_are_refused(tmp_path):
+    path = tmp_path / "gate.yaml"
+    path.write_text(f"min_effect:\n  cases:\n    '{ALLREDUCE}': 3.0\n    '{ALLREDUCE_REORDERED}': 4.0\n")
+    with pytest.raises(ConfigError) as refused:
+        load_config(path)
+    message = str(refused.value)
+    assert message.startswith(f"{path}:4: field min_effect.cases.{ALLREDUCE_REORDERED}: ")
+    assert "names the same case as" in message and ALLREDUCE in message
+
+
+# -- D13: a baseline table listing one case twice under two spellings ---------------------------
+
+def test_a_baseline_table_listing_one_case_twice_in_two_spellings_is_refused(tmp_path):
+    path = tmp_path / "table.yaml"
+    entry = "  - case_id: '{}'\n    statistic: p50_ns\n    value: 1000\n"
+    path.write_text("baselines:\n" + entry.format(NOOP) + entry.format(NOOP_REORDERED))
+    with pytest.raises(ConfigError) as refused:
+        load_baselines(path)
+    message = str(refused.value)
+    assert message.startswith(f"{path}:5: field baselines[1]: ") and "listed twice" in message
+
+
+def test_a_baseline_case_id_is_read_as_runs_spell_it(tmp_path):
+    path = tmp_path / "table.yaml"
+    path.write_text(f"baselines:\n  - case_id: '{NOOP_REORDERED}'\n    statistic: p50_ns\n    value: 1000\n")
+    assert load_baselines(path)[0].case_id == NOOP
