@@ -49,3 +49,38 @@ def test_a_baseline_case_id_is_read_as_runs_spell_it(tmp_path):
     path = tmp_path / "table.yaml"
     path.write_text(f"baselines:\n  - case_id: '{NOOP_REORDERED}'\n    statistic: p50_ns\n    value: 1000\n")
     assert load_baselines(path)[0].case_id == NOOP
+
+
+# -- D8: a fingerprint layout that contradicts itself ---------------------------------------------
+
+def _fingerprint(**changes):
+    layout = {"hosts": ["vm"], "local_ranks": [0, 1], "node_keys": ["vm"], "node_major": True,
+              "node_of_rank": [0, 0], "nodes": 1, "ranks_per_node": [2], "uniform": True}
+    fingerprint = {"world": 2, "cpu_count": 2, "cpu_usable": 2, "layout": layout}
+    for name, value in changes.items():
+        (layout if name in layout else fingerprint)[name] = value
+    return fingerprint
+
+
+def test_a_consistent_fingerprint_layout_is_read():
+    from harness.core import fingerprintfile
+
+    fingerprintfile.check(_fingerprint())
+    fingerprintfile.check(_fingerprint(ranks_per_node=2, cpu_usable=1))
+
+
+@pytest.mark.parametrize("changes, field, why", [
+    ({"nodes": 2}, "layout.node_keys", "1 nodes, but field layout.nodes says 2"),
+    ({"ranks_per_node": [1, 1]}, "layout.ranks_per_node", "2 nodes, but field layout.nodes says 1"),
+    ({"ranks_per_node": [3]}, "layout.ranks_per_node", "3 ranks in all, but field world is 2"),
+    ({"local_ranks": [0, 99]}, "layout.local_ranks.1", "local rank 99, but its node holds 2"),
+    ({"ranks_per_node": 1, "local_ranks": [0, 1]}, "layout.local_ranks.1", "local rank 1, but its node holds 1"),
+    ({"cpu_usable": 64}, "cpu_usable", "64 CPUs, but field cpu_count is 2"),
+    ({"cpu_usable": 0}, "cpu_usable", "0 CPUs, but a process runs on one or more"),
+])
+def test_a_fingerprint_layout_that_contradicts_itself_is_refused(changes, field, why):
+    from harness.core import fingerprintfile
+
+    with pytest.raises(fingerprintfile.FingerprintError) as refused:
+        fingerprintfile.check(_fingerprint(**changes))
+    assert str(refused.value).startswith(f"field {field}: {why}")
