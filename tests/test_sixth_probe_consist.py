@@ -84,3 +84,51 @@ def test_a_fingerprint_layout_that_contradicts_itself_is_refused(changes, field,
     with pytest.raises(fingerprintfile.FingerprintError) as refused:
         fingerprintfile.check(_fingerprint(**changes))
     assert str(refused.value).startswith(f"field {field}: {why}")
+
+
+# -- D14: run.json options outside the bounds the command line holds them to ---------------------
+
+def _meta(**options):
+    meta = {"schema": "critpath.run/1", "run_id": "r1", "started_at": "2026-12-03T11:34:02+00:00",
+            "finished_at": "2026-12-03T11:34:07+00:00",
+            "options": {"iters": 20, "warmup": 2, "sizes_bytes": [8, 64], "timeout_s": 60.0, "world": None}}
+    meta["options"].update(options)
+    return meta
+
+
+def test_run_meta_options_at_their_declared_bounds_are_read():
+    from harness.core import runmeta
+    from harness.core.options import MAX_SECONDS
+    from harness.core.records import MAX_SAMPLES
+    from harness.core.scale import MAX_WORLD
+    from harness.core.sizes import MAX_RUN_SIZE_BYTES
+
+    runmeta.check(_meta(iters=MAX_SAMPLES, sizes_bytes=[1, MAX_RUN_SIZE_BYTES], timeout_s=MAX_SECONDS,
+                        world=MAX_WORLD))
+
+
+@pytest.mark.parametrize("options, field", [
+    ({"iters": 10**18}, "options.iters"),
+    ({"iters": 0}, "options.iters"),
+    ({"sizes_bytes": [-8, 64]}, "options.sizes_bytes.0"),
+    ({"sizes_bytes": [8, (16 << 30) + 1]}, "options.sizes_bytes.1"),
+    ({"timeout_s": -1.0}, "options.timeout_s"),
+    ({"timeout_s": 0}, "options.timeout_s"),
+    ({"world": 1000000}, "options.world"),
+])
+def test_run_meta_options_out_of_range_are_refused(options, field):
+    from harness.core import runmeta
+
+    with pytest.raises(runmeta.RunMetaError) as refused:
+        runmeta.check(_meta(**options))
+    assert str(refused.value).startswith(f"field {field}: ")
+
+
+def test_a_run_that_finished_before_it_started_is_refused():
+    from harness.core import runmeta
+
+    meta = _meta()
+    meta["finished_at"] = "2026-12-03T11:34:01+00:00"
+    with pytest.raises(runmeta.RunMetaError) as refused:
+        runmeta.check(meta)
+    assert str(refused.value).startswith("field finished_at: 2026-12-03T11:34:01+00:00 is before field started_at")
