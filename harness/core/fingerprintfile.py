@@ -134,8 +134,9 @@ def _check(value: Any, spec, name: str) -> None:
 
 
 def check(fingerprint: Mapping[str, Any]) -> None:
-    """FingerprintError naming the first field critpath reads that is of the wrong type, and a
-    layout.node_of_rank that names a node layout.node_keys does not have."""
+    """FingerprintError naming the first field critpath reads that is of the wrong type, a
+    layout.node_of_rank that names a node layout.node_keys does not have, a layout whose fields
+    disagree with one another or with world, and CPU counts that cannot both hold."""
     _check(fingerprint, FINGERPRINT, "")
     layout = fingerprint.get("layout") or {}
     keys, ranks = layout.get("node_keys") or [], layout.get("node_of_rank") or []
@@ -145,3 +146,42 @@ def check(fingerprint: Mapping[str, Any]) -> None:
     nodes, world = layout.get("nodes"), fingerprint.get("world")
     if nodes is not None and world is not None and nodes > world:  # a node holds a rank or more
         raise FingerprintError(f"field layout.nodes: {nodes} nodes, but field world is {world} ranks")
+    _check_layout(layout, world)
+    _check_cpus(fingerprint.get("cpu_count"), fingerprint.get("cpu_usable"))
+
+
+def _check_layout(layout: Mapping[str, Any], world: Optional[int]) -> None:
+    """The layout's fields describe one set of nodes: as many as it counts, holding the world's
+    ranks, each rank's local index inside its node. An acceptance ``nodes:`` pin reads them."""
+    nodes, keys, per_node = layout.get("nodes"), layout.get("node_keys"), layout.get("ranks_per_node")
+    counted = [(name, len(value)) for name, value in (("layout.node_keys", keys), ("layout.ranks_per_node", per_node))
+               if isinstance(value, list)]
+    if nodes is not None:
+        counted.insert(0, ("layout.nodes", nodes))
+    for name, count in counted[1:]:
+        if count != counted[0][1]:
+            raise FingerprintError(f"field {name}: {count} nodes, but field {counted[0][0]} says {counted[0][1]}")
+    if isinstance(per_node, list) and world is not None and sum(per_node) != world:
+        raise FingerprintError(f"field layout.ranks_per_node: {sum(per_node)} ranks in all, but field world is "
+                               f"{world} ranks")
+    node_of_rank = layout.get("node_of_rank") or []
+    for rank, local in enumerate(layout.get("local_ranks") or []):
+        if isinstance(per_node, int):
+            held = per_node
+        elif isinstance(per_node, list) and rank < len(node_of_rank) and node_of_rank[rank] < len(per_node):
+            held = per_node[node_of_rank[rank]]
+        else:
+            continue  # no node to hold it against
+        if local >= held:
+            raise FingerprintError(f"field layout.local_ranks.{rank}: local rank {local}, but its node holds "
+                                   f"{held} ranks (layout.ranks_per_node)")
+
+
+def _check_cpus(cpu_count: Optional[int], cpu_usable: Optional[int]) -> None:
+    """A process may use some of its host's CPUs, at least one and never more than there are."""
+    if cpu_usable is None:
+        return
+    if cpu_usable < 1:
+        raise FingerprintError(f"field cpu_usable: {cpu_usable} CPUs, but a process runs on one or more")
+    if cpu_count is not None and cpu_usable > cpu_count:
+        raise FingerprintError(f"field cpu_usable: {cpu_usable} CPUs, but field cpu_count is {cpu_count}")

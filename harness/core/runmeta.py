@@ -9,9 +9,13 @@ OverflowError in ``critpath report``.
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Mapping
+from typing import Mapping, Optional
 
 from harness.core.echo import shown
+from harness.core.numbers import NumberError, check_float, check_int
+from harness.core.options import MAX_SECONDS
+from harness.core.scale import MAX_WORLD
+from harness.core.sizes import MAX_RUN_SIZE_BYTES
 
 # The run.json this release writes and reads.
 RUN_SCHEMA = "critpath.run/1"
@@ -25,9 +29,10 @@ class RunMetaError(ValueError):
     """A run.json field critpath cannot read; the message starts with ``field NAME:``."""
 
 
-def _check_time(name: str, stamp: object) -> None:
+def _check_time(name: str, stamp: object) -> Optional[datetime]:
+    """The instant ``stamp`` names (None: not recorded or unknown), refused where it names none."""
     if stamp is None or stamp == UNKNOWN_TIME:
-        return
+        return None
     if not isinstance(stamp, str):
         raise RunMetaError(f"field {name}: {shown(stamp)} is not an ISO 8601 time")
     try:
@@ -35,12 +40,43 @@ def _check_time(name: str, stamp: object) -> None:
     except ValueError:
         raise RunMetaError(f"field {name}: {shown(stamp)} is not an ISO 8601 time") from None
     if when.tzinfo is None:
-        return  # shown as written, not taken for UTC or local time
+        return when  # shown as written, not taken for UTC or local time
     try:
         when.astimezone(timezone.utc)
     except OverflowError:
         raise RunMetaError(f"field {name}: {shown(stamp)} is out of the range of dates UTC can hold "
                            f"(years 1 to 9999)") from None
+    return when
+
+
+def _check_options(options: object) -> None:
+    """run.json's options within the bounds ``critpath run`` holds its command line to."""
+    from harness.core.records import MAX_SAMPLES  # records reads UNKNOWN_TIME from here
+
+    if options is None:
+        return
+    if not isinstance(options, Mapping):
+        raise RunMetaError(f"field options: {shown(options)} is not a mapping")
+    try:
+        for name, low in (("iters", 1), ("warmup", 0)):
+            if options.get(name) is not None:
+                check_int(options[name], f"field options.{name}", low, MAX_SAMPLES)
+        if options.get("world") is not None:
+            check_int(options["world"], "field options.world", 1, MAX_WORLD)
+        sizes = options.get("sizes_bytes")
+        if sizes is not None:
+            if not isinstance(sizes, list):
+                raise RunMetaError(f"field options.sizes_bytes: {shown(sizes)} is not a list of sizes")
+            for index, size in enumerate(sizes):
+                check_int(size, f"field options.sizes_bytes.{index}", 1, MAX_RUN_SIZE_BYTES)
+        timeout_s = options.get("timeout_s")
+        if timeout_s is not None:
+            check_float(timeout_s, "field options.timeout_s", 0.0, MAX_SECONDS)
+            if timeout_s == 0:
+                raise RunMetaError("field options.timeout_s: must be a number of seconds in "
+                                   f"(0, {MAX_SECONDS:g}], got 0")
+    except NumberError as exc:
+        raise RunMetaError(str(exc)) from None
 
 
 def check(meta: Mapping) -> None:
@@ -50,5 +86,8 @@ def check(meta: Mapping) -> None:
         raise RunMetaError(f"field schema: {shown(schema)} is not {RUN_SCHEMA!r}, the run.json this release reads")
     if "run_id" in meta and not (isinstance(meta["run_id"], str) and meta["run_id"]):
         raise RunMetaError(f"field run_id: {shown(meta['run_id'])} is not a run ID (the ID its records carry)")
-    for name in TIME_FIELDS:
-        _check_time(name, meta.get(name))
+    started, finished = (_check_time(name, meta.get(name)) for name in TIME_FIELDS)
+    if started and finished and (started.tzinfo is None) == (finished.tzinfo is None) and finished < started:
+        raise RunMetaError(f"field finished_at: {meta['finished_at']} is before field started_at "
+                           f"{meta['started_at']}")
+    _check_options(meta.get("options"))

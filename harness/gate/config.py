@@ -50,6 +50,7 @@ class GateConfig:
     direction_override: Optional[str] = None  # --direction: every case's; None: as its family declares
 
     def min_effect(self, case_id: str) -> float:
+        case_id = _canonical(case_id)  # keys are canonical (load_config); so must the lookup be
         if case_id in self.case_min_effect:
             return self.case_min_effect[case_id]
         family = case_id.partition("/")[0]
@@ -134,6 +135,15 @@ def _case_problem(case_id: str) -> str:
     return ""
 
 
+def _canonical(case_id: str) -> str:
+    """``case_id`` as runs spell it (keys sorted, values formatted), so that lookups and duplicate
+    checks see one case however its keys were ordered; unchanged where it names no known case."""
+    try:
+        return registry.parse(case_id).id
+    except (CaseIdError, KeyError):
+        return case_id
+
+
 CONFIG_KEYS = ("alpha", "confidence", "statistic", "min_effect", "n_resamples")
 MIN_EFFECT_KEYS = ("default", "families", "cases")
 MAX_MIN_EFFECT = 5.0  # a 500 % change: beyond it a minimum effect is a typo, not a policy
@@ -185,12 +195,18 @@ def load_config(path: Optional[Path], base: GateConfig = GateConfig()) -> GateCo
     _refuse_unknown(path, root, ["min_effect", "families"], given, registry.FAMILY_MODULES, "family")
     for name, value in given.items():
         families[str(name)] = _number(path, root, ["min_effect", "families", name], value, 0.0, MAX_MIN_EFFECT)
+    named_here: dict[str, str] = {}  # canonical ID -> the key this file spelt it as
     for case_id, value in _mapping(path, root, ["min_effect", "cases"], effects.get("cases")).items():
         where = ["min_effect", "cases", case_id]
         problem = _case_problem(str(case_id))
         if problem:
             raise ConfigError(f"{path}:{yamlfile.line_of(root, where)}: field min_effect.cases.{case_id}: {problem}")
-        cases[str(case_id)] = _number(path, root, where, value, 0.0, MAX_MIN_EFFECT)
+        canonical = _canonical(str(case_id))
+        if canonical in named_here:
+            raise ConfigError(f"{path}:{yamlfile.line_of(root, where)}: field min_effect.cases.{case_id}: "
+                              f"names the same case as {named_here[canonical]!r} ({canonical})")
+        named_here[canonical] = str(case_id)
+        cases[canonical] = _number(path, root, where, value, 0.0, MAX_MIN_EFFECT)
     return GateConfig(policy, statistic, families, cases)
 
 
@@ -219,6 +235,7 @@ def load_baselines(path: Path) -> list[Baseline]:
         case_id = entry.get("case_id")
         if not isinstance(case_id, str) or "/" not in case_id:
             raise ConfigError(f"{at('case_id')}: expected a case ID, got {case_id!r}")
+        case_id = _canonical(case_id)
         try:
             statistic = validate_statistic(str(entry.get("statistic", "p50_ns")))
         except FigureUnavailable as exc:
