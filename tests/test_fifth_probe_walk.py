@@ -232,7 +232,7 @@ def _fingerprinted(tmp_path: Path, edit, worlds=(2,), launch: str = "local") -> 
         case_id = f"selftest/fault_rank=0,mode=noop,world={world}"
         run.append(derived_record(case_id, samples, run_id="run-f", plan={"warmup": 1, "iters": len(samples)}))
     run.write_meta({"schema": "critpath.run/1", "state": "finished", "cases_total": len(worlds)})
-    data = fingerprint.collect("gloo", max(worlds), launch)
+    data = fingerprint.collect("gloo", 1 if launch == "worker" else max(worlds), launch)  # a worker is one process
     edit(data)
     run.write_fingerprint(data)
     return tmp_path / "run"
@@ -246,7 +246,9 @@ def _fingerprinted(tmp_path: Path, edit, worlds=(2,), launch: str = "local") -> 
     (lambda d: d["layout"].update(nodes=2**63 - 1), "field layout.nodes: 9223372036854775807 is outside the range"),
     (lambda d: d["layout"].update(nodes=3), "field layout.nodes: 3 nodes, but field world is 2 ranks"),
     (lambda d: d["layout"].update(local_ranks=[0, 2**40]), "field layout.local_ranks.1: 1099511627776 is outside"),
-    (lambda d: d.update(world=3), "field world: 3 ranks, but the widest of the run's records is world 2"),
+    # a layout of 3 ranks with it, so that the fingerprint holds together and only the records contradict it
+    (lambda d: d.update(world=3, layout=fingerprint.collect("gloo", 3, "local")["layout"]),
+     "field world: 3 ranks, but the widest of the run's records is world 2"),
 ])
 def test_a_fingerprint_number_past_the_job_or_the_records_is_refused_naming_it(tmp_path, edit, message):
     run = _fingerprinted(tmp_path, edit)
@@ -276,8 +278,7 @@ def test_a_joined_job_whose_records_hold_another_world_is_refused(tmp_path):
 
 @pytest.mark.parametrize("worlds, launch", [((1, 2), "local"), ((2,), "joined"), ((1, 2), "worker")])
 def test_a_fingerprint_as_critpath_writes_it_is_read(tmp_path, worlds, launch):
-    edit = (lambda d: d.update(world=1)) if launch == "worker" else (lambda d: None)
-    assert load_run(_fingerprinted(tmp_path, edit, worlds, launch)).fingerprint["world"] == (
+    assert load_run(_fingerprinted(tmp_path, lambda d: None, worlds, launch)).fingerprint["world"] == (
         1 if launch == "worker" else max(worlds))
 
 
