@@ -29,14 +29,23 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from harness.core.case import Case, Param
+from harness.core.family import (
+    BACKEND,
+    CheckResult,
+    Column,
+    Family,
+    GridOptions,
+    Plot,
+    RankContext,
+    bytes_param,
+    world_param,
+)
 from harness.core.figures import Figure
-from harness.core.family import (BACKEND, CheckResult, Column, Family, GridOptions, Plot, RankContext, bytes_param,
-                                 world_param)
+from harness.core.sizes import MAX_RUN_SIZE_BYTES, format_size
+from harness.core.stats import Summary
 from harness.pipeline import link, model, plots
 from harness.pipeline.scenarios import SCENARIOS, STRETCH_WARN
 from harness.pipeline.schedule import SCHEDULES, TRAINING_SCHEDULES
-from harness.core.sizes import MAX_RUN_SIZE_BYTES, format_size
-from harness.core.stats import Summary
 
 if TYPE_CHECKING:  # torch and the executor are imported by setup: reading cases needs neither
     from harness.pipeline.executor import Stage
