@@ -21,3 +21,36 @@ def test_pipeline_refuses_microbatches_times_act_bytes_over_the_run_cap():
 def test_pipeline_keeps_a_stash_at_the_run_cap():
     act = 1 << 20
     assert parse(PIPELINE.format(act=act, mb=MAX_RUN_SIZE_BYTES // act)).params["microbatches"] == 16384
+
+
+MOE = ("moe_a2a/backend=gloo,bytes_per_elem=4,compute=sleep,expert_bytes={expert_bytes},experts_per_rank={epr},"
+       "hidden={hidden},mitigation=none,ns_per_token=20000.0,seed=0,skew=0.0,tokens={tokens},top_k=2,"
+       "workload=uniform,world=4")
+
+
+def _moe(epr=8, hidden=256, tokens=256, expert_bytes=262144):
+    return MOE.format(epr=epr, hidden=hidden, tokens=tokens, expert_bytes=expert_bytes)
+
+
+def test_moe_refuses_receive_rows_over_the_run_cap():
+    # 1M tokens x 2 x 4 ranks x 1024 x 4 bytes = 32 GiB a receive buffer
+    with pytest.raises(CaseIdError) as err:
+        parse(_moe(hidden=1024, tokens=1 << 20))
+    assert "tokens=1048576" in str(err.value) and "hidden=1024" in str(err.value)
+    assert "MAX_RUN_SIZE_BYTES" in str(err.value)
+
+
+def test_moe_refuses_expert_weights_over_the_run_cap():
+    # 100,000 slots x 256 KiB of weights each = 24 GiB
+    with pytest.raises(CaseIdError, match=r"experts_per_rank=100000 .*MAX_RUN_SIZE_BYTES"):
+        parse(_moe(epr=100_000))
+
+
+def test_moe_keeps_the_cpu_shape():
+    assert parse(_moe()).params["tokens"] == 256
+
+
+def test_moe_refuses_placements_no_record_could_hold():
+    # 4 ranks each report 4 x 1M slots: 16M values, more than a record's reader loads
+    with pytest.raises(CaseIdError, match=r"experts_per_rank=1000000 .*MAX_PLACEMENT_VALUES"):
+        parse(_moe(epr=1_000_000, hidden=1, expert_bytes=0))
