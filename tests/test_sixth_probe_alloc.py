@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import pytest
+from conftest import derived_record
 
 from harness.core.case import CaseIdError
 from harness.core.registry import parse
 from harness.core.sizes import MAX_RUN_SIZE_BYTES
+from harness.core.store import RECORD_LIMITS, RECORD_TOO_LARGE, append_record, iter_records
 
 PIPELINE = ("pipeline/act_bytes={act},backend=gloo,compute=sleep,compute_us=3000,microbatches={mb},rtt_us=400,"
             "scenario=a0_pipeline_barrier,schedule=sync,world=4")
@@ -54,3 +56,15 @@ def test_moe_refuses_placements_no_record_could_hold():
     # 4 ranks each report 4 x 1M slots: 16M values, more than a record's reader loads
     with pytest.raises(CaseIdError, match=r"experts_per_rank=1000000 .*MAX_PLACEMENT_VALUES"):
         parse(_moe(epr=1_000_000, hidden=1, expert_bytes=0))
+
+
+def test_a_record_past_what_a_reader_loads_is_written_as_a_failed_record_and_the_run_goes_on(tmp_path):
+    case_id = "selftest/fault_rank=0,mode=noop,world=1"
+    huge = derived_record(case_id, [1000] * 3, extra={"placement_final": [0] * RECORD_LIMITS.values})
+    path = tmp_path / "results.jsonl"
+    append_record(path, huge)
+    append_record(path, derived_record(case_id, [1000] * 3))
+    first, second = list(iter_records(path))
+    assert first.status == "failed" and first.error.kind == RECORD_TOO_LARGE
+    assert "RECORD_LIMITS" in first.error.message and first.extra == {} and first.samples_ns == ()
+    assert second.status == "ok"
