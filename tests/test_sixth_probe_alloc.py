@@ -7,7 +7,12 @@ from conftest import derived_record
 from harness.core.case import CaseIdError
 from harness.core.registry import parse
 from harness.core.sizes import MAX_RUN_SIZE_BYTES
-from harness.core.store import RECORD_LIMITS, RECORD_TOO_LARGE, append_record, iter_records
+from harness.core.store import (
+    RECORD_LIMITS,
+    RECORD_TOO_LARGE,
+    append_record,
+    iter_records,
+)
 
 PIPELINE = ("pipeline/act_bytes={act},backend=gloo,compute=sleep,compute_us=3000,microbatches={mb},rtt_us=400,"
             "scenario=a0_pipeline_barrier,schedule=sync,world=4")
