@@ -1,9 +1,13 @@
 """Case IDs whose keys are each in bounds but whose buffers together are not: refused at parse."""
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import pytest
 from conftest import derived_record
 
+from harness.cli import main
 from harness.core.case import CaseIdError
 from harness.core.registry import parse
 from harness.core.sizes import MAX_RUN_SIZE_BYTES
@@ -13,6 +17,7 @@ from harness.core.store import (
     append_record,
     iter_records,
 )
+from harness.moe_a2a import cli as moe_cli
 
 PIPELINE = ("pipeline/act_bytes={act},backend=gloo,compute=sleep,compute_us=3000,microbatches={mb},rtt_us=400,"
             "scenario=a0_pipeline_barrier,schedule=sync,world=4")
@@ -73,3 +78,23 @@ def test_a_record_past_what_a_reader_loads_is_written_as_a_failed_record_and_the
     assert first.status == "failed" and first.error.kind == RECORD_TOO_LARGE
     assert "RECORD_LIMITS" in first.error.message and first.extra == {} and first.samples_ns == ()
     assert second.status == "ok"
+
+
+RUN = Path(__file__).parent / "fixtures" / "run_mixed"
+
+
+@pytest.mark.parametrize("bound,value,named", [("MAX_TOKENS", 100, "tokens=256"), ("MAX_MODELLED_WORLD", 2, "world=4"),
+                                               ("MAX_SLOTS", 16, "MAX_SLOTS")])
+def test_moe_sim_from_run_holds_the_runs_shape_to_moe_sims_bounds(tmp_path, capsys, monkeypatch, bound, value, named):
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    monkeypatch.setattr(moe_cli, bound, value)  # the fixture's shape (256 tokens, 4 ranks, 36 slots) past it
+    assert main(["moe-sim", "--from-run", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert named in err and bound in err and "Traceback" not in err
+
+
+def test_moe_sim_from_run_still_runs_the_fixture(tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    assert main(["moe-sim", "--from-run", str(run)]) == 0
