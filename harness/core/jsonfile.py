@@ -167,7 +167,9 @@ def _structure(raw: bytes) -> tuple[int, int, int]:
     return keys, values, depth
 
 
-def _check_limits(raw: bytes, where: str, limits: JsonLimits) -> None:
+def check_limits(raw: bytes, where: str, limits: JsonLimits) -> None:
+    """JsonFileError when ``raw`` holds more keys, values or levels than ``limits``: what a reader
+    given them refuses, so that a writer can hold what it writes to the same limits."""
     # A count over the raw text bounds each figure from above (a string may hold ':', ',' and
     # brackets too) at the speed of one pass in C; the strings are set aside, and the figures
     # counted exactly, only for text that one of those bounds puts past its limit.
@@ -191,7 +193,7 @@ def loads_strict(text: Union[str, bytes], where: str, limits: Optional[JsonLimit
     outside the signed 64-bit range, or (given ``limits``) more keys, values or levels than
     they allow."""
     if limits is not None:  # before decoding, which is a copy of the text
-        _check_limits(bytes(text) if isinstance(text, (bytes, bytearray)) else text.encode("utf-8", "surrogatepass"),
+        check_limits(bytes(text) if isinstance(text, (bytes, bytearray)) else text.encode("utf-8", "surrogatepass"),
                       where, limits)
     if isinstance(text, (bytes, bytearray)):
         try:

@@ -23,9 +23,9 @@ from typing import Iterable, Iterator, Mapping, Optional, Sequence
 
 from harness.core import atomic, fingerprintfile, runmeta
 from harness.core.inputfile import InputFileError, kind, open_regular, read_bounded
-from harness.core.jsonfile import JsonFileError, JsonLimits, loads_strict
+from harness.core.jsonfile import JsonFileError, JsonLimits, check_limits, loads_strict
 from harness.core.options import CannotRun, UsageError
-from harness.core.records import Record, RecordError
+from harness.core.records import ErrorInfo, Record, RecordError
 from harness.core.verify import verify
 
 RESULTS = "results.jsonl"
@@ -106,13 +106,36 @@ def append_record(path: Path, record: Record) -> None:
     append_records(path, [record])
 
 
+# The kind of error of a record written as failed because its line is more than a reader loads.
+RECORD_TOO_LARGE = "RecordTooLarge"
+
+
+def _line_of(record: Record) -> str:
+    """``record`` as a results line that its readers load: held to MAX_RECORD_BYTES and
+    RECORD_LIMITS, the limits ``iter_records`` reads by. A record past them would make its run
+    unreadable; it is written as a failed record naming the limit (samples, metrics and extra
+    left out), and the run goes on."""
+    text = record.to_json()
+    raw = text.encode()
+    if len(raw) > MAX_RECORD_BYTES:
+        why = f"its line is {len(raw)} bytes; a record is at most {MAX_RECORD_BYTES} bytes (MAX_RECORD_BYTES)"
+    else:
+        try:
+            check_limits(raw, f"the record for {record.case_id}", RECORD_LIMITS)
+            return text
+        except JsonFileError as exc:
+            why = f"{exc.why} (RECORD_LIMITS)"
+    error = ErrorInfo(RECORD_TOO_LARGE, f"the record is more than a reader loads, so it was not kept: {why}")
+    return replace(record, status="failed", samples_ns=(), metrics={}, check=None, extra={}, error=error).to_json()
+
+
 def append_records(path: Path, records: Sequence[Record]) -> None:
     """``records`` appended as whole lines with one write and one fsync: all of them, or (a full
     disk) none of them."""
     if not records:
         return
     record = records[-1]
-    line = "".join(r.to_json() + "\n" for r in records).encode()
+    line = "".join(_line_of(r) + "\n" for r in records).encode()
     fd = _open_results(Path(path))
     try:
         before = os.fstat(fd).st_size

@@ -28,17 +28,46 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from harness.core.case import Case, Param
+from harness.core.family import (
+    BACKEND,
+    WRONG_COLUMN,
+    CheckResult,
+    Column,
+    Family,
+    GridOptions,
+    Plot,
+    RankContext,
+    bytes_param,
+    world_param,
+)
 from harness.core.figures import Figure
-from harness.core.family import (BACKEND, WRONG_COLUMN, CheckResult, Column, Family, GridOptions, Plot, RankContext,
-                                 bytes_param, world_param)
+from harness.core.stats import Summary
 from harness.moe_a2a import plots
+from harness.moe_a2a.config import (
+    MITIGATIONS,
+    PAIR_BLOCK,
+    PAYLOAD_BYTES,
+    PHASES,
+    ROUTINGS,
+    SENTINEL,
+    Mitigation,
+    check_buffers,
+    check_measurable,
+    mitigation_label,
+    workload_label,
+)
 from harness.moe_a2a.imbalance import MEASURES, Imbalance
 from harness.moe_a2a.routing import OVERFLOWS
-from harness.moe_a2a.config import (MITIGATIONS, PAIR_BLOCK, PAYLOAD_BYTES, PHASES, ROUTINGS, SENTINEL, Mitigation,
-                                    check_measurable, mitigation_label, workload_label)
-from harness.moe_a2a.workloads import (DEEPEP_EXPERTS, DEEPEP_HIDDEN, DEEPEP_TOKENS, DEEPEP_TOP_K, KINDS, Shape,
-                                       Workload, expert_load)
-from harness.core.stats import Summary
+from harness.moe_a2a.workloads import (
+    DEEPEP_EXPERTS,
+    DEEPEP_HIDDEN,
+    DEEPEP_TOKENS,
+    DEEPEP_TOP_K,
+    KINDS,
+    Shape,
+    Workload,
+    expert_load,
+)
 
 if TYPE_CHECKING:  # the step needs torch; setup imports it, so reading MoE cases and records does not
     from harness.moe_a2a.step import MoeState
@@ -145,7 +174,7 @@ def validate(case: Case) -> None:
     # keys); building them here refuses a case before any rank starts.
     check_measurable(_shape(case.params))
     _workload_of(case)
-    _mitigation(case)
+    check_buffers(_shape(case.params), _mitigation(case).spare_slots, case.params["expert_bytes"])
 
 
 def setup(ctx: RankContext, case: Case) -> MoeState:

@@ -29,14 +29,23 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from harness.core.case import Case, Param
+from harness.core.family import (
+    BACKEND,
+    CheckResult,
+    Column,
+    Family,
+    GridOptions,
+    Plot,
+    RankContext,
+    bytes_param,
+    world_param,
+)
 from harness.core.figures import Figure
-from harness.core.family import (BACKEND, CheckResult, Column, Family, GridOptions, Plot, RankContext, bytes_param,
-                                 world_param)
+from harness.core.sizes import MAX_RUN_SIZE_BYTES, format_size
+from harness.core.stats import Summary
 from harness.pipeline import link, model, plots
 from harness.pipeline.scenarios import SCENARIOS, STRETCH_WARN
 from harness.pipeline.schedule import SCHEDULES, TRAINING_SCHEDULES
-from harness.core.sizes import format_size
-from harness.core.stats import Summary
 
 if TYPE_CHECKING:  # torch and the executor are imported by setup: reading cases needs neither
     from harness.pipeline.executor import Stage
@@ -68,6 +77,13 @@ def validate(case: Case) -> None:
     if case.params.get("die_stage", 0) >= case.params["world"]:
         raise ValueError(f"die_stage={case.params['die_stage']} is not a stage of a {case.params['world']}-stage "
                          "pipeline (stages 0..world-1)")
+    # The last stage stashes every microbatch's activation at once: each key is capped alone, but
+    # the buffers a rank allocates are their product, held to the one cap of a run's buffers.
+    stash_bytes = case.params["microbatches"] * case.params["act_bytes"]
+    if stash_bytes > MAX_RUN_SIZE_BYTES:
+        raise ValueError(f"microbatches={case.params['microbatches']} x act_bytes={case.params['act_bytes']} "
+                         f"= {format_size(stash_bytes)} of stashed activations exceeds "
+                         f"{format_size(MAX_RUN_SIZE_BYTES)} (MAX_RUN_SIZE_BYTES)")
 
 
 @dataclass

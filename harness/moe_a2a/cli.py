@@ -11,7 +11,14 @@ from rich.table import Table
 
 from harness.core import atomic
 from harness.core.inputfile import declare_inputs
-from harness.core.options import at_least, comma_separated, integer, number_in, positive, print_error
+from harness.core.options import (
+    at_least,
+    comma_separated,
+    integer,
+    number_in,
+    positive,
+    print_error,
+)
 from harness.core.store import load_whole, run_inputs
 from harness.moe_a2a import sim
 from harness.moe_a2a.config import mitigation_label, workload_label
@@ -40,6 +47,7 @@ MAX_FACTOR = 1e6  # --hot-factor, --capacity-factor
 MAX_MS = 1e9  # about 11 days: --drift-ms, --window-ms
 MAX_US = 1e9
 MAX_LIST = 64  # values of --worlds or --window-ms
+FROM_RUN_SPARE_SLOTS = 1  # --from-run models the run's replicate cases with one spare slot a rank
 
 
 def _list_of(parse, what: str):
@@ -100,6 +108,16 @@ def _too_large(worlds: tuple[int, ...], experts: int, spare_slots: int) -> str:
         return (f"--experts {experts} + --worlds {max(worlds)} x --spare-slots {spare_slots}: {slots} expert slots; "
                 f"at most MAX_SLOTS = {MAX_SLOTS} (fewer experts or spare slots)")
     return ""
+
+
+def _run_too_large(p) -> str:
+    """Why the shape of a run's record is past what moe-sim models (the bounds its options are held
+    to, a record's keys in place of the options); '' when it is not."""
+    for key, bound, name in (("world", MAX_MODELLED_WORLD, "MAX_MODELLED_WORLD"), ("tokens", MAX_TOKENS, "MAX_TOKENS"),
+                             ("hidden", MAX_HIDDEN, "MAX_HIDDEN"), ("top_k", MAX_EXPERTS, "MAX_EXPERTS")):
+        if p[key] > bound:
+            return f"{key}={p[key]}: at most {name} = {bound}"
+    return _too_large((p["world"],), p["experts_per_rank"] * p["world"], FROM_RUN_SPARE_SLOTS)
 
 
 def cmd_sim(args) -> int:
@@ -173,6 +191,13 @@ def _sim_from_run(run_dir: Path, drift_ms: float, windows_ms: tuple[float, ...],
     declare_inputs(run_inputs([run_dir]))  # --json may not replace the run's files
     records = list(load_whole(run_dir).records)
     try:
+        fit_record = sim.fit_basis(records)
+        # before the fit, which models a step of the record's shape
+        too_large = _run_too_large(fit_record.params)
+        if too_large:
+            print_error("moe-sim", f"{run_dir}: case {fit_record.case_id} is past what the model runs in seconds: "
+                                   f"{too_large} (experts_per_rank x world as --experts, world as --worlds)")
+            return 2
         fitted, basis = sim.fit_from_run(records, model)
     except ValueError as exc:
         print_error("moe-sim", f"{run_dir}: {exc}")
@@ -184,7 +209,7 @@ def _sim_from_run(run_dir: Path, drift_ms: float, windows_ms: tuple[float, ...],
     hot = [r for r in records if r.family == "moe_a2a" and r.params["workload"] == "hot"]
     cfg = sim.SimConfig(tokens=p["tokens"], hidden=p["hidden"], bytes_per_elem=p["bytes_per_elem"],
                         experts=p["experts_per_rank"] * p["world"], top_k=p["top_k"],
-                        hot_factor=hot[0].params["skew"] if hot else 17.0, spare_slots=1,
+                        hot_factor=hot[0].params["skew"] if hot else 17.0, spare_slots=FROM_RUN_SPARE_SLOTS,
                         drift_ms=drift_ms, windows_ms=windows_ms)
     scenarios = {s.name: s for s in sim.simulate(p["world"], cfg, fitted)}
     table = Table(title=f"MODELLED vs measured at {p['world']} ranks — one-tier model fitted from "

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from harness.core.records import MAX_SAMPLES
+from harness.core.sizes import MAX_RUN_SIZE_BYTES, format_size
+from harness.core.store import RECORD_LIMITS
 from harness.moe_a2a.workloads import Shape
 
 PHASES = ("route", "count", "dispatch", "compute", "combine")
@@ -16,6 +19,10 @@ PAIR_BLOCK = 4
 PAYLOAD_BYTES = (2, 4)  # float16, float32: the payloads a measured step sends
 # float16 holds integers exactly up to 2048: payload values stay below that.
 MAX_EXACT = {2: 2048, 4: 1 << 24}
+# Each rank reports the final placement (world x slots values), so a record holds world^2 x slots.
+# Its samples take up to MAX_SAMPLES of the values a record may hold; the placements get half of
+# what is left, the rest of the report (paired step times, phases) the other half.
+MAX_PLACEMENT_VALUES = (RECORD_LIMITS.values - MAX_SAMPLES) // 2
 
 
 MITIGATIONS = ("none", "replicate", "adaptive", "capacity")
@@ -56,6 +63,28 @@ def check_measurable(shape: Shape) -> None:
         raise ValueError(f"bytes_per_elem={shape.bytes_per_elem}: measured payloads are 2 (float16) or 4 (float32)")
     if shape.experts + 1024 + 16 > MAX_EXACT[shape.bytes_per_elem]:
         raise ValueError(f"{shape.experts} experts exceed exact float16 payloads; use bytes_per_elem=4")
+
+
+def check_buffers(shape: Shape, spare_slots: int, expert_bytes: int) -> None:
+    """What a measured step allocates, held to MAX_RUN_SIZE_BYTES a buffer (each key is capped alone,
+    the buffers are their products), and what its record reports, held to what a record may hold."""
+    cap = format_size(MAX_RUN_SIZE_BYTES)
+    # A rank's receive buffer has a row for every pair every rank could send it.
+    rows_bytes = shape.tokens_per_rank * shape.top_k * shape.world * shape.token_bytes
+    if rows_bytes > MAX_RUN_SIZE_BYTES:
+        raise ValueError(f"tokens={shape.tokens_per_rank} x top_k={shape.top_k} x world={shape.world} x "
+                         f"hidden={shape.hidden} x bytes_per_elem={shape.bytes_per_elem} = "
+                         f"{format_size(rows_bytes)} of receive rows exceeds {cap} (MAX_RUN_SIZE_BYTES)")
+    slots = shape.experts_per_rank + spare_slots
+    weight_bytes = slots * max(shape.token_bytes, expert_bytes // shape.bytes_per_elem * shape.bytes_per_elem)
+    if weight_bytes > MAX_RUN_SIZE_BYTES:
+        raise ValueError(f"experts_per_rank={shape.experts_per_rank} + spare_slots={spare_slots} slots of "
+                         f"expert weights = {format_size(weight_bytes)} exceeds {cap} (MAX_RUN_SIZE_BYTES)")
+    placement_values = shape.world * shape.world * slots
+    if placement_values > MAX_PLACEMENT_VALUES:
+        raise ValueError(f"experts_per_rank={shape.experts_per_rank} + spare_slots={spare_slots} slots at "
+                         f"world={shape.world}: the ranks' placements ({placement_values} values) exceed the "
+                         f"{MAX_PLACEMENT_VALUES} a record holds (MAX_PLACEMENT_VALUES)")
 
 
 def mitigation_label(r) -> str:

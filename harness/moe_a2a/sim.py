@@ -281,6 +281,15 @@ def simulate(world: int, cfg: SimConfig = SimConfig(), model: CostModel = CostMo
     return out
 
 
+def fit_basis(records):
+    """The record a model is fitted from: the run's first passing uniform, unmitigated moe_a2a case."""
+    uniform = [r for r in records if r.family == "moe_a2a" and r.ok and r.params["workload"] == "uniform"
+               and r.params["mitigation"] == "none"]
+    if not uniform:
+        raise ValueError("the run has no passing moe_a2a uniform case with mitigation=none to fit from")
+    return uniform[0]
+
+
 def fit_from_run(records, base: CostModel = CostModel()) -> tuple[CostModel, dict]:
     """A one-tier model of the measured machine from a moe_a2a run's uniform, unmitigated case:
     per-pair expert time = compute p50 / rows received; the rest of the measured mean step is a
@@ -289,11 +298,7 @@ def fit_from_run(records, base: CostModel = CostModel()) -> tuple[CostModel, dic
     with no latency or per-message term. One case cannot separate the two; on a loopback host the
     split matters little, and the comparison it feeds is labelled modelled. Returns the model and
     what it was fitted from."""
-    uniform = [r for r in records if r.family == "moe_a2a" and r.ok and r.params["workload"] == "uniform"
-               and r.params["mitigation"] == "none"]
-    if not uniform:
-        raise ValueError("the run has no passing moe_a2a uniform case with mitigation=none to fit from")
-    r = uniform[0]
+    r = fit_basis(records)
     reports = r.extra["rank_reports"]
     p = r.params
     rows = float(np.mean([x["recv_rows_mean"] for x in reports]))
