@@ -11,7 +11,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 import xmlschema
-from conftest import ROOT, derived_record, run_cli
+from conftest import ROOT, RUN_FINGERPRINT, derived_record, run_cli
 
 from harness.cli import main
 from harness.core import atomic, escape, temps
@@ -50,7 +50,7 @@ def hostile_run(path, host="<script>alert(2)</script>"):
     append_record(path / RESULTS, derived_record(OK_CASE, range(1000, 1200), run_id="r1"))
     append_record(path / RESULTS, Record.failure(parse(BAD_CASE), "r1", ErrorInfo("failed", HOSTILE, 0, ""), "gloo",
                                                  "2026-01-01T00:00:00+00:00", 0.1))
-    atomic.write_json(path / "fingerprint.json", {"host": host})
+    atomic.write_json(path / "fingerprint.json", {**RUN_FINGERPRINT, "host": host})
     atomic.write_json(path / "run.json", {"schema": "critpath.run/1", "run_id": "r1", "state": "finished",
                                           "cases_total": 2})
     return path
