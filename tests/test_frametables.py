@@ -154,6 +154,7 @@ def test_comparison_of_two_imports_is_side_by_side_in_nccl_tests_figures(gh200, 
     assert "### " not in text.split("## Family allreduce")[1].split("## ")[0]  # not one table per run
 
 
+@pytest.mark.slow  # seconds of real processes: the slow tier keeps the quick one under 5 minutes
 def test_show_and_report_read_the_same_row(capsys):
     assert main(["show", str(MIXED)]) == 1  # the fixture holds a failed case
     out = capsys.readouterr().out
@@ -165,6 +166,7 @@ def test_show_and_report_read_the_same_row(capsys):
     assert reported[4:7] == ["60.5", "77.6", "82.0"]  # p50, p99, p999 of 1,000 samples
 
 
+@pytest.mark.slow  # seconds of real processes: the slow tier keeps the quick one under 5 minutes
 def test_show_of_two_runs_is_side_by_side(capsys):
     assert main(["show", str(MIXED), str(MIXED), "--label", "a", "--label", "b"]) == 1
     out = capsys.readouterr().out

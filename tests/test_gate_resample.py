@@ -2,9 +2,13 @@
 import json
 
 import numpy as np
+import pytest
 
 from harness.gatepower import power
 from harness.gatepower.resample import MeasuredGate, resampled_rate
+
+# Simulated gate-power pools (about 14 s): the slow tier, which CI runs after the quick one.
+pytestmark = pytest.mark.slow
 
 CASE = "selftest/fault_rank=0,mode=spin,spin_iters=1000,world=1"
 OTHER = "selftest/fault_rank=0,mode=noop,world=1"

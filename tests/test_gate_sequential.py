@@ -22,6 +22,9 @@ from harness.gate.sequential import (CaseSpec, SequentialGate, boundaries, false
                                      signed_rank_z_rows, spent, walsh_averages, walsh_interval, walsh_summary_rows)
 from harness.gate.stats import Outcome, min_repeats_signed_rank
 
+# Simulations of the sequential test's error rates (about 12 s): the slow tier.
+pytestmark = pytest.mark.slow
+
 OPEN, REGRESSED, IMPROVED, UNCHANGED, INCONCLUSIVE = 0, 1, 2, 3, 4
 CODE = {None: OPEN, Outcome.REGRESSED: REGRESSED, Outcome.IMPROVED: IMPROVED, Outcome.UNCHANGED: UNCHANGED,
         Outcome.INCONCLUSIVE: INCONCLUSIVE}

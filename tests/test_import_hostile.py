@@ -75,6 +75,7 @@ sys.exit(main(sys.argv[1:]))
 
 
 @pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="reads /proc/self/fd")
+@pytest.mark.slow  # seconds of real processes: the slow tier keeps the quick one under 5 minutes
 def test_an_import_killed_after_its_first_batch_reads_as_incomplete_everywhere(tmp_path, capsys):
     log, run = tmp_path / "all_reduce.txt", tmp_path / "run"
     write_log(log, 2 * limits.RECORDS_PER_BATCH + 7)
@@ -339,6 +340,7 @@ def test_a_fifo_is_refused_without_waiting(tmp_path):
     assert time.monotonic() - start < 5
 
 
+@pytest.mark.slow  # seconds of real processes: the slow tier keeps the quick one under 5 minutes
 def test_records_are_written_in_batches_with_one_fsync_each(tmp_path, monkeypatch):
     calls = []
     real = os.fsync

@@ -39,7 +39,7 @@ def _exactness_worker(rank, world, store_path, results):
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("world", [2, 3, pytest.param(4, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("world", [2, pytest.param(3, marks=pytest.mark.slow), pytest.param(4, marks=pytest.mark.slow)])
 def test_ring_and_tree_are_exact(world, tmp_path):
     results = mp.Manager().dict()
     mp.spawn(_exactness_worker, args=(world, str(tmp_path / "store"), results), nprocs=world, join=True)
@@ -79,6 +79,7 @@ def _plan_worker(rank, world, store_path, results):
 
 
 @pytest.mark.integration
+@pytest.mark.slow  # seconds of real processes: the slow tier keeps the quick one under 5 minutes
 def test_loop_plan_is_identical_on_all_ranks(tmp_path):
     results = mp.Manager().dict()
     mp.spawn(_plan_worker, args=(3, str(tmp_path / "store"), results), nprocs=3, join=True)

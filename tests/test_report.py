@@ -44,6 +44,7 @@ def test_markdown_is_deterministic(report):
     assert to_markdown(make_report([RUN], families=FAMILIES).blocks) == to_markdown(report.blocks)
 
 
+@pytest.mark.slow  # seconds of real processes: the slow tier keeps the quick one under 5 minutes
 def test_html_and_every_plot_are_the_same_bytes_every_build(tmp_path):
     """A published report rebuilt from the same run is the same file (fixed bootstrap seed, no
     timestamps in the PNGs or the page)."""
@@ -120,6 +121,7 @@ def test_unreadable_run_is_a_usage_error(tmp_path, capsys):
     assert "results.jsonl:1" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # seconds of real processes: the slow tier keeps the quick one under 5 minutes
 def test_cli_comparison_with_labels(tmp_path, capsys):
     out = tmp_path / "cmp"
     assert main(["report", str(RUN), str(RUN), "--label", "cluster-a", "--label", "cluster-b", "--out", str(out)]) == 0

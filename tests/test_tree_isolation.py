@@ -30,6 +30,9 @@ from harness.gate import trees
 from harness.gate.schedule import side_kind
 from harness.gate.trees import Tree, TreeError, checkout, probe, registered_worktrees, resolve, sweep_orphans
 
+# Real gates and histories over checkouts (about 40 s): the slow tier, with the other real gates.
+pytestmark = pytest.mark.slow
+
 NOOP = "selftest/fault_rank=0,mode=noop,world=1"
 HANG = "selftest/fault_rank=0,mode=hang,world=1"
 OLD_COMMIT = "023b459"  # 0.1's flat layout: no harness/core, no harness/run, no critpath worker
