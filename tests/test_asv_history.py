@@ -23,7 +23,7 @@ from harness.core import registry
 from harness.cli import main
 from harness.core.figures import supports
 from harness.core.store import load_records
-from harness.history.view import load_history, resets
+from harness.history.view import load_history, plot_name, resets
 from test_html_browser import BROWSER, render
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -181,7 +181,7 @@ def test_history_of_two_real_commits_is_recorded_interrupted_resumed_and_drawn(t
     for family in CASES:
         cls = "".join(w.title() for w in family.split("_"))
         for figure in ["p50_us", "p99_us", *HEADLINE[family]]:
-            name = f"history_ci_history_bench_families_{cls}_track_{figure}.png"
+            name = plot_name("ci-history", f"bench_families.{cls}.track_{figure}") + ".png"
             assert (name in plots) == ((family, figure) in drawable), name
     html = (report / "report.html").read_text()
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", html), "the page loads something from a network"
