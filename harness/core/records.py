@@ -23,15 +23,11 @@ from harness.core.numbers import NumberError, check_float, check_int
 from harness.core.options import CannotRun
 from harness.core.runmeta import UNKNOWN_TIME
 from harness.core.schema import strict_validator
-from harness.core.scale import MAX_WORLD
+from harness.core.scale import MAX_SAMPLES, MAX_WORLD
 from harness.core.stats import Summary
 
 SCHEMA_ID = "critpath.record/1"
 STATUSES = ("ok", "failed", "timeout")
-# The most samples one record holds, and so the most timed iterations a case runs (--iters): at
-# about 20 bytes a sample as JSON, 20 MB, well within a results line (store.MAX_RECORD_BYTES);
-# the full profile calibrates to at most 20,000.
-MAX_SAMPLES = 1_000_000
 # How ranks' samples became one per iteration: nccl-tests' rule for collectives, or one rank's own.
 MAX_OVER_RANKS, SINGLE_RANK = "max_over_ranks", "single_rank"
 # ErrorInfo.kind of a case that ran and whose correctness check found wrong results.

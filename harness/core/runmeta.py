@@ -14,7 +14,7 @@ from typing import Mapping, Optional
 from harness.core.echo import shown
 from harness.core.numbers import NumberError, check_float, check_int
 from harness.core.options import MAX_SECONDS
-from harness.core.scale import MAX_WORLD
+from harness.core.scale import MAX_SAMPLES, MAX_WORLD
 from harness.core.sizes import MAX_RUN_SIZE_BYTES
 
 # The run.json this release writes and reads.
@@ -51,8 +51,6 @@ def _check_time(name: str, stamp: object) -> Optional[datetime]:
 
 def _check_options(options: object) -> None:
     """run.json's options within the bounds ``critpath run`` holds its command line to."""
-    from harness.core.records import MAX_SAMPLES  # records reads UNKNOWN_TIME from here
-
     if options is None:
         return
     if not isinstance(options, Mapping):

@@ -1,5 +1,6 @@
-"""How large a job and a host critpath holds: the bounds every reader of a rank count, a node
-count or a CPU count takes from here (options, the environment, fingerprints, profiles, claims)."""
+"""How large a job, a host and a record critpath holds: the bounds every reader of a rank count, a
+node count, a CPU count or a sample count takes from here (options, the environment, fingerprints,
+profiles, claims, records and run.json)."""
 
 # Ranks of one job (--world, WORLD_SIZE, SLURM_NTASKS, a fingerprint's world): beyond the largest
 # machines this project models (docs/scale.md), a typo.
@@ -7,3 +8,8 @@ MAX_WORLD = 65536
 # Logical CPUs of one host (a fingerprint's cpu_count and cpu_usable): Linux counts at most
 # 8,192 (NR_CPUS); a larger figure is no host.
 MAX_CPU_COUNT = 8192
+
+# The most samples one record holds, and so the most timed iterations a case runs (--iters): at
+# about 20 bytes a sample as JSON, 20 MB, well within a results line (store.MAX_RECORD_BYTES);
+# the full profile calibrates to at most 20,000.
+MAX_SAMPLES = 1_000_000
