@@ -103,7 +103,7 @@ def derived_record(case_id: str, samples_ns, run_id: str = "t", reports=None, **
     return Record(**base)
 
 
-def run_with_an_unverified_figure(path: Path, busbw_gbps: float = 9999.0) -> Path:
+def run_with_an_unverified_figure(path: Path, busbw_gbps: float = 9999.0, run_id: str = "t") -> Path:
     """A finished run of two allreduce records as the driver writes them, the second's busbw then
     rewritten to ``busbw_gbps`` and its per-rank reports dropped: verification reads that figure
     but cannot recompute it, and lists it in ``Record.unverifiable``."""
@@ -113,10 +113,10 @@ def run_with_an_unverified_figure(path: Path, busbw_gbps: float = 9999.0) -> Pat
 
     reports = [{"impl": "gloo allreduce", "nccl_algo_env": None}] * 2
     cases = [f"allreduce/algo=native,backend=gloo,dtype=float32,size_bytes={n},world=2" for n in (1024, 4096)]
-    honest, edited = (derived_record(c, [30000 + i for i in range(200)], reports=reports) for c in cases)
-    run = RunDir(path, "t")
+    honest, edited = (derived_record(c, [30000 + i for i in range(200)], run_id=run_id, reports=reports) for c in cases)
+    run = RunDir(path, run_id)
     run.append_many([honest, dataclasses.replace(edited, metrics={**edited.metrics, "busbw_gbps": busbw_gbps}, extra={})])
     run.write_fingerprint({**RUN_FINGERPRINT, "world": 2})  # its records' two ranks
-    run.write_meta({"schema": "critpath.run/1", "run_id": "t", "state": "finished", "cases_total": 2,
+    run.write_meta({"schema": "critpath.run/1", "run_id": run_id, "state": "finished", "cases_total": 2,
                     "cases_planned_sha256": planned_digest(cases), "cases_ok": 2, "cases_failed": 0})
     return run.path

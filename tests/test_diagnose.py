@@ -146,18 +146,19 @@ def test_one_case_flagging_a_subject_is_not_enough_under_min_cases(tmp_path):
     assert any("flagged in 1 case(s), fewer than min_cases 2" in n for n in result.notes.lines())
 
 
-def _node_run(path, host, mean_us, failed=None):
+def _node_run(path, host, mean_us, failed=None, run_id=None):
     """One node's own run: two ranks of allreduce on ``host``."""
-    run = RunDir(path, f"run-{host}")
+    run_id = run_id or f"run-{host}"
+    run = RunDir(path, run_id)
     for size in (65536, 1048576):
         case_id = f"allreduce/algo=ring,backend=gloo,dtype=float32,size_bytes={size},world=2"
         if failed is not None and size == 65536:
             from harness.core import registry
 
-            run.append(Record.failure(registry.parse(case_id), f"run-{host}", failed, "gloo", "2026-01-01T00:00:00+00:00"))
+            run.append(Record.failure(registry.parse(case_id), run_id, failed, "gloo", "2026-01-01T00:00:00+00:00"))
             continue
         samples = np.full(200, mean_us * 1e3 * size / 65536, dtype=np.int64)
-        run.append(derived_record(case_id, samples, run_id=f"run-{host}", reports=[{}, {}]))
+        run.append(derived_record(case_id, samples, run_id=run_id, reports=[{}, {}]))
     run.write_fingerprint({"host": host, "launch": "joined", "world": 2, "layout": {"nodes": 1, "node_keys": [host], "hosts": [host],
                                                     "node_of_rank": [0, 0]}})
     run.write_meta({"schema": "critpath.run/1", "state": "finished", "cases_total": 2})
@@ -191,7 +192,7 @@ def test_a_record_of_a_two_node_run_implicates_both_nodes(tmp_path):
 
 def test_bad_input_is_refused_naming_what_to_add(tmp_path):
     _node_run(tmp_path / "a", "node0", 100)
-    _node_run(tmp_path / "b", "node0", 100)
+    _node_run(tmp_path / "b", "node0", 100, run_id="run-node0-again")  # two runs of one node
     with pytest.raises(DiagnoseInputError, match="node0: allreduce/.* is in both .* pass one of them"):
         read_fleet([tmp_path / "a", tmp_path / "b"])
     (tmp_path / "a" / "fingerprint.json").write_text("{}")

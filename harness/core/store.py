@@ -24,6 +24,7 @@ from typing import Iterable, Iterator, Mapping, Optional, Sequence
 from harness.core import atomic, fingerprintfile, runmeta
 from harness.core.inputfile import InputFileError, kind, open_regular, read_bounded
 from harness.core.jsonfile import JsonFileError, JsonLimits, check_limits, loads_strict
+from harness.core.escape import for_terminal
 from harness.core.options import CannotRun, UsageError
 from harness.core.records import ErrorInfo, Record, RecordError
 from harness.core.verify import verify
@@ -550,6 +551,34 @@ def run_digests(path: Path) -> dict[str, Optional[str]]:
                 digest.update(chunk)
         digests[name] = digest.hexdigest()
     return digests
+
+
+def distinct_runs(paths: Iterable[Path]) -> list[Path]:
+    """``paths`` as given, refused with ResultsFileError when two name one run: the same directory
+    (through a link, a trailing ``/.``, or as its results.jsonl) given twice would count one run's
+    records twice, in a pooled fit, a table or a diagnosis. Copies of one run in two directories are
+    caught once read, by their run ID (``distinct_run_ids``)."""
+    paths = [Path(p) for p in paths]
+    first: dict[str, Path] = {}
+    for path in paths:
+        key = os.path.realpath(run_dir_of(path) or path)
+        if key in first:
+            raise ResultsFileError(f"{path} is given twice (as {first[key]} and {path}); each run counts once")
+        first[key] = path
+    return paths
+
+
+def distinct_run_ids(runs: Sequence["LoadedRun"]) -> Sequence["LoadedRun"]:
+    """``runs``, refused with ResultsFileError when two directories hold one run ID: a copy of a
+    run is the same process's evidence, not a second run."""
+    first: dict[str, Path] = {}
+    for run in runs:
+        for run_id in dict.fromkeys(r.run_id for r in run.records):
+            if run_id in first:
+                raise ResultsFileError(f"run {for_terminal(run_id)} is in {first[run_id]} and in {run.path}; "
+                                       "a copy of a run counts once")
+            first[run_id] = run.path
+    return runs
 
 
 def run_inputs(paths: Iterable[Path]) -> list[Path]:

@@ -19,7 +19,7 @@ from harness.core import registry
 from harness.core.declarations import better
 from harness.core.figures import FigureUnavailable, is_mean_only, sample_value, supports
 from harness.core.records import Record
-from harness.core.store import LoadedRun, ResultsFileError, load_run
+from harness.core.store import LoadedRun, ResultsFileError, distinct_run_ids, distinct_runs, load_run
 
 # The sample statistics every record offers a rule beside its declared figures; a percentile only
 # where the samples support it (harness.core.figures.supports: p99 from 100, p999 from 1,000).
@@ -148,15 +148,12 @@ def add_run(fleet: Fleet, run: LoadedRun) -> None:
 def read_fleet(paths: Sequence[Path]) -> Fleet:
     """Every run directory of ``paths``; DiagnoseInputError for one that cannot be read or placed."""
     fleet = Fleet()
-    seen = set()
-    for path in paths:
-        if Path(path).resolve() in seen:
-            raise DiagnoseInputError(f"{path} is given twice; each run counts once")
-        seen.add(Path(path).resolve())
-        try:
-            run = load_run(Path(path))
-        except ResultsFileError as exc:
-            raise DiagnoseInputError(str(exc)) from None
+    try:
+        runs = [load_run(path) for path in distinct_runs(paths)]
+        distinct_run_ids(runs)
+    except ResultsFileError as exc:
+        raise DiagnoseInputError(str(exc)) from None
+    for path, run in zip(paths, runs):
         if not run.records and not run.meta:
             raise DiagnoseInputError(f"{path}: no records and no run.json: not a run directory")
         add_run(fleet, run)

@@ -27,7 +27,7 @@ from typing import Iterable, Optional, Sequence
 import numpy as np
 import scipy  # scipy.optimize loads when a fit runs (scipy's lazy loading), not at import
 
-from harness.core.store import load_records
+from harness.core.store import distinct_run_ids, distinct_runs, load_records, run_of
 
 STATISTICS = ("p50", "mean")
 
@@ -113,11 +113,24 @@ class Fit:
 def points_from_run(run_dir: Path, statistic: str = "p50", holdout_every: int = 3,
                     backend: Optional[str] = None) -> list[Point]:
     """The usable allreduce points of a run directory (ok records of a modelled algorithm)."""
+    return points_of(load_records(Path(run_dir)), statistic, holdout_every, backend)
+
+
+def _points_of_runs(run_dir, statistic: str, holdout_every: int) -> tuple[list[Path], list[Point]]:
+    """The directories ``run_dir`` names (one, or a list) and their points pooled: one run given
+    twice, or copied into a second directory, would weigh its points twice in the fit."""
+    dirs = distinct_runs([run_dir] if isinstance(run_dir, (str, Path)) else list(run_dir))
+    runs = distinct_run_ids([run_of(d, load_records(d)) for d in dirs])
+    return dirs, [pt for run in runs for pt in points_of(run.records, statistic, holdout_every)]
+
+
+def points_of(records, statistic: str = "p50", holdout_every: int = 3, backend: Optional[str] = None) -> list[Point]:
+    """The usable allreduce points of one run's records."""
     if statistic not in STATISTICS:
         raise CalibrationError(f"statistic must be one of {STATISTICS}, got {statistic!r}")
     points = []
     by_group: dict[tuple[str, int], list] = {}
-    for r in load_records(Path(run_dir)):
+    for r in records:
         if not r.ok or (backend is not None and r.backend != backend):
             continue
         if r.family == "allreduce" and r.params.get("algo") in COEFFICIENTS:
@@ -182,8 +195,7 @@ def fit(points: Sequence[Point], algo: str, worlds: Optional[Iterable[int]] = No
 def fit_run(run_dir, statistic: str = "p50", holdout_every: int = 3, loss: str = "soft_l1") -> list[Fit]:
     """One fit per measured algorithm over every world in the run(s), plus one per (algo, world).
     ``run_dir`` is one run directory or a list of them (e.g. one per world)."""
-    dirs = [run_dir] if isinstance(run_dir, (str, Path)) else list(run_dir)
-    points = [pt for d in dirs for pt in points_from_run(d, statistic, holdout_every)]
+    dirs, points = _points_of_runs(run_dir, statistic, holdout_every)
     if not points:
         raise CalibrationError(
             f"{', '.join(map(str, dirs))}: no ok allreduce records with algo ring or tree, nor p2p_tiers records, to fit "
@@ -211,8 +223,7 @@ class Extrapolation:
 
 def extrapolations(run_dir, statistic: str = "p50", loss: str = "soft_l1") -> list[Extrapolation]:
     """For each algorithm measured at 2+ worlds: fit on all but the largest world, predict it."""
-    dirs = [run_dir] if isinstance(run_dir, (str, Path)) else list(run_dir)
-    points = [pt for d in dirs for pt in points_from_run(d, statistic, holdout_every=0)]
+    _, points = _points_of_runs(run_dir, statistic, holdout_every=0)
     out = []
     for algo in sorted({pt.algo for pt in points}):
         worlds = sorted({pt.world for pt in points if pt.algo == algo})

@@ -27,7 +27,7 @@ from harness.core import registry
 from harness.core.declarations import declared
 from harness.core.escape import for_file
 from harness.core.figures import is_mean_only
-from harness.core.store import LoadedRun, load_run, run_of
+from harness.core.store import LoadedRun, distinct_run_ids, distinct_runs, load_run, run_of
 
 PathLike = Union[str, Path]
 STATS_US = ("min", "p50", "p90", "p99", "p999", "max", "mean")
@@ -77,7 +77,7 @@ def _paths(run_dirs: Iterable[Any]) -> list[Path]:
 
 
 def load_runs(*run_dirs: Any) -> list[LoadedRun]:
-    return [load_run(p) for p in _paths(run_dirs)]
+    return distinct_run_ids([load_run(p) for p in distinct_runs(_paths(run_dirs))])
 
 
 def figure_declarations(runs: list[LoadedRun]) -> dict[str, dict]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from harness.core.escape import for_terminal
 from harness.core.options import EXIT_FAILED, EXIT_OK
-from harness.core.store import ResultsFileError, load_records, run_documents, run_of
+from harness.core.store import ResultsFileError, distinct_run_ids, distinct_runs, load_records, run_documents, run_of
 from harness.tables.frame import records_of
 from harness.tables.terminal import print_comparison, print_tables
 
@@ -26,11 +26,13 @@ def cmd_show(args) -> int:
     if args.label and len(args.label) != len(args.run_dirs):
         raise ResultsFileError(f"--label given {len(args.label)} times for {len(args.run_dirs)} runs")
     frames, labels, runs, whole = [], [], [], True
-    for i, run_dir in enumerate(args.run_dirs):
+    loaded = []
+    for i, run_dir in enumerate(distinct_runs(args.run_dirs)):
         skipped: list = []
         records = load_records(run_dir, skip_invalid=args.skip_invalid, skipped=skipped)
         # a run's results file is judged as its directory; one given alone reads both as {}
         run = run_of(run_dir, records, *run_documents(run_dir), label=args.label[i] if args.label else None)
+        loaded = list(distinct_run_ids([*loaded, run]))  # a copy of a run shown beside it is refused
         frames.append(records_of([run]))
         runs.append(records)
         labels.append(run.label)
