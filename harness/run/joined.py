@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 from dataclasses import replace
 from typing import NamedTuple, Optional
 
@@ -17,6 +18,7 @@ from harness.core.options import UsageError
 from harness.core.records import UNKNOWN_START, ErrorInfo, Record, utc_now_iso
 from harness.run import fingerprint
 from harness.run.launchenv import env_int
+from harness.run.limit import overran_by
 from harness.core.scale import MAX_WORLD
 from harness.run.plan import RunJournal, RunOptions, RunPlan, plan_run
 from harness.run.reporter import Reporter, announce, finish
@@ -107,10 +109,11 @@ class _FileSink:
         self.me, self.journal, self.reporter = me, journal, reporter
         self.backend, self.timeout_s = plan.backend, plan.timeout_s
         self.started_at = ""
+        self.started_s = 0.0  # monotonic, when the current case started
         self.watchdog: Optional[threading.Timer] = None
 
     def started(self, case_id: str, rank: int) -> None:
-        self.started_at = utc_now_iso()
+        self.started_at, self.started_s = utc_now_iso(), time.monotonic()
         if self.reporter:
             self.reporter.started(case_id)
         # No supervising parent here: a watchdog thread bounds the case. A collective stuck on a
@@ -132,6 +135,10 @@ class _FileSink:
 
     def record(self, record: Record) -> None:
         self._disarm()
+        overran = overran_by(time.monotonic() - self.started_s, self.timeout_s) if record.ok else ""
+        if overran:  # it ended before the watchdog ran, but past its limit: not an ok case
+            record = Record.failure(registry.parse(record.case_id), record.run_id, ErrorInfo("timeout", overran, self.me.rank),
+                                    self.backend, self.started_at or UNKNOWN_START)
         if self.journal is not None:
             self.journal.keep(record)
             self.reporter.finished(record)

@@ -26,6 +26,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from harness.core.case import Case
 from harness.core.records import ErrorInfo, Record, utc_now_iso
+from harness.run.limit import overran_by
 from harness.run.timing import PlanPolicy
 from harness.run.worker import STACK_FILE, Rank, SpawnSpec, spawned_main
 
@@ -296,6 +297,10 @@ class Supervisor:
         elif kind == "record":
             record = Record.from_dict(event[1])
             self._expect(pending, state.completed, record.case_id)
+            overran = overran_by(now - state.since, self.case_timeout_s) if state.current else ""
+            if overran:  # it ended between two polls but past its limit: not an ok case
+                self._fail(pending, state, ErrorInfo("timeout", overran, None))
+                return state.completed + 1
             self.on_record(record.with_run_id(self.run_id))
             state.completed += 1
             state.current, state.since = None, now
