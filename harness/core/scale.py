@@ -13,3 +13,9 @@ MAX_CPU_COUNT = 8192
 # about 20 bytes a sample as JSON, 20 MB, well within a results line (store.MAX_RECORD_BYTES);
 # the full profile calibrates to at most 20,000.
 MAX_SAMPLES = 1_000_000
+
+# An emulated time of one event on a case's critical path (a stage's compute, a link's round trip,
+# a fault proxy's delay, jitter or stall, a coalescing window), in microseconds: 10 s. One event
+# longer than that measures the case's --timeout, not a latency, and its key is refused when the
+# case ID is read rather than found out a timeout later.
+MAX_EMULATED_US = 10_000_000

@@ -33,7 +33,7 @@ from harness.kv_alloc import metrics as kvmetrics
 from harness.kv_alloc import plots
 from harness.kv_alloc.factory import ALLOCATORS, make_allocator
 from harness.kv_alloc.simulator import SimConfig, SimResult, simulate
-from harness.kv_alloc.traces import AZURE_TRACES, Trace, load_azure, synthetic
+from harness.kv_alloc.traces import AZURE_TRACES, MAX_REQUESTS, MAX_TOKENS, Trace, load_azure, synthetic
 from harness.kv_alloc.workload import MODELS, make_policy
 from harness.core.stats import Summary
 
@@ -62,6 +62,9 @@ def load_trace(name: str, requests: int) -> Trace:
         trace = synthetic(requests or 2000, rate_per_s=5.0, seed=0)
     else:
         trace = load_azure(name)
+        if requests > len(trace):  # head() would replay fewer than the case ID says
+            raise ValueError(f"requests={requests}: trace {name} holds {len(trace)} requests "
+                             "(requests=0 replays them all)")
     return trace.head(requests) if requests else trace
 
 
@@ -208,11 +211,11 @@ FAMILY = Family(
     params=(
         Param("allocator", str, "allocator model (caching: PyTorch's)", choices=ALLOCATORS, required=True),
         Param("block_tokens", int, "tokens per block: the per_block policy and the paged allocator", low=1,
-              required=True),
+              high=MAX_TOKENS, required=True),
         Param("budget_gb", int, "KV memory budget, GB (1e9 bytes)", low=1, high=1_000_000, required=True),
         Param("model", str, "model shape for KV bytes per token", choices=tuple(MODELS), required=True),
         Param("policy", str, "KV growth", choices=POLICIES, required=True),
-        Param("requests", int, "first N requests of the trace (0: all)", low=0, required=True),
+        Param("requests", int, "first N requests of the trace (0: all)", low=0, high=MAX_REQUESTS, required=True),
         Param("speedup", float, "arrival times divided by this (load factor)", low=1e-6, high=1e6, required=True),
         Param("trace", str, "request trace", choices=TRACES, required=True),
     ),

@@ -41,6 +41,7 @@ from harness.core.family import (
     world_param,
 )
 from harness.core.figures import Figure
+from harness.core.scale import MAX_EMULATED_US
 from harness.core.stats import Summary
 from harness.moe_a2a import plots
 from harness.moe_a2a.config import (
@@ -388,7 +389,7 @@ FAMILY = Family(
         Param("tokens", int, "tokens per rank per step", low=1, required=True),
         Param("top_k", int, "experts per token (at most the experts of the world)", low=1, required=True),
         Param("window_ms", float, "adaptive: recompute placement every this many ms (rank 0's clock)", low=0,
-              high=1e9, default=Mitigation.window_ms),
+              high=MAX_EMULATED_US / 1e3, default=Mitigation.window_ms),
         Param("window_steps", int, "adaptive: recompute placement every this many steps", low=0,
               default=Mitigation.window_steps),
         Param("workload", str, "which experts the tokens pick", choices=KINDS, required=True),

@@ -42,6 +42,7 @@ from harness.core.family import (
 )
 from harness.core.figures import Figure
 from harness.core.sizes import MAX_RUN_SIZE_BYTES, format_size
+from harness.core.scale import MAX_EMULATED_US
 from harness.core.stats import Summary
 from harness.pipeline import link, model, plots
 from harness.pipeline.scenarios import SCENARIOS, STRETCH_WARN
@@ -307,11 +308,12 @@ FAMILY = Family(
         BACKEND,
         Param("compute", str, "spin (CPU busy loop), sleep (emulated device time), matmul (GPU)",
               choices=link.COMPUTE_MODES, required=True),
-        Param("compute_us", int, "forward compute per stage per microbatch, microseconds", low=1, required=True),
+        Param("compute_us", int, "forward compute per stage per microbatch, microseconds", low=1,
+              high=MAX_EMULATED_US, required=True),
         Param("die_stage", int, "fault injection: this stage exits mid-pipeline (tests)", low=0),
         Param("microbatches", int, "microbatches per step (M)", low=1, high=100_000, required=True),
         Param("rtt_us", int, "emulated link round trip added per hop (one way = rtt/2), 0 = none", low=0,
-              required=True),
+              high=MAX_EMULATED_US, required=True),
         Param("scenario", str, "the configuration's label (a0_pipeline_barrier, a0_sync_tax, ...)", required=True),
         Param("schedule", str, "pipeline schedule", choices=SCHEDULES, required=True),
         world_param(1, "stages = ranks (P)"),

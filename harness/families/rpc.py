@@ -38,6 +38,7 @@ from harness.rpc.codecs import CODECS, DEFAULT_CODECS, PRESETS, Codec, codec, ev
 from harness.rpc.faults import FaultSpec
 from harness.rpc.framing import MAX_FRAME_BYTES, pack_batch, unpack_batch
 from harness.rpc.transports import TRANSPORTS, Endpoint, info, open_endpoint
+from harness.core.scale import MAX_EMULATED_US
 from harness.core.stats import Summary
 
 MODES = ("pingpong", "pipelined", "batched", "openloop")
@@ -369,13 +370,13 @@ FAMILY = Family(
         Param("inflight", int, "requests in flight (mode=pipelined)", low=1, high=4096, default=8),
         Param("batch", int, "messages per send (mode=batched: default 8; openloop coalescing: default 1)",
               low=1, high=MAX_FRAME_BYTES),
-        Param("window_us", int, "coalescing window in microseconds (mode=openloop with batch)", low=0, default=0),
+        Param("window_us", int, "coalescing window in microseconds (mode=openloop with batch)", low=0, high=MAX_EMULATED_US, default=0),
         Param("rate_hz", int, "offered request rate (mode=openloop)", low=1, high=10_000_000),
         Param("hops", int, "forwarding proxies between client and server", low=0, high=16, default=0),
-        Param("delay_us", int, "fault proxy: fixed latency per round trip", low=0, default=0),
-        Param("jitter_us", int, "fault proxy: uniform random extra latency", low=0, default=0),
+        Param("delay_us", int, "fault proxy: fixed latency per round trip", low=0, high=MAX_EMULATED_US, default=0),
+        Param("jitter_us", int, "fault proxy: uniform random extra latency", low=0, high=MAX_EMULATED_US, default=0),
         Param("stall_every", int, "fault proxy: stall every Nth request", low=0, default=0),
-        Param("stall_us", int, "fault proxy: length of each stall", low=0, default=0),
+        Param("stall_us", int, "fault proxy: length of each stall", low=0, high=MAX_EMULATED_US, default=0),
         Param("reference", str, "also run this reference tool's TCP ping-pong in the case and report the ratio",
               choices=REFERENCES),
     ),

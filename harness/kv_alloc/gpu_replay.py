@@ -32,7 +32,7 @@ from harness.core.options import at_least, integer, positive
 from harness.kv_alloc.base import OutOfMemory
 from harness.kv_alloc.caching import CachingAllocator
 from harness.kv_alloc.simulator import SimConfig, simulate
-from harness.kv_alloc.traces import load_azure
+from harness.kv_alloc.traces import MAX_REQUESTS, load_azure
 from harness.kv_alloc.workload import MODELS, make_policy
 
 STAT_KEYS = ("reserved_bytes", "allocated_bytes", "requested_bytes", "inactive_split_bytes")
@@ -146,7 +146,6 @@ def run_one(args) -> dict:
     return result
 
 
-MAX_REQUESTS = 1_000_000  # the Azure traces hold about 20,000 each
 MAX_BUDGET_GB = 4096.0  # of device memory
 MAX_SPEEDUP = 1e6
 MAX_CHECKPOINTS = 10_000

@@ -57,6 +57,7 @@ def _parse_timestamp(text: str) -> float:
 
 
 MAX_TOKENS = 10**9  # no request holds more: a bigger count is a corrupt field, not a request
+MAX_REQUESTS = 1_000_000  # replayed at once (a prefix, or a synthetic trace): the Azure traces hold about 20,000 each
 # Azure's week-long 2023 traces are about 20 MB each; the shipped hour is under 1 MB.
 MAX_TRACE_BYTES = 256 << 20
 
