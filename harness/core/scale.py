@@ -1,6 +1,6 @@
 """How large a job, a host and a record critpath holds: the bounds every reader of a rank count, a
-node count, a CPU count or a sample count takes from here (options, the environment, fingerprints,
-profiles, claims, records and run.json)."""
+node count, a CPU count, a sample count or a process id takes from here (options, the environment,
+fingerprints, profiles, claims, owner files, records, run.json and imported logs)."""
 
 # Ranks of one job (--world, WORLD_SIZE, SLURM_NTASKS, a fingerprint's world): beyond the largest
 # machines this project models (docs/scale.md), a typo.
@@ -13,3 +13,7 @@ MAX_CPU_COUNT = 8192
 # about 20 bytes a sample as JSON, 20 MB, well within a results line (store.MAX_RECORD_BYTES);
 # the full profile calibrates to at most 20,000.
 MAX_SAMPLES = 1_000_000
+
+# Linux's PID_MAX_LIMIT, the most kernel.pid_max may be set to: every pid is below it, so a larger
+# one (in a claim, an owner file or an nccl-tests '#  Rank' line) is no process's, and overflows os.kill.
+PID_MAX = 1 << 22
