@@ -7,7 +7,8 @@ Formats, as NVIDIA/nccl-tests writes them (src/util.cu at 2.19.6; older layouts 
   with ``-T`` a timestamp (two words) at the end. ``#wrong`` is N/A where not checked.
 - Text before 2.13: each binary printed its own columns after ``type`` (none, ``redop``, ``root``
   or ``redop root``) and an ``error`` column (the largest deviation, ``%5.0le``) for ``#wrong``.
-- The header ``# nThread T nGpus G ... iters: N``, one ``#  Rank r [Group g] Pid p on HOST device
+- The header ``# nThread T nGpus G minBytes B maxBytes B step: S(factor|bytes) ... iters: N``
+  (the sizes each row must have: harness.nccltests.sweep), one ``#  Rank r [Group g] Pid p on HOST device
   d [PCI] NAME`` line per rank, and the trailer ``# Out of bounds values : K OK|FAILED`` and
   ``# Avg bus bandwidth : X`` (``writeResultFooter``).
 - JSON (``jsonOutputInit``, ``writeDeviceReport``, ``writeBenchmarkLine*``, ``writePerIterReport``,

@@ -4,17 +4,20 @@ the rows held to them.
 From NVIDIA/nccl-tests' source (src/common.cu and src/util.cu at 2.19.6; the same loop and header
 since the first commit, b188a15):
 
-- ``writeDeviceReport`` (util.cu) prints ``minBytes %ld maxBytes %ld step: %ld(%s)`` with
+Line numbers are 2.19.6's (a0b82b2).
+
+- ``writeDeviceReport`` (util.cu:625-628) prints ``minBytes %ld maxBytes %ld step: %ld(%s)`` with
   ``(stepFactor > 1) ? stepFactor : stepBytes`` and ``(stepFactor > 1) ? "factor" : "bytes"``: a
   factor step is 2 or more, else it is printed as a bytes step.
-- ``main`` (common.cu) refuses ``minBytes > maxBytes`` before it prints anything; after the header,
-  when the buffers do not fit, it lowers maxBytes (and minBytes to it, when above) and prints
+- ``main`` (common.cu:1407-1412) refuses ``minBytes > maxBytes`` before it prints anything (since c4de829,
+  2021; before it, such a run swept no size and printed no row); after the header,
+  when the buffers do not fit (common.cu:1542-1546), it lowers maxBytes (and minBytes to it, when above) and prints
   ``# Reducing maxBytes to %ld due to memory limitation`` (since 1ae8cdc, 2021).
-- ``TimeTest`` (common.cu) steps ``size`` from minBytes while ``size <= maxBytes``, by ``size *
+- ``TimeTest`` (common.cu:936) steps ``size`` from minBytes while ``size <= maxBytes``, by ``size *
   stepfactor`` or ``size + stepbytes``; every data type, reduction and root of the run (``-d``,
   ``-o``, ``-r``) and every cycle (``-N``) is a whole sweep of its own, from minBytes again.
-- Each row prints ``max(sendBytes, expectedBytes)`` of ``setupArgs(size)``: ``count = size /
-  wordSize`` elements, then the collective's ``GetCollByteCount`` (src/<collective>.cu). For
+- Each row prints ``max(sendBytes, expectedBytes)`` of ``setupArgs(size)`` (common.cu:937-938, 900-912): ``count = size /
+  wordSize`` elements, then the collective's ``GetCollByteCount`` (src/<collective>.cu, all_reduce.cu:34-40, all_gather.cu:10-17, alltoall.cu:18-24 and alike). For
   all_reduce, broadcast, reduce and sendrecv that is ``count x wordSize``; for the collectives
   that share the buffer among ranks (all_gather, alltoall, gather, hypercube, reduce_scatter,
   scatter) it is ``base x nranks x wordSize`` with ``base = count / nranks``, rounded down to a
@@ -71,7 +74,8 @@ def header_sweep(min_token: str, max_token: str, step_token: str, where: str, li
     high = text_integer(max_token, where, "maxBytes")
     if low > high:
         raise NcclTestsFormatError(f"{where}: minBytes {low} is more than maxBytes {high}; nccl-tests refuses "
-                                   "such sizes before it prints its header (src/common.cu)")
+                                   "such sizes before it prints its header, and never prints a row of them "
+                                   "(src/common.cu)")
     if not (m := _STEP.fullmatch(step_token)):
         raise NcclTestsFormatError(f"{where}: step is {step_token[:40]!r}; nccl-tests prints a count then "
                                    "(factor) or (bytes)")
