@@ -34,7 +34,8 @@ def _refused(tmp_path: Path, capsys, path: Path) -> str:
     # 1: every row below minBytes, or above maxBytes: the first row is not the sweep's first size
     (HEADER, SIZES, "minBytes 17179869184 maxBytes 34359738368 ", 24,
      f"size (B) is 8, but {SWEEP} (minBytes 17179869184, step: 2(factor)) is at 17179869184 B here"),
-    (HEADER, SIZES, "minBytes 1 maxBytes 4 ", 24, f"size (B) is 8, but {SWEEP} (minBytes 1, step: 2(factor)) is at 1 B"),
+    (HEADER, SIZES, "minBytes 1 maxBytes 4 ", 24,
+     f"size (B) is 8, but {SWEEP} (minBytes 1, step: 2(factor)) is at 1 B"),
     (HEADER, SIZES, "minBytes 0x8 maxBytes 8589934592 ", HEADER, "minBytes: expected an integer"),
     # 2: util.cu prints "factor" only for a factor above 1; a bytes step of 0 never leaves minBytes
     (HEADER, "step: 2(factor)", "step: 0(factor)", HEADER, "step (factor): 0 is outside the range it may take (from 2"),
@@ -45,7 +46,8 @@ def _refused(tmp_path: Path, capsys, path: Path) -> str:
     (HEADER, "step: 2(factor)", "step: 8(bytes)", 26,
      f"size (B) is 32, but {SWEEP} (minBytes 8, step: 8(bytes)) is at 24 B here, which nccl-tests prints "
      "for all_reduce as 24"),
-    (HEADER, "step: 2(factor)", "step: 4(factor)", 25, f"size (B) is 16, but {SWEEP} (minBytes 8, step: 4(factor)) is at 32 B"),
+    (HEADER, "step: 2(factor)", "step: 4(factor)", 25,
+     f"size (B) is 16, but {SWEEP} (minBytes 8, step: 4(factor)) is at 32 B"),
     # 3: one row's size changed (its count with it, so that the row's own shape still holds)
     (31, "        1024           256 ", "        1536           384 ", 31,
      f"size (B) is 1536, but {SWEEP} (minBytes 8, step: 2(factor)) is at 1024 B here"),
@@ -55,7 +57,8 @@ def _refused(tmp_path: Path, capsys, path: Path) -> str:
     (HEADER, "agg iters: 1 ", "agg iters: 0x1 ", HEADER, "agg iters: expected an integer"),
     # 5: Pid and Group by the one integer grammar, each within its bound
     (RANK_0, "Pid   6899 ", "Pid   6899x ", RANK_0, "Pid: expected an integer"),
-    (RANK_0, "Pid   6899 ", "Pid      0 ", RANK_0, f"Pid: 0 is outside the range it may take (from 1 to {PID_MAX - 1})"),
+    (RANK_0, "Pid   6899 ", "Pid      0 ", RANK_0,
+     f"Pid: 0 is outside the range it may take (from 1 to {PID_MAX - 1})"),
     (RANK_0, "Pid   6899 ", f"Pid {PID_MAX} ", RANK_0, f"Pid: {PID_MAX} is outside the range it may take (from 1"),
     (RANK_0, "Pid   6899 ", "Pid  06899 ", RANK_0, "Pid: '06899' has a leading zero"),
     (RANK_0, "Group  0 ", "Group -1 ", RANK_0, "Group: -1 is outside the range it may take (from 0 to"),

@@ -67,9 +67,11 @@ _BANNER = re.compile(r"^#\s*Collective test starting:\s*(\S+)", re.ASCII)
 # Each number is taken as the whole word it is (\S+) and read by text_integer or text_number:
 # a pattern of digits alone read "nGpus 1x" as 1 and "0x5" as 0, the prefix of a word.
 _HEADER = re.compile(r"^#\s*nThread\s+(\S+)\s+nGpus\s+(\S+)\s"
-                     r"(?:minBytes\s+(\S+)\s+maxBytes\s+(\S+)\s+step:\s*(\S+)\s)?.*?warmup iters:\s*(\S+)\s+iters:\s*(\S+)"
+                     r"(?:minBytes\s+(\S+)\s+maxBytes\s+(\S+)\s+step:\s*(\S+)\s)?"
+                     r".*?warmup iters:\s*(\S+)\s+iters:\s*(\S+)"
                      r"(?:\s+agg iters:\s*(\S+))?(?:\s+validation:\s*(\S+))?", re.ASCII)
-# util.cu: "#  Rank %2d Group %2d Pid %6d on %10s device %2d [%04x:%02x:%02x] %s" (no Group before nccl-tests d313d20, 2022)
+# util.cu: "#  Rank %2d Group %2d Pid %6d on %10s device %2d [%04x:%02x:%02x] %s" (no Group before
+# nccl-tests d313d20, 2022)
 _RANK = re.compile(r"^#\s+Rank\s+(\S+)\s+(?:Group\s+(\S+)\s+)?Pid\s+(\S+)\s+on\s+(\S+)\s+device\s+(\S+)"
                    r"\s+\[([^\]]*)\]\s+(.*)$", re.ASCII)
 # common.cu, after the header: maxBytes lowered to what the GPUs' memory holds

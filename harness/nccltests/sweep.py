@@ -16,8 +16,9 @@ Line numbers are 2.19.6's (a0b82b2).
 - ``TimeTest`` (common.cu:936) steps ``size`` from minBytes while ``size <= maxBytes``, by ``size *
   stepfactor`` or ``size + stepbytes``; every data type, reduction and root of the run (``-d``,
   ``-o``, ``-r``) and every cycle (``-N``) is a whole sweep of its own, from minBytes again.
-- Each row prints ``max(sendBytes, expectedBytes)`` of ``setupArgs(size)`` (common.cu:937-938, 900-912): ``count = size /
-  wordSize`` elements, then the collective's ``GetCollByteCount`` (src/<collective>.cu, all_reduce.cu:34-40, all_gather.cu:10-17, alltoall.cu:18-24 and alike). For
+- Each row prints ``max(sendBytes, expectedBytes)`` of ``setupArgs(size)`` (common.cu:937-938 and
+  900-912): ``count = size / wordSize`` elements, then the collective's ``GetCollByteCount``
+  (src/<collective>.cu: all_reduce.cu:34-40, all_gather.cu:10-17, alltoall.cu:18-24 and alike). For
   all_reduce, broadcast, reduce and sendrecv that is ``count x wordSize``; for the collectives
   that share the buffer among ranks (all_gather, alltoall, gather, hypercube, reduce_scatter,
   scatter) it is ``base x nranks x wordSize`` with ``base = count / nranks``, rounded down to a
