@@ -44,9 +44,9 @@ from typing import Callable, Iterator, Optional
 
 from harness.core.jsonfile import JsonFileError, JsonLimits, loads_strict
 from harness.core.options import UsageError
+from harness.core.scale import PID_MAX
 from harness.core.temps import CLAIM_FILE, is_abandoned_temp, reserved, sweep_stale
 
-PID_MAX = 1 << 22  # the kernel's largest pid_max: a pid beyond it in a claim file is no pid
 # What a claim critpath writes holds: six fields, argv the longest (a command line of many --case),
 # a list of strings in an object. Read at most this much of the file; anything else is not one.
 MAX_CLAIM_BYTES = 1 << 16

@@ -1,6 +1,6 @@
 """How large a job, a host and a record critpath holds: the bounds every reader of a rank count, a
-node count, a CPU count or a sample count takes from here (options, the environment, fingerprints,
-profiles, claims, records and run.json)."""
+node count, a CPU count, a sample count or a process id takes from here (options, the environment,
+fingerprints, profiles, claims, owner files, records, run.json and imported logs)."""
 
 # Ranks of one job (--world, WORLD_SIZE, SLURM_NTASKS, a fingerprint's world): beyond the largest
 # machines this project models (docs/scale.md), a typo.
@@ -19,3 +19,7 @@ MAX_SAMPLES = 1_000_000
 # longer than that measures the case's --timeout, not a latency, and its key is refused when the
 # case ID is read rather than found out a timeout later.
 MAX_EMULATED_US = 10_000_000
+
+# Linux's PID_MAX_LIMIT, the most kernel.pid_max may be set to: every pid is below it, so a larger
+# one (in a claim, an owner file or an nccl-tests '#  Rank' line) is no process's, and overflows os.kill.
+PID_MAX = 1 << 22

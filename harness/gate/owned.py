@@ -22,10 +22,10 @@ from typing import Optional, Union
 
 from harness.core.inputfile import InputFileError, read_bounded
 from harness.core.jsonfile import JsonFileError, JsonLimits, loads_strict
+from harness.core.scale import PID_MAX
 
 OWNER_FILE = "critpath-owner.json"  # beside the worktree, in the temporary directory that holds it
 COMMAND_PREFIX = "critpath "  # every owner is a critpath command
-PID_MAX = 1 << 22  # Linux's largest pid_max: a larger pid is no process's (and overflows os.kill)
 # An owner file is four short fields on one line (some 100 bytes; a host name is at most 255).
 MAX_OWNER_BYTES = 4096
 OWNER_LIMITS = JsonLimits(keys=4, values=4, depth=1)

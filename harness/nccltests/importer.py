@@ -36,8 +36,16 @@ from typing import Iterator, Optional
 
 from harness.core.claim import claim_dir
 from harness.core.family import CheckResult
-from harness.core.imported import (MEAN_ONLY, PER_ITERATION, case_id_of, check_of, family_params, figures_of,
-                                   mean_samples_ns, samples_ns)
+from harness.core.imported import (
+    MEAN_ONLY,
+    PER_ITERATION,
+    case_id_of,
+    check_of,
+    family_params,
+    figures_of,
+    mean_samples_ns,
+    samples_ns,
+)
 from harness.core.options import print_error
 from harness.core.records import UNKNOWN_START, Record, is_started_at
 from harness.core.runmeta import RUN_SCHEMA
@@ -45,8 +53,14 @@ from harness.core.store import PLANNED, RUN_META, RunDir, planned_digest, read_m
 from harness.nccltests.consistency import check_figures
 from harness.nccltests.evidence import COLLECTIVES, FOUND, Ambiguous, detect, ranks_text
 from harness.nccltests.limits import RECORDS_PER_BATCH
-from harness.nccltests.parse import DTYPES, NcclTestsFormatError, Parsed, nccl_version_text
+from harness.nccltests.parse import (
+    DTYPES,
+    NcclTestsFormatError,
+    Parsed,
+    nccl_version_text,
+)
 from harness.nccltests.source import read_output
+from harness.nccltests.sweep import check_sweep
 from harness.nccltests.trailer import trailer_checks
 
 __all__ = ["NcclTestsFormatError", "import_file", "nccl_version_text", "parse_file", "to_records"]
@@ -67,6 +81,7 @@ def _parse_file(path: Path, collective: Optional[str]) -> tuple[Parsed, str]:
     parsed.collective = parsed.detection.collective
     # only now: what algbw counts of the size, and the bus factor, are the collective's
     parsed.agreement = check_figures(parsed)
+    check_sweep(parsed)  # the sizes a row prints are the collective's share of its stepped size too
     return parsed, digest
 
 

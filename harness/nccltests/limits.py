@@ -35,6 +35,12 @@ MAX_DEVICE = 255
 # An import's warm-up and timed iterations become its records' plan, which holds no more than a
 # critpath run may time (records.MAX_SAMPLES, the bound of --iters and --warmup).
 MAX_ITERS = MAX_SAMPLES
+# -m, the launches aggregated into each timed iteration, is kept beside the plan (extra.imported.
+# agg_iters) and held to the same bound as the iterations: nccl-tests reads it into a C int and
+# divides its times by iters x agg_iters, another int (src/common.cu, BenchTime).
+MAX_AGG_ITERS = MAX_ITERS
+# A '#  Rank' line's Group, the color of MPI_Comm_split (src/common.cu, main): a C int, never negative.
+MAX_GROUP = (1 << 31) - 1
 # A text log with NCCL_DEBUG=INFO lines between the rows of a large job: tens of megabytes.
 MAX_TEXT_BYTES = 256 << 20
 # Lines cost time however short (some 4 us each: 10 million lines of '#' took 40 s): nccl-tests

@@ -7,7 +7,8 @@ Formats, as NVIDIA/nccl-tests writes them (src/util.cu at 2.19.6; older layouts 
   with ``-T`` a timestamp (two words) at the end. ``#wrong`` is N/A where not checked.
 - Text before 2.13: each binary printed its own columns after ``type`` (none, ``redop``, ``root``
   or ``redop root``) and an ``error`` column (the largest deviation, ``%5.0le``) for ``#wrong``.
-- The header ``# nThread T nGpus G ... iters: N``, one ``#  Rank r [Group g] Pid p on HOST device
+- The header ``# nThread T nGpus G minBytes B maxBytes B step: S(factor|bytes) ... iters: N``
+  (the sizes each row must have: harness.nccltests.sweep), one ``#  Rank r [Group g] Pid p on HOST device
   d [PCI] NAME`` line per rank, and the trailer ``# Out of bounds values : K OK|FAILED`` and
   ``# Avg bus bandwidth : X`` (``writeResultFooter``).
 - JSON (``jsonOutputInit``, ``writeDeviceReport``, ``writeBenchmarkLine*``, ``writePerIterReport``,
@@ -35,9 +36,19 @@ from typing import Any, Iterable, Optional
 from harness.core.imported import DTYPES
 from harness.core.jsonfile import JsonFileError, loads_strict
 from harness.core.records import UNKNOWN_START
+from harness.core.scale import PID_MAX
 from harness.nccltests.evidence import Observed, ObservedRow, Side
-from harness.nccltests.limits import MAX_DEVICE, MAX_ITERS, MAX_ROWS, MAX_TIME_US
+from harness.nccltests.limits import (
+    MAX_AGG_ITERS,
+    MAX_COUNT,
+    MAX_DEVICE,
+    MAX_GROUP,
+    MAX_ITERS,
+    MAX_ROWS,
+    MAX_TIME_US,
+)
 from harness.nccltests.periter import per_iteration_times
+from harness.nccltests.sweep import Sweep, header_sweep, reduced_sweep
 from harness.nccltests.values import (
     JSON_PRINTED_HALF_ULP,
     NcclTestsFormatError,
@@ -55,10 +66,16 @@ __all__ = ["JSON_PRINTED_HALF_ULP", "Parsed", "Row", "parse_json", "parse_text"]
 _BANNER = re.compile(r"^#\s*Collective test starting:\s*(\S+)", re.ASCII)
 # Each number is taken as the whole word it is (\S+) and read by text_integer or text_number:
 # a pattern of digits alone read "nGpus 1x" as 1 and "0x5" as 0, the prefix of a word.
-_HEADER = re.compile(r"^#\s*nThread\s+(\S+)\s+nGpus\s+(\S+)\s.*?warmup iters:\s*(\S+)\s+iters:\s*(\S+)"
+_HEADER = re.compile(r"^#\s*nThread\s+(\S+)\s+nGpus\s+(\S+)\s"
+                     r"(?:minBytes\s+(\S+)\s+maxBytes\s+(\S+)\s+step:\s*(\S+)\s)?"
+                     r".*?warmup iters:\s*(\S+)\s+iters:\s*(\S+)"
                      r"(?:\s+agg iters:\s*(\S+))?(?:\s+validation:\s*(\S+))?", re.ASCII)
-_RANK = re.compile(r"^#\s+Rank\s+(\S+)\s+(?:Group\s+\S+\s+)?Pid\s+\S+\s+on\s+(\S+)\s+device\s+(\S+)\s+\[([^\]]*)\]\s+(.*)$",
-                   re.ASCII)
+# util.cu: "#  Rank %2d Group %2d Pid %6d on %10s device %2d [%04x:%02x:%02x] %s" (no Group before
+# nccl-tests d313d20, 2022)
+_RANK = re.compile(r"^#\s+Rank\s+(\S+)\s+(?:Group\s+(\S+)\s+)?Pid\s+(\S+)\s+on\s+(\S+)\s+device\s+(\S+)"
+                   r"\s+\[([^\]]*)\]\s+(.*)$", re.ASCII)
+# common.cu, after the header: maxBytes lowered to what the GPUs' memory holds
+_REDUCED = re.compile(r"^#\s*Reducing maxBytes to\s+(\S+)\s+due to memory limitation", re.ASCII)
 _VERSION = re.compile(r"^#\s*nccl-tests version\s+(\S+).*?nccl-library=(\S+)", re.ASCII)
 # writeResultFooter: "# Out of bounds values : %d %s" (OK, or FAILED when the count is not 0) and
 # "# Avg bus bandwidth    : %g". A line that starts like one but does not end like one is refused.
@@ -132,6 +149,7 @@ class Parsed:
     trailer: Trailer = field(default_factory=Trailer)
     collective: Optional[str] = None  # set by detection
     detection: Any = None
+    sweep: Optional[Sweep] = None  # the header's minBytes, maxBytes and step (text; None where it has none)
     agreement: Any = None  # set by harness.nccltests.consistency: how many sides agree with their time
     # (lines, the first's number): lines inside the table that are no row, comment or NCCL's, and hold
     # no row's figures: a launcher's messages (Open MPI's warnings) printed between rows
@@ -323,6 +341,7 @@ def parse_text(lines: Iterable[str], path: str) -> Parsed:
     """The output whose lines (without line ends, as ``str.splitlines`` gives them) are ``lines``;
     read as they come, so that only the rows are held."""
     header = header_where = None
+    sweep: Optional[Sweep] = None
     headers: list[int] = []
     devices: list[dict] = []
     rows: list[Row] = []
@@ -347,14 +366,22 @@ def parse_text(lines: Iterable[str], path: str) -> Parsed:
             elif m := _HEADER.match(line):
                 headers.append(number)
                 header, header_where = m.groups(), f"line {number}"
+                if m.group(3) is not None:
+                    sweep = header_sweep(m.group(3), m.group(4), m.group(5), where, header_where)
             elif m := _RANK.match(line):
-                devices.append({"index": text_integer(m.group(1), where, "Rank"), "host": m.group(2),
-                                "device": text_integer(m.group(3), where, "device", high=MAX_DEVICE),
-                                "pci": m.group(4), "name": m.group(5).strip()})
+                if m.group(2) is not None:  # MPI_Comm_split's color: a C int, never negative
+                    text_integer(m.group(2), where, "Group", high=MAX_GROUP)
+                # getpid(): every pid is below Linux's PID_MAX_LIMIT
+                text_integer(m.group(3), where, "Pid", low=1, high=PID_MAX - 1)
+                devices.append({"index": text_integer(m.group(1), where, "Rank"), "host": m.group(4),
+                                "device": text_integer(m.group(5), where, "device", high=MAX_DEVICE),
+                                "pci": m.group(6), "name": m.group(7).strip()})
                 rank_lines.append(where)
             elif line.lstrip("# ").startswith("size ") and line.lstrip("# ").split()[:3] == ["size", "count", "type"]:
                 layout, columns_where = _layout(line.lstrip("# ").split(), where), f"line {number}"
                 in_table = header is not None
+            elif m := _REDUCED.match(line):
+                sweep = reduced_sweep(sweep, m.group(1), where, f"line {number}")
             elif m := _VERSION.match(line):
                 tests_version = m.group(1)
                 nccl_version = nccl_version_text(text_integer(m.group(2), where, "nccl-library"))
@@ -398,9 +425,10 @@ def parse_text(lines: Iterable[str], path: str) -> Parsed:
                                    "(iteration and rank counts): is this the whole output of an nccl-tests run?")
     if not rows:
         raise NcclTestsFormatError(f"{path}: no result rows")
-    nthreads, ngpus, warmup, iters, agg, validation = header
-    for name, value in (("nThread", nthreads), ("nGpus", ngpus), ("iters", iters), ("agg iters", agg or "1")):
+    nthreads, ngpus, _, _, _, warmup, iters, agg, validation = header
+    for name, value in (("nThread", nthreads), ("nGpus", ngpus), ("iters", iters)):
         text_integer(value, f"{path}:{headers[0]}", name, low=1)
+    text_integer(agg or "1", f"{path}:{headers[0]}", "agg iters", low=1, high=MAX_AGG_ITERS)
     text_integer(warmup, f"{path}:{headers[0]}", "warmup iters")
     if validation is not None:
         text_integer(validation, f"{path}:{headers[0]}", "validation", high=1)
@@ -420,7 +448,7 @@ def parse_text(lines: Iterable[str], path: str) -> Parsed:
                   (layout or _CURRENT).kind, devices, nccl_version, tests_version, binary=binary,
                   columns=(layout or _CURRENT).optional, columns_where=columns_where or "no column header",
                   validation=None if validation is None else validation != "0", trailer=trailer,
-                  read_past=(read_past, read_past_first))
+                  read_past=(read_past, read_past_first), sweep=sweep)
 
 
 def _dotted(path: list) -> str:
@@ -561,8 +589,9 @@ def _words(value: Any, where: str) -> list[str]:
     return [json_text(word, f"{where}[{i}]", "a word of the command") for i, word in enumerate(value)]
 
 
-def _config_count(config: dict, key: str, path: str, default: int, low: int) -> int:
-    return _optional(config, key, lambda v, w: json_integer(v, w, low=low), f"{path}: field config", default)
+def _config_count(config: dict, key: str, path: str, default: int, low: int, high: int = MAX_COUNT) -> int:
+    return _optional(config, key, lambda v, w: json_integer(v, w, low=low, high=high), f"{path}: field config",
+                     default)
 
 
 def _plan_count(count: int, where: str) -> int:
@@ -616,7 +645,7 @@ def parse_json(text: str, path: str) -> Parsed:
     validation = _optional(config, "validation", lambda v, w: v if isinstance(v, bool) else
                            json_integer(v, w, high=1, what="0 or 1"), f"{path}: field config")
     warmup = _plan_count(_config_count(config, "warmup_iters", path, 0, low=0), f"{path}: field config.warmup_iters")
-    agg = _config_count(config, "aggregated_iterations", path, 1, low=1)
+    agg = _config_count(config, "aggregated_iterations", path, 1, low=1, high=MAX_AGG_ITERS)
     started = _optional(data, "start_time", lambda v, w: json_text(v, w, "a time"), f"{path}: field", UNKNOWN_START)
     return Parsed(rows, iters, warmup, agg,
                   ranks, ranks_from, "json", devices, None if code is None else nccl_version_text(code),
