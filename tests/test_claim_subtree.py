@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, derived_record, run_cli
 
-from harness.core.claim import CLAIM_FILE
+from harness.core.claim import BELOW_DEPTH, CLAIM_FILE, DirectoryClaimed, claim_dir
 from harness.core.store import RESULTS, append_record
 
 OK_CASE = "selftest/fault_rank=0,mode=noop,world=1"
@@ -133,3 +133,19 @@ def test_a_process_the_holder_started_writes_below_it_and_no_other_does(tmp_path
     assert (held / "mine" / RESULTS).is_file()
     assert_refused_naming(run_cli(*run_argv(held / "other")), held, holder.pid)
     assert not (held / "other").exists()
+
+
+def test_the_walk_below_a_claim_goes_bounded_levels_deep_and_no_deeper(tmp_path, hold):
+    """A holder BELOW_DEPTH levels down refuses a claim above; one deeper is past the walk's bound
+    (read as unclaimed, never refused as a tree too deep to claim)."""
+    tree = tmp_path / "G"
+    deepest = tree.joinpath(*[f"d{i}" for i in range(BELOW_DEPTH + 1)])
+    beyond = hold(deepest)
+    with claim_dir(tree, "report"):
+        pass
+    beyond.stdin.close()  # given up: a holder of its parent would be refused over it
+    beyond.wait(timeout=30)
+    holder = hold(deepest.parent)
+    with pytest.raises(DirectoryClaimed, match=f"{tree} holds another process's output: {deepest.parent} is in use"
+                                               f".*pid {holder.pid} on "):
+        claim_dir(tree, "report")
