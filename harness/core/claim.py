@@ -25,19 +25,21 @@ process does not hold, is refused while another live process holds any directory
 parents up to the root, the path resolved first, so a link to a held directory is no way round):
 ``run --out G/inner`` while ``run --out G`` runs would write into G's tree. The other way round, a
 claim is refused while another live process holds a directory below it, found by a walk of at
-most ``BELOW_DEPTH`` levels and ``BELOW_DIRS`` directories (past that the tree is not looked
-into: an --out is a fresh or a command's own directory, never a tree that large); the claim is
-taken first and the tree looked at after, so of two claims made at once in one tree one at least
-is refused.
+most ``BELOW_DEPTH`` levels and ``BELOW_DIRS`` directories (a larger tree is looked into that far
+and no further: an --out is most often a fresh directory, or a command's own). The claim is taken
+first and the tree looked at after, so of two claims made at once in one tree one at least is
+refused. A claim file is asked with a shared lock, given up at once: a claim of that directory in
+that instant is refused, as one made while a file is written there is.
 
 The processes a holder started itself are not refused: the gate holds its --out and starts
 workers and runs that claim directories below it (as gate-power does its gates, and history its
 runs). A directory above is theirs to write below when the pid its claim file names, on this
 host, is this process's parent, or the parent of a parent (``/proc``, at most ``MAX_ANCESTRY``
 steps up; without ``/proc``, the parent only). A process the holder did not start has no such
-ancestor, so it cannot pass by accident, and nothing is handed down to be inherited by processes
-the holder starts for other ends: a gate from an older commit, which hands nothing down, still
-has its newer side's workers write below its --out.
+ancestor, so it cannot pass by accident. Nothing is handed down in the environment: a variable
+would be inherited by whatever the holder starts, so it would say no more than this does, and a
+gate of an older commit (gate-power runs its gates from the base's tree) would hand nothing down
+while its newer side's workers must still write below its --out.
 
 Files written into a directory go through ``writing_into`` (``harness.core.atomic`` calls it for
 every file): into a directory this process holds, but never through a symbolic link below it (a
