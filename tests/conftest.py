@@ -42,6 +42,25 @@ def cli():
     return run_cli
 
 
+@pytest.fixture
+def live_script():
+    """``start(SCRIPT, *args, ready=LINE)``: ``python -c SCRIPT ARGS`` from the project root, once
+    it has printed LINE; every one started lives until the test ends, when its stdin is closed."""
+    started = []
+
+    def start(script: str, *args, ready: str) -> subprocess.Popen:
+        proc = subprocess.Popen([sys.executable, "-c", script, *map(str, args)], cwd=ROOT, stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert proc.stdout.readline().strip() == ready
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        proc.stdin.close()
+        proc.wait(timeout=30)
+
+
 def processes_mentioning(text: str) -> list[str]:
     """Command lines of this machine's processes that mention ``text``: what a test asserts is gone."""
     found = []

@@ -616,21 +616,9 @@ sys.stdin.read()
 
 
 @pytest.fixture
-def locker():
+def locker(live_script):
     """Start LOCKER on a path; every one started is released at the end of the test."""
-    started = []
-
-    def lock(path):
-        proc = subprocess.Popen([sys.executable, "-c", LOCKER, str(path)], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, text=True)
-        assert proc.stdout.readline().strip() == "locked"
-        started.append(proc)
-        return proc
-
-    yield lock
-    for proc in started:
-        proc.stdin.close()
-        proc.wait(timeout=30)
+    return lambda path: live_script(LOCKER, path, ready="locked")
 
 
 @pytest.mark.parametrize("name", [CLAIM_FILE, ".critpath-4242-0a1b2c3d.tmp"])

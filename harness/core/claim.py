@@ -20,6 +20,27 @@ its holder, with whether that pid runs here. The file is what its last writer pu
 held by a process that is not critpath (or that locked it before writing its name) is not
 reported as the file's holder.
 
+A claim covers the tree below its directory. A claim, or a file written into a directory this
+process does not hold, is refused while another live process holds any directory above it (its
+parents up to the root, the path resolved first, so a link to a held directory is no way round):
+``run --out G/inner`` while ``run --out G`` runs would write into G's tree. The other way round, a
+claim is refused while another live process holds a directory below it, found by a walk of at
+most ``BELOW_DEPTH`` levels and ``BELOW_DIRS`` directories (a larger tree is looked into that far
+and no further: an --out is most often a fresh directory, or a command's own). The claim is taken
+first and the tree looked at after, so of two claims made at once in one tree one at least is
+refused. A claim file is asked with a shared lock, given up at once: a claim of that directory in
+that instant is refused, as one made while a file is written there is.
+
+The processes a holder started itself are not refused: the gate holds its --out and starts
+workers and runs that claim directories below it (as gate-power does its gates, and history its
+runs). A directory above is theirs to write below when the pid its claim file names, on this
+host, is this process's parent, or the parent of a parent (``/proc``, at most ``MAX_ANCESTRY``
+steps up; without ``/proc``, the parent only). A process the holder did not start has no such
+ancestor, so it cannot pass by accident. Nothing is handed down in the environment: a variable
+would be inherited by whatever the holder starts, so it would say no more than this does, and a
+gate of an older commit (gate-power runs its gates from the base's tree) would hand nothing down
+while its newer side's workers must still write below its --out.
+
 Files written into a directory go through ``writing_into`` (``harness.core.atomic`` calls it for
 every file): into a directory this process holds, but never through a symbolic link below it (a
 ``plots`` planted as a link to elsewhere); into any other directory only while no other process
@@ -46,6 +67,7 @@ from harness.core.jsonfile import JsonFileError, JsonLimits, loads_strict
 from harness.core.options import UsageError
 from harness.core.scale import PID_MAX
 from harness.core.temps import CLAIM_FILE, is_abandoned_temp, reserved, sweep_stale
+from harness.core.walk import WalkError, walk_bounded
 
 # What a claim critpath writes holds: six fields, argv the longest (a command line of many --case),
 # a list of strings in an object. Read at most this much of the file; anything else is not one.
@@ -53,6 +75,14 @@ MAX_CLAIM_BYTES = 1 << 16
 CLAIM_LIMITS = JsonLimits(keys=6, values=MAX_CLAIM_BYTES, depth=2)
 # The fields a holder is named by, and their types (the pid is judged apart: "which is not a pid").
 CLAIM_FIELDS = {"pid": object, "host": str, "command": str, "started_at": str}
+# Below a claim, how far other holders are looked for: a gate-power's measurement holds its gates'
+# workers' rounds six levels down (gates/cell/trial/side/gen/round), a history a run per commit.
+BELOW_DEPTH = 8
+BELOW_DIRS = 4096
+# How many parents of this process may be the holder above it that started it: gate-power, its
+# gate, a worker are three; a shell, a terminal, a session manager and init a few more.
+MAX_ANCESTRY = 64
+STAT_BYTES = 4096  # /proc/PID/stat: a few hundred bytes, its command name at most 64
 
 
 class DirectoryClaimed(UsageError):
@@ -122,6 +152,7 @@ def claim_dir(path: Path, command: str) -> Claim:
     above = held_above(path.parent)
     if above is not None:
         refuse_links_below(above, path.parent)
+    _refuse_held_above(path, "choose another --out")  # before anything is made below it
     made = not path.exists()
     path.mkdir(parents=True, exist_ok=True)
     while True:
@@ -152,6 +183,14 @@ def claim_dir(path: Path, command: str) -> Claim:
         # error names the file that could not be written.
         claim.release()
         raise OSError(exc.errno, f"could not claim {path}: {path / CLAIM_FILE}: {exc.strerror or exc}") from None
+    try:
+        # Again now that it is held: a claim above made since the first look, or one below, is
+        # refused here, and a claim made after this one's finds this one.
+        _refuse_held_above(path, "choose another --out")
+        _refuse_held_below(path)
+    except DirectoryClaimed:
+        claim.release()
+        raise
     _HELD[_key(path)] = claim
     return claim
 
@@ -178,15 +217,23 @@ def _in_use(directory: Path, fd: int) -> str:
             + _named_holder(fd))
 
 
-def _named_holder(fd: int) -> str:
-    """Who the claim file names, and whether that pid runs on this host: the holder writes its
-    name just after it locks, and a process that is not critpath may hold the lock."""
+def _holder(fd: int) -> Optional[dict]:
+    """What the claim file says of its holder, when it is a claim critpath wrote; else None."""
     try:
         data = loads_strict(os.pread(fd, MAX_CLAIM_BYTES, 0), CLAIM_FILE, CLAIM_LIMITS)
     except (OSError, JsonFileError):
-        data = None
+        return None
     if (not isinstance(data, dict) or any(k not in data or not isinstance(data[k], t) for k, t in CLAIM_FIELDS.items())
             or not isinstance(data.get("argv", []), list)):
+        return None
+    return data
+
+
+def _named_holder(fd: int) -> str:
+    """Who the claim file names, and whether that pid runs on this host: the holder writes its
+    name just after it locks, and a process that is not critpath may hold the lock."""
+    data = _holder(fd)
+    if data is None:
         return "the file names no holder (one that has only just locked it, or one that is not critpath)"
     argv = " ".join(str(a) for a in data.get("argv", []))
     pid, host = data["pid"], data["host"]
@@ -231,26 +278,94 @@ def refuse_links_below(top: Path, directory: Path) -> None:
                              "into directories, never through a link to elsewhere: remove it")
 
 
-def _shared(directory: Path) -> Optional[int]:
-    """A shared lock on ``directory``'s claim file, or None when it has none (a link or a file
-    that is not regular is no claim critpath made: ``claim_dir`` refuses it to a claimer);
-    DirectoryClaimed when another process holds the directory."""
+def _lock_shared(directory: Path) -> tuple[Optional[int], bool]:
+    """(fd, held): ``fd`` open on ``directory``'s claim file, None when it has none (a link or a
+    file that is not regular is no claim critpath made: ``claim_dir`` refuses it to a claimer);
+    ``held`` when another process holds the directory, else ``fd`` holds a shared lock on it."""
     try:
         fd = os.open(Path(directory) / CLAIM_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
-        return None
+        return None, False
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
-        return None
+        return None, False
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except OSError as exc:
-        refusal = _in_use(directory, fd) if exc.errno in (errno.EWOULDBLOCK, errno.EACCES) else None
+        if exc.errno in (errno.EWOULDBLOCK, errno.EACCES):
+            return fd, True
         os.close(fd)
-        if refusal is None:
-            raise
-        raise DirectoryClaimed(f"{refusal}; wait for it, or write elsewhere") from None
+        raise
+    return fd, False
+
+
+def _shared(directory: Path) -> Optional[int]:
+    """A shared lock on ``directory``'s claim file, or None when it has none; DirectoryClaimed
+    when another process holds the directory."""
+    fd, held = _lock_shared(directory)
+    if held:
+        refusal = _in_use(directory, fd)
+        os.close(fd)
+        raise DirectoryClaimed(f"{refusal}; wait for it, or write elsewhere")
     return fd
+
+
+def _ancestry() -> Iterator[int]:
+    """This process's parent, its parent's parent, ... (at most MAX_ANCESTRY, init not included)."""
+    pid = os.getppid()
+    for _ in range(MAX_ANCESTRY):
+        if pid <= 1:
+            return
+        yield pid
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                fields = f.read(STAT_BYTES)
+            pid = int(fields[fields.rindex(b")") + 1:].split()[1])  # after the command name, which may hold ")"
+        except (OSError, ValueError, IndexError):
+            return  # no /proc (or the process just ended): the parent was all there is to know
+
+
+def _started_by_holder(fd: int) -> bool:
+    """The claim's holder (as its file names it, on this host) started this process: it is this
+    process's parent or an ancestor of it."""
+    data = _holder(fd)
+    if data is None or data["host"] != socket.gethostname():
+        return False
+    pid = data["pid"]
+    return isinstance(pid, int) and not isinstance(pid, bool) and pid in _ancestry()
+
+
+def _refuse_held(directory: Path, what: str, advice: str) -> None:
+    """DirectoryClaimed when another live process, one that did not start this one, holds
+    ``directory``: ``what`` says where it lies from the path asked for."""
+    if _key(directory) in _HELD:
+        return  # this process's own: no other process holds it
+    fd, held = _lock_shared(directory)
+    if fd is None:
+        return
+    try:
+        if held and not _started_by_holder(fd):
+            raise DirectoryClaimed(f"{what}: {_in_use(directory, fd)}; wait for it, or {advice}")
+    finally:
+        os.close(fd)
+
+
+def _refuse_held_above(path: Path, advice: str) -> None:
+    """DirectoryClaimed when another live process holds a directory above ``path`` (resolved: the
+    parents where its files would land, up to the root) and did not start this one."""
+    for above in Path(os.path.realpath(path)).parents:
+        _refuse_held(above, f"{path} lies below another process's output", advice)
+
+
+def _refuse_held_below(path: Path) -> None:
+    """DirectoryClaimed when another live process holds a directory below ``path``, within
+    BELOW_DEPTH levels and BELOW_DIRS directories (a larger tree is looked into that far)."""
+    try:
+        for directory, names in walk_bounded(path, "a claim", BELOW_DEPTH, BELOW_DIRS, prune=True):
+            if CLAIM_FILE in names and directory != path:
+                _refuse_held(directory, f"{path} holds another process's output", "choose another --out")
+    except WalkError:
+        return  # past BELOW_DIRS: the rest is not looked into
 
 
 @contextmanager
@@ -264,9 +379,11 @@ def writing_into(directory: Path) -> Iterator[Callable[[], None]]:
         refuse_links_below(above, directory)
         yield lambda: None
         return
+    _refuse_held_above(directory, "write elsewhere")
     fd = _shared(directory)
 
     def confirm() -> None:
+        _refuse_held_above(directory, "write elsewhere")
         if fd is None:
             late = _shared(directory)
             if late is not None:

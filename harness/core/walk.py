@@ -18,12 +18,15 @@ class WalkError(ValueError):
     """A tree deeper or larger than its reader declares; the message starts with the directory."""
 
 
-def walk_bounded(root: Path, what: str, max_depth: int, max_dirs: int) -> Iterator[tuple[Path, list[str]]]:
+def walk_bounded(root: Path, what: str, max_depth: int, max_dirs: int,
+                 prune: bool = False) -> Iterator[tuple[Path, list[str]]]:
     """(directory, the names of its non-directories, sorted) for ``root`` and every directory
     below it, ``root`` first, breadth-first and without recursion. ``max_depth`` counts the levels
     of directories below ``root`` (0: ``root`` alone); a directory below the last level, or more
     than ``max_dirs`` directories in all, is refused with WalkError. Links to directories are not
-    followed (as ``os.walk`` and ``rglob`` do not): a link cannot make a tree endless."""
+    followed (as ``os.walk`` and ``rglob`` do not): a link cannot make a tree endless. ``prune``:
+    a directory below the last level is left unread instead of refused (a reader that looks only
+    so deep, and has nothing to refuse deeper)."""
     root = Path(root)
     queue = deque([(root, 0)])
     seen = 0
@@ -47,6 +50,8 @@ def walk_bounded(root: Path, what: str, max_depth: int, max_dirs: int) -> Iterat
                 names.append(entry.name)
                 continue
             if depth >= max_depth:
+                if prune:
+                    continue
                 raise WalkError(f"{Path(entry.path)}: more than {max_depth} directories below {root}; "
                                 f"{what} reads at most {max_depth} levels")
             queue.append((Path(entry.path), depth + 1))
