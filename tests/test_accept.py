@@ -111,8 +111,9 @@ def test_an_unknown_figure_of_an_unregistered_family_could_not_be_verified(run, 
 
 def _import_with_1gib_row(tmp_path: Path, busbw: float) -> Path:
     """The fixture's 8 x H100 all_reduce_perf log (float, up to 128 MiB) with one 1 GiB row added at
-    ``busbw`` GB/s in place, as a run that goes to 1 GiB prints it; imported as a user would."""
-    lines = NCCL_LOG.read_text().splitlines()
+    ``busbw`` GB/s in place, as a run that goes to 1 GiB prints it (its header's maxBytes 1 GiB, the
+    sweep's next size); imported as a user would."""
+    lines = NCCL_LOG.read_text().replace("maxBytes 134217728 ", "maxBytes 1073741824 ", 1).splitlines()
     at = next(i for i, text in enumerate(lines) if text.strip().startswith("134217728")) + 1
     time_us = 2 * 7 / 8 * 1073741824 / (busbw * 1e3)
     algbw = 1073741824 / (time_us * 1e3)

@@ -44,14 +44,14 @@ sys.stdin.read()  # until the test closes it
 """
 
 
-def hostile_run(path, host="<script>alert(2)</script>"):
+def hostile_run(path, host="<script>alert(2)</script>", run_id="r1"):
     """A finished run of two records, one failed with HOSTILE as its error, on a host so named."""
     path.mkdir(parents=True, exist_ok=True)
-    append_record(path / RESULTS, derived_record(OK_CASE, range(1000, 1200), run_id="r1"))
-    append_record(path / RESULTS, Record.failure(parse(BAD_CASE), "r1", ErrorInfo("failed", HOSTILE, 0, ""), "gloo",
+    append_record(path / RESULTS, derived_record(OK_CASE, range(1000, 1200), run_id=run_id))
+    append_record(path / RESULTS, Record.failure(parse(BAD_CASE), run_id, ErrorInfo("failed", HOSTILE, 0, ""), "gloo",
                                                  "2026-01-01T00:00:00+00:00", 0.1))
     atomic.write_json(path / "fingerprint.json", {**RUN_FINGERPRINT, "host": host})
-    atomic.write_json(path / "run.json", {"schema": "critpath.run/1", "run_id": "r1", "state": "finished",
+    atomic.write_json(path / "run.json", {"schema": "critpath.run/1", "run_id": run_id, "state": "finished",
                                           "cases_total": 2})
     return path
 
@@ -588,7 +588,7 @@ def test_long_names_fit_and_a_failed_cleanup_hides_no_error(tmp_path, monkeypatc
     out = tmp_path / ("x" * 240)
     assert main(["export", str(run), "--format", "csv", "--out", str(out)]) == 0  # was ENAMETOOLONG on the temp
     assert out.exists()
-    cjk = hostile_run(tmp_path / ("数" * 85))  # 255 bytes: the longest name a directory can have
+    cjk = hostile_run(tmp_path / ("数" * 85), run_id="r2")  # 255 bytes: the longest name a directory can have
     monkeypatch.chdir(tmp_path)
     assert main(["report", str(cjk), str(run)]) == 0
     made = next((tmp_path / "reports").iterdir())
