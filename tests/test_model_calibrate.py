@@ -3,7 +3,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import derived_record
+from conftest import RUN_FINGERPRINT, derived_record
 
 from harness.cli import main
 from harness.model import calibrate as cal
@@ -25,15 +25,25 @@ def _true_s(algo, p, n):
 
 
 class _Run:
-    """Writes synthetic records in one go (RunDir fsyncs every line, slow on a busy disk)."""
+    """Writes synthetic records in one go (RunDir fsyncs every line, slow on a busy disk), with
+    the documents of a whole run beside them: a fit reads only whole runs."""
 
     def __init__(self, path, run_id):
         path.mkdir(parents=True, exist_ok=True)
-        self.path, self.lines = path, []
+        self.path, self.run_id, self.lines, self.cases, self.world = path, run_id, [], [], 1
 
     def append(self, record):
+        from harness.core import atomic
+        from harness.core.store import planned_digest
+
         self.lines.append(record.to_json())
+        self.cases.append(record.case_id)
+        self.world = max(self.world, record.world)
         (self.path / "results.jsonl").write_text("\n".join(self.lines) + "\n")
+        atomic.write_json(self.path / "fingerprint.json", {**RUN_FINGERPRINT, "world": self.world})
+        atomic.write_json(self.path / "run.json", {
+            "schema": "critpath.run/1", "run_id": self.run_id, "state": "finished", "cases_total": len(self.cases),
+            "cases_planned_sha256": planned_digest(self.cases)})
 
 
 def _write_run(path, rng, noise=0.05, outliers=()):
@@ -77,10 +87,10 @@ def test_robust_fit_resists_outliers_where_plain_fit_does_not(tmp_path):
 
 
 def test_fit_needs_data(tmp_path):
-    (tmp_path / "empty").mkdir()
-    (tmp_path / "empty" / "results.jsonl").write_text("")
+    run = _Run(tmp_path / "none", "none")  # a whole run, of nothing a fit can use
+    run.append(derived_record("selftest/fault_rank=0,mode=noop,world=1", [1000, 1100, 1200], run_id="none"))
     with pytest.raises(cal.CalibrationError, match="no ok allreduce records"):
-        cal.fit_run(tmp_path / "empty")
+        cal.fit_run(run.path)
 
 
 def test_parse_ranks():

@@ -27,7 +27,7 @@ from harness.core.escape import for_terminal
 from harness.core.options import print_error
 from harness.core.store import LoadedRun, ResultsFileError, load_run, new_run_id, run_digests
 from harness.document.blocks import Heading, Para, Table
-from harness.report.cli import make_report, report_targets, write_report
+from harness.report.cli import make_report, write_report
 from harness.run.joined import position
 from harness.run.runner import RunOptions, run
 
@@ -123,12 +123,15 @@ def cmd_accept(args) -> int:
         report = make_report([run_dir])
         report.blocks[2:2] = acceptance_blocks(result)  # after the title and preamble
     with claim_dir(out, "accept"):
-        # Every output checked before the first is written: a report path refused (the profile
-        # itself, a planted link) leaves no acceptance.json that says the acceptance was written.
-        targets = [out / "acceptance.json", *(report_targets(report, out) if report else ())]
-        atomic.check_targets(targets)
-        atomic.write_json(targets[0], {**result.to_dict(), JUDGED: judged}, sort_keys=False)
-        if report is not None:
-            md, _ = write_report(report, out)
+        # acceptance.json and the report are one set: every output checked before the first is
+        # written (a report path refused, the profile itself or a planted link, leaves no
+        # acceptance.json), and a full disk leaves the previous set whole, never a new verdict
+        # beside the previous report.
+        verdict = out / "acceptance.json"
+        document = {verdict: atomic.json_bytes(verdict, {**result.to_dict(), JUDGED: judged}, sort_keys=False)}
+        if report is None:
+            atomic.write_set(document)
+        else:
+            md, _ = write_report(report, out, beside=document)
             print(f"report: {md}")
     return result.exit_code

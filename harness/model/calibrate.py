@@ -27,7 +27,7 @@ from typing import Iterable, Optional, Sequence
 import numpy as np
 import scipy  # scipy.optimize loads when a fit runs (scipy's lazy loading), not at import
 
-from harness.core.store import distinct_run_ids, distinct_runs, load_records, run_of
+from harness.core.store import distinct_run_ids, distinct_runs, load_records, load_whole
 
 STATISTICS = ("p50", "mean")
 
@@ -117,10 +117,11 @@ def points_from_run(run_dir: Path, statistic: str = "p50", holdout_every: int = 
 
 
 def _points_of_runs(run_dir, statistic: str, holdout_every: int) -> tuple[list[Path], list[Point]]:
-    """The directories ``run_dir`` names (one, or a list) and their points pooled: one run given
-    twice, or copied into a second directory, would weigh its points twice in the fit."""
+    """The directories ``run_dir`` names (one, or a list) and their points pooled: each run whole,
+    and each once (given twice, or copied into a second directory, it would weigh its points twice
+    in the fit)."""
     dirs = distinct_runs([run_dir] if isinstance(run_dir, (str, Path)) else list(run_dir))
-    runs = distinct_run_ids([run_of(d, load_records(d)) for d in dirs])
+    runs = distinct_run_ids([load_whole(d) for d in dirs])  # a killed run's sweep is no run's fit
     return dirs, [pt for run in runs for pt in points_of(run.records, statistic, holdout_every)]
 
 

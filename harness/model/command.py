@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import csv
 import datetime as _dt
+import io
 import math
 import sys
 from dataclasses import asdict, replace
@@ -209,7 +210,14 @@ def cmd_model(args) -> int:
 
     out = args.out or Path("reports") / f"model-{_dt.datetime.now(_dt.timezone.utc):%Y%m%d-%H%M%S}"
     claim_dir(out, "model")
-    _write_outputs(out, profile, scales, sizes, algos, times_s, crossover, nccl, fits, extrapolated)
+    files = _outputs(out, profile, scales, sizes, algos, times_s, crossover, nccl, fits, extrapolated)
+    plotted = {} if args.no_plots else plots.render_all(out, profile, scales, sizes, algos, times_s, crossover, nccl, fits)
+    # One set: a full disk leaves the previous model whole, never its model.json new beside its
+    # plots old; plots an earlier model left that this one did not draw are removed after.
+    atomic.write_set({**files, **plotted})
+    for name in plots.PLOT_NAMES:
+        if out / name not in plotted:
+            _remove_plot(out / name)
     _print_summary(console, profile, scales, sizes, algos, times_s, crossover, nccl, fits)
     for e in extrapolated:
         console.print(f"extrapolation in p: {e.algo} fitted on worlds {','.join(map(str, e.train_worlds))} predicts "
@@ -218,8 +226,7 @@ def cmd_model(args) -> int:
     if args.claims:
         _print_claims(console, profile)
     if not args.no_plots:
-        written = plots.write_all(out, profile, scales, sizes, algos, times_s, crossover, nccl, fits)
-        console.print("modelled figures: " + ", ".join(str(p) for p in written))
+        console.print("modelled figures: " + ", ".join(str(p) for p in plotted))
     console.print(f"modelled results in {out} (source: model; profile {profile.path or profile.name})", markup=False,
                   highlight=False)
     return 0
@@ -343,8 +350,9 @@ def _print_claims(console, profile: HardwareProfile) -> None:
                 markup=False, highlight=False)
 
 
-def _write_outputs(out: Path, profile, scales, sizes, algos, times_s, crossover, nccl, fits,
-                   extrapolated=()) -> None:
+def _outputs(out: Path, profile, scales, sizes, algos, times_s, crossover, nccl, fits,
+             extrapolated=()) -> dict[Path, bytes]:
+    """model.json and modelled_times.csv, path -> bytes, written with the plots as one set."""
     doc = {
         "schema": "critpath.model/1",
         "source": "model",
@@ -373,11 +381,21 @@ def _write_outputs(out: Path, profile, scales, sizes, algos, times_s, crossover,
     if nulled:
         doc["non_finite"] = {"reason": "not a finite float64 in this model (the profile's figures overflow it); "
                                        "written as null", "count": len(nulled), "fields": nulled[:MAX_NAMED_FIELDS]}
-    atomic.write_json(out / "model.json", doc)
-    with atomic.atomic_file(out / "modelled_times.csv", "w") as f:
-        w = csv.writer(f)
-        w.writerow(["ranks", "size_bytes", "algo", "modelled_time_us", "source"])
-        for k, a in enumerate(algos):
-            for i, p in enumerate(scales):
-                for j, s in enumerate(sizes):
-                    w.writerow([int(p), int(s), a, f"{times_s[k, i, j] * 1e6:.6g}", "model"])
+    table = io.StringIO()
+    w = csv.writer(table)
+    w.writerow(["ranks", "size_bytes", "algo", "modelled_time_us", "source"])
+    for k, a in enumerate(algos):
+        for i, p in enumerate(scales):
+            for j, s in enumerate(sizes):
+                w.writerow([int(p), int(s), a, f"{times_s[k, i, j] * 1e6:.6g}", "model"])
+    return {out / "model.json": atomic.json_bytes(out / "model.json", doc),
+            out / "modelled_times.csv": table.getvalue().encode("utf-8")}
+
+
+def _remove_plot(path: Path) -> None:
+    """A plot an earlier model wrote here and this one did not draw."""
+    try:
+        if not path.is_dir():
+            path.unlink()
+    except FileNotFoundError:
+        pass

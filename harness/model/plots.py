@@ -1,23 +1,32 @@
 """Figures of ``critpath model`` (matplotlib, Agg). Every title says "modelled"."""
 from __future__ import annotations
 
+import io
 import math
 from pathlib import Path
 
 import numpy as np
 
-from harness.core.atomic import atomic_file
 from harness.core.plotting import pyplot
 
 
-def _save(fig, path: Path) -> None:
-    with atomic_file(path) as f:
-        fig.savefig(f, format="png", dpi=110)
+# Every plot ``render_all`` may draw: a model written into an --out that holds another model's
+# plots removes the ones it did not draw (an earlier calibration's fit beside an uncalibrated model).
+TIME_PLOT, CROSSOVER_PLOT, FIT_PLOT = "modelled_time_vs_size.png", "modelled_crossover.png", "calibration_fit.png"
+PLOT_NAMES = (TIME_PLOT, CROSSOVER_PLOT, FIT_PLOT)
 
 
-def write_all(out: Path, profile, scales, sizes, algos, times_s, crossover, nccl, fits) -> list[Path]:
+def _png(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    return buf.getvalue()
+
+
+def render_all(out: Path, profile, scales, sizes, algos, times_s, crossover, nccl, fits) -> dict[Path, bytes]:
+    """Each plot of the model, path -> PNG bytes, for the command to write with its other files as
+    one set."""
     plt = pyplot()
-    written = []
+    written: dict[Path, bytes] = {}
     # Time vs size at up to four scales spread over the sweep.
     picks = sorted({int(round(x)) for x in np.linspace(0, len(scales) - 1, min(4, len(scales)))})
     fig, axes = plt.subplots(1, len(picks), figsize=(4.2 * len(picks), 3.8), squeeze=False, sharey=True)
@@ -33,10 +42,9 @@ def write_all(out: Path, profile, scales, sizes, algos, times_s, crossover, nccl
     axes[0][-1].legend(fontsize=7)
     fig.suptitle(f"Modelled allreduce time, profile {profile.name} (not measured)")
     fig.tight_layout()
-    path = out / "modelled_time_vs_size.png"
-    _save(fig, path)
+    path = out / TIME_PLOT
+    written[path] = _png(fig)
     plt.close(fig)
-    written.append(path)
 
     if crossover or nccl:
         fig, ax = plt.subplots(figsize=(6, 4))
@@ -52,10 +60,9 @@ def write_all(out: Path, profile, scales, sizes, algos, times_s, crossover, nccl
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
         fig.tight_layout()
-        path = out / "modelled_crossover.png"
-        _save(fig, path)
+        path = out / CROSSOVER_PLOT
+        written[path] = _png(fig)
         plt.close(fig)
-        written.append(path)
 
     joint = [f for f in fits if len(f.worlds) == max(len(g.worlds) for g in fits if g.algo == f.algo)]
     if joint:
@@ -77,8 +84,7 @@ def write_all(out: Path, profile, scales, sizes, algos, times_s, crossover, nccl
             ax.legend(fontsize=6)
         fig.suptitle("Calibration: lines modelled, markers measured")
         fig.tight_layout()
-        path = out / "calibration_fit.png"
-        _save(fig, path)
+        path = out / FIT_PLOT
+        written[path] = _png(fig)
         plt.close(fig)
-        written.append(path)
     return written

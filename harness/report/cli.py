@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Optional, Sequence
 
 from harness.claims import baselines
 from harness.core import atomic, registry
@@ -32,9 +32,11 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_report)
 
 
-def write_report(report: Report, out: Path) -> tuple[Path, Path]:
+def write_report(report: Report, out: Path, beside: Optional[Mapping[Path, bytes]] = None) -> tuple[Path, Path]:
+    """The report's files written into ``out`` as one set, with ``beside`` (files of the command the
+    report belongs to, such as acceptance.json) in that same set."""
     with claim_dir(out, "report"):
-        return _write_report(report, out)
+        return _write_report(report, out, beside or {})
 
 
 def report_targets(report: Report, out: Path) -> list[Path]:
@@ -43,7 +45,7 @@ def report_targets(report: Report, out: Path) -> list[Path]:
     return [out / "report.md", out / "report.html", *(out / PLOTS_DIR / f"{image.name}.png" for image in images)]
 
 
-def _write_report(report: Report, out: Path) -> tuple[Path, Path]:
+def _write_report(report: Report, out: Path, beside: Mapping[Path, bytes]) -> tuple[Path, Path]:
     # One set (atomic.write_set): all checked before the first is written (a refused plot, a planted
     # ``plots`` link, leaves no report.md beside it), and none renamed until all are written (a full
     # disk leaves the previous report whole, never its markdown new and its HTML old).
@@ -51,8 +53,8 @@ def _write_report(report: Report, out: Path) -> tuple[Path, Path]:
     images = [b for b in report.blocks if isinstance(b, Image)]
     md, html = targets[:2]
     files = {md: to_markdown(report.blocks).encode("utf-8"), html: to_html(report.blocks, report.title).encode("utf-8"),
-             **{path: image.png for image, path in zip(images, targets[2:])}}
-    atomic.check_targets(targets)
+             **{path: image.png for image, path in zip(images, targets[2:])}, **beside}
+    atomic.check_targets(files)
     plots = out / PLOTS_DIR
     made = bool(images) and not os.path.lexists(plots)
     if images:
