@@ -149,3 +149,28 @@ def test_the_walk_below_a_claim_goes_bounded_levels_deep_and_no_deeper(tmp_path,
     with pytest.raises(DirectoryClaimed, match=f"{tree} holds another process's output: {deepest.parent} is in use"
                                                f".*pid {holder.pid} on "):
         claim_dir(tree, "report")
+
+
+def test_a_holder_of_another_pid_namespace_is_no_ancestor_whatever_its_pid(tmp_path):
+    """Two containers of one pod share a host name and a volume: a holder whose pid, counted in its
+    own namespace, equals one of this process's ancestors' is still not the process that started
+    it."""
+    import json
+    import os
+    import socket
+
+    from harness.core import claim
+
+    def started_by(namespace):
+        path = tmp_path / f"claim-{namespace}"
+        path.write_text(json.dumps({"pid": os.getppid(), "host": socket.gethostname(), "command": "run",
+                                    "argv": [], "started_at": "2026-01-01T00:00:00+00:00",
+                                    "pid_namespace": namespace}))
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            return claim._started_by_holder(fd)
+        finally:
+            os.close(fd)
+
+    assert started_by(claim.pid_namespace())  # this process's parent, in this namespace
+    assert not started_by("pid:[1]")  # the same number in another namespace

@@ -34,7 +34,8 @@ that instant is refused, as one made while a file is written there is.
 The processes a holder started itself are not refused: the gate holds its --out and starts
 workers and runs that claim directories below it (as gate-power does its gates, and history its
 runs). A directory above is theirs to write below when the pid its claim file names, on this
-host, is this process's parent, or the parent of a parent (``/proc``, at most ``MAX_ANCESTRY``
+host and in this process's PID namespace (two containers of one pod can share a host name, a
+volume and pid numbers), is this process's parent, or the parent of a parent (``/proc``, at most ``MAX_ANCESTRY``
 steps up; without ``/proc``, the parent only). A process the holder did not start has no such
 ancestor, so it cannot pass by accident. Nothing is handed down in the environment: a variable
 would be inherited by whatever the holder starts, so it would say no more than this does, and a
@@ -69,7 +70,8 @@ from harness.core.scale import PID_MAX
 from harness.core.temps import CLAIM_FILE, is_abandoned_temp, reserved, sweep_stale
 from harness.core.walk import WalkError, walk_bounded
 
-# What a claim critpath writes holds: six fields, argv the longest (a command line of many --case),
+# What a claim critpath writes holds: six fields (pid, host, command, argv, started_at and
+# pid_namespace), argv the longest (a command line of many --case),
 # a list of strings in an object. Read at most this much of the file; anything else is not one.
 MAX_CLAIM_BYTES = 1 << 16
 CLAIM_LIMITS = JsonLimits(keys=6, values=MAX_CLAIM_BYTES, depth=2)
@@ -177,7 +179,7 @@ def claim_dir(path: Path, command: str) -> Claim:
         os.ftruncate(fd, 0)
         os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "command": command,
                                  "argv": sys.argv, "started_at": _dt.datetime.now(_dt.timezone.utc)
-                                 .isoformat(timespec="seconds")}).encode() + b"\n")
+                                 .isoformat(timespec="seconds"), "pid_namespace": pid_namespace()}).encode() + b"\n")
     except OSError as exc:
         # A full disk: no claim file stays behind (nor the directory, if this made it), and the
         # error names the file that could not be written.
@@ -325,11 +327,20 @@ def _ancestry() -> Iterator[int]:
             return  # no /proc (or the process just ended): the parent was all there is to know
 
 
+def pid_namespace() -> Optional[str]:
+    """This process's PID namespace (``pid:[inode]``), None where /proc does not say."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+
+
 def _started_by_holder(fd: int) -> bool:
-    """The claim's holder (as its file names it, on this host) started this process: it is this
-    process's parent or an ancestor of it."""
+    """The claim's holder (as its file names it, on this host and in this PID namespace) started
+    this process: it is this process's parent or an ancestor of it. Pids of two namespaces (two
+    containers of one pod share a host name and a volume) are different processes' numbers."""
     data = _holder(fd)
-    if data is None or data["host"] != socket.gethostname():
+    if data is None or data["host"] != socket.gethostname() or data.get("pid_namespace") != pid_namespace():
         return False
     pid = data["pid"]
     return isinstance(pid, int) and not isinstance(pid, bool) and pid in _ancestry()
