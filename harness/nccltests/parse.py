@@ -36,6 +36,7 @@ from typing import Any, Iterable, Optional
 from harness.core.imported import DTYPES
 from harness.core.jsonfile import JsonFileError, loads_strict
 from harness.core.records import UNKNOWN_START
+from harness.core.runmeta import RunMetaError, check_time
 from harness.core.scale import PID_MAX
 from harness.nccltests.evidence import Observed, ObservedRow, Side
 from harness.nccltests.limits import (
@@ -146,6 +147,7 @@ class Parsed:
     columns: Optional[tuple[str, ...]] = None
     columns_where: str = ""
     validation: Optional[bool] = None
+    validation_where: str = ""  # "PATH:3" (the header) or "PATH: field config.validation"
     trailer: Trailer = field(default_factory=Trailer)
     collective: Optional[str] = None  # set by detection
     detection: Any = None
@@ -447,7 +449,8 @@ def parse_text(lines: Iterable[str], path: str) -> Parsed:
     return Parsed(rows, int(iters), int(warmup), int(agg or 1), ranks, ranks_from,
                   (layout or _CURRENT).kind, devices, nccl_version, tests_version, binary=binary,
                   columns=(layout or _CURRENT).optional, columns_where=columns_where or "no column header",
-                  validation=None if validation is None else validation != "0", trailer=trailer,
+                  validation=None if validation is None else validation != "0",
+                  validation_where=f"{path}:{headers[0]}", trailer=trailer,
                   read_past=(read_past, read_past_first), sweep=sweep)
 
 
@@ -594,6 +597,17 @@ def _config_count(config: dict, key: str, path: str, default: int, low: int, hig
                      default)
 
 
+def _start_time(value: Any, path: str) -> str:
+    """-J's start_time (util.cu: strftime "%Y-%m-%d %H:%M:%S", local time), held to the rule run.json's
+    started_at is read by, which the import copies it into: a time no reader takes is this file's fault."""
+    text = json_text(value, f"{path}: field start_time", "a time")
+    try:
+        check_time("start_time", text)
+    except RunMetaError as exc:  # "field start_time: ..."
+        raise NcclTestsFormatError(f"{path}: {exc}") from None
+    return text
+
+
 def _plan_count(count: int, where: str) -> int:
     """``count`` iterations (``where`` names them), no more than a record's plan holds: a critpath
     run times at most MAX_ITERS, and every reader of results.jsonl refuses a record of more."""
@@ -646,8 +660,9 @@ def parse_json(text: str, path: str) -> Parsed:
                            json_integer(v, w, high=1, what="0 or 1"), f"{path}: field config")
     warmup = _plan_count(_config_count(config, "warmup_iters", path, 0, low=0), f"{path}: field config.warmup_iters")
     agg = _config_count(config, "aggregated_iterations", path, 1, low=1, high=MAX_AGG_ITERS)
-    started = _optional(data, "start_time", lambda v, w: json_text(v, w, "a time"), f"{path}: field", UNKNOWN_START)
+    started = UNKNOWN_START if data.get("start_time") is None else _start_time(data["start_time"], path)
     return Parsed(rows, iters, warmup, agg,
                   ranks, ranks_from, "json", devices, None if code is None else nccl_version_text(code),
                   None, started, binary=(args[0], "field args[0]") if args else None,
-                  validation=None if validation is None else bool(validation), trailer=_json_trailer(data, path))
+                  validation=None if validation is None else bool(validation),
+                  validation_where=f"{path}: field config.validation", trailer=_json_trailer(data, path))
