@@ -120,3 +120,83 @@ def test_a_json_start_time_no_reader_takes_is_refused_naming_the_input_and_nothi
 def test_the_public_json_start_time_as_nccl_tests_writes_it_imports(tmp_path):
     assert json.loads(H100_JSON.read_text())["start_time"] == "2026-01-01 00:00:00"  # strftime "%Y-%m-%d %H:%M:%S"
     assert _import(tmp_path, _json(tmp_path, lambda d: None)) == 0
+
+
+# 2: -J's config held to its rows as the text header is, by the same rules
+
+def _config(**fields):
+    return lambda data: data["config"].update(fields)
+
+
+def _device(index: int, **fields):
+    return lambda data: data["config"]["devices"][index].update(fields)
+
+
+@pytest.mark.parametrize("edit, message", [
+    # the rows start at 8: not the sweep's first size
+    (_config(minimum_bytes=1024), "results[0]: size (B) is 8, but the sweep of field config (minimum_bytes 1024, "
+                                  "step_factor 8) is at 1024 B here"),
+    # 8 and 64, then 512 where a second sweep would start again at 8
+    (_config(maximum_bytes=64), "results[2]: size (B) is 512, but the sweep of field config (minimum_bytes 8, "
+                                "step_factor 8) is at 8 B here"),
+    (_config(minimum_bytes=1024, maximum_bytes=64),
+     "field config.minimum_bytes: 1024 is more than config.maximum_bytes 64; nccl-tests refuses"),
+    # util.cu writes step_factor only above 1, else step_bytes
+    (_config(step_factor=1), "field config.step_factor: 1 is less than 2"),
+    (lambda d: d["config"].update(step_bytes=0) or d["config"].pop("step_factor"), "field config.step_bytes: 0 is less than 1"),
+    (_config(step_bytes=8), "field config: both step_factor and step_bytes"),
+    (_config(step_factor=4), "results[1]: size (B) is 64, but the sweep of field config (minimum_bytes 8, "
+                             "step_factor 4) is at 32 B here"),
+    # the '#  Rank' rules of the text log
+    (_device(1, rank=0), "field config.devices[1].rank: 0 again (config.devices[0] lists it too)"),
+    (_device(1, rank=99), "field config.devices[1].rank: 99, but the run has 8 ranks (8 processes in "
+                          "config.devices x nthreads 1 x ngpus 1): its ranks are 0 to 7"),
+    (_device(1, pid=0), "field config.devices[1].pid: 0 is less than 1"),
+    (_device(1, group=-1), "field config.devices[1].group: -1 is less than 0"),
+    (_device(1, device=256), "field config.devices[1].device: 256 is more than 255"),
+    # one entry per process: with 2 GPUs each, the second process's first rank is 2
+    (_config(ngpus=2), "field config.devices[1].rank: 1, but -J lists the first rank of each process, a multiple of "
+                       "its nthreads 1 x ngpus 2 ranks"),
+])
+def test_a_json_config_field_the_rows_or_nccl_tests_contradict_is_refused_naming_it(tmp_path, capsys, edit, message):
+    path = _json(tmp_path, edit)
+    err = _refused(tmp_path, capsys, path)
+    assert f"{path}: {message}" in err, err
+
+
+def test_a_json_sweep_that_ends_below_maximum_bytes_starts_the_next_at_minimum_bytes(tmp_path):
+    # -J writes its config before maxBytes is lowered for memory (common.cu), and never says so: two
+    # sweeps (-d float and half, say) that each stop at 4096 of a config saying 134217728 import
+    def two_sweeps(data):
+        first = [row for row in data["results"] if row["size"] <= 4096]
+        data["results"] = first + json.loads(json.dumps(first))
+        del data["average_bus_bandwidth"]  # the mean of the whole public sweep
+    assert _import(tmp_path, _json(tmp_path, two_sweeps)) == 0
+    assert [r["params"]["size_bytes"] for r in _records(tmp_path)] == [8, 64, 512, 4096] * 2
+
+
+# 4: the text log's '#  Rank' lines: each rank once, one Pid for the nThread x nGpus ranks of a process
+
+def test_a_rank_listed_twice_is_refused_naming_the_duplicate_and_its_line(tmp_path, capsys):
+    path = _text(tmp_path, "#  Rank  3 Group", "#  Rank  2 Group")
+    err = _refused(tmp_path, capsys, path)
+    assert f"{path}:9: Rank 2 again (line 8 lists it too): nccl-tests lists each rank once" in err, err
+
+
+@pytest.mark.parametrize("old, new, per_process", [("nGpus 1", "nGpus 2", "nThread 1 x nGpus 2"),
+                                                   ("nThread 1", "nThread 4", "nThread 4 x nGpus 1")])
+def test_ranks_of_one_process_with_another_pid_each_are_refused(tmp_path, capsys, old, new, per_process):
+    path = _text(tmp_path, old, new)
+    err = _refused(tmp_path, capsys, path)
+    assert (f"{path}:7: Pid 4101, but line 6 (rank 0) has Pid 4100: ranks 0 to {int(new[-1]) - 1} are one process of "
+            f"{per_process} (line 3) ranks") in err, err
+
+
+def test_a_process_of_several_gpus_printing_one_pid_imports(tmp_path):
+    # one process driving all 8 GPUs (nGpus 8) prints 8 lines with its one Pid
+    text = H100_TEXT.read_text().replace("nGpus 1", "nGpus 8")
+    for rank in range(8):
+        text = text.replace(f"Pid   {4100 + rank} ", "Pid   4100 ")
+    path = tmp_path / "all_reduce.txt"
+    path.write_text(text)
+    assert _import(tmp_path, path) == 0

@@ -37,19 +37,17 @@ from harness.core.imported import DTYPES
 from harness.core.jsonfile import JsonFileError, loads_strict
 from harness.core.records import UNKNOWN_START
 from harness.core.runmeta import RunMetaError, check_time
-from harness.core.scale import PID_MAX
 from harness.nccltests.evidence import Observed, ObservedRow, Side
 from harness.nccltests.limits import (
     MAX_AGG_ITERS,
     MAX_COUNT,
-    MAX_DEVICE,
-    MAX_GROUP,
     MAX_ITERS,
     MAX_ROWS,
     MAX_TIME_US,
 )
 from harness.nccltests.periter import per_iteration_times
-from harness.nccltests.sweep import Sweep, header_sweep, reduced_sweep
+from harness.nccltests.ranks import BOUNDS, Listed, check_listed
+from harness.nccltests.sweep import Sweep, header_sweep, json_sweep, reduced_sweep
 from harness.nccltests.values import (
     JSON_PRINTED_HALF_ULP,
     NcclTestsFormatError,
@@ -151,7 +149,7 @@ class Parsed:
     trailer: Trailer = field(default_factory=Trailer)
     collective: Optional[str] = None  # set by detection
     detection: Any = None
-    sweep: Optional[Sweep] = None  # the header's minBytes, maxBytes and step (text; None where it has none)
+    sweep: Optional[Sweep] = None  # the header's minBytes, maxBytes and step (-J: config's); None where it has none
     agreement: Any = None  # set by harness.nccltests.consistency: how many sides agree with their time
     # (lines, the first's number): lines inside the table that are no row, comment or NCCL's, and hold
     # no row's figures: a launcher's messages (Open MPI's warnings) printed between rows
@@ -283,15 +281,6 @@ def _check_roots(rows: list[Row], ranks: int, ranks_from: str, at: str) -> None:
                                        f"({ranks_from}): a root is -1 (no root) or a rank, 0 to {ranks - 1}")
 
 
-def _check_ranks(devices: list[dict], rank_lines: list[str], ranks: int, ranks_from: str) -> None:
-    """Every '#  Rank' line's rank one of the run's, 0 to ranks - 1: a rank past them is a line
-    changed or pasted from another run."""
-    for device, where in zip(devices, rank_lines):
-        if device["index"] >= ranks:
-            raise NcclTestsFormatError(f"{where}: Rank {device['index']}, but the run has {ranks} ranks "
-                                       f"({ranks_from}): its ranks are 0 to {ranks - 1}")
-
-
 def _out_of_bounds(value: str, where: str) -> int:
     """The count of "# Out of bounds values : K OK|FAILED", which nccl-tests marks FAILED exactly when K is not 0."""
     if not (m := _OOB_VALUE.fullmatch(value)):
@@ -351,7 +340,7 @@ def parse_text(lines: Iterable[str], path: str) -> Parsed:
     nccl_version = tests_version = None
     layout, columns_where = None, ""
     trailer = Trailer()
-    rank_lines: list[str] = []  # where each device's '#  Rank' line is
+    rank_lines: list[Listed] = []  # each device's '#  Rank' line
     # From the column header (or the first row) to the trailer: there, a line that still looks like
     # a row but does not start like one is refused, so that a row a byte spoils ("+8", a NUL, a
     # fullwidth digit) cannot drop out of the import silently; a launcher's message is read past
@@ -371,14 +360,13 @@ def parse_text(lines: Iterable[str], path: str) -> Parsed:
                 if m.group(3) is not None:
                     sweep = header_sweep(m.group(3), m.group(4), m.group(5), where, header_where)
             elif m := _RANK.match(line):
-                if m.group(2) is not None:  # MPI_Comm_split's color: a C int, never negative
-                    text_integer(m.group(2), where, "Group", high=MAX_GROUP)
-                # getpid(): every pid is below Linux's PID_MAX_LIMIT
-                text_integer(m.group(3), where, "Pid", low=1, high=PID_MAX - 1)
+                if m.group(2) is not None:
+                    text_integer(m.group(2), where, "Group", *BOUNDS["group"])
+                pid = text_integer(m.group(3), where, "Pid", *BOUNDS["pid"])
                 devices.append({"index": text_integer(m.group(1), where, "Rank"), "host": m.group(4),
-                                "device": text_integer(m.group(5), where, "device", high=MAX_DEVICE),
+                                "device": text_integer(m.group(5), where, "device", *BOUNDS["device"]),
                                 "pci": m.group(6), "name": m.group(7).strip()})
-                rank_lines.append(where)
+                rank_lines.append(Listed(devices[-1]["index"], pid, where, f"line {number}"))
             elif line.lstrip("# ").startswith("size ") and line.lstrip("# ").split()[:3] == ["size", "count", "type"]:
                 layout, columns_where = _layout(line.lstrip("# ").split(), where), f"line {number}"
                 in_table = header is not None
@@ -440,7 +428,7 @@ def parse_text(lines: Iterable[str], path: str) -> Parsed:
     if devices:
         ranks = len({d["index"] for d in devices})
         ranks_from = f"{ranks} '#  Rank' lines"
-        _check_ranks(devices, rank_lines, ranks, ranks_from)
+        check_listed(rank_lines, ranks, ranks_from, per_process, f"nThread {nthreads} x nGpus {ngpus} ({header_where})")
         # without them the processes are not known, nor the ranks a root may be
         _check_roots(rows, ranks, ranks_from, ": column root")
     else:
@@ -575,12 +563,18 @@ def _check_per_iter_flag(config: dict, results: list, path: str) -> None:
                                            "writes them for every side exactly when the flag is on")
 
 
+def _bounded(field: str, what: str):
+    return lambda v, w: json_integer(v, w, *BOUNDS[field], what=what)
+
+
 def _json_device(d: Any, i: int, path: str) -> dict:
     where = f"{path}: field config.devices[{i}]"
     d = _object(d, where)
+    _optional(d, "group", _bounded("group", "an MPI color"), where)
     return {"index": _optional(d, "rank", json_integer, where),
+            "pid": _optional(d, "pid", _bounded("pid", "a process ID"), where),
             "host": _optional(d, "hostname", lambda v, w: json_text(v, w, "a host name", empty=False), where),
-            "device": _optional(d, "device", json_integer, where),
+            "device": _optional(d, "device", _bounded("device", "a CUDA device ordinal"), where),
             "pci": _optional(d, "device_hex", lambda v, w: json_text(v, w, "a PCI address"), where),
             "name": _optional(d, "device_info", lambda v, w: json_text(v, w, "a device name"), where)}
 
@@ -652,6 +646,9 @@ def parse_json(text: str, path: str) -> Parsed:
     ranks = max(1, len(listed)) * nthreads * ngpus
     ranks_from = f"{len(listed)} processes in config.devices x nthreads {nthreads} x ngpus {ngpus}"
     if listed:
+        check_listed([Listed(d["index"], d["pid"], f"{path}: field config.devices[{i}]", f"config.devices[{i}]", json=True)
+                      for i, d in enumerate(devices) if d["index"] is not None],
+                     ranks, ranks_from, nthreads * ngpus, f"nthreads {nthreads} x ngpus {ngpus}")
         _check_roots(rows, ranks, ranks_from, ".root")
     args = _optional(data, "args", _words, f"{path}: field", [])
     code = _optional(data, "nccl_version", lambda v, w: json_integer(v, w, what="an NCCL_VERSION_CODE"),
@@ -665,4 +662,5 @@ def parse_json(text: str, path: str) -> Parsed:
                   ranks, ranks_from, "json", devices, None if code is None else nccl_version_text(code),
                   None, started, binary=(args[0], "field args[0]") if args else None,
                   validation=None if validation is None else bool(validation),
-                  validation_where=f"{path}: field config.validation", trailer=_json_trailer(data, path))
+                  validation_where=f"{path}: field config.validation", trailer=_json_trailer(data, path),
+                  sweep=json_sweep(config, path))
