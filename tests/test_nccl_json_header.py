@@ -200,3 +200,24 @@ def test_a_process_of_several_gpus_printing_one_pid_imports(tmp_path):
     path = tmp_path / "all_reduce.txt"
     path.write_text(text)
     assert _import(tmp_path, path) == 0
+
+
+# 4: the banner and the footer name one program; -u is an int whose padding (8 x unalign) an int holds
+
+def test_a_test_concluded_other_than_the_one_started_is_refused(tmp_path, capsys):
+    path = _text(tmp_path, "concluded: all_reduce_perf", "concluded: broadcast_perf")
+    err = _refused(tmp_path, capsys, path)
+    assert (f"{path}:30: Collective test concluded: broadcast_perf, but line 2 says starting: all_reduce_perf"
+            in err), err
+
+
+@pytest.mark.parametrize("unalign", ["-1", "268435456", "0x1"])
+def test_an_unalign_nccl_tests_cannot_run_with_is_refused(tmp_path, capsys, unalign):
+    path = _text(tmp_path, "unalign: 0", f"unalign: {unalign}")
+    err = _refused(tmp_path, capsys, path)
+    assert f"{path}:{HEADER}: unalign: " in err, err
+
+
+def test_an_unalign_nccl_tests_runs_with_imports(tmp_path):
+    # -u 99: each buffer starts 99 elements in, its allocation padded by 8 x 99 bytes (common.cu)
+    assert _import(tmp_path, _text(tmp_path, "unalign: 0", "unalign: 99")) == 0

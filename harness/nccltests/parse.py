@@ -44,6 +44,7 @@ from harness.nccltests.limits import (
     MAX_ITERS,
     MAX_ROWS,
     MAX_TIME_US,
+    MAX_UNALIGN,
 )
 from harness.nccltests.periter import per_iteration_times
 from harness.nccltests.ranks import BOUNDS, Listed, check_listed
@@ -68,7 +69,10 @@ _BANNER = re.compile(r"^#\s*Collective test starting:\s*(\S+)", re.ASCII)
 _HEADER = re.compile(r"^#\s*nThread\s+(\S+)\s+nGpus\s+(\S+)\s"
                      r"(?:minBytes\s+(\S+)\s+maxBytes\s+(\S+)\s+step:\s*(\S+)\s)?"
                      r".*?warmup iters:\s*(\S+)\s+iters:\s*(\S+)"
-                     r"(?:\s+agg iters:\s*(\S+))?(?:\s+validation:\s*(\S+))?", re.ASCII)
+                     r"(?:\s+agg iters:\s*(\S+))?(?:\s+validation:\s*(\S+))?"
+                     r"(?:\s+graph:\s*\S+)?(?:\s+unalign:\s*(\S+))?", re.ASCII)
+# writeResultFooter: "# Collective test concluded: %s", the program_name the banner printed
+_CONCLUDED = re.compile(r"^#\s*Collective test concluded:\s*(\S+)", re.ASCII)
 # util.cu: "#  Rank %2d Group %2d Pid %6d on %10s device %2d [%04x:%02x:%02x] %s" (no Group before
 # nccl-tests d313d20, 2022)
 _RANK = re.compile(r"^#\s+Rank\s+(\S+)\s+(?:Group\s+(\S+)\s+)?Pid\s+(\S+)\s+on\s+(\S+)\s+device\s+(\S+)"
@@ -336,7 +340,7 @@ def parse_text(lines: Iterable[str], path: str) -> Parsed:
     headers: list[int] = []
     devices: list[dict] = []
     rows: list[Row] = []
-    binary = None
+    binary = banner = None
     nccl_version = tests_version = None
     layout, columns_where = None, ""
     trailer = Trailer()
@@ -353,7 +357,11 @@ def parse_text(lines: Iterable[str], path: str) -> Parsed:
             continue
         if line.startswith("#"):
             if m := _BANNER.match(line):
-                binary = (m.group(1), f"line {number}")
+                binary = banner = (m.group(1), f"line {number}")
+            elif (m := _CONCLUDED.match(line)) and banner and m.group(1) != banner[0]:
+                raise NcclTestsFormatError(f"{where}: Collective test concluded: {m.group(1)}, but {banner[1]} says "
+                                           f"starting: {banner[0]}; nccl-tests prints its one program name in both "
+                                           "(src/util.cu, writeDeviceReport and writeResultFooter)")
             elif m := _HEADER.match(line):
                 headers.append(number)
                 header, header_where = m.groups(), f"line {number}"
@@ -415,13 +423,15 @@ def parse_text(lines: Iterable[str], path: str) -> Parsed:
                                    "(iteration and rank counts): is this the whole output of an nccl-tests run?")
     if not rows:
         raise NcclTestsFormatError(f"{path}: no result rows")
-    nthreads, ngpus, _, _, _, warmup, iters, agg, validation = header
+    nthreads, ngpus, _, _, _, warmup, iters, agg, validation, unalign = header
     for name, value in (("nThread", nthreads), ("nGpus", ngpus), ("iters", iters)):
         text_integer(value, f"{path}:{headers[0]}", name, low=1)
     text_integer(agg or "1", f"{path}:{headers[0]}", "agg iters", low=1, high=MAX_AGG_ITERS)
     text_integer(warmup, f"{path}:{headers[0]}", "warmup iters")
     if validation is not None:
         text_integer(validation, f"{path}:{headers[0]}", "validation", high=1)
+    if unalign is not None:
+        text_integer(unalign, f"{path}:{headers[0]}", "unalign", high=MAX_UNALIGN)
     _plan_count(int(iters), f"{path}:{headers[0]}: iters")
     _plan_count(int(warmup), f"{path}:{headers[0]}: warmup iters")
     per_process = int(nthreads) * int(ngpus)
