@@ -244,7 +244,7 @@ FIELDS = {
     ("config", "devices", 0, "device_info"): {"str", "null", "empty"},
     ("config", "devices", 0, "device_hex"): {"str", "null", "empty"},
     ("nccl_version",): {"int", "zero", "null"},
-    ("start_time",): {"str", "null", "empty"},
+    ("start_time",): {"null"},  # else strftime's "%Y-%m-%d %H:%M:%S", which "abc" and "" are not
     ("args",): {"null"},
     ("results", 0, "size"): {"int", "zero"},
     ("results", 0, "count"): {"int", "zero"},
@@ -263,6 +263,11 @@ FIELDS = {
     ("average_bus_bandwidth", "bandwidth"): {"int", "zero", "frac"},
 }
 TRIES = [(path, name) for path in FIELDS for name in HOSTILE]
+# what a refusal says when a value nccl-tests can write is contradicted by the rest of the file: the
+# rows' evidence, their figures, the config's sweep or rank count, validation beside the rows' nwrong
+CONTRADICTED = ("evidence contradicts itself", "cannot tell which collective", "changed after nccl-tests wrote them",
+                "but the sweep of field config", "but the run has", "-J lists the first rank of each process",
+                "field config.validation: validation 0, but")
 
 
 def _set(data, path, value):
@@ -281,8 +286,7 @@ def test_a_json_field_of_the_wrong_type_or_range_is_refused_naming_it(tmp_path, 
     except NcclTestsFormatError as exc:
         message = str(exc)
         assert message.startswith(f"{source}:"), message
-        if any(said in message for said in ("evidence contradicts itself", "cannot tell which collective",
-                                            "changed after nccl-tests wrote them")):
+        if any(said in message for said in CONTRADICTED):
             return  # a value of the right type that the rest of the file contradicts (ranks, shape, factor, time)
         assert name not in FIELDS[path], f"refused a value nccl-tests can write: {exc}"
         dotted = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".")

@@ -29,7 +29,7 @@ class RunMetaError(ValueError):
     """A run.json field critpath cannot read; the message starts with ``field NAME:``."""
 
 
-def _check_time(name: str, stamp: object) -> Optional[datetime]:
+def check_time(name: str, stamp: object) -> Optional[datetime]:
     """The instant ``stamp`` names (None: not recorded or unknown), refused where it names none."""
     if stamp is None or stamp == UNKNOWN_TIME:
         return None
@@ -84,7 +84,7 @@ def check(meta: Mapping) -> None:
         raise RunMetaError(f"field schema: {shown(schema)} is not {RUN_SCHEMA!r}, the run.json this release reads")
     if "run_id" in meta and not (isinstance(meta["run_id"], str) and meta["run_id"]):
         raise RunMetaError(f"field run_id: {shown(meta['run_id'])} is not a run ID (the ID its records carry)")
-    started, finished = (_check_time(name, meta.get(name)) for name in TIME_FIELDS)
+    started, finished = (check_time(name, meta.get(name)) for name in TIME_FIELDS)
     if started and finished and (started.tzinfo is None) == (finished.tzinfo is None) and finished < started:
         raise RunMetaError(f"field finished_at: {meta['finished_at']} is before field started_at "
                            f"{meta['started_at']}")

@@ -62,6 +62,7 @@ from harness.nccltests.parse import (
 from harness.nccltests.source import read_output
 from harness.nccltests.sweep import check_sweep
 from harness.nccltests.trailer import trailer_checks
+from harness.nccltests.validation import check_validation
 
 __all__ = ["NcclTestsFormatError", "import_file", "nccl_version_text", "parse_file", "to_records"]
 
@@ -82,6 +83,7 @@ def _parse_file(path: Path, collective: Optional[str]) -> tuple[Parsed, str]:
     # only now: what algbw counts of the size, and the bus factor, are the collective's
     parsed.agreement = check_figures(parsed)
     check_sweep(parsed)  # the sizes a row prints are the collective's share of its stepped size too
+    check_validation(parsed)  # which sides print N/A depends on the collective as well
     return parsed, digest
 
 

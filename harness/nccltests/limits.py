@@ -41,6 +41,11 @@ MAX_ITERS = MAX_SAMPLES
 MAX_AGG_ITERS = MAX_ITERS
 # A '#  Rank' line's Group, the color of MPI_Comm_split (src/common.cu, main): a C int, never negative.
 MAX_GROUP = (1 << 31) - 1
+# -u, the element each buffer starts at: nccl-tests reads any int (strtol) and pads each buffer by
+# 8 * unalign bytes, an int product (src/common.cu, AllocateBuffs), so a run that allocated its
+# buffers and printed rows had an unalign whose padding an int holds; a negative one would start
+# the buffers before their allocation.
+MAX_UNALIGN = ((1 << 31) - 1) // 8
 # A text log with NCCL_DEBUG=INFO lines between the rows of a large job: tens of megabytes.
 MAX_TEXT_BYTES = 256 << 20
 # Lines cost time however short (some 4 us each: 10 million lines of '#' took 40 s): nccl-tests

@@ -36,19 +36,19 @@ from typing import Any, Iterable, Optional
 from harness.core.imported import DTYPES
 from harness.core.jsonfile import JsonFileError, loads_strict
 from harness.core.records import UNKNOWN_START
-from harness.core.scale import PID_MAX
+from harness.core.runmeta import RunMetaError, check_time
 from harness.nccltests.evidence import Observed, ObservedRow, Side
 from harness.nccltests.limits import (
     MAX_AGG_ITERS,
     MAX_COUNT,
-    MAX_DEVICE,
-    MAX_GROUP,
     MAX_ITERS,
     MAX_ROWS,
     MAX_TIME_US,
+    MAX_UNALIGN,
 )
 from harness.nccltests.periter import per_iteration_times
-from harness.nccltests.sweep import Sweep, header_sweep, reduced_sweep
+from harness.nccltests.ranks import BOUNDS, Listed, check_listed
+from harness.nccltests.sweep import Sweep, header_sweep, json_sweep, reduced_sweep
 from harness.nccltests.values import (
     JSON_PRINTED_HALF_ULP,
     NcclTestsFormatError,
@@ -69,7 +69,10 @@ _BANNER = re.compile(r"^#\s*Collective test starting:\s*(\S+)", re.ASCII)
 _HEADER = re.compile(r"^#\s*nThread\s+(\S+)\s+nGpus\s+(\S+)\s"
                      r"(?:minBytes\s+(\S+)\s+maxBytes\s+(\S+)\s+step:\s*(\S+)\s)?"
                      r".*?warmup iters:\s*(\S+)\s+iters:\s*(\S+)"
-                     r"(?:\s+agg iters:\s*(\S+))?(?:\s+validation:\s*(\S+))?", re.ASCII)
+                     r"(?:\s+agg iters:\s*(\S+))?(?:\s+validation:\s*(\S+))?"
+                     r"(?:\s+graph:\s*\S+)?(?:\s+unalign:\s*(\S+))?", re.ASCII)
+# writeResultFooter: "# Collective test concluded: %s", the program_name the banner printed
+_CONCLUDED = re.compile(r"^#\s*Collective test concluded:\s*(\S+)", re.ASCII)
 # util.cu: "#  Rank %2d Group %2d Pid %6d on %10s device %2d [%04x:%02x:%02x] %s" (no Group before
 # nccl-tests d313d20, 2022)
 _RANK = re.compile(r"^#\s+Rank\s+(\S+)\s+(?:Group\s+(\S+)\s+)?Pid\s+(\S+)\s+on\s+(\S+)\s+device\s+(\S+)"
@@ -146,10 +149,11 @@ class Parsed:
     columns: Optional[tuple[str, ...]] = None
     columns_where: str = ""
     validation: Optional[bool] = None
+    validation_where: str = ""  # "PATH:3" (the header) or "PATH: field config.validation"
     trailer: Trailer = field(default_factory=Trailer)
     collective: Optional[str] = None  # set by detection
     detection: Any = None
-    sweep: Optional[Sweep] = None  # the header's minBytes, maxBytes and step (text; None where it has none)
+    sweep: Optional[Sweep] = None  # the header's minBytes, maxBytes and step (-J: config's); None where it has none
     agreement: Any = None  # set by harness.nccltests.consistency: how many sides agree with their time
     # (lines, the first's number): lines inside the table that are no row, comment or NCCL's, and hold
     # no row's figures: a launcher's messages (Open MPI's warnings) printed between rows
@@ -281,15 +285,6 @@ def _check_roots(rows: list[Row], ranks: int, ranks_from: str, at: str) -> None:
                                        f"({ranks_from}): a root is -1 (no root) or a rank, 0 to {ranks - 1}")
 
 
-def _check_ranks(devices: list[dict], rank_lines: list[str], ranks: int, ranks_from: str) -> None:
-    """Every '#  Rank' line's rank one of the run's, 0 to ranks - 1: a rank past them is a line
-    changed or pasted from another run."""
-    for device, where in zip(devices, rank_lines):
-        if device["index"] >= ranks:
-            raise NcclTestsFormatError(f"{where}: Rank {device['index']}, but the run has {ranks} ranks "
-                                       f"({ranks_from}): its ranks are 0 to {ranks - 1}")
-
-
 def _out_of_bounds(value: str, where: str) -> int:
     """The count of "# Out of bounds values : K OK|FAILED", which nccl-tests marks FAILED exactly when K is not 0."""
     if not (m := _OOB_VALUE.fullmatch(value)):
@@ -345,11 +340,11 @@ def parse_text(lines: Iterable[str], path: str) -> Parsed:
     headers: list[int] = []
     devices: list[dict] = []
     rows: list[Row] = []
-    binary = None
+    binary = banner = None
     nccl_version = tests_version = None
     layout, columns_where = None, ""
     trailer = Trailer()
-    rank_lines: list[str] = []  # where each device's '#  Rank' line is
+    rank_lines: list[Listed] = []  # each device's '#  Rank' line
     # From the column header (or the first row) to the trailer: there, a line that still looks like
     # a row but does not start like one is refused, so that a row a byte spoils ("+8", a NUL, a
     # fullwidth digit) cannot drop out of the import silently; a launcher's message is read past
@@ -362,21 +357,24 @@ def parse_text(lines: Iterable[str], path: str) -> Parsed:
             continue
         if line.startswith("#"):
             if m := _BANNER.match(line):
-                binary = (m.group(1), f"line {number}")
+                binary = banner = (m.group(1), f"line {number}")
+            elif (m := _CONCLUDED.match(line)) and banner and m.group(1) != banner[0]:
+                raise NcclTestsFormatError(f"{where}: Collective test concluded: {m.group(1)}, but {banner[1]} says "
+                                           f"starting: {banner[0]}; nccl-tests prints its one program name in both "
+                                           "(src/util.cu, writeDeviceReport and writeResultFooter)")
             elif m := _HEADER.match(line):
                 headers.append(number)
                 header, header_where = m.groups(), f"line {number}"
                 if m.group(3) is not None:
                     sweep = header_sweep(m.group(3), m.group(4), m.group(5), where, header_where)
             elif m := _RANK.match(line):
-                if m.group(2) is not None:  # MPI_Comm_split's color: a C int, never negative
-                    text_integer(m.group(2), where, "Group", high=MAX_GROUP)
-                # getpid(): every pid is below Linux's PID_MAX_LIMIT
-                text_integer(m.group(3), where, "Pid", low=1, high=PID_MAX - 1)
+                if m.group(2) is not None:
+                    text_integer(m.group(2), where, "Group", *BOUNDS["group"])
+                pid = text_integer(m.group(3), where, "Pid", *BOUNDS["pid"])
                 devices.append({"index": text_integer(m.group(1), where, "Rank"), "host": m.group(4),
-                                "device": text_integer(m.group(5), where, "device", high=MAX_DEVICE),
+                                "device": text_integer(m.group(5), where, "device", *BOUNDS["device"]),
                                 "pci": m.group(6), "name": m.group(7).strip()})
-                rank_lines.append(where)
+                rank_lines.append(Listed(devices[-1]["index"], pid, where, f"line {number}"))
             elif line.lstrip("# ").startswith("size ") and line.lstrip("# ").split()[:3] == ["size", "count", "type"]:
                 layout, columns_where = _layout(line.lstrip("# ").split(), where), f"line {number}"
                 in_table = header is not None
@@ -425,20 +423,22 @@ def parse_text(lines: Iterable[str], path: str) -> Parsed:
                                    "(iteration and rank counts): is this the whole output of an nccl-tests run?")
     if not rows:
         raise NcclTestsFormatError(f"{path}: no result rows")
-    nthreads, ngpus, _, _, _, warmup, iters, agg, validation = header
+    nthreads, ngpus, _, _, _, warmup, iters, agg, validation, unalign = header
     for name, value in (("nThread", nthreads), ("nGpus", ngpus), ("iters", iters)):
         text_integer(value, f"{path}:{headers[0]}", name, low=1)
     text_integer(agg or "1", f"{path}:{headers[0]}", "agg iters", low=1, high=MAX_AGG_ITERS)
     text_integer(warmup, f"{path}:{headers[0]}", "warmup iters")
     if validation is not None:
         text_integer(validation, f"{path}:{headers[0]}", "validation", high=1)
+    if unalign is not None:
+        text_integer(unalign, f"{path}:{headers[0]}", "unalign", high=MAX_UNALIGN)
     _plan_count(int(iters), f"{path}:{headers[0]}: iters")
     _plan_count(int(warmup), f"{path}:{headers[0]}: warmup iters")
     per_process = int(nthreads) * int(ngpus)
     if devices:
         ranks = len({d["index"] for d in devices})
         ranks_from = f"{ranks} '#  Rank' lines"
-        _check_ranks(devices, rank_lines, ranks, ranks_from)
+        check_listed(rank_lines, ranks, ranks_from, per_process, f"nThread {nthreads} x nGpus {ngpus} ({header_where})")
         # without them the processes are not known, nor the ranks a root may be
         _check_roots(rows, ranks, ranks_from, ": column root")
     else:
@@ -447,7 +447,8 @@ def parse_text(lines: Iterable[str], path: str) -> Parsed:
     return Parsed(rows, int(iters), int(warmup), int(agg or 1), ranks, ranks_from,
                   (layout or _CURRENT).kind, devices, nccl_version, tests_version, binary=binary,
                   columns=(layout or _CURRENT).optional, columns_where=columns_where or "no column header",
-                  validation=None if validation is None else validation != "0", trailer=trailer,
+                  validation=None if validation is None else validation != "0",
+                  validation_where=f"{path}:{headers[0]}", trailer=trailer,
                   read_past=(read_past, read_past_first), sweep=sweep)
 
 
@@ -572,12 +573,18 @@ def _check_per_iter_flag(config: dict, results: list, path: str) -> None:
                                            "writes them for every side exactly when the flag is on")
 
 
+def _bounded(field: str, what: str):
+    return lambda v, w: json_integer(v, w, *BOUNDS[field], what=what)
+
+
 def _json_device(d: Any, i: int, path: str) -> dict:
     where = f"{path}: field config.devices[{i}]"
     d = _object(d, where)
+    _optional(d, "group", _bounded("group", "an MPI color"), where)
     return {"index": _optional(d, "rank", json_integer, where),
+            "pid": _optional(d, "pid", _bounded("pid", "a process ID"), where),
             "host": _optional(d, "hostname", lambda v, w: json_text(v, w, "a host name", empty=False), where),
-            "device": _optional(d, "device", json_integer, where),
+            "device": _optional(d, "device", _bounded("device", "a CUDA device ordinal"), where),
             "pci": _optional(d, "device_hex", lambda v, w: json_text(v, w, "a PCI address"), where),
             "name": _optional(d, "device_info", lambda v, w: json_text(v, w, "a device name"), where)}
 
@@ -592,6 +599,17 @@ def _words(value: Any, where: str) -> list[str]:
 def _config_count(config: dict, key: str, path: str, default: int, low: int, high: int = MAX_COUNT) -> int:
     return _optional(config, key, lambda v, w: json_integer(v, w, low=low, high=high), f"{path}: field config",
                      default)
+
+
+def _start_time(value: Any, path: str) -> str:
+    """-J's start_time (util.cu: strftime "%Y-%m-%d %H:%M:%S", local time), held to the rule run.json's
+    started_at is read by, which the import copies it into: a time no reader takes is this file's fault."""
+    text = json_text(value, f"{path}: field start_time", "a time")
+    try:
+        check_time("start_time", text)
+    except RunMetaError as exc:  # "field start_time: ..."
+        raise NcclTestsFormatError(f"{path}: {exc}") from None
+    return text
 
 
 def _plan_count(count: int, where: str) -> int:
@@ -638,6 +656,9 @@ def parse_json(text: str, path: str) -> Parsed:
     ranks = max(1, len(listed)) * nthreads * ngpus
     ranks_from = f"{len(listed)} processes in config.devices x nthreads {nthreads} x ngpus {ngpus}"
     if listed:
+        check_listed([Listed(d["index"], d["pid"], f"{path}: field config.devices[{i}]", f"config.devices[{i}]", json=True)
+                      for i, d in enumerate(devices) if d["index"] is not None],
+                     ranks, ranks_from, nthreads * ngpus, f"nthreads {nthreads} x ngpus {ngpus}")
         _check_roots(rows, ranks, ranks_from, ".root")
     args = _optional(data, "args", _words, f"{path}: field", [])
     code = _optional(data, "nccl_version", lambda v, w: json_integer(v, w, what="an NCCL_VERSION_CODE"),
@@ -646,8 +667,10 @@ def parse_json(text: str, path: str) -> Parsed:
                            json_integer(v, w, high=1, what="0 or 1"), f"{path}: field config")
     warmup = _plan_count(_config_count(config, "warmup_iters", path, 0, low=0), f"{path}: field config.warmup_iters")
     agg = _config_count(config, "aggregated_iterations", path, 1, low=1, high=MAX_AGG_ITERS)
-    started = _optional(data, "start_time", lambda v, w: json_text(v, w, "a time"), f"{path}: field", UNKNOWN_START)
+    started = UNKNOWN_START if data.get("start_time") is None else _start_time(data["start_time"], path)
     return Parsed(rows, iters, warmup, agg,
                   ranks, ranks_from, "json", devices, None if code is None else nccl_version_text(code),
                   None, started, binary=(args[0], "field args[0]") if args else None,
-                  validation=None if validation is None else bool(validation), trailer=_json_trailer(data, path))
+                  validation=None if validation is None else bool(validation),
+                  validation_where=f"{path}: field config.validation", trailer=_json_trailer(data, path),
+                  sweep=json_sweep(config, path))

@@ -36,12 +36,12 @@ from typing import TYPE_CHECKING, Optional
 
 from harness.core.imported import WORD_BYTES
 from harness.nccltests.evidence import SIGNS
-from harness.nccltests.values import NcclTestsFormatError, text_integer
+from harness.nccltests.values import NcclTestsFormatError, json_integer, text_integer
 
 if TYPE_CHECKING:
     from harness.nccltests.parse import Parsed
 
-__all__ = ["Sweep", "check_sweep", "header_sweep", "reduced_sweep"]
+__all__ = ["Sweep", "check_sweep", "header_sweep", "json_sweep", "reduced_sweep"]
 
 # "2(factor)", "1048576(bytes)": util.cu's "%ld(%s)"
 _STEP = re.compile(r"(\S+?)\((factor|bytes)\)", re.ASCII)
@@ -58,31 +58,59 @@ class Sweep:
     max_bytes: int
     step: int
     by: str  # "factor" or "bytes"
-    where: str  # "line 1"
+    where: str  # "line 1", or "field config"
     reduced_where: str = ""  # the '# Reducing maxBytes' line, when nccl-tests printed one
+    json: bool = False  # -J: the config is written before maxBytes may be lowered, which -J never records
 
     def said(self) -> str:
         reduced = f", maxBytes reduced to {self.max_bytes} on {self.reduced_where}" if self.reduced_where else ""
+        if self.json:
+            return f"the sweep of {self.where} (minimum_bytes {self.min_bytes}, step_{self.by} {self.step})"
         return f"the sweep of {self.where} (minBytes {self.min_bytes}, step: {self.step}({self.by}){reduced})"
 
     def after(self, stepped_bytes: int) -> int:
         return stepped_bytes * self.step if self.by == "factor" else stepped_bytes + self.step
 
 
+def _sized(low: int, high: int, low_at: str, high_name: str) -> None:
+    """minBytes no more than maxBytes, which main() refuses before it prints the header or -J's config;
+    ``low_at`` names minBytes where it is written ("PATH:1: minBytes")."""
+    if low > high:
+        raise NcclTestsFormatError(f"{low_at} {low} is more than {high_name} {high}; nccl-tests refuses "
+                                   "such sizes before it prints its header, and never prints a row of them "
+                                   "(src/common.cu)")
+
+
 def header_sweep(min_token: str, max_token: str, step_token: str, where: str, line: str) -> Sweep:
     """The header's three fields, each read by the one integer grammar and held to what util.cu prints."""
     low = text_integer(min_token, where, "minBytes")
     high = text_integer(max_token, where, "maxBytes")
-    if low > high:
-        raise NcclTestsFormatError(f"{where}: minBytes {low} is more than maxBytes {high}; nccl-tests refuses "
-                                   "such sizes before it prints its header, and never prints a row of them "
-                                   "(src/common.cu)")
+    _sized(low, high, f"{where}: minBytes", "maxBytes")
     if not (m := _STEP.fullmatch(step_token)):
         raise NcclTestsFormatError(f"{where}: step is {step_token[:40]!r}; nccl-tests prints a count then "
                                    "(factor) or (bytes)")
     by = m.group(2)
     step = text_integer(m.group(1), where, f"step ({by})", low=_LEAST_STEP[by])
     return Sweep(low, high, step, by, line)
+
+
+def json_sweep(config: dict, path: str) -> Optional[Sweep]:
+    """-J's config.minimum_bytes, maximum_bytes and step_factor or step_bytes (util.cu writes the
+    factor when it is above 1, else the bytes step: exactly one), held as the text header's are;
+    None where the config holds no sweep."""
+    steps = [by for by in _LEAST_STEP if f"step_{by}" in config]
+    if "minimum_bytes" not in config or "maximum_bytes" not in config or not steps:
+        return None
+    if len(steps) > 1:
+        raise NcclTestsFormatError(f"{path}: field config: both step_factor and step_bytes; nccl-tests writes "
+                                   "step_factor when the factor is above 1, else step_bytes (src/util.cu)")
+    by = steps[0]
+    low, high = (json_integer(config[key], f"{path}: field config.{key}", what="bytes")
+                 for key in ("minimum_bytes", "maximum_bytes"))
+    _sized(low, high, f"{path}: field config.minimum_bytes:", "config.maximum_bytes")
+    step = json_integer(config[f"step_{by}"], f"{path}: field config.step_{by}", low=_LEAST_STEP[by],
+                        what="a factor above 1" if by == "factor" else "bytes, 1 or more")
+    return Sweep(low, high, step, by, "field config", json=True)
 
 
 def reduced_sweep(sweep: Optional[Sweep], token: str, where: str, line: str) -> Optional[Sweep]:
@@ -113,7 +141,7 @@ def check_sweep(parsed: "Parsed") -> None:
     the first that is not."""
     sweep = parsed.sweep
     if sweep is None or parsed.collective not in SIGNS or SIGNS[parsed.collective].size not in ("1", "n"):
-        return  # no sweep in the header (JSON), or alltoallv, whose sizes follow its pattern
+        return  # no sweep in the header, or alltoallv, whose sizes follow its pattern
     shared = SIGNS[parsed.collective].size == "n"
     stepped_bytes = None
     for row in parsed.rows:
@@ -122,6 +150,11 @@ def check_sweep(parsed: "Parsed") -> None:
         else:  # the first row, or the sweep before it was whole: the next type, op, root or cycle
             stepped_bytes = sweep.min_bytes
         printed = _printed(stepped_bytes, row.dtype, parsed.ranks, shared)
+        if (sweep.json and row.size_bytes not in printed and stepped_bytes != sweep.min_bytes
+                and row.size_bytes in _printed(sweep.min_bytes, row.dtype, parsed.ranks, shared)):
+            # the next sweep, from minimum_bytes: this one ended below maximum_bytes, lowered for
+            # memory after -J wrote it (common.cu, "Reducing maxBytes", which -J does not record)
+            stepped_bytes, printed = sweep.min_bytes, _printed(sweep.min_bytes, row.dtype, parsed.ranks, shared)
         if row.size_bytes not in printed:
             shape = (f"{stepped_bytes} B in {row.dtype} elements, shared among {parsed.ranks} ranks" if shared
                      else f"{stepped_bytes} B in whole {row.dtype} elements")
