@@ -19,7 +19,8 @@ def test_a_case_that_ends_within_one_poll_but_past_its_limit_is_a_timeout(tmp_pa
     assert done.returncode == 1, done.stderr
     (record,) = load_records(tmp_path / "r")
     assert record.status == "timeout" and not record.ok
-    assert "did not finish within 1e-300 s (it ended after" in record.error.message
+    # Its end held to the limit, or (a loaded machine, the poll first) the poll's own timeout.
+    assert "did not finish within 1e-300 s" in record.error.message
 
 
 def test_a_case_within_its_limit_stays_ok(tmp_path):
