@@ -165,7 +165,8 @@ def test_sources_limit_where_records_may_come_from(tmp_path):
 
 def _h100_fp(**device_fields) -> dict:
     return {
-        "world": 8, "launch": "joined", "layout": {"nodes": 1, "ranks_per_node": [8]}, "nccl_version": "2.21.5",
+        "world": 8, "backend": "nccl", "launch": "joined", "layout": {"nodes": 1, "ranks_per_node": [8]},
+        "nccl_version": "2.21.5",
         "host": "node07", "gpus": {"present": True, "driver_version": "550.54.15", "count": 8, "devices": [
             {"index": i, "name": "NVIDIA H100 80GB HBM3", "pcie_gen": 5, "pcie_gen_max": 5, "pcie_width": 16,
              "pcie_width_max": 16, "nvlink_active": 18, **device_fields} for i in range(8)]},

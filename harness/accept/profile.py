@@ -1,7 +1,7 @@
 """An acceptance profile: its schema, and its loading with every error naming file, line and field.
 
 A profile pins the machine (GPU count and name, driver, NCCL version, PCIe generation and width,
-active NVLinks; world size and node layout), bounds node facts (ECC errors, remapped rows, clock
+active NVLinks; world size, backend and node layout), bounds node facts (ECC errors, remapped rows, clock
 slowdowns: harness.run.nodefacts), and lists checks (a case or a family + parameters, a statistic, a
 ``max`` or ``min``, and where the threshold comes from). A check the schema admits but its family
 cannot mean (a key the family does not declare, a figure it does not define) is refused here too.
