@@ -11,14 +11,22 @@ from pathlib import Path
 import fake_nvml
 import pytest
 
-from harness.run import fingerprint
 from harness.accept.checks import accept, evaluate_check
-from harness.accept.profile import ProfileError, load_profile
-from harness.cli import main
-from harness.nccltests.importer import import_file
 from harness.accept.pins import fact_outcome, pin_outcomes
+from harness.accept.profile import ProfileError, load_profile
+from harness.accept.verdicts import (
+    EXIT_FAIL,
+    EXIT_PASS,
+    EXIT_UNVERIFIED,
+    FAIL,
+    PASS,
+    UNVERIFIED,
+    line,
+)
+from harness.cli import main
 from harness.core.store import load_run
-from harness.accept.verdicts import EXIT_FAIL, EXIT_PASS, EXIT_UNVERIFIED, FAIL, PASS, UNVERIFIED, line
+from harness.nccltests.importer import import_file
+from harness.run import fingerprint
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PROFILES = Path(__file__).parent.parent / "baselines" / "profiles"

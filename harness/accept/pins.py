@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
-from harness.run import nodefacts
 from harness.accept.verdicts import FAIL, PASS, UNVERIFIED, Outcome, show_value
+from harness.run import nodefacts
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,11 @@ from typing import Any, Mapping
 
 import jsonschema
 
-from harness.claims.baselines import SELECTOR_SCHEMA, line_of_field, refuse_unknown_key  # as baselines
+from harness.claims.baselines import (  # as baselines
+    SELECTOR_SCHEMA,
+    line_of_field,
+    refuse_unknown_key,
+)
 from harness.core import registry, yamlfile
 from harness.core.case import CaseIdError
 from harness.core.declarations import declared
@@ -22,9 +26,9 @@ from harness.core.echo import shown
 from harness.core.figures import is_sample_statistic, misspelt_percentile
 from harness.core.options import MAX_SECONDS
 from harness.core.records import MAX_SAMPLES
+from harness.core.scale import MAX_WORLD
 from harness.core.schema import strict_validator
 from harness.run.nodefacts import FACT_NAMES
-from harness.core.scale import MAX_WORLD
 
 # Where a record came from: critpath measured it, or it was imported (extra.imported.source).
 RECORD_SOURCES = ("critpath", "nccl-tests")
