@@ -66,3 +66,78 @@ class TestAcceptPinsTheBackend:
         without = {k: v for k, v in self.PROFILE.items() if k != "backend"}
         assert "backend" not in {o.name for o in pin_outcomes(without, fp)}
         assert UNVERIFIED not in by_name.values()
+
+
+# -- 2: an asv results file is taken only as what its name, its cases and its figures' units say ------
+
+ASV = FIXTURES / "asv_results"
+NATIVE = "allreduce/algo=native,backend=gloo,dtype=float32,size_bytes=8,world=2"
+RING = "allreduce/algo=ring,backend=gloo,dtype=float32,size_bytes=1048576,world=2"
+RING_REORDERED = "allreduce/world=2,algo=ring,backend=gloo,dtype=float32,size_bytes=1048576"
+P50 = "bench_families.Allreduce.track_p50_us"
+
+
+class TestAsvResultsAreWhatTheySay:
+    def _results(self, tmp_path: Path, edit) -> tuple[Path, Path]:
+        """The fixture's results with the second commit's file edited; (directory, that file)."""
+        results = tmp_path / "asv"
+        shutil.copytree(ASV, results)
+        (path,) = (results / "ci-runner").glob("22222222-*.json")
+        data = json.loads(path.read_text())
+        edit(data)
+        _write_json(path, data)
+        return results, path
+
+    def _report(self, tmp_path: Path, results: Path, capsys) -> str:
+        assert main(["report", "--asv-results", str(results), "--out", str(tmp_path / "r")]) == 0
+        return capsys.readouterr().err
+
+    def _series(self, results: Path):
+        from harness.history.view import load_history
+
+        skipped: list = []
+        return load_history(results, skipped), skipped
+
+    def test_a_commit_hash_its_file_name_contradicts_is_skipped(self, tmp_path, capsys):
+        results, path = self._results(tmp_path, lambda d: d.update(commit_hash="1" * 40))
+        err = self._report(tmp_path, results, capsys)
+        assert f"warning: skipped {path}: field commit_hash: {'1' * 40} is not the commit '22222222'" in err, err
+        series, skipped = self._series(results)
+        assert [s.path for s in skipped] == [path]
+        ring = next(s for s in series if s.benchmark == P50 and s.case_id == RING)
+        assert [p.commit[:8] for p in ring.points] == ["11111111", "33333333"]  # one value a commit
+
+    def test_a_negative_latency_is_skipped_naming_the_field(self, tmp_path, capsys):
+        results, path = self._results(tmp_path, lambda d: d["results"][P50][0].__setitem__(0, -214.2))
+        err = self._report(tmp_path, results, capsys)
+        assert f"warning: skipped {path}: field results.{P50}.result[0]: -214.2 is below zero" in err, err
+        assert "(in us)" in err
+
+    def test_a_negative_bandwidth_is_skipped_by_its_declared_unit(self, tmp_path):
+        busbw = "bench_families.AllreduceBandwidth.track_busbw_gbps"
+        results, path = self._results(tmp_path, lambda d: d["results"][busbw][0].__setitem__(1, -1.1))
+        _, skipped = self._series(results)
+        assert [s.path for s in skipped] == [path] and f"results.{busbw}.result[1]" in skipped[0].message
+        assert "(in GB/s)" in skipped[0].message
+
+    def test_a_case_id_naming_no_case_is_skipped(self, tmp_path, capsys):
+        results, path = self._results(tmp_path, lambda d: d["results"][P50][1].__setitem__(0, ["nosuch/x=1", RING]))
+        err = self._report(tmp_path, results, capsys)
+        assert f"warning: skipped {path}: field results.{P50}.params[0][0]: 'nosuch/x=1' is no case ID" in err, err
+        series, _ = self._series(results)
+        assert not any(s.case_id.startswith("nosuch") for s in series)
+
+    def test_one_case_twice_in_one_file_is_skipped(self, tmp_path, capsys):
+        results, path = self._results(tmp_path, lambda d: d["results"][P50][1].__setitem__(0, [RING, RING_REORDERED]))
+        err = self._report(tmp_path, results, capsys)
+        assert f"warning: skipped {path}: field results.{P50}.params[0][1]: '{RING_REORDERED}' is case {RING}, " \
+               "as params[0][0] is" in err, err
+
+    def test_one_case_in_another_key_order_is_one_series(self, tmp_path):
+        results, _ = self._results(tmp_path, lambda d: d["results"][P50][1].__setitem__(0, [NATIVE, RING_REORDERED]))
+        series, skipped = self._series(results)
+        assert skipped == []
+        p50 = [s for s in series if s.benchmark == P50]
+        assert sorted(s.case_id for s in p50) == [NATIVE, RING]
+        ring = next(s for s in p50 if s.case_id == RING)
+        assert [p.commit[:8] for p in ring.points] == ["11111111", "22222222", "33333333"]
