@@ -8,6 +8,8 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from harness.accept.pins import pin_outcomes
 from harness.accept.verdicts import EXIT_FAIL, EXIT_UNVERIFIED, FAIL, PASS, UNVERIFIED
 from harness.cli import main
@@ -141,3 +143,27 @@ class TestAsvResultsAreWhatTheySay:
         assert sorted(s.case_id for s in p50) == [NATIVE, RING]
         ring = next(s for s in p50 if s.case_id == RING)
         assert [p.commit[:8] for p in ring.points] == ["11111111", "22222222", "33333333"]
+
+
+# -- 3: model options that would do nothing are refused ---------------------------------------------
+
+class TestModelOptionsThatDoNothing:
+    def _model(self, tmp_path: Path, capsys, *argv: str) -> tuple[int, str]:
+        code = main(["model", "--ranks", "8,16", "--sizes", "1024", "--no-plots", "--out", str(tmp_path / "m"), *argv])
+        return code, capsys.readouterr().err
+
+    def test_an_empty_profile_name_is_refused_not_read_as_the_default(self, tmp_path, capsys):
+        with pytest.raises(SystemExit) as exit_:
+            self._model(tmp_path, capsys, "--profile", "")
+        assert exit_.value.code == 2
+        assert "argument --profile: expected a name, got ''" in capsys.readouterr().err
+        assert not (tmp_path / "m").exists()
+
+    def test_a_calibrate_tier_without_calibrate_is_refused(self, tmp_path, capsys):
+        code, err = self._model(tmp_path, capsys, "--calibrate-tier", "nosuch")
+        assert code == 2 and "--calibrate-tier 'nosuch' names the tier a fit replaces; give --calibrate" in err, err
+        assert not (tmp_path / "m").exists()
+
+    def test_the_default_profile_still_models(self, tmp_path, capsys):
+        code, _ = self._model(tmp_path, capsys)
+        assert code == 0 and (tmp_path / "m" / "model.json").exists()

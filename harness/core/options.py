@@ -72,6 +72,14 @@ def families_option(text: str) -> tuple[str, ...]:
     return names
 
 
+def name_option(text: str) -> str:
+    """A name option (a profile, a tier): an empty one names nothing, and is refused rather than
+    read as "the default" (``--profile ''`` from an unset shell variable)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"expected a name, got {shown(text)}")
+    return text
+
+
 def machine_option(text: str) -> str:
     if not MACHINE_NAME.fullmatch(text):
         raise argparse.ArgumentTypeError(f"{text!r} is not a machine name (letters, digits, '.', '_', '-', "
