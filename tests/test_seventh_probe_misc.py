@@ -167,3 +167,27 @@ class TestModelOptionsThatDoNothing:
     def test_the_default_profile_still_models(self, tmp_path, capsys):
         code, _ = self._model(tmp_path, capsys)
         assert code == 0 and (tmp_path / "m" / "model.json").exists()
+
+
+# -- 4: grid options given with --case, which names its own world and size, are refused -------------
+
+class TestRunGridOptionsWithCase:
+    CASE = "selftest/fault_rank=0,mode=noop,world=1"
+
+    @pytest.mark.parametrize("extra, named", [
+        (["--world", "3"], "--world shape"),
+        (["--sizes", "8"], "--sizes shape"),
+        (["--world", "3", "--sizes", "8", "--full"], "--world and --sizes shape"),
+    ])
+    def test_world_or_sizes_with_a_case_is_refused_naming_them(self, tmp_path, capsys, extra, named):
+        out = tmp_path / "run"
+        assert main(["run", "--case", self.CASE, *extra, "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert f"critpath run: error: {named} the grid of --families, which --case replaces" in err, err
+        assert not out.exists()
+
+    def test_a_case_still_runs_with_the_options_that_act_on_it(self, tmp_path):
+        out = tmp_path / "run"
+        assert main(["run", "--case", self.CASE, "--full", "--families", "rpc", "--iters", "5", "--out", str(out)]) == 0
+        records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+        assert [r["case_id"] for r in records] == [self.CASE] and records[0]["plan"]["warmup"] == 10  # --full's
