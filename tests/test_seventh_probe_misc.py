@@ -191,3 +191,52 @@ class TestRunGridOptionsWithCase:
         assert main(["run", "--case", self.CASE, "--full", "--families", "rpc", "--iters", "5", "--out", str(out)]) == 0
         records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
         assert [r["case_id"] for r in records] == [self.CASE] and records[0]["plan"]["warmup"] == 10  # --full's
+
+
+# -- 5: a joined rank's node variables are held to the job's world ---------------------------------
+
+def _free_loopback_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class TestJoinedNodeVariablesAgreeWithTheWorld:
+    def _job(self, **launcher) -> dict:
+        return {"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_loopback_port()),
+                **launcher}
+
+    @pytest.mark.parametrize("launcher, message", [
+        ({"LOCAL_WORLD_SIZE": "4"}, "LOCAL_WORLD_SIZE=4: expected an integer in [1, 1], at most the 1 ranks of the "
+                                    "job (WORLD_SIZE=1)"),
+        ({"GROUP_RANK": "65535"}, "GROUP_RANK=65535: expected an integer in [0, 0], one of the 1 node(s) of the job "
+                                  "(at most, each node holding a rank of WORLD_SIZE=1)"),
+        ({"GROUP_RANK": "1", "LOCAL_WORLD_SIZE": "1"}, "GROUP_RANK=1: expected an integer in [0, 0], one of the 1 "
+                                                       "node(s) of the job (WORLD_SIZE=1 / LOCAL_WORLD_SIZE=1)"),
+    ])
+    def test_a_node_variable_the_world_cannot_hold_is_refused_naming_both(self, launcher, message):
+        from harness.core.options import UsageError
+        from harness.run.joined import position
+
+        with pytest.raises(UsageError) as err:
+            position(self._job(**launcher))
+        assert str(err.value) == message
+
+    def test_the_node_rank_is_held_to_world_over_local_world(self):
+        from harness.core.options import UsageError
+        from harness.run.joined import position
+
+        job = self._job(RANK="13", WORLD_SIZE="16", LOCAL_RANK="5", LOCAL_WORLD_SIZE="8", GROUP_RANK="1")
+        assert position(job).rank == 13
+        with pytest.raises(UsageError, match=r"^GROUP_RANK=2: expected an integer in \[0, 1\], one of the 2 node"):
+            position({**job, "GROUP_RANK": "2"})
+
+    def test_critpath_run_refuses_it_before_the_ranks_meet(self, tmp_path, monkeypatch, capsys):
+        for name, value in self._job(LOCAL_WORLD_SIZE="4").items():
+            monkeypatch.setenv(name, value)
+        out = tmp_path / "run"
+        assert main(["run", "--case", "selftest/fault_rank=0,mode=noop,world=1", "--out", str(out)]) == 2
+        assert "critpath run: error: LOCAL_WORLD_SIZE=4: expected an integer in [1, 1]" in capsys.readouterr().err
+        assert not out.exists()
