@@ -240,3 +240,19 @@ class TestJoinedNodeVariablesAgreeWithTheWorld:
         assert main(["run", "--case", "selftest/fault_rank=0,mode=noop,world=1", "--out", str(out)]) == 2
         assert "critpath run: error: LOCAL_WORLD_SIZE=4: expected an integer in [1, 1]" in capsys.readouterr().err
         assert not out.exists()
+
+
+# -- 6: a label given twice would give two runs one name ----------------------------------------
+
+class TestALabelGivenTwice:
+    @pytest.mark.parametrize("command", ["show", "report"])
+    def test_is_refused_naming_it(self, tmp_path, capsys, command):
+        other = tmp_path / "other"
+        shutil.copytree(RUN, other)
+        argv = [command, "--label", "A", "--label", "A", str(RUN), str(other)]
+        if command == "report":
+            argv += ["--out", str(tmp_path / "r")]
+        assert main(argv) == 2
+        assert f"critpath {command}: error: --label 'A' is given twice; give each run its own label" in \
+            capsys.readouterr().err
+        assert not (tmp_path / "r").exists()
