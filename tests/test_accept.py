@@ -11,14 +11,22 @@ from pathlib import Path
 import fake_nvml
 import pytest
 
-from harness.run import fingerprint
 from harness.accept.checks import accept, evaluate_check
-from harness.accept.profile import ProfileError, load_profile
-from harness.cli import main
-from harness.nccltests.importer import import_file
 from harness.accept.pins import fact_outcome, pin_outcomes
+from harness.accept.profile import ProfileError, load_profile
+from harness.accept.verdicts import (
+    EXIT_FAIL,
+    EXIT_PASS,
+    EXIT_UNVERIFIED,
+    FAIL,
+    PASS,
+    UNVERIFIED,
+    line,
+)
+from harness.cli import main
 from harness.core.store import load_run
-from harness.accept.verdicts import EXIT_FAIL, EXIT_PASS, EXIT_UNVERIFIED, FAIL, PASS, UNVERIFIED, line
+from harness.nccltests.importer import import_file
+from harness.run import fingerprint
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PROFILES = Path(__file__).parent.parent / "baselines" / "profiles"
@@ -165,7 +173,8 @@ def test_sources_limit_where_records_may_come_from(tmp_path):
 
 def _h100_fp(**device_fields) -> dict:
     return {
-        "world": 8, "launch": "joined", "layout": {"nodes": 1, "ranks_per_node": [8]}, "nccl_version": "2.21.5",
+        "world": 8, "backend": "nccl", "launch": "joined", "layout": {"nodes": 1, "ranks_per_node": [8]},
+        "nccl_version": "2.21.5",
         "host": "node07", "gpus": {"present": True, "driver_version": "550.54.15", "count": 8, "devices": [
             {"index": i, "name": "NVIDIA H100 80GB HBM3", "pcie_gen": 5, "pcie_gen_max": 5, "pcie_width": 16,
              "pcie_width_max": 16, "nvlink_active": 18, **device_fields} for i in range(8)]},

@@ -1,7 +1,7 @@
 """The machine side of acceptance: pins on what the machine is, and bounds on node facts.
 
 A pin holds a property of the run's fingerprint to the profile's value (GPU count and name,
-driver, NCCL, PCIe link, active NVLinks, world and node layout). A fact bound holds a per-GPU node
+driver, NCCL, PCIe link, active NVLinks, world, backend and node layout). A fact bound holds a per-GPU node
 fact (harness.run.nodefacts: ECC errors, remapped rows, clock slowdowns ...) to a ``max`` or ``min``.
 A property the fingerprint does not hold (an import from nccl-tests output, a machine without
 NVML, a GPU that does not support the call) could not be verified; it is not a failure.
@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
-from harness.run import nodefacts
 from harness.accept.verdicts import FAIL, PASS, UNVERIFIED, Outcome, show_value
+from harness.run import nodefacts
 
 
 @dataclass(frozen=True)
@@ -131,6 +131,8 @@ def _machine_value(key: str, fp: Mapping[str, Any]) -> tuple[Any, str]:
             ("" if fp.get("nccl_version") or fp.get("backend") == "nccl" else f" (backend {fp.get('backend')})")
     if key == "world":
         return fp.get("world"), _not_recorded(fp, "the world size")
+    if key == "backend":
+        return fp.get("backend"), _not_recorded(fp, "the backend")
     if key == "nodes":
         nodes = layout.get("nodes", 1 if fp.get("launch") == "local" else None)
         return nodes, _not_recorded(fp, "the node layout")
@@ -143,7 +145,8 @@ def _machine_value(key: str, fp: Mapping[str, Any]) -> tuple[Any, str]:
 
 
 # key -> (unit, where the profile pins it)
-MACHINE_PINS = {"world": ("count", "pinned by the profile (world)"), "nodes": ("count", "pinned by the profile (nodes)"),
+MACHINE_PINS = {"world": ("count", "pinned by the profile (world)"), "backend": ("", "pinned by the profile (backend)"),
+                "nodes": ("count", "pinned by the profile (nodes)"),
                 "ranks_per_node": ("count", "pinned by the profile (ranks_per_node)"),
                 "gpu_count": ("count", "pinned by the profile (fingerprint.gpu_count)"),
                 "driver_version": ("", "pinned by the profile (fingerprint.driver_version)"),
@@ -161,7 +164,10 @@ def _machine_pin(key: str, want: Any, fp: Mapping[str, Any]) -> Outcome:
 
 def pin_outcomes(profile: Mapping[str, Any], fp: Mapping[str, Any]) -> list[Outcome]:
     """One outcome per pinned property, in the profile's terms."""
-    outcomes = [_machine_pin(key, profile[key], fp) for key in ("world", "nodes", "ranks_per_node") if key in profile]
+    # The profile's top-level keys that pin the run as it ran: a run of another backend measured another
+    # transport, however its records read.
+    outcomes = [_machine_pin(key, profile[key], fp) for key in ("world", "backend", "nodes", "ranks_per_node")
+                if key in profile]
     pins = profile.get("fingerprint") or {}
     for key in ("gpu_count", "driver_version", "nccl_version"):
         if key in pins:

@@ -1,7 +1,7 @@
 """An acceptance profile: its schema, and its loading with every error naming file, line and field.
 
 A profile pins the machine (GPU count and name, driver, NCCL version, PCIe generation and width,
-active NVLinks; world size and node layout), bounds node facts (ECC errors, remapped rows, clock
+active NVLinks; world size, backend and node layout), bounds node facts (ECC errors, remapped rows, clock
 slowdowns: harness.run.nodefacts), and lists checks (a case or a family + parameters, a statistic, a
 ``max`` or ``min``, and where the threshold comes from). A check the schema admits but its family
 cannot mean (a key the family does not declare, a figure it does not define) is refused here too.
@@ -14,7 +14,11 @@ from typing import Any, Mapping
 
 import jsonschema
 
-from harness.claims.baselines import SELECTOR_SCHEMA, line_of_field, refuse_unknown_key  # as baselines
+from harness.claims.baselines import (  # as baselines
+    SELECTOR_SCHEMA,
+    line_of_field,
+    refuse_unknown_key,
+)
 from harness.core import registry, yamlfile
 from harness.core.case import CaseIdError
 from harness.core.declarations import declared
@@ -22,9 +26,9 @@ from harness.core.echo import shown
 from harness.core.figures import is_sample_statistic, misspelt_percentile
 from harness.core.options import MAX_SECONDS
 from harness.core.records import MAX_SAMPLES
+from harness.core.scale import MAX_WORLD
 from harness.core.schema import strict_validator
 from harness.run.nodefacts import FACT_NAMES
-from harness.core.scale import MAX_WORLD
 
 # Where a record came from: critpath measured it, or it was imported (extra.imported.source).
 RECORD_SOURCES = ("critpath", "nccl-tests")

@@ -10,7 +10,13 @@ from __future__ import annotations
 from typing import Optional
 
 from harness.core import registry
-from harness.core.figures import SAMPLE_BETTER, Figure, FigureUnavailable, is_sample_statistic
+from harness.core.figures import (
+    SAMPLE_BETTER,
+    Figure,
+    FigureUnavailable,
+    is_sample_statistic,
+    sample_parts,
+)
 
 
 def declared(family_name: str, name: str) -> Optional[Figure]:
@@ -19,6 +25,17 @@ def declared(family_name: str, name: str) -> Optional[Figure]:
     if family_name not in registry.FAMILIES:
         return None
     return registry.get(family_name).figure(name)
+
+
+def unit_of(family_name: str, name: str) -> Optional[str]:
+    """The unit of figure ``name`` of a record of ``family_name``: a sample statistic's its name
+    gives (``p50_us``: us; a tail ratio ``p99_over_mean``: ratio), a metric's as its family declares
+    it; None for a name the family does not declare."""
+    if is_sample_statistic(name):
+        parts = sample_parts(name)
+        return parts[1] if parts else "ratio"
+    figure = declared(family_name, name)
+    return figure.unit if figure is not None else None
 
 
 def better(family_name: str, name: str) -> str:

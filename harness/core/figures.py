@@ -30,6 +30,12 @@ from harness.core.stats import PERCENTILE_METHOD
 BETTER = ("lower", "higher", "neither")  # neither: context (a count, a setting), never gated
 SOURCES = ("measured", "modelled", "simulated")
 TIME_SCALE = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
+# Units of a magnitude (a time, a rate, a size, a count, a share): a figure in one is never below
+# zero, so a negative value read for it (a results file edited or mis-written) is no figure. A
+# percentage is left out: a model's error in % is signed.
+NON_NEGATIVE_UNITS = frozenset({*TIME_SCALE, "GB/s", "msg/s", "tokens/s", "microbatches/s", "1/s", "1/kstep",
+                                "bytes", "GB", "count", "ranks", "cores", "requests", "steps", "fraction",
+                                "ratio", "index", "load", "flag"})
 SAMPLE_BETTER = "lower"  # a sample statistic is a time, or a tail ratio of times
 
 # pNN, pNN.N, and Summary's own p999 (99.9) / p9999 (99.99); ASCII digits only (a bare \d takes

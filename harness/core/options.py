@@ -8,7 +8,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 from harness.core.echo import shown
 from harness.core.escape import for_terminal
@@ -72,6 +72,14 @@ def families_option(text: str) -> tuple[str, ...]:
     return names
 
 
+def name_option(text: str) -> str:
+    """A name option (a profile, a tier): an empty one names nothing, and is refused rather than
+    read as "the default" (``--profile ''`` from an unset shell variable)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"expected a name, got {shown(text)}")
+    return text
+
+
 def machine_option(text: str) -> str:
     if not MACHINE_NAME.fullmatch(text):
         raise argparse.ArgumentTypeError(f"{text!r} is not a machine name (letters, digits, '.', '_', '-', "
@@ -89,6 +97,18 @@ def case_id_option(text: str) -> str:
             for item in items for key, eq, _ in [item.partition("=")]):
         raise argparse.ArgumentTypeError(f"{text!r} is not a case ID (family/key=value,...)")
     return text
+
+
+def check_labels(labels: Sequence[str], runs: int) -> None:
+    """``--label``, repeated: one per run, in order, and none given twice, as no list option takes an
+    item twice: two runs under one label are one column name ("A vs A"), told apart by nothing."""
+    if labels and len(labels) != runs:
+        raise UsageError(f"--label given {len(labels)} times for {runs} runs")
+    seen: set = set()
+    for label in labels:
+        if label in seen:
+            raise UsageError(f"--label {shown(label)} is given twice; give each run its own label")
+        seen.add(label)
 
 
 # More items than any list option needs (families, tools, worlds, slowdowns): beyond it, a typo

@@ -6,7 +6,9 @@ named like a results file hung it, one linked to /dev/zero grew without bound, a
 is opened as a regular file within a declared size, parsed strictly within declared counts, and
 its fields are checked as asv's version 2 format writes them. A results directory gathers files
 from many commits and machines over months: a file that is not one is skipped, named with why,
-and counted (``AsvFiles.skipped``), never taken for a figure and never silently dropped.
+and counted (``AsvFiles.skipped``), never taken for a figure and never silently dropped. A file
+is what it says: its commit the one its name gives, its case IDs ones a family means (read as their
+canonical IDs, each case once), its values at or above zero where the figure's unit is a magnitude.
 """
 from __future__ import annotations
 
@@ -17,10 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Optional
 
+from harness.core import registry
+from harness.core.case import CaseIdError
+from harness.core.declarations import unit_of
+from harness.core.echo import shown
 from harness.core.escape import for_terminal
+from harness.core.figures import NON_NEGATIVE_UNITS
 from harness.core.inputfile import InputFileError, read_bounded
 from harness.core.jsonfile import JsonFileError, JsonLimits, loads_strict
-from harness.core.echo import shown
 from harness.core.numbers import NumberError, check_float, check_int
 from harness.core.walk import WalkError, walk_bounded
 
@@ -133,6 +139,35 @@ def benchmark_units(path: Path) -> dict[str, str]:
 _CASE_ID = re.compile(r"[a-z0-9_]+/\S+", re.ASCII)
 
 
+def figure_name(benchmark: str) -> str:
+    """The figure a tracked benchmark records: ``bench_families.Rpc.track_p50_us`` -> ``p50_us``."""
+    return benchmark.rsplit(".", 1)[-1].removeprefix("track_")
+
+
+def named_commit(path: Path) -> str:
+    """The commit a results file's name gives: asv names it ``<commit[:8]>-<env>.json``."""
+    return path.name.split("-")[0]
+
+
+def _case_id(text: str, where: str) -> str:
+    """The canonical ID of the case asv holds as ``text`` (its repr, quotes included): one case is
+    one series however its keys are ordered, and an ID no family means is none."""
+    bare = text.strip("'\"")
+    if not _CASE_ID.fullmatch(bare):  # the view labels a series by what follows the family
+        raise AsvFileError(f"{where}: {shown(text)} is no case ID (FAMILY/KEY=VALUE,...)")
+    try:
+        return registry.parse(bare).id
+    except CaseIdError as exc:
+        raise AsvFileError(f"{where}: {shown(text)} is no case ID of a family: {exc}") from None
+
+
+def _check_sign(number: float, figure: str, family: str, where: str) -> None:
+    unit = unit_of(family, figure)
+    if unit in NON_NEGATIVE_UNITS and number < 0:
+        raise AsvFileError(f"{where}: {shown(number)} is below zero, which {family}'s {figure} (in {unit}) "
+                           "never is")
+
+
 def _figures(name: str, row, columns: dict[str, int], where: str) -> Iterator[Figure]:
     """The figures of one tracked benchmark's row: one per case asv holds. Tracked figures are
     parameterised by case ID alone; asv keeps each parameter as its repr, quotes included."""
@@ -159,16 +194,21 @@ def _figures(name: str, row, columns: dict[str, int], where: str) -> Iterator[Fi
     if not isinstance(values, list) or len(values) != len(cases):
         got = f"{len(values)} values" if isinstance(values, list) else type(values).__name__
         raise AsvFileError(f"{where}.result: expected a value for each of its {len(cases)} cases, got {got}")
-    for i, (case_id, value) in enumerate(zip(cases, values)):
-        if not _CASE_ID.fullmatch(case_id.strip("'\"")):  # the view labels a series by what follows the family
-            raise AsvFileError(f"{where}.params[0][{i}]: {shown(case_id)} is no case ID (FAMILY/KEY=VALUE,...)")
+    seen: dict[str, int] = {}
+    for i, (text, value) in enumerate(zip(cases, values)):
+        case_id = _case_id(text, f"{where}.params[0][{i}]")
+        if case_id in seen:  # two values of one case: which one the commit measured is not known
+            raise AsvFileError(f"{where}.params[0][{i}]: {shown(text)} is case {case_id}, as params[0][{seen[case_id]}] is")
+        seen[case_id] = i
         # asv writes null (or NaN) for a case that failed or lacks the figure: missing, never zero
         missing = value is None or (isinstance(value, float) and math.isnan(value))
         try:
             number = None if missing else check_float(value, f"{where}.result[{i}]")
         except NumberError as exc:
             raise AsvFileError(str(exc)) from None
-        yield Figure(name, version or "", case_id.strip("'\""), number)
+        if number is not None:
+            _check_sign(number, figure_name(name), case_id.partition("/")[0], f"{where}.result[{i}]")
+        yield Figure(name, version or "", case_id, number)
 
 
 def read_result(path: Path, machine: str) -> AsvResult:
@@ -184,6 +224,9 @@ def read_result(path: Path, machine: str) -> AsvResult:
     commit = _text(data.get("commit_hash"), f"{where} commit_hash")
     if not _HASH.fullmatch(commit):
         raise AsvFileError(f"{where} commit_hash: expected a commit's hexadecimal hash")
+    if named_commit(path) != commit[:8]:  # two files' values would land on one commit
+        raise AsvFileError(f"{where} commit_hash: {commit} is not the commit {named_commit(path)!r} the file's name "
+                           "gives (asv names a results file <commit[:8]>-<env>.json)")
     params = _object(data.get("params"), f"{where} params")
     own = _text(params.get("machine"), f"{where} params.machine")
     if own != machine:
@@ -231,7 +274,7 @@ def read_results(results_dir: Path, machine: Optional[str] = None, commit: Optio
         if machine is not None and directory != Path(results_dir) / machine:
             continue
         if commit is not None:
-            files = [f for f in files if f.name.split("-")[0] == commit[:8]]
+            files = [f for f in files if named_commit(f) == commit[:8]]
         try:
             name = read_machine(directory / "machine.json")
         except (AsvFileError, InputFileError) as exc:

@@ -265,13 +265,15 @@ def bench_regex(families: Sequence[str]) -> str:
 
 
 def _run_args(request: HistoryRequest, run_dir: Path) -> list[str]:
-    argv = [sys.executable, "-m", "harness", "run", "--world", str(WORLD), "--backend", "gloo",
+    argv = [sys.executable, "-m", "harness", "run", "--backend", "gloo",
             "--timeout", str(request.timeout_s), "--out", str(run_dir)]
-    if request.case_ids:
+    if request.case_ids:  # a case ID names its own world: --world with it is refused
         for case_id in request.case_ids:
             argv.append(f"--case={case_id}")  # one word: never read as an option
-    elif request.families:
-        argv.append(f"--families={','.join(request.families)}")
+    else:
+        argv.append(f"--world={WORLD}")
+        if request.families:
+            argv.append(f"--families={','.join(request.families)}")
     return argv
 
 

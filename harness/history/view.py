@@ -24,7 +24,15 @@ from harness.core.figures import TIME_SCALE, sample_parts
 from harness.core.inputfile import InputFileError
 from harness.core.plotting import legend, png_bytes, subplots
 from harness.document.blocks import Block, Heading, Image, Para, Table
-from harness.history.asvfiles import AsvDirectoryError, AsvFileError, Skipped, benchmark_units, read_results, warn_skipped
+from harness.history.asvfiles import (
+    AsvDirectoryError,
+    AsvFileError,
+    Skipped,
+    benchmark_units,
+    figure_name,
+    read_results,
+    warn_skipped,
+)
 
 MAX_LINES_PER_PLOT = 8
 # The skipped files a report names (all are counted, and all named on stderr).
@@ -61,7 +69,7 @@ class Series:
 
     @property
     def statistic(self) -> str:
-        return _figure_name(self.benchmark)
+        return figure_name(self.benchmark)
 
 
 def _case_params(case_id: str) -> tuple[str, dict]:
@@ -189,7 +197,7 @@ def _plot(machine: str, benchmark: str, group: list[Series]) -> Image:
     ax.set_xticks(range(len(commits)), [c[:8] for _, c in commits], rotation=45, fontsize=7)
     ax.set_xlabel("commit (by date)")
     unit = group[0].unit
-    ax.set_ylabel(_figure_name(benchmark) + (f" ({unit})" if unit else ""))
+    ax.set_ylabel(figure_name(benchmark) + (f" ({unit})" if unit else ""))
     ax.grid(True, alpha=0.3)
     legend(ax)
     name = plot_name(machine, benchmark)
@@ -234,10 +242,6 @@ def _priority(case_series: list[Series]) -> tuple:
     first, last = points[0].value, points[-1].value
     moved = abs(math.log(last / first)) if first > 0 and last > 0 else 0.0
     return (all(s.reference is None for s in case_series), -moved, _natural(case_series[0].case_id))
-
-
-def _figure_name(benchmark: str) -> str:
-    return benchmark.rsplit(".", 1)[-1].removeprefix("track_")
 
 
 def resets(group: list[Series]) -> dict[str, str]:

@@ -24,7 +24,12 @@ from harness.core.claim import claim_dir
 from harness.core.console import Console
 from harness.core.echo import shown
 from harness.core.numbers import parse_int
-from harness.core.options import comma_separated, model_size_sweep, print_error
+from harness.core.options import (
+    comma_separated,
+    model_size_sweep,
+    name_option,
+    print_error,
+)
 from harness.core.scale import MAX_WORLD
 from harness.core.sizes import MAX_SIZES, format_size, parse_sizes
 from harness.model import alphabeta as ab
@@ -117,7 +122,7 @@ def register(sub) -> None:
                    help=f"scales, e.g. {DEFAULT_RANKS} ('...' continues the progression)")
     p.add_argument("--sizes", type=model_size_sweep, default=parse_sizes(DEFAULT_SIZES), metavar="SPEC",
                    help=f"allreduce sizes in bytes (default {DEFAULT_SIZES})")
-    p.add_argument("--profile", default=None,
+    p.add_argument("--profile", default=None, type=name_option,
                    help=f"hardware profile YAML or shipped name (default {DEFAULT_PROFILE}; with --calibrate alone: "
                         "a one-tier loopback profile from the fit)")
     p.add_argument("--algos", type=_algos_arg, default=tuple(ab.ALLREDUCE_MODELS), metavar="LIST",
@@ -125,8 +130,8 @@ def register(sub) -> None:
     p.add_argument("--calibrate", type=Path, metavar="RUN_DIR", action="append",
                    help="fit alpha/beta from the allreduce records of a run directory and use them "
                         "(repeat for several runs, e.g. one per world)")
-    p.add_argument("--calibrate-tier", metavar="TIER",
-                   help="profile tier the fit replaces (default: the profile's intra-node tier)")
+    p.add_argument("--calibrate-tier", metavar="TIER", type=name_option,
+                   help="profile tier the fit replaces (default: the profile's intra-node tier; with --calibrate only)")
     p.add_argument("--statistic", choices=("p50", "mean"), default="p50", help="measured statistic to fit")
     p.add_argument("--loss", choices=("soft_l1", "linear", "huber", "cauchy"), default="soft_l1",
                    help="least-squares loss of the fit (default soft_l1, robust to time-slice outliers)")
@@ -189,6 +194,10 @@ def cmd_model(args) -> int:
         print_error("model", f"--sizes x --ranks x --algos: {len(args.sizes)} sizes x {len(args.ranks)} scales x "
                              f"{len(algos)} algorithms is {cells} modelled times; at most MAX_MODEL_CELLS = "
                              f"{MAX_MODEL_CELLS} (fewer sizes, scales or algorithms)")
+        return 2
+    if args.calibrate_tier is not None and not args.calibrate:  # a tier no fit replaces would do nothing
+        print_error("model", f"--calibrate-tier {shown(args.calibrate_tier)} names the tier a fit replaces; "
+                             "give --calibrate RUN_DIR too, or leave it out")
         return 2
     try:
         profile = load_profile(args.profile or DEFAULT_PROFILE) if (args.profile or not args.calibrate) else None

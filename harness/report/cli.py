@@ -14,9 +14,22 @@ from harness.claims import baselines
 from harness.core import atomic, registry
 from harness.core.claim import claim_dir
 from harness.core.inputfile import declare_inputs
-from harness.core.options import EXIT_OK, EXIT_USAGE, print_error
-from harness.core.store import distinct_run_ids, distinct_runs, load_run, run_dir_of, run_inputs
-from harness.document.blocks import PLOTS_DIR, Block, Heading, Image, to_html, to_markdown
+from harness.core.options import EXIT_OK, EXIT_USAGE, check_labels, print_error
+from harness.core.store import (
+    distinct_run_ids,
+    distinct_runs,
+    load_run,
+    run_dir_of,
+    run_inputs,
+)
+from harness.document.blocks import (
+    PLOTS_DIR,
+    Block,
+    Heading,
+    Image,
+    to_html,
+    to_markdown,
+)
 from harness.history.view import HistoryError, history_blocks, is_history_plot
 from harness.report.build import Report, build
 
@@ -92,8 +105,7 @@ def _rmdir_if_empty(directory: Path) -> None:
 
 def make_report(run_dirs: Sequence[Path], labels: Sequence[str] = (), baselines_dir: Path = baselines.DEFAULT_DIR,
                 asv_results: Path | None = None, families=None) -> Report:
-    if labels and len(labels) != len(run_dirs):
-        raise baselines.BaselineError(f"--label given {len(labels)} times for {len(run_dirs)} runs")
+    check_labels(labels, len(run_dirs))
     runs = distinct_run_ids([load_run(p, labels[i] if labels else None) for i, p in enumerate(distinct_runs(run_dirs))])
     claims = baselines.load_dir(baselines_dir)
     extra: list[Block] = []

@@ -9,7 +9,14 @@ from pathlib import Path
 
 from harness.core import registry
 from harness.core.family import GridOptions
-from harness.core.options import EXIT_OK, at_least, comma_separated, seconds, size_sweep
+from harness.core.options import (
+    EXIT_OK,
+    UsageError,
+    at_least,
+    comma_separated,
+    seconds,
+    size_sweep,
+)
 from harness.core.records import MAX_SAMPLES
 from harness.core.scale import MAX_WORLD
 from harness.run.lifetime import raise_on_sigterm
@@ -26,7 +33,8 @@ def register(sub) -> None:
     p_run = sub.add_parser("run", help="run cases and write a run directory")
     p_run.add_argument("--families", type=comma_separated, help="comma-separated family names (default: every default family)")
     p_run.add_argument("--case", dest="case_ids", action="append", default=[], metavar="ID",
-                       help="run exactly this case ID (repeatable); overrides --families")
+                       help="run exactly this case ID (repeatable); overrides --families; the ID names its own "
+                            "world and size, so --world and --sizes are refused with it")
     _grid_args(p_run)
     p_run.add_argument("--iters", type=at_least(1, MAX_SAMPLES),
                        help=f"timed iterations per case (default: calibrated by rank 0; at most {MAX_SAMPLES}, "
@@ -58,7 +66,21 @@ def cmd_list(args) -> int:
     return EXIT_OK
 
 
+# The options that shape the grid --families selects, by their flags: a --case ID names its own
+# world and size, so given with one they would change nothing. (--quick/--full also set the
+# timing policy, and --backend the process group: both still act on a --case.)
+GRID_ONLY = {"world": "--world", "sizes": "--sizes"}
+
+
+def _refuse_grid_with_cases(args) -> None:
+    given = [flag for dest, flag in GRID_ONLY.items() if getattr(args, dest) is not None]
+    if args.case_ids and given:
+        raise UsageError(f"{' and '.join(given)} shape the grid of --families, which --case replaces: a case ID "
+                         f"names its own world and size (world=..., size_bytes=...); leave {' and '.join(given)} out")
+
+
 def cmd_run(args) -> int:
+    _refuse_grid_with_cases(args)
     opts = RunOptions(
         families=args.families, case_ids=tuple(args.case_ids), profile=args.profile, world=args.world,
         backend=args.backend, sizes_bytes=args.sizes, iters=args.iters, warmup=args.warmup,

@@ -16,13 +16,12 @@ from rich.console import Console
 from harness.core import registry
 from harness.core.options import UsageError
 from harness.core.records import UNKNOWN_START, ErrorInfo, Record, utc_now_iso
+from harness.core.scale import MAX_WORLD
 from harness.run import fingerprint
 from harness.run.launchenv import env_int
 from harness.run.limit import overran_by
-from harness.core.scale import MAX_WORLD
 from harness.run.plan import RunJournal, RunOptions, RunPlan, plan_run
 from harness.run.reporter import Reporter, announce, finish
-
 
 MAX_PORT = 65535
 
@@ -72,13 +71,39 @@ def position(env=os.environ) -> Optional[Position]:
     else:
         return None
     _rendezvous(env)
-    # the node's variables too, checked before the ranks meet: a local rank is one of its node's
-    _, local_world = fingerprint.launcher_layout(env)
+    _hold_node_variables(env, launcher, world, local)
+    return Position(rank, world, local, launcher)
+
+
+def _hold_node_variables(env, launcher: str, world: int, local: int) -> None:
+    """The node's variables, checked before the ranks meet and against the job's world: a node runs
+    at most the job's ranks, a local rank is one of its node's, and a node rank one of the job's
+    nodes (torchrun's GROUP_RANK is the node's rank among ``--nnodes`` worker groups of
+    LOCAL_WORLD_SIZE ranks each). Read otherwise, the fingerprint would record a layout the job
+    cannot have (4 ranks on a node of a 1-rank job)."""
+    world_var = "WORLD_SIZE" if launcher == "torchrun" else "SLURM_NTASKS"
+    found, local_world = fingerprint.launcher_layout(env)
+    local_world_var = fingerprint.local_world_var(env)
+    if local_world is not None and local_world > world:
+        raise UsageError(f"{local_world_var}={local_world}: expected an integer in [1, {world}], at most the "
+                         f"{world} ranks of the job ({world_var}={world})")
     if local_world is not None and local >= local_world:
         local_var = "LOCAL_RANK" if launcher == "torchrun" else "SLURM_LOCALID"
         raise UsageError(f"{local_var}={local}: expected an integer in [0, {local_world - 1}], one of the "
-                         f"{local_world} ranks the launcher starts on this node ({fingerprint.local_world_var(env)})")
-    return Position(rank, world, local, launcher)
+                         f"{local_world} ranks the launcher starts on this node ({local_world_var})")
+    if found is None:
+        return
+    node_var, node = found
+    if local_world is None:  # each node holds a rank at least
+        nodes, whence = world, f"at most, each node holding a rank of {world_var}={world}"
+    elif world % local_world == 0:  # torchrun's: every node runs LOCAL_WORLD_SIZE ranks
+        nodes, whence = world // local_world, f"{world_var}={world} / {local_world_var}={local_world}"
+    else:  # nodes of unequal sizes: this one holds its ranks, each other one at least
+        nodes = world - local_world + 1
+        whence = f"at most, of {world_var}={world} with {local_world_var}={local_world} here"
+    if node >= nodes:
+        raise UsageError(f"{node_var}={node}: expected an integer in [0, {nodes - 1}], one of the {nodes} "
+                         f"node(s) of the job ({whence})")
 
 
 def joined_rank(env=os.environ):

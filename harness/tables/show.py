@@ -7,8 +7,14 @@ import sys
 from pathlib import Path
 
 from harness.core.escape import for_terminal
-from harness.core.options import EXIT_FAILED, EXIT_OK
-from harness.core.store import ResultsFileError, distinct_run_ids, distinct_runs, load_records, run_documents, run_of
+from harness.core.options import EXIT_FAILED, EXIT_OK, check_labels
+from harness.core.store import (
+    distinct_run_ids,
+    distinct_runs,
+    load_records,
+    run_documents,
+    run_of,
+)
 from harness.tables.frame import records_of
 from harness.tables.terminal import print_comparison, print_tables
 
@@ -23,8 +29,7 @@ def register(sub) -> None:
 
 
 def cmd_show(args) -> int:
-    if args.label and len(args.label) != len(args.run_dirs):
-        raise ResultsFileError(f"--label given {len(args.label)} times for {len(args.run_dirs)} runs")
+    check_labels(args.label, len(args.run_dirs))
     frames, labels, runs, whole = [], [], [], True
     loaded = []
     for i, run_dir in enumerate(distinct_runs(args.run_dirs)):
