@@ -37,12 +37,13 @@ def _runs(root: Path, n: int, **fields) -> Path:
     return root
 
 
-@pytest.mark.parametrize("field, other", [("family_version", 2), ("timer", "cuda_event")])
-def test_compare_refuses_runs_of_another_definition_with_exit_2(tmp_path, field, other):
+# CUDA events time a case only over NCCL, the one backend whose ranks get a GPU: such a record says so.
+@pytest.mark.parametrize("field, other, beside", [("family_version", 2, {}), ("timer", "cuda_event", {"backend": "nccl"})])
+def test_compare_refuses_runs_of_another_definition_with_exit_2(tmp_path, field, other, beside):
     base = _runs(tmp_path / "a", 3)
     same = _runs(tmp_path / "b", 3)
     assert main(["compare", str(base), str(same), "--out", str(tmp_path / "ok")]) == EXIT_PASS
-    changed = _runs(tmp_path / "c", 3, **{field: other})
+    changed = _runs(tmp_path / "c", 3, **{field: other}, **beside)
     assert main(["compare", str(base), str(changed), "--out", str(tmp_path / "out")]) == EXIT_COULD_NOT_RUN
     (case,) = json.loads((tmp_path / "out" / "gate.json").read_text())["cases"]
     assert case["outcome"] == "could_not_run" and f"{field} differs" in case["reason"]

@@ -57,7 +57,7 @@ def _write_run(path, rng, noise=0.05, outliers=()):
                 samples = base * 1e9 * rng.lognormal(0.0, noise, size=64)
                 run.append(derived_record(
                     f"allreduce/algo={algo},backend=gloo,dtype=float32,size_bytes={n},world={world}", samples,
-                    run_id="synthetic", timer="synthetic"))
+                    run_id="synthetic"))
     return path
 
 

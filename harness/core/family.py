@@ -45,7 +45,13 @@ if TYPE_CHECKING:
     from harness.core.plotting import Drawn
 
 PROFILES = ("quick", "full")
+# The backends critpath runs a case over: --backend's choices, a case's backend key, and a record's
+# backend (harness.core.verify), declared once.
 BACKENDS = ("gloo", "nccl")
+# The most results one rank's check counts where its family declares no tighter bound
+# (``Family.checked_per_rank``): a check counts results it holds, and a rank holds at most a case's
+# largest allocation, one result a byte at the least.
+MAX_CHECKED_PER_RANK = MAX_RUN_SIZE_BYTES
 
 # Parameters many families share, declared once.
 BACKEND = Param("backend", str, "gloo or nccl", choices=BACKENDS, required=True)
@@ -248,6 +254,14 @@ class Family:
     # What a report draws and concludes from the family's records, besides its table.
     plots: Sequence[Plot] = field(default_factory=tuple)
     findings: Sequence[Finding] = field(default_factory=tuple)
+    # The most results one rank's check counts for a case, where the case fixes it (a buffer's
+    # elements, one answer): a record whose check counts more over its ranks is refused on read.
+    checked_per_rank: Optional[Callable[[Case], int]] = None
+
+    def checked_at_most(self, case: Case, world: int) -> int:
+        """The most results a check of ``case`` on ``world`` ranks counts (the driver sums the ranks')."""
+        per_rank = self.checked_per_rank(case) if self.checked_per_rank is not None else MAX_CHECKED_PER_RANK
+        return world * per_rank
 
     def table_columns(self) -> list[Column]:
         """The terminal table's columns, figure columns resolved against the declarations."""

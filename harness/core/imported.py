@@ -21,6 +21,9 @@ FIGURES = ("time_us", "algbw_gbps", "busbw_gbps")
 MEAN_ONLY, PER_ITERATION = "mean_only", "per_iteration"
 # How an import's timer and reduction begin: a record that says so holds its row, or is refused.
 IMPORTED_BY = "nccl-tests"
+# What an import's timer and backend are: nccl-tests times with CUDA events, over NCCL.
+IMPORTED_TIMER = f"{IMPORTED_BY} (CUDA events)"
+IMPORTED_BACKEND = "nccl"
 # The one family critpath measures itself that an import can stand for: an all_reduce sum, in place.
 NATIVE_FAMILY = "allreduce"
 # nccl-tests' collectives (its *_perf binaries); any other becomes no family at all.

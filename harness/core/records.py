@@ -30,6 +30,10 @@ SCHEMA_ID = "critpath.record/1"
 STATUSES = ("ok", "failed", "timeout")
 # How ranks' samples became one per iteration: nccl-tests' rule for collectives, or one rank's own.
 MAX_OVER_RANKS, SINGLE_RANK = "max_over_ranks", "single_rank"
+# The clocks the driver's timers write into a record's timer (harness.run.driver.time_iterations):
+# the host's, CUDA events on a GPU, or a family's own loop (``family_owned_timer``). An import's
+# timer is its source's (harness.core.imported.IMPORTED_TIMER); a record that never timed has "".
+HOST_TIMER, CUDA_TIMER = "perf_counter_ns", "cuda_event"
 # ErrorInfo.kind of a case that ran and whose correctness check found wrong results.
 CHECK_FAILED = "check"
 
@@ -61,6 +65,11 @@ def utc_now_iso(timespec: str = "milliseconds") -> str:
 
 def reduction_for(world: int) -> str:
     return MAX_OVER_RANKS if world > 1 else SINGLE_RANK
+
+
+def family_owned_timer(family: str) -> str:
+    """The timer of a record whose family timed its own loop (``Family.iterate``)."""
+    return f"family-owned loop ({family})"
 
 
 class RecordError(CannotRun):
@@ -133,12 +142,17 @@ class Record:
     metrics: Mapping[str, float] = field(default_factory=dict)
     check: Optional[CheckResult] = None
     error: Optional[ErrorInfo] = None
-    # Per-iteration latency is the max over ranks for collective families (nccl-tests' rule).
-    reduction: str = MAX_OVER_RANKS
+    # How ranks' samples became one per iteration; "" for the driver's rule at this world
+    # (``reduction_for``: the max over ranks, nccl-tests' rule, or one rank's own).
+    reduction: str = ""
     extra: Mapping[str, Any] = field(default_factory=dict)  # family-specific, JSON-able context
     # Figure -> why it could not be recomputed when the record was read (harness.core.verify); derived
     # on read, never written.
     unverifiable: Mapping[str, str] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.reduction:
+            object.__setattr__(self, "reduction", reduction_for(self.world))
 
     @property
     def ok(self) -> bool:
@@ -220,7 +234,7 @@ class Record:
             error=ErrorInfo(error["kind"], error["message"], error.get("rank"), error.get("traceback", ""))
             if error
             else None,
-            reduction=data.get("reduction", MAX_OVER_RANKS),
+            reduction=data.get("reduction", ""),
             extra=data.get("extra", {}),
         )
 
@@ -235,7 +249,7 @@ class Record:
         return cls(
             run_id=run_id, case_id=case.id, family=case.family, family_version=registry.get(case.family).version,
             params=dict(case.params), status="timeout" if error.kind == "timeout" else "failed", backend=backend,
-            world=case.world, started_at=started_at, wall_s=wall_s, error=error, reduction=reduction_for(case.world),
+            world=case.world, started_at=started_at, wall_s=wall_s, error=error,
         )
 
 

@@ -21,18 +21,33 @@ from typing import Mapping
 
 from harness.core import registry
 from harness.core.case import Case, CaseIdError
+from harness.core.family import BACKENDS, MAX_CHECKED_PER_RANK, Family
 from harness.core.imported import (
+    IMPORTED_BACKEND,
     IMPORTED_BY,
+    IMPORTED_TIMER,
     check_contradiction,
     contradiction,
     identity_contradiction,
 )
 from harness.core.numbers import NumberError, check_float
-from harness.core.records import CHECK_FAILED, Record, RecordError
+from harness.core.records import (
+    CHECK_FAILED,
+    CUDA_TIMER,
+    HOST_TIMER,
+    MAX_OVER_RANKS,
+    Record,
+    RecordError,
+    family_owned_timer,
+    reduction_for,
+)
 from harness.core.stats import Summary
 
 # Recomputing runs the same code on the same numbers; only float formatting in JSON can differ.
 REL_TOL = 1e-9
+# How far the driver's timers may read one sample above the time it took, in ns: the host clock's
+# reads are whole nanoseconds, CUDA events' elapsed_time about half a microsecond.
+SAMPLE_ROUNDING_NS = {HOST_TIMER: 1, CUDA_TIMER: 1000}
 
 
 def _imported(record: Record, where: str) -> bool:
@@ -104,11 +119,64 @@ def _check_outcome(record: Record, where: str) -> None:
         raise RecordError(f"field check: the record failed its check (field error), and holds {said}", where)
 
 
+def _check_how_measured(record: Record, case: Case, family: Family, where: str) -> None:
+    """A native record's backend, timer, reduction, plan, wall time and check count as the driver
+    writes them (harness.run.driver.run_case): model calibration and the crossover finding select
+    records by backend, comparison pairs them by timer and reduction, and none of these is a
+    figure that the samples recompute."""
+    if record.backend not in BACKENDS:
+        raise RecordError(f"field backend: {record.backend!r} is not a backend critpath runs ({', '.join(BACKENDS)})",
+                          where)
+    if "backend" in case.params and record.backend != case.params["backend"]:
+        raise RecordError(f"field backend: {record.backend!r} but the case ID says backend={case.params['backend']}",
+                          where)
+    if record.reduction != reduction_for(record.world):
+        raise RecordError(f"field reduction: {record.reduction!r} at world {record.world}; the driver reduces ranks' "
+                          f"samples by {reduction_for(record.world)!r}", where)
+    timers = [HOST_TIMER]
+    if record.backend == "nccl":  # only NCCL ranks get a CUDA device (harness.run.worker.device_for)
+        timers.append(CUDA_TIMER)
+    if family.iterate is not None:
+        timers.append(family_owned_timer(family.name))
+    if not record.samples_ns:
+        timers.append("")  # it never timed
+    if record.timer not in timers:
+        raise RecordError(f"field timer: {record.timer!r} is not a timer of a {record.family} record over "
+                          f"{record.backend} ({', '.join(map(repr, timers))})", where)
+    samples = record.samples_ns
+    if samples:
+        iters = record.plan.get("iters") if isinstance(record.plan, Mapping) else None
+        if iters != len(samples):
+            raise RecordError(f"field plan.iters: {iters!r} but the record holds {len(samples)} samples, one an "
+                              "iteration", where)
+    if record.timer in SAMPLE_ROUNDING_NS and samples:
+        # Every rank's timed loop lies within rank 0's wall time (it starts after a barrier rank 0
+        # joins and ends before rank 0 reduces the samples), and the max over ranks of each
+        # iteration sums to at most the ranks' sums. A family's own loop is not held to it: open-loop
+        # latency runs from each request's intended send, and requests overlap.
+        ranks = record.world if record.reduction == MAX_OVER_RANKS else 1
+        timed_ns = sum(samples) - SAMPLE_ROUNDING_NS[record.timer] * len(samples)
+        if timed_ns > ranks * record.wall_s * 1e9:
+            raise RecordError(f"field wall_s: {record.wall_s!r} s, less than the {sum(samples) / 1e9:.6g} s its "
+                              f"samples add up to{f' over {ranks} ranks' if ranks > 1 else ''}", where)
+    check = record.check
+    if check is not None:
+        # A bound of this family version's case: a record of another version is held to the general one.
+        most = (family.checked_at_most(case, record.world) if record.family_version == family.version
+                else record.world * MAX_CHECKED_PER_RANK)
+        if check.checked > most:
+            raise RecordError(f"field check.checked: {check.checked} but a check of {record.case_id} counts at "
+                              f"most {most} results on {record.world} ranks", where)
+
+
 def verify(record: Record, where: str = "") -> Record:
     """``record`` with ``unverifiable`` filled in, or a RecordError naming what contradicts it."""
     _check_finite(record, where)
     if _imported(record, where):
         block = record.extra["imported"]
+        for name, said, source in (("backend", record.backend, IMPORTED_BACKEND), ("timer", record.timer, IMPORTED_TIMER)):
+            if said != source:
+                raise RecordError(f"field {name}: {said!r}; an import from nccl-tests is {source!r}", where)
         # Figures, identity and check are the source row's, which the record keeps: an edit is refused.
         wrong = (identity_contradiction(block, record.family, record.case_id, record.params, record.world)
                  or check_contradiction(block, record.check)
@@ -118,13 +186,14 @@ def verify(record: Record, where: str = "") -> Record:
         return record
     case = _check_identity(record, where)
     _check_outcome(record, where)
+    family = registry.get(record.family)
+    _check_how_measured(record, case, family, where)
     if not record.ok:
         if record.metrics:
             raise RecordError(f"field metrics: a {record.status} record (check "
                               f"{'passed' if record.check is None or record.check.passed else 'failed'}) carries "
                               f"figures ({', '.join(sorted(record.metrics))})", where)
         return record
-    family = registry.get(record.family)
     if record.family_version != family.version:
         why = f"recorded by {record.family} version {record.family_version}; this critpath has version {family.version}"
         return replace(record, unverifiable={name: why for name in record.metrics})

@@ -109,7 +109,7 @@ def setup(ctx: RankContext, case: Case) -> State:
 
     from harness.collectives.p2p_allreduce import RingPlan, TreePlan, ring_allreduce, tree_allreduce
 
-    count = p["size_bytes"] // DTYPE_BYTES[p["dtype"]]
+    count = _count(case)
     buffer = torch.zeros(count, dtype=getattr(torch, p["dtype"]), device=ctx.device)
     state = State(ctx, case, buffer, p["algo"])
     if ctx.backend == "nccl":
@@ -212,6 +212,7 @@ FAMILY = Family(
     step=step,
     metrics=metrics,
     check=check,
+    checked_per_rank=_count,  # check() compares every element of the buffer
     teardown=teardown,
     report=report,
     columns=(

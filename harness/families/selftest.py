@@ -111,6 +111,7 @@ FAMILY = Family(
     step=step,
     metrics=metrics,
     check=check,
+    checked_per_rank=lambda case: 1,  # check() judges one answer a rank
     columns=(
         Column("mode", lambda r: r.params["mode"]),
         Column("p50", figure="p50_ns", fmt="{:.0f}"),

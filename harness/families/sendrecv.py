@@ -54,7 +54,7 @@ def setup(ctx: RankContext, case: Case) -> State:
     import torch
     import torch.distributed as dist
 
-    count = p["size_bytes"] // ELEMENT_BYTES
+    count = _count(case)
     send = torch.zeros(count, dtype=torch.float32, device=ctx.device)
     recv = torch.zeros(count, dtype=torch.float32, device=ctx.device)
     nxt, prv = (ctx.rank + 1) % ctx.world, (ctx.rank - 1) % ctx.world
@@ -106,6 +106,11 @@ def metrics(case: Case, summary: Summary, reports: list[dict]) -> dict[str, floa
     }
 
 
+def _count(case) -> int:
+    """The float32 elements each rank sends of ``case`` (a Case or a record: anything with params)."""
+    return case.params["size_bytes"] // ELEMENT_BYTES
+
+
 FAMILY = Family(
     name="sendrecv",
     version=1,
@@ -121,10 +126,11 @@ FAMILY = Family(
     step=step,
     metrics=metrics,
     check=check,
+    checked_per_rank=_count,  # check() compares every element received
     report=report,
     columns=(
         Column("size", lambda r: format_size(r.params["size_bytes"])),
-        Column("count", lambda r: r.params["size_bytes"] // ELEMENT_BYTES),
+        Column("count", _count),
         *BANDWIDTH_COLUMNS,
     ),
 )

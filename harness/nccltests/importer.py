@@ -37,6 +37,8 @@ from typing import Iterator, Optional
 from harness.core.claim import claim_dir
 from harness.core.family import CheckResult
 from harness.core.imported import (
+    IMPORTED_BACKEND,
+    IMPORTED_TIMER,
     MEAN_ONLY,
     PER_ITERATION,
     case_id_of,
@@ -133,9 +135,9 @@ def iter_records(parsed: Parsed, run_id: str, source_name: str, trailer: dict) -
         case_id = case_id_of(family, params)
         yield Record(
             run_id=run_id, case_id=case_id, family=family, family_version=1, params=params, status="ok",
-            backend="nccl", world=parsed.ranks, started_at=parsed.started_at if is_started_at(parsed.started_at) else UNKNOWN_START,
+            backend=IMPORTED_BACKEND, world=parsed.ranks, started_at=parsed.started_at if is_started_at(parsed.started_at) else UNKNOWN_START,
             wall_s=0.0, samples_ns=samples,
-            plan={"warmup": parsed.warmup, "iters": iters}, timer="nccl-tests (CUDA events)",
+            plan={"warmup": parsed.warmup, "iters": iters}, timer=IMPORTED_TIMER,
             metrics=figures_of(side),
             check=_check(row), reduction="nccl-tests" + (": per iteration, max over ranks" if kind == PER_ITERATION
                                                          else ": mean over iterations"),

@@ -18,7 +18,16 @@ import numpy as np
 
 from harness.core.case import Case
 from harness.core.family import CheckResult, Family, RankContext
-from harness.core.records import CHECK_FAILED, ErrorInfo, Record, reduction_for, utc_now_iso
+from harness.core.records import (
+    CHECK_FAILED,
+    CUDA_TIMER,
+    HOST_TIMER,
+    ErrorInfo,
+    Record,
+    family_owned_timer,
+    reduction_for,
+    utc_now_iso,
+)
 from harness.core.stats import Summary
 from harness.run.timing import Clock, LoopPlan, PlanPolicy, time_each, time_each_cuda
 
@@ -81,10 +90,10 @@ def time_iterations(family: Family, ctx: RankContext, clock: Clock, state: Any, 
     if family.iterate is not None:
         owned = family.iterate(state, iters, clock)
         if owned is not None:  # None: this case leaves the loop to the driver
-            return np.asarray(owned, dtype=np.int64), f"family-owned loop ({family.name})"
+            return np.asarray(owned, dtype=np.int64), family_owned_timer(family.name)
     if ctx.device is not None and getattr(ctx.device, "type", "cpu") == "cuda":
-        return time_each_cuda(family.step, state, iters), "cuda_event"
-    return time_each(family.step, state, iters, clock), "perf_counter_ns"
+        return time_each_cuda(family.step, state, iters), CUDA_TIMER
+    return time_each(family.step, state, iters, clock), HOST_TIMER
 
 
 def run_case(
