@@ -356,9 +356,14 @@ def test_a_record_number_that_is_not_finite_or_past_its_bound_is_refused_naming_
 
 
 def test_a_record_at_its_bounds_is_read(tmp_path):
-    path = _results_line(tmp_path, lambda d: d["plan"].update(iters=MAX_SAMPLES, warmup=MAX_SAMPLES))
+    # plan.iters is the count of the samples it holds: at the bound, MAX_SAMPLES of them
+    data = derived_record(NOOP, np.full(MAX_SAMPLES, 1000, dtype=np.int64), run_id="r",
+                          plan={"iters": MAX_SAMPLES, "warmup": MAX_SAMPLES}).to_dict()
+    path = tmp_path / "results.jsonl"
+    path.write_text(json.dumps(data) + "\n")
     (record,) = iter_records(path)
-    assert record.plan == {"iters": MAX_SAMPLES, "warmup": MAX_SAMPLES} and record.wall_s == 0.1
+    assert record.plan == {"iters": MAX_SAMPLES, "warmup": MAX_SAMPLES} and record.wall_s == data["wall_s"]
+    assert len(record.samples_ns) == MAX_SAMPLES
 
 
 @pytest.mark.parametrize("old,new,expected", [

@@ -14,8 +14,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from conftest import run_cli
+
 from harness.cli import main
 
 pytestmark = pytest.mark.integration
@@ -86,3 +86,20 @@ def test_an_edited_field_is_refused_naming_it(runs, tmp_path, capsys, run, field
     edited = _edited(runs[run], tmp_path / "run", _set(field, value))
     assert main(["show", str(edited)]) == 2
     assert f"{edited / 'results.jsonl'}:1: field {field}:" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("run", ["noop", "allreduce"])
+@pytest.mark.parametrize("started_at", ["9999-12-31T23:59:59.999+00:00", "2000-01-01T00:00:00.000+00:00"])
+def test_a_record_that_starts_outside_its_run_is_refused(runs, tmp_path, capsys, run, started_at):
+    edited = _edited(runs[run], tmp_path / "run", _set("started_at", started_at))
+    assert main(["show", str(edited)]) == 2
+    err = capsys.readouterr().err
+    assert f"{edited / 'results.jsonl'}:1: field started_at: {started_at} is" in err and "run.json" in err
+
+
+def test_a_record_may_start_within_the_second_its_run_finished(runs, tmp_path, capsys):
+    """run.json's times are whole seconds, truncated: a case begun at 12:00:00.854 of a run that
+    finished in that second reads 'finished_at 12:00:00'."""
+    def edit(record, meta):
+        record["started_at"] = meta["finished_at"].replace("+00:00", ".999+00:00")
+    assert main(["show", str(_edited(runs["noop"], tmp_path / "run", edit))]) == 0, capsys.readouterr().err

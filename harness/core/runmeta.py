@@ -49,6 +49,13 @@ def check_time(name: str, stamp: object) -> Optional[datetime]:
     return when
 
 
+def instants(meta: Mapping) -> tuple[Optional[datetime], Optional[datetime]]:
+    """run.json's (started_at, finished_at) as instants, each None where it names none: not yet
+    (null), unknown, or a time without a zone, which is no instant to hold a record's start to."""
+    times = (check_time(name, meta.get(name)) for name in TIME_FIELDS)
+    return tuple(t if t is not None and t.tzinfo is not None else None for t in times)
+
+
 def _check_options(options: object) -> None:
     """run.json's options within the bounds ``critpath run`` holds its command line to."""
     if options is None:

@@ -26,7 +26,7 @@ from harness.core.inputfile import InputFileError, kind, open_regular, read_boun
 from harness.core.jsonfile import JsonFileError, JsonLimits, check_limits, loads_strict
 from harness.core.escape import for_terminal
 from harness.core.options import CannotRun, UsageError
-from harness.core.records import ErrorInfo, Record, RecordError
+from harness.core.records import UNKNOWN_START, ErrorInfo, Record, RecordError
 from harness.core.verify import verify
 
 RESULTS = "results.jsonl"
@@ -191,10 +191,41 @@ def _lines(path: Path) -> Iterator[tuple[int, bytes, str]]:
                 yield number, blob, ""
 
 
+# How far past its run's finished_at a record may start: run.json's times are whole seconds
+# (RunJournal writes utc_now_iso("seconds"), which truncates), a record's are milliseconds.
+RUN_TIME_ROUNDING = _dt.timedelta(seconds=1)
+
+
+def _run_window(path: Path) -> tuple[Optional[_dt.datetime], Optional[_dt.datetime]]:
+    """The run's (start, end) from the run.json beside the results file ``path`` (None for each it
+    does not give: a bare file, a run still going, an import whose log printed no zone)."""
+    run_dir = run_dir_of(path)
+    if run_dir is None:
+        return None, None
+    return runmeta.instants(read_meta(run_dir / RUN_META))
+
+
+def _check_within_run(record: Record, window: tuple, where: str) -> None:
+    """A record starts within its run: after run.json's started_at (written before the first case)
+    and by its finished_at (written after the last)."""
+    started, finished = window
+    if record.started_at == UNKNOWN_START or (started is None and finished is None):
+        return
+    when = _dt.datetime.fromisoformat(record.started_at)
+    if started is not None and when < started:
+        raise RecordError(f"field started_at: {record.started_at} is before its run started ({RUN_META} "
+                          f"started_at {started.isoformat()})", where)
+    if finished is not None and when - finished > RUN_TIME_ROUNDING:  # a difference: no date to overflow
+        raise RecordError(f"field started_at: {record.started_at} is after its run finished ({RUN_META} "
+                          f"finished_at {finished.isoformat()})", where)
+
+
 def iter_records(path: Path, skip_invalid: bool = False, skipped: list | None = None) -> Iterator[Record]:
     """Yield records from ``path``. Any invalid line raises ``ResultsFileError`` naming file and
-    line, unless ``skip_invalid``: then it is appended to ``skipped`` and reading goes on."""
+    line, unless ``skip_invalid``: then it is appended to ``skipped`` and reading goes on. A record
+    of a run directory is held to its run.json's start and end (``_check_within_run``)."""
     path = Path(path)
+    window = _run_window(path)
     records = 0
     for number, blob, problem in _lines(path):
         where = f"{path}:{number}"
@@ -212,7 +243,9 @@ def iter_records(path: Path, skip_invalid: bool = False, skipped: list | None = 
                 raise RecordError(exc.why, where) from None
             if not isinstance(data, dict):
                 raise RecordError("a record must be a JSON object", where)
-            yield verify(Record.from_dict(data, where), where)
+            record = verify(Record.from_dict(data, where), where)
+            _check_within_run(record, window, where)
+            yield record
         except RecordError as exc:
             if not skip_invalid:
                 raise ResultsFileError(str(exc)) from None
