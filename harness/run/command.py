@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from harness.core import registry
-from harness.core.family import GridOptions
+from harness.core.family import BACKENDS, GridOptions
 from harness.core.options import (
     EXIT_OK,
     UsageError,
@@ -52,7 +52,7 @@ def _grid_args(p: argparse.ArgumentParser) -> None:
     profile.add_argument("--full", dest="profile", action="store_const", const="full", help="full profile")
     p.set_defaults(profile="quick")
     p.add_argument("--world", type=at_least(1, MAX_WORLD), help=f"ranks to spawn locally (default 2, at most {MAX_LOCAL_WORLD}; under torchrun: WORLD_SIZE)")
-    p.add_argument("--backend", choices=("gloo", "nccl"), help="default: nccl when every rank has a GPU, else gloo")
+    p.add_argument("--backend", choices=BACKENDS, help="default: nccl when every rank has a GPU, else gloo")
     p.add_argument("--sizes", type=size_sweep, metavar="SPEC", help="size sweep like nccl-tests: 8:64M:x2, 1K:8K:+1K or 8,1K,1M")
 
 

@@ -42,7 +42,7 @@ from typing import Any, Optional, Sequence, TextIO
 import harness
 from harness.core import registry
 from harness.core.claim import Claim, claim_dir
-from harness.core.family import RankContext
+from harness.core.family import BACKENDS, RankContext
 from harness.core.jsonfile import JsonFileError, loads_strict
 from harness.core.numbers import check_float, check_int
 from harness.core.options import MAX_SECONDS, UsageError, seconds
@@ -66,7 +66,7 @@ def register(sub) -> None:
                        description="Measure cases round after round on request, over a JSON-lines pipe. "
                                    "critpath gate starts these; see harness/run/rounds.py for the protocol.")
     p.add_argument("--out", type=Path, required=True, help="directory for this worker's round directories")
-    p.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
+    p.add_argument("--backend", choices=BACKENDS, default="gloo")
     p.add_argument("--timeout", type=seconds, default=60.0, metavar="SECONDS", help="per-case limit of a multi-rank case")
     p.set_defaults(func=cmd_worker)
 
