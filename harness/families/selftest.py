@@ -17,7 +17,7 @@ import os
 import time
 from dataclasses import dataclass
 
-from harness.core.case import Case, Param
+from harness.core.case import Case, Needs, Param
 from harness.core.figures import Figure
 from harness.core.family import CheckResult, Column, Family, GridOptions, RankContext, world_param
 from harness.core.stats import Summary
@@ -100,7 +100,8 @@ FAMILY = Family(
               required=True),
         Param("fault_rank", int, "rank that misbehaves (a rank of the world)", low=0, required=True),
         world_param(),
-        Param("spin_iters", int, "mode=spin: loop iterations of CPU work per step", low=0, high=10**9, default=0),
+        Param("spin_iters", int, "mode=spin: loop iterations of CPU work per step", low=0, high=10**9, default=0,
+              needs=Needs("mode", ("spin",))),
     ),
     validate=validate,
     figures=(Figure("loop_overhead_ns", "ns", "lower",

@@ -1,0 +1,75 @@
+"""One case, one ID: a key at its default, a key that means nothing for the case, an empty or
+spaced value, a grid at any world, the slowdowns named in the environment, and ``-0``."""
+from __future__ import annotations
+
+import pytest
+
+from harness.core import registry
+from harness.core.case import CaseIdError
+
+SELFTEST = "selftest/fault_rank=0,mode=noop,world=1"
+
+
+def test_a_key_at_its_default_names_the_same_case():
+    assert registry.parse("selftest/fault_rank=0,mode=noop,spin_iters=0,world=1").id == SELFTEST
+    assert registry.parse("selftest/world=1,mode=noop,fault_rank=0").id == SELFTEST
+
+
+def test_a_key_that_means_nothing_for_the_case_is_refused_naming_it_and_what_it_needs():
+    with pytest.raises(CaseIdError, match=r"key 'spin_iters' is a setting of mode=spin only; this case has mode=noop"):
+        registry.parse("selftest/fault_rank=0,mode=noop,spin_iters=5,world=1")
+    assert registry.parse("selftest/fault_rank=0,mode=spin,spin_iters=5,world=1").params["spin_iters"] == 5
+
+
+def test_a_written_key_is_filled_in_so_the_shipped_grid_ids_stay_as_printed():
+    from harness.core.family import GridOptions
+
+    first = registry.get("moe_a2a").grid(GridOptions())[0].id
+    assert ",mitigation=none," in first
+    assert registry.parse(first.replace("mitigation=none,", "")).id == first
+    assert registry.parse(first).id == first
+
+
+def test_the_gate_config_maps_the_other_spelling_of_a_case_onto_its_grid_id(tmp_path):
+    from harness.core.family import GridOptions
+    from harness.gate.config import _canonical
+
+    first = registry.get("moe_a2a").grid(GridOptions())[0].id
+    assert _canonical(first.replace("mitigation=none,", "")) == first
+
+
+@pytest.mark.parametrize("case_id, key", [
+    ("rpc/codec=json,mode=pingpong,payload_bytes=64,preset=tool_call,transport=tcp_nodelay", "payload_bytes"),
+    ("rpc/codec=raw,inflight=4,mode=pingpong,payload_bytes=64,transport=tcp_nodelay", "inflight"),
+    ("rpc/codec=raw,mode=pingpong,payload_bytes=64,rate_hz=100,transport=tcp_nodelay", "rate_hz"),
+    ("rpc/batch=4,codec=raw,mode=pingpong,payload_bytes=64,transport=tcp_nodelay", "batch"),
+    ("rpc/codec=raw,mode=openloop,payload_bytes=64,rate_hz=100,transport=tcp_nodelay,window_us=10", "window_us"),
+    ("p2p_tiers/at_once=pair,backend=gloo,size_bytes=64,tier=intra,world=2", "at_once"),
+])
+def test_keys_documented_for_some_cases_only_are_refused_elsewhere(case_id, key):
+    with pytest.raises(CaseIdError, match=f"'{key}' is a setting of"):
+        registry.parse(case_id)
+
+
+def test_a_moe_capacity_key_outside_capacity_is_refused():
+    from harness.core.family import GridOptions
+
+    first = registry.get("moe_a2a").grid(GridOptions())[0].id
+    with pytest.raises(CaseIdError, match="'capacity_factor' is a setting of mitigation=capacity only"):
+        registry.parse(first.replace("compute=", "capacity_factor=1.5,compute="))
+
+
+PIPELINE = ("pipeline/act_bytes=65536,backend=gloo,compute=sleep,compute_us=500,microbatches=8,rtt_us=0,"
+            "scenario={},schedule=gpipe,world=4")
+
+
+@pytest.mark.parametrize("value, why", [("", "an empty value"), ("a b", "contains a space")])
+def test_an_empty_or_spaced_value_is_refused_naming_the_case_and_key(value, why):
+    with pytest.raises(CaseIdError, match=f"case ID .*: key 'scenario': .*{why}"):
+        registry.parse(PIPELINE.format(value))
+
+
+def test_a_family_case_with_an_empty_value_is_a_case_id_error_naming_the_key():
+    with pytest.raises(CaseIdError, match="key 'scenario': an empty value"):
+        registry.get("pipeline").case(act_bytes=65536, backend="gloo", compute="sleep", compute_us=500,
+                                      microbatches=8, rtt_us=0, scenario="", schedule="gpipe", world=4)
