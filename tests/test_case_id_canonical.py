@@ -73,3 +73,24 @@ def test_a_family_case_with_an_empty_value_is_a_case_id_error_naming_the_key():
     with pytest.raises(CaseIdError, match="key 'scenario': an empty value"):
         registry.get("pipeline").case(act_bytes=65536, backend="gloo", compute="sleep", compute_us=500,
                                       microbatches=8, rtt_us=0, scenario="", schedule="gpipe", world=4)
+
+
+def test_an_integer_negative_zero_is_refused_wherever_the_integer_grammar_reads():
+    import argparse
+
+    from harness.core.numbers import NumberError, parse_int
+    from harness.core.options import integer
+    from harness.gatepower.inject import SlowdownTextError, slowdowns_from_text
+    from harness.run.launchenv import env_int
+
+    with pytest.raises(NumberError, match="negative zero"):
+        parse_int("-0", "x")
+    assert parse_int("0", "x") == 0 and parse_int("-1", "x") == -1
+    with pytest.raises(CaseIdError, match="key 'fault_rank': '-0' is a negative zero"):
+        registry.parse("selftest/fault_rank=-0,mode=noop,world=1")
+    with pytest.raises((argparse.ArgumentTypeError, ValueError), match="negative zero"):
+        integer("-0")
+    with pytest.raises(ValueError, match="WORLD_SIZE='-0'"):
+        env_int({"WORLD_SIZE": "-0"}, "WORLD_SIZE", 0, 10)
+    with pytest.raises(SlowdownTextError, match="negative zero"):
+        slowdowns_from_text('{"selftest/fault_rank=0,mode=noop,world=1": [-0, 1]}')
