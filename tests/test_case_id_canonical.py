@@ -94,3 +94,46 @@ def test_an_integer_negative_zero_is_refused_wherever_the_integer_grammar_reads(
         env_int({"WORLD_SIZE": "-0"}, "WORLD_SIZE", 0, 10)
     with pytest.raises(SlowdownTextError, match="negative zero"):
         slowdowns_from_text('{"selftest/fault_rank=0,mode=noop,world=1": [-0, 1]}')
+
+
+# Every world a family's grid must answer for: each up to 64, each power of two and its neighbours
+# up to the documented 1024 (the slow tier walks every one).
+WORLDS = sorted({*range(1, 65), *(n + d for n in (2 ** k for k in range(6, 11)) for d in (-1, 0, 1)), 1000} - {1025})
+
+
+def _grids(worlds):
+    from harness.core.family import GridOptions
+
+    for name in registry.FAMILIES:
+        family = registry.get(name)
+        for profile in ("quick", "full"):
+            for backend in ("gloo", "nccl"):
+                for world in worlds:
+                    yield name, world, family.grid(GridOptions(profile, world, backend))
+
+
+def test_every_grid_answers_at_every_world_it_may_be_asked_for():
+    assert max(WORLDS) == 1024
+    assert sum(1 for _ in _grids(WORLDS)) == len(registry.FAMILIES) * 4 * len(WORLDS)
+
+
+@pytest.mark.slow
+def test_every_grid_answers_at_every_world_from_1_to_1024():
+    assert sum(1 for _ in _grids(range(1, 1025))) == len(registry.FAMILIES) * 4 * 1024
+
+
+def test_a_grid_leaves_out_what_it_cannot_hold_saying_so_in_one_line(capsys):
+    from harness.core.family import GridOptions
+
+    cases = registry.get("moe_a2a").grid(GridOptions(world=512))
+    err = capsys.readouterr().err
+    assert len(cases) < len(registry.get("moe_a2a").grid(GridOptions(world=4)))
+    assert err.count("\n") == 1 and "moe_a2a:" in err and "world=512" in err and "MAX_PLACEMENT_VALUES" in err
+
+
+def test_list_at_the_largest_world_is_no_traceback():
+    from conftest import run_cli
+
+    result = run_cli("list", "--world", "1024")
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr and "left out at world=1024" in result.stderr

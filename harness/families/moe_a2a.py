@@ -23,6 +23,7 @@ of a run (``critpath moe-report RUN_DIR``: each case over the uniform case of th
 """
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -38,6 +39,7 @@ from harness.core.family import (
     Plot,
     RankContext,
     bytes_param,
+    cases_held,
     world_param,
 )
 from harness.core.figures import Figure
@@ -131,7 +133,8 @@ def grid(options: GridOptions) -> list[Case]:
         ]
     # Every skewed case alternates its steps with a uniform twin (paired=1), so its ratio to
     # uniform is measured A B A B under the same machine conditions.
-    return [FAMILY.case(**_base(options, **spec, **({} if not spec else {"paired": 1}))) for spec in specs]
+    return cases_held(FAMILY.name, options, (partial(FAMILY.case, **_base(options, **spec, **({} if not spec else {"paired": 1})))
+                                             for spec in specs))
 
 
 def _shape(p: dict) -> Shape:
