@@ -137,3 +137,40 @@ def test_list_at_the_largest_world_is_no_traceback():
     result = run_cli("list", "--world", "1024")
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr and "left out at world=1024" in result.stderr
+
+
+def _slowed_step_ns(key: str, case_id: str) -> int:
+    import importlib
+    import time
+
+    from harness.core.family import RankContext
+    from harness.gatepower.inject import INJECT_ENV, from_environment
+
+    family = from_environment(importlib.import_module("harness.families.selftest").FAMILY,
+                              {INJECT_ENV: f'{{"{key}": [20000000, 1]}}'})
+    state = family.setup(RankContext(0, 1, 0, "gloo", None), registry.parse(case_id))
+    start = time.perf_counter_ns()
+    family.step(state)
+    return time.perf_counter_ns() - start
+
+
+def test_a_slowdown_key_is_read_as_a_case_id_in_any_spelling(capsys):
+    assert _slowed_step_ns("selftest/world=1,mode=noop,fault_rank=0,spin_iters=0", SELFTEST) >= 20_000_000
+    assert "slows 1 selftest case(s)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("key, why", [("selftest/bogus=1", "names no case"), ("nofamily/x=1", "names no family")])
+def test_a_slowdown_key_that_names_no_case_is_refused_naming_the_variable_and_key(key, why):
+    from harness.gatepower.inject import SlowdownTextError
+
+    with pytest.raises(SlowdownTextError, match=f"CRITPATH_INJECT_SLOWDOWN: key '{key}' {why}"):
+        _slowed_step_ns(key, SELFTEST)
+
+
+def test_a_slowdown_key_that_names_no_case_exits_2_from_the_cli(tmp_path):
+    from conftest import run_cli
+
+    result = run_cli("run", "--case", SELFTEST, "--out", str(tmp_path / "r"),
+                     env={"CRITPATH_INJECT_SLOWDOWN": '{"selftest/bogus=1": [1000, 1]}'})
+    assert result.returncode == 2 and "key 'selftest/bogus=1' names no case" in result.stderr
+    assert "Traceback" not in result.stderr
