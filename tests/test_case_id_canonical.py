@@ -174,3 +174,36 @@ def test_a_slowdown_key_that_names_no_case_exits_2_from_the_cli(tmp_path):
                      env={"CRITPATH_INJECT_SLOWDOWN": '{"selftest/bogus=1": [1000, 1]}'})
     assert result.returncode == 2 and "key 'selftest/bogus=1' names no case" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def _moe_first() -> str:
+    from harness.core.family import GridOptions
+
+    return registry.get("moe_a2a").grid(GridOptions())[0].id
+
+
+def test_a_gate_config_entry_for_a_case_in_its_other_spelling_applies_to_the_case(tmp_path):
+    from harness.gate.config import load_config
+
+    path = tmp_path / "gate.yaml"
+    path.write_text(f"min_effect:\n  cases:\n    {_moe_first().replace('mitigation=none,', '')}: 0.25\n")
+    assert load_config(path).min_effect(_moe_first()) == 0.25
+
+
+def test_a_baseline_table_listing_one_case_in_two_spellings_is_refused(tmp_path):
+    from harness.gate.config import ConfigError, load_baselines
+
+    path = tmp_path / "baselines.yaml"
+    path.write_text("baselines:\n"
+                    f"  - {{case_id: '{SELFTEST}', value: 100}}\n"
+                    "  - {case_id: 'selftest/fault_rank=0,mode=noop,spin_iters=0,world=1', value: 100}\n")
+    with pytest.raises(ConfigError, match="listed twice"):
+        load_baselines(path)
+
+
+def test_a_run_names_one_case_once_however_it_is_spelt():
+    from harness.core.family import GridOptions
+    from harness.run.plan import RunOptions, select_cases
+
+    spellings = (SELFTEST, "selftest/fault_rank=0,mode=noop,spin_iters=0,world=1", "selftest/world=1,mode=noop,fault_rank=0")
+    assert [c.id for c in select_cases(RunOptions(case_ids=spellings), GridOptions())] == [SELFTEST]
