@@ -207,3 +207,23 @@ def test_a_run_names_one_case_once_however_it_is_spelt():
 
     spellings = (SELFTEST, "selftest/fault_rank=0,mode=noop,spin_iters=0,world=1", "selftest/world=1,mode=noop,fault_rank=0")
     assert [c.id for c in select_cases(RunOptions(case_ids=spellings), GridOptions())] == [SELFTEST]
+
+
+def test_a_record_made_before_one_spelling_held_still_loads(tmp_path):
+    import json
+
+    from conftest import run_cli
+
+    from harness.core.store import load_records
+
+    out = tmp_path / "r"
+    assert run_cli("run", "--case", SELFTEST, "--out", str(out)).returncode == 0
+    results = out / "results.jsonl"
+    record = json.loads(results.read_text())
+    # As a run before this release wrote a case named with its default spelt out.
+    record["case_id"] = "selftest/fault_rank=0,mode=noop,spin_iters=0,world=1"
+    record["params"]["spin_iters"] = 0
+    results.write_text(json.dumps(record) + "\n")
+    (loaded,) = load_records(out)
+    assert loaded.case_id == record["case_id"]
+    assert registry.parse(loaded.case_id).id == SELFTEST
