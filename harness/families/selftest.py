@@ -23,6 +23,7 @@ from harness.core.family import CheckResult, Column, Family, GridOptions, RankCo
 from harness.core.stats import Summary
 
 MODES = ("noop", "raise", "hang", "exit", "wrong", "spin")
+SPIN = Needs("mode", ("spin",))  # spin_iters is a setting of the spin cases only
 FAULT_MODES = ("raise", "hang", "exit", "wrong")
 
 
@@ -100,8 +101,7 @@ FAMILY = Family(
               required=True),
         Param("fault_rank", int, "rank that misbehaves (a rank of the world)", low=0, required=True),
         world_param(),
-        Param("spin_iters", int, "mode=spin: loop iterations of CPU work per step", low=0, high=10**9, default=0,
-              needs=Needs("mode", ("spin",))),
+        Param("spin_iters", int, "mode=spin: loop iterations of CPU work per step", low=0, high=10**9, default=0, needs=SPIN),
     ),
     validate=validate,
     figures=(Figure("loop_overhead_ns", "ns", "lower",
