@@ -227,3 +227,21 @@ def test_a_record_made_before_one_spelling_held_still_loads(tmp_path):
     (loaded,) = load_records(out)
     assert loaded.case_id == record["case_id"]
     assert registry.parse(loaded.case_id).id == SELFTEST
+
+
+def test_a_gate_round_finds_a_record_a_tree_spelt_its_own_way(tmp_path):
+    import json
+
+    from conftest import run_cli
+
+    from harness.gate.sides import _read_records
+
+    out = tmp_path / "r"
+    assert run_cli("run", "--case", SELFTEST, "--out", str(out)).returncode == 0
+    results = out / "results.jsonl"
+    record = json.loads(results.read_text())
+    record["case_id"], record["params"]["spin_iters"] = "selftest/fault_rank=0,mode=noop,spin_iters=0,world=1", 0
+    results.write_text(json.dumps(record) + "\n")
+    asked = "selftest/world=1,mode=noop,fault_rank=0"
+    records, error = _read_records(out, [asked])
+    assert error == "" and list(records) == [asked]
