@@ -17,6 +17,8 @@ from harness.kv_alloc import simulator
 from harness.kv_alloc.traces import MAX_REQUESTS, MAX_TOKENS
 
 RPC = "rpc/payload_bytes=64,transport=tcp_nodelay"
+# window_us is a setting of an open loop that coalesces (mode=openloop with batch) only.
+RPC_COALESCED = "rpc/batch=8,mode=openloop,payload_bytes=64,rate_hz=1000,transport=tcp_nodelay"
 PIPELINE = ("pipeline/act_bytes=65536,backend=gloo,compute=sleep,compute_us=100,microbatches=4,rtt_us=0,"
             "scenario=x,schedule=gpipe,world=2")
 KV = ("kv_alloc/allocator=paged,block_tokens=16,budget_gb=80,model=7b,policy=reserve_max,requests=300,speedup=4.0,"
@@ -30,7 +32,8 @@ def _with(case_id: str, key: str, value) -> str:
 
 
 @pytest.mark.parametrize("case_id,key,high", [
-    *((RPC, key, MAX_EMULATED_US) for key in ("delay_us", "jitter_us", "stall_us", "window_us")),
+    *((RPC, key, MAX_EMULATED_US) for key in ("delay_us", "jitter_us", "stall_us")),
+    (RPC_COALESCED, "window_us", MAX_EMULATED_US),
     (PIPELINE, "compute_us", MAX_EMULATED_US),
     (PIPELINE, "rtt_us", MAX_EMULATED_US),
     (KV, "requests", MAX_REQUESTS),

@@ -79,7 +79,7 @@ def test_failed_record_needs_an_error_and_ok_needs_samples():
 
 def test_append_then_load(tmp_path):
     path = tmp_path / "results.jsonl"
-    records = [make_record(case_id=f"selftest/fault_rank=0,mode=noop,spin_iters={i},world=1") for i in range(3)]
+    records = [make_record(case_id=f"selftest/fault_rank=0,mode=spin,spin_iters={i},world=1") for i in range(1, 4)]
     for r in records:
         append_record(path, r)
     assert load_records(path) == records

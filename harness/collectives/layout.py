@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from harness.core.case import Param
+from harness.core.case import Needs, Param
 from harness.core.family import BACKEND, bytes_param, world_param
 from harness.core.sizes import parse_sizes
 from harness.run.fingerprint import node_key
@@ -138,13 +138,7 @@ def tier_params(tier_doc: str, size_doc: str) -> tuple:
             bytes_param("size_bytes", size_doc, low=4), world_param(2, "number of ranks in the job"),
             Param("at_once", str, "tier=pairs: time a round's pairs all at once (round: the fabric under load) or one "
                   "pair of nodes at a time (pair: each link alone; for fewer cores than ranks)", choices=AT_ONCE,
-                  default="round"))
-
-
-def validate_tier_case(case) -> None:
-    """A tier family's joined rule: ``at_once`` is a setting of tier=pairs only."""
-    if "at_once" in case.params and case.params["tier"] != "pairs":
-        raise ValueError(f"at_once is a setting of tier=pairs; this case is tier={case.params['tier']}")
+                  default="round", needs=Needs("tier", ("pairs",))))
 
 
 def tier_cases(family, options) -> list:

@@ -3,10 +3,27 @@
 An ID is the only way the CLI, asv, the gate and the reports address a case, so it must
 round-trip exactly and never change meaning. Values are typed by the family's parameter
 declaration, so ``size_bytes=8`` parses back to the int 8, not the string "8".
+
+One case has one ID. Every case is made through ``check_declared`` (a parsed ID and a family's
+``case()`` alike), which writes it in its canonical spelling:
+
+- a key with a default is left out where its value is the default (``selftest/...,spin_iters=0``
+  is ``selftest/...``), unless its Param is ``written``: then the ID always spells it out, its
+  default filled in where the text left it out (moe_a2a's ``mitigation=none``, rpc's
+  ``mode=pingpong,codec=raw``);
+- a key that is a setting of some cases only (``Param.needs``: spin_iters of mode=spin) is left out
+  of the others where it holds its default, and refused where it holds anything else, as it would
+  change nothing that is measured.
+
+``written`` exists so the IDs the grids printed before this rule stay as printed: shipped
+baselines, history and published runs name those IDs, and renaming every moe_a2a and rpc case would
+orphan them. The other spelling of such a case (mitigation left out) now parses to that same ID.
 """
 from __future__ import annotations
 
+import functools
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Union
 
@@ -16,6 +33,8 @@ ParamValue = Union[int, float, str]
 
 # Characters that would make an ID ambiguous to split.
 _RESERVED = set("/,= \t\n")
+# What nearly every value is, matched at once: a grid formats tens of thousands of them.
+_CLEAN = re.compile(r"[A-Za-z0-9_.+\-]+", re.ASCII)
 
 
 class CaseIdError(ValueError):
@@ -39,6 +58,10 @@ class Param:
     high: Optional[float] = None
     default: Optional[ParamValue] = None
     required: bool = False
+    # The ID spells this key out even at its default (see the module's docstring).
+    written: bool = False
+    # The key is a setting of the cases where another key holds one of some values only.
+    needs: Optional["Needs"] = None
 
     def allowed(self) -> str:
         """What the value may be, in words, for an error message."""
@@ -84,7 +107,44 @@ class Param:
                 return parse_float(text, source)
         except NumberError as exc:
             raise CaseIdError(str(exc)) from None
+        why = _text_fault(text)
+        if why:
+            raise CaseIdError(f"{source}: {why}")
         return text
+
+
+@dataclass(frozen=True)
+class Needs:
+    """Where a key means something: the cases whose ``key`` holds one of ``values``."""
+
+    key: str
+    values: tuple[ParamValue, ...]
+
+    def met(self, case: "Case", declared: Mapping[str, Param]) -> bool:
+        return _value_of(case, declared, self.key) in self.values
+
+    def refusal(self, name: str, case: "Case", declared: Mapping[str, Param]) -> str:
+        wanted = "/".join(str(v) for v in self.values)
+        return (f"key {name!r} is a setting of {self.key}={wanted} only; this case has "
+                f"{self.key}={_value_of(case, declared, self.key)}")
+
+
+def _value_of(case: "Case", declared: Mapping[str, Param], key: str) -> Optional[ParamValue]:
+    return case.params[key] if key in case.params else declared[key].default
+
+
+def _text_fault(text: str) -> str:
+    """Why ``text`` cannot be a string value of an ID, or "" when it can."""
+    if not text:
+        return "an empty value"
+    if _CLEAN.fullmatch(text):
+        return ""
+    if any(ch.isspace() for ch in text):
+        return f"{text!r} contains a space"
+    reserved = sorted(_RESERVED & set(text))
+    if reserved:
+        return f"{text!r} contains the reserved character {reserved[0]!r} (/ , = and spaces split an ID)"
+    return ""
 
 
 def _bound(value: Optional[float]) -> Optional[str]:
@@ -96,12 +156,10 @@ def _bound(value: Optional[float]) -> Optional[str]:
 def _format_value(value: ParamValue) -> str:
     if isinstance(value, bool):
         raise TypeError("booleans are not case parameters; use an int 0/1 or a named string")
-    if isinstance(value, float):
-        text = repr(value)
-    else:
-        text = str(value)
-    if not text or _RESERVED & set(text):
-        raise ValueError(f"parameter value {text!r} contains a reserved character (/ , = or space)")
+    text = repr(value) if isinstance(value, float) else str(value)
+    why = _text_fault(text)
+    if why:
+        raise CaseIdError(f"parameter value: {why}")
     return text
 
 
@@ -119,7 +177,7 @@ class Case:
     def __hash__(self) -> int:
         return hash(self.id)
 
-    @property
+    @functools.cached_property
     def id(self) -> str:
         body = ",".join(f"{k}={_format_value(v)}" for k, v in self.params.items())
         return f"{self.family}/{body}"
@@ -161,11 +219,35 @@ def parse_case_id(case_id: str, declared: Mapping[str, Mapping[str, Param]]) -> 
 
 
 def check_declared(case: Case, declared: Mapping[str, Param]) -> Case:
-    """Refuse a case whose values fall outside their Param's bounds or that leaves out a required key."""
+    """``case`` in its canonical spelling (the module's docstring), refused where a value falls
+    outside its Param's bounds, a key is set where it means nothing, or a required key is missing."""
     for key, value in case.params.items():
-        declared[key].check(value, case.id)
+        if isinstance(value, str) and _text_fault(value):
+            raise CaseIdError(f"family {case.family!r}: key {key!r}: {_text_fault(value)}")
+    for key, value in case.params.items():
+        if not declared[key].admits(value):  # the ID is spelled only for the message: a grid makes thousands
+            declared[key].check(value, case.id)
     missing = [p for p in declared.values() if p.required and p.name not in case.params]
     if missing:
         raise CaseIdError(f"case ID {case.id!r}: missing key {missing[0].name!r} ({missing[0].doc}); family "
                           f"{case.family!r} needs {', '.join(p.name for p in declared.values() if p.required)}")
-    return case
+    return canonical(case, declared)
+
+
+def canonical(case: Case, declared: Mapping[str, Param]) -> Case:
+    """``case`` with each key at its default left out or written out, as its Param says; a key
+    set where it means nothing is refused (CaseIdError)."""
+    params: dict[str, ParamValue] = {}
+    for param in declared.values():
+        applies = param.needs is None or param.needs.met(case, declared)
+        if param.name not in case.params:
+            if param.written and applies and param.default is not None:
+                params[param.name] = param.default
+            continue
+        value = case.params[param.name]
+        at_default = param.default is not None and value == param.default
+        if not applies and not at_default:
+            raise CaseIdError(f"case ID {case.id!r}: {param.needs.refusal(param.name, case, declared)}")
+        if applies and (param.written or not at_default):
+            params[param.name] = value
+    return Case(case.family, params)

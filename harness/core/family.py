@@ -31,10 +31,12 @@ drawn and concluded by code in the family's domain package.
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from harness.core.case import Case, CaseIdError, Param, ParamValue, check_declared
+from harness.core.escape import for_terminal
 from harness.core.figures import (N_TOO_SMALL, Figure, FigureUnavailable, TooFewSamples, is_sample_statistic,
                                   percentile_named, require_samples, sample_parts)
 from harness.core.figures import value as figure_value
@@ -84,6 +86,22 @@ class GridOptions:
     def __post_init__(self) -> None:
         if self.profile not in PROFILES:
             raise ValueError(f"profile must be one of {PROFILES}, got {self.profile!r}")
+
+
+def cases_held(family: str, options: GridOptions, build: Iterable[Callable[[], Case]]) -> list[Case]:
+    """The cases of a grid that a record can hold at ``options.world``: one a case ID refuses there
+    (a placement too large to record at 512 ranks) is left out, said in one line on stderr, so
+    ``critpath list --world 1024`` lists what can run instead of stopping at a traceback."""
+    cases, refused = [], []
+    for make in build:
+        try:
+            cases.append(make())
+        except CaseIdError as exc:
+            refused.append(str(exc))
+    if refused:
+        print(for_terminal(f"critpath: {family}: {len(refused)} case(s) of the grid left out at world={options.world}, "
+                           f"which a case cannot hold: {refused[0]}"), file=sys.stderr)
+    return cases
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,8 @@ INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 # megabyte of digits is a typo or an attack, not a number.
 MAX_NUMBER_CHARS = 64
 
-_INT = re.compile(r"-?(?:0|[1-9][0-9]*)", re.ASCII)
+# No '-0': it reads as 0, so fault_rank=-0 and fault_rank=0 would be two IDs of one case.
+_INT = re.compile(r"0|-?[1-9][0-9]*", re.ASCII)
 # No leading zero on the integer part: 04.0 and 4.0 would be two spellings of one case key. The
 # exponent may carry a '+', because repr() writes 1e+16 so, and case IDs are written with repr().
 _FLOAT = re.compile(r"-?(?:(?:0|[1-9][0-9]*)(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?", re.ASCII)
@@ -55,6 +56,8 @@ def _in_range(value, low, high, source: str) -> None:
 def parse_int(text: str, source: str, low: Optional[int] = None, high: Optional[int] = None) -> int:
     """``text`` as an integer by critpath's grammar, within [low, high] and 64 bits."""
     if not isinstance(text, str) or len(text) > MAX_NUMBER_CHARS or not _INT.fullmatch(text):
+        if text == "-0":
+            raise NumberError(f"{source}: {shown(text)} is a negative zero; write 0")
         if isinstance(text, str) and re.fullmatch(r"-?0[0-9]+", text, re.ASCII):
             raise NumberError(f"{source}: {shown(text)} has a leading zero; write {text.lstrip('-').lstrip('0') or '0'}"
                               " (an integer with a leading zero is octal in some readers)")

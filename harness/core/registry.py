@@ -126,4 +126,13 @@ def parse(case_id: str) -> Case:
     return FAMILIES[case.family].check_case(case)
 
 
-__all__ = ["FAMILIES", "FAMILY_MODULES", "get", "select", "cases", "parse", "CaseIdError"]
+def canonical_id(case_id: str) -> str:
+    """``case_id`` in the one spelling runs give its case (harness.core.case), so two spellings of
+    one case compare equal; unchanged where it names no case of this checkout (another tree's)."""
+    try:
+        return parse(case_id).id
+    except (CaseIdError, KeyError):
+        return case_id
+
+
+__all__ = ["FAMILIES", "FAMILY_MODULES", "get", "select", "cases", "parse", "canonical_id", "CaseIdError"]

@@ -75,6 +75,12 @@ def _check_finite(record: Record, where: str) -> None:
             raise RecordError(str(exc), where) from None
 
 
+def _at_default(param, value) -> bool:
+    """Whether a record's ``value`` of a key (or "(absent)") is that key's declared default."""
+    return value == "(absent)" or (param is not None and param.default is not None and value == param.default
+                                   and type(value) is type(param.default))
+
+
 def _check_identity(record: Record, where: str) -> Case:
     """The case the record's ID names, once its family, params and world agree with it."""
     family = record.case_id.partition("/")[0]
@@ -87,8 +93,11 @@ def _check_identity(record: Record, where: str) -> Case:
         case = registry.parse(record.case_id)
     except CaseIdError as exc:
         raise RecordError(f"field case_id: {exc}", where) from None
+    declared = registry.FAMILIES[record.family].declared
     for key in sorted(set(case.params) | set(record.params)):
         stored, said = record.params.get(key, "(absent)"), case.params.get(key, "(absent)")
+        if _at_default(declared.get(key), stored) and _at_default(declared.get(key), said):
+            continue  # a key at its default, spelt out or left out: the ID of a run before one spelling held
         if stored != said or type(stored) is not type(said):  # 8 and 8.0 are different cases
             raise RecordError(f"field params.{key}: {stored!r} but the case ID says {said!r}", where)
     if "world" in case.params and case.params["world"] != record.world:

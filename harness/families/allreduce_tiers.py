@@ -18,7 +18,7 @@ from typing import Any, Optional
 import numpy as np
 
 from harness.collectives import pairs
-from harness.collectives.layout import NodeLayout, discover, tier_cases, tier_params, tier_subgroup, validate_tier_case
+from harness.collectives.layout import NodeLayout, discover, tier_cases, tier_params, tier_subgroup
 from harness.core.bandwidth import BANDWIDTH_COLUMNS, algbw_gbps, bandwidth_figures, busbw_gbps
 from harness.core.case import Case
 from harness.core.family import CheckResult, Column, Family, GridOptions, RankContext
@@ -182,7 +182,7 @@ FAMILY = Family(
                "tier=pairs: median over the measured node pairs of each pair's busbw (from its mean time)"),
         Figure("slowest_pair_busbw_gbps", "GB/s", "higher", "tier=pairs: the lowest busbw of the measured node pairs"),
     ),
-    validate=validate_tier_case, grid=grid, setup=setup, step=step, metrics=metrics, check=check,
+    grid=grid, setup=setup, step=step, metrics=metrics, check=check,
     teardown=teardown, report=report,
     iterate=iterate, pair_metrics=pair_metrics,
     columns=(

@@ -23,11 +23,12 @@ of a run (``critpath moe-report RUN_DIR``: each case over the uniform case of th
 """
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from harness.core.case import Case, Param
+from harness.core.case import Case, Needs, Param
 from harness.core.family import (
     BACKEND,
     WRONG_COLUMN,
@@ -38,6 +39,7 @@ from harness.core.family import (
     Plot,
     RankContext,
     bytes_param,
+    cases_held,
     world_param,
 )
 from harness.core.figures import Figure
@@ -131,7 +133,8 @@ def grid(options: GridOptions) -> list[Case]:
         ]
     # Every skewed case alternates its steps with a uniform twin (paired=1), so its ratio to
     # uniform is measured A B A B under the same machine conditions.
-    return [FAMILY.case(**_base(options, **spec, **({} if not spec else {"paired": 1}))) for spec in specs]
+    return cases_held(FAMILY.name, options, (partial(FAMILY.case, **_base(options, **spec, **({} if not spec else {"paired": 1})))
+                                             for spec in specs))
 
 
 def _shape(p: dict) -> Shape:
@@ -358,6 +361,9 @@ FIGURES = (
 )
 
 
+# Keys that are the settings of one mitigation only (their docs begin with its name).
+CAPACITY, ADAPTIVE = Needs("mitigation", ("capacity",)), Needs("mitigation", ("adaptive",))
+
 FAMILY = Family(
     name="moe_a2a",
     version=2,
@@ -367,18 +373,19 @@ FAMILY = Family(
         Param("bytes_per_elem", int, "payload element: 2 (float16) or 4 (float32)", choices=PAYLOAD_BYTES,
               required=True),
         Param("capacity_factor", float, "capacity: slot capacity as a multiple of the mean pairs per slot", low=0,
-              high=1e6, default=Mitigation.capacity_factor),
+              high=1e6, default=Mitigation.capacity_factor, needs=CAPACITY),
         Param("compute", str, "sleep (emulated cost per received row, CPU) or matmul (GPU)",
               choices=("sleep", "matmul"), required=True),
         Param("drift_steps", int, "the hot expert moves every this many steps (0: never)", low=0, default=0),
         bytes_param("expert_bytes", "weight bytes per expert moved when a placement changes", low=0),
         Param("experts_per_rank", int, "logical experts per rank (experts = this x world)", low=1, required=True),
         Param("hidden", int, "hidden size (elements per token row)", low=1, required=True),
-        Param("mitigation", str, "what answers the skew", choices=MITIGATIONS, default=Mitigation.kind),
+        Param("mitigation", str, "what answers the skew", choices=MITIGATIONS, default=Mitigation.kind,
+              written=True),
         Param("ns_per_token", float, "emulated expert time per received row in ns (compute=sleep)", low=0,
               high=1e9, required=True),
         Param("overflow", str, "capacity: what happens to pairs beyond capacity", choices=OVERFLOWS,
-              default=Mitigation.overflow),
+              default=Mitigation.overflow, written=True, needs=CAPACITY),
         Param("paired", int, "1: alternate steps with a uniform, unmitigated twin (A B A B) for paired ratios",
               choices=(0, 1), default=0),
         Param("routing", str, "replicate: which replica a pair goes to", choices=ROUTINGS, default=Mitigation.routing),
@@ -389,9 +396,9 @@ FAMILY = Family(
         Param("tokens", int, "tokens per rank per step", low=1, required=True),
         Param("top_k", int, "experts per token (at most the experts of the world)", low=1, required=True),
         Param("window_ms", float, "adaptive: recompute placement every this many ms (rank 0's clock)", low=0,
-              high=MAX_EMULATED_US / 1e3, default=Mitigation.window_ms),
+              high=MAX_EMULATED_US / 1e3, default=Mitigation.window_ms, needs=ADAPTIVE),
         Param("window_steps", int, "adaptive: recompute placement every this many steps", low=0,
-              default=Mitigation.window_steps),
+              default=Mitigation.window_steps, needs=ADAPTIVE),
         Param("workload", str, "which experts the tokens pick", choices=KINDS, required=True),
         world_param(),
     ),

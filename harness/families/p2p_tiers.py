@@ -19,7 +19,7 @@ from typing import Any, Optional
 import numpy as np
 
 from harness.collectives import pairs
-from harness.collectives.layout import TIERS, NodeLayout, discover, tier_cases, tier_params, validate_tier_case
+from harness.collectives.layout import TIERS, NodeLayout, discover, tier_cases, tier_params
 from harness.core.case import Case
 from harness.core.family import WRONG_COLUMN, CheckResult, Column, Family, GridOptions, RankContext
 from harness.core.figures import Figure
@@ -185,7 +185,7 @@ FAMILY = Family(
         Figure("slowest_pair_rtt_p50_us", "us", "lower",
                "tier=pairs: the largest of the measured pairs' median round trips"),
     ),
-    validate=validate_tier_case, grid=grid, setup=setup, step=step, metrics=metrics, check=check,
+    grid=grid, setup=setup, step=step, metrics=metrics, check=check,
     report=report, iterate=iterate,
     pair_metrics=pair_metrics,
     columns=(

@@ -30,7 +30,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from harness.core.case import Case, Param
+from harness.core.case import Case, Needs, Param
 from harness.core.figures import Figure
 from harness.core.family import WRONG_COLUMN, CheckResult, Column, Family, GridOptions, Plot, RankContext
 from harness.rpc import openloop, plots, sockperf_ref
@@ -136,6 +136,8 @@ def validate(case: Case) -> None:
         raise ValueError(f"transport {p['transport']!r} cannot sit behind a proxy (framed TCP/Unix transports only)")
     if mode == "openloop" and "rate_hz" not in p:
         raise ValueError("mode=openloop needs rate_hz")
+    if FAMILY.value(case, "window_us") and "batch" not in p:
+        raise ValueError("key 'window_us' is a setting of mode=openloop with batch only; this case has no batch")
     if "reference" in p and (p["transport"] != "tcp_nodelay" or mode != "pingpong" or c != "raw"):
         raise ValueError("reference=sockperf compares a raw TCP_NODELAY ping-pong only")
 
@@ -357,21 +359,27 @@ def _payload(record) -> str:
     return p.get("preset") or f"{p.get('payload_bytes')} B"
 
 
+OPENLOOP = Needs("mode", ("openloop",))
+
 FAMILY = Family(
     name="rpc",
     version=1,
     description="small-message RPC round trips: TCP/Nagle, Unix socket, shm ring, HTTP, gRPC, ZeroMQ, codecs, open loop",
     params=(
         Param("transport", str, "how the bytes travel", choices=tuple(TRANSPORTS), required=True),
-        Param("mode", str, "what one sample is", choices=MODES, default="pingpong"),
-        Param("codec", str, "payload encoding (pickle only when named)", choices=CODECS, default="raw"),
-        Param("payload_bytes", int, "raw payload size in bytes (codec=raw)", low=1, high=MAX_FRAME_BYTES),
-        Param("preset", str, "control message (codecs other than raw)", choices=tuple(PRESETS)),
-        Param("inflight", int, "requests in flight (mode=pipelined)", low=1, high=4096, default=8),
+        Param("mode", str, "what one sample is", choices=MODES, default="pingpong", written=True),
+        Param("codec", str, "payload encoding (pickle only when named)", choices=CODECS, default="raw", written=True),
+        Param("payload_bytes", int, "raw payload size in bytes (codec=raw)", low=1, high=MAX_FRAME_BYTES,
+              needs=Needs("codec", ("raw",))),
+        Param("preset", str, "control message (codecs other than raw)", choices=tuple(PRESETS),
+              needs=Needs("codec", tuple(c for c in CODECS if c != "raw"))),
+        Param("inflight", int, "requests in flight (mode=pipelined)", low=1, high=4096, default=8, written=True,
+              needs=Needs("mode", ("pipelined",))),
         Param("batch", int, "messages per send (mode=batched: default 8; openloop coalescing: default 1)",
-              low=1, high=MAX_FRAME_BYTES),
-        Param("window_us", int, "coalescing window in microseconds (mode=openloop with batch)", low=0, high=MAX_EMULATED_US, default=0),
-        Param("rate_hz", int, "offered request rate (mode=openloop)", low=1, high=10_000_000),
+              low=1, high=MAX_FRAME_BYTES, needs=Needs("mode", ("batched", "openloop"))),
+        Param("window_us", int, "coalescing window in microseconds (mode=openloop with batch)", low=0, high=MAX_EMULATED_US, default=0,
+              needs=OPENLOOP),
+        Param("rate_hz", int, "offered request rate (mode=openloop)", low=1, high=10_000_000, needs=OPENLOOP),
         Param("hops", int, "forwarding proxies between client and server", low=0, high=16, default=0),
         Param("delay_us", int, "fault proxy: fixed latency per round trip", low=0, high=MAX_EMULATED_US, default=0),
         Param("jitter_us", int, "fault proxy: uniform random extra latency", low=0, high=MAX_EMULATED_US, default=0),

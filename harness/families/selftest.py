@@ -17,12 +17,13 @@ import os
 import time
 from dataclasses import dataclass
 
-from harness.core.case import Case, Param
+from harness.core.case import Case, Needs, Param
 from harness.core.figures import Figure
 from harness.core.family import CheckResult, Column, Family, GridOptions, RankContext, world_param
 from harness.core.stats import Summary
 
 MODES = ("noop", "raise", "hang", "exit", "wrong", "spin")
+SPIN = Needs("mode", ("spin",))  # spin_iters is a setting of the spin cases only
 FAULT_MODES = ("raise", "hang", "exit", "wrong")
 
 
@@ -100,7 +101,7 @@ FAMILY = Family(
               required=True),
         Param("fault_rank", int, "rank that misbehaves (a rank of the world)", low=0, required=True),
         world_param(),
-        Param("spin_iters", int, "mode=spin: loop iterations of CPU work per step", low=0, high=10**9, default=0),
+        Param("spin_iters", int, "mode=spin: loop iterations of CPU work per step", low=0, high=10**9, default=0, needs=SPIN),
     ),
     validate=validate,
     figures=(Figure("loop_overhead_ns", "ns", "lower",

@@ -135,13 +135,7 @@ def _case_problem(case_id: str) -> str:
     return ""
 
 
-def _canonical(case_id: str) -> str:
-    """``case_id`` as runs spell it (keys sorted, values formatted), so that lookups and duplicate
-    checks see one case however its keys were ordered; unchanged where it names no known case."""
-    try:
-        return registry.parse(case_id).id
-    except (CaseIdError, KeyError):
-        return case_id
+_canonical = registry.canonical_id  # lookups and duplicate checks see one case however it is spelt
 
 
 CONFIG_KEYS = ("alpha", "confidence", "statistic", "min_effect", "n_resamples")

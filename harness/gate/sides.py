@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from harness.gate.trees import Tree
+from harness.core import registry
 from harness.core.records import Record
 from harness.core.jsonfile import JsonFileError, loads_strict
 from harness.core.store import RESULTS, ResultsFileError, load_records
@@ -54,11 +55,15 @@ class RoundResult:
     error: str = ""  # why some case of the round has no record, when one has none
 
 
-def _read_records(run_dir: Path) -> tuple[dict[str, Record], str]:
+def _read_records(run_dir: Path, asked: Sequence[str]) -> tuple[dict[str, Record], str]:
+    """The round's records by the case IDs the gate ``asked`` for: a tree spells each case's ID its
+    own way (a base before one canonical spelling wrote mitigation=none out, or spin_iters=0), so a
+    record is found by its case, not its text."""
     if not (run_dir / RESULTS).exists():
         return {}, ""
+    spelt = {registry.canonical_id(case_id): case_id for case_id in asked}
     try:
-        return {r.case_id: r for r in load_records(run_dir)}, ""
+        return {spelt.get(registry.canonical_id(r.case_id), r.case_id): r for r in load_records(run_dir)}, ""
     except ResultsFileError as exc:
         return {}, str(exc)
 
@@ -117,7 +122,7 @@ class WorkerSide:
             self._expect("round", timeout_s)
         except SideError as exc:
             error = str(exc)
-        records, read_error = _read_records(run_dir)
+        records, read_error = _read_records(run_dir, [c.case_id for c in cases])
         return RoundResult(self.side, self.generation, number, run_dir, time.perf_counter() - start, records,
                            error or read_error)
 
@@ -268,7 +273,7 @@ class RunSide:
             finally:
                 _kill_group(proc)
                 self._procs.remove(proc)
-        records, read_error = _read_records(run_dir)
+        records, read_error = _read_records(run_dir, [c.case_id for c in cases])
         if not records and not error:
             lines = [ln for ln in run_dir.with_suffix(".log").read_text(errors="replace").splitlines() if ln.strip()]
             error = read_error or f"{self.side} run exited {proc.returncode}: {(lines or ['(no output)'])[-1].strip()}"

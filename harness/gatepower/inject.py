@@ -166,6 +166,32 @@ def slowdowns_from_text(text: str) -> dict[str, tuple[int, int]]:
     return table
 
 
+def _cases_of(family, table: Mapping[str, tuple[int, int]]) -> dict[str, tuple[int, int]]:
+    """The slowdowns of ``family``'s cases, keyed by each case's canonical ID: a key is matched to
+    the ID a run gives its case, so ``world=1,mode=noop`` slows the case written ``mode=noop,world=1``.
+    A key naming no family, or no case of ``family``, is refused naming the variable and the key.
+    (The family being loaded is parsed against its own declaration: the registry is loading it.)"""
+    from harness.core.case import CaseIdError, parse_case_id
+    from harness.core.registry import FAMILY_MODULES
+
+    out: dict[str, tuple[int, int]] = {}
+    for key, spec in table.items():
+        name = key.split("/", 1)[0]
+        if name not in FAMILY_MODULES:
+            raise SlowdownTextError(f"{INJECT_ENV}: key {key[:200]!r} names no family; known: {', '.join(FAMILY_MODULES)}")
+        if name != family.name:
+            continue
+        try:
+            case_id = family.check_case(parse_case_id(key, {family.name: family.declared})).id
+        except CaseIdError as exc:
+            raise SlowdownTextError(f"{INJECT_ENV}: key {key[:200]!r} names no case: {exc}") from None
+        if out.get(case_id, spec) != spec:
+            raise SlowdownTextError(f"{INJECT_ENV}: case {case_id} is given two slowdowns ({list(out[case_id])} and "
+                                    f"{list(spec)}) by two spellings of its ID")
+        out[case_id] = spec
+    return out
+
+
 def from_environment(family, env: Mapping[str, str] = os.environ):
     """``family`` with the slowdowns of ``CRITPATH_INJECT_SLOWDOWN`` on its cases, through the very
     module ``commit_slowdowns`` commits (``family`` itself where the variable is unset). A slowed
@@ -173,8 +199,7 @@ def from_environment(family, env: Mapping[str, str] = os.environ):
     injected figure is never mistaken for a measured one."""
     if not env.get(INJECT_ENV):
         return family
-    table = {case_id: spec for case_id, spec in slowdowns_from_text(env[INJECT_ENV]).items()
-             if case_id.split("/", 1)[0] == family.name}
+    table = _cases_of(family, slowdowns_from_text(env[INJECT_ENV]))
     if not table:
         return family
     namespace: dict = {}
