@@ -26,7 +26,7 @@ from pathlib import Path
 RANKS = 8
 HEADER = """# nccl-tests version 2.13.11 nccl-headers=22105 nccl-library=22105
 # Collective test starting: all_reduce_perf
-# nThread 1 nGpus 1 minBytes 8 maxBytes 134217728 step: 8(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0 unalign: 0
+# nThread 1 nGpus 1 minBytes {min_bytes} maxBytes {max_bytes} step: {step_bytes}(bytes) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0 unalign: 0
 #
 # Using devices
 """ + "".join(f"#  Rank  {r} Group  0 Pid   {4100 + r} on     node0{r // 4 + 1} device  {r % 4} [0000:{r + 1}8:00] "
@@ -36,14 +36,16 @@ HEADER = """# nccl-tests version 2.13.11 nccl-headers=22105 nccl-library=22105
 """
 # One row is about 125 bytes.
 ROW_BYTES = 125
+# The rows' sweep, as the header declares it: 1,024 more float elements a row, from 4 KiB.
+STEP_BYTES = 4 * 1024
 
 
 def rows(n: int):
     """``n`` rows of growing size, each (text, out-of-place busbw, in-place busbw)."""
     factor = 2 * (RANKS - 1) / RANKS
     for i in range(n):
-        count = 1024 * (i + 1)
-        size = 4 * count
+        size = STEP_BYTES * (i + 1)
+        count = size // 4
         sides = []
         for time_us in (20.0 + i * 0.01, 20.5 + i * 0.01):
             algbw = round(size / time_us / 1e3, 2)
@@ -56,7 +58,9 @@ def rows(n: int):
 def write_log(path: Path, n: int) -> None:
     total = 0.0
     with open(path, "w") as f:
-        f.write(HEADER)
+        # The header's sweep is the rows': nccl-tests prints minBytes, +step, ... up to maxBytes.
+        f.write(HEADER.replace("{min_bytes}", str(STEP_BYTES)).replace("{max_bytes}", str(STEP_BYTES * n))
+                .replace("{step_bytes}", str(STEP_BYTES)))
         for text, a, b in rows(n):
             f.write(text)
             total += a + b

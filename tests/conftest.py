@@ -144,3 +144,18 @@ def run_with_an_unverified_figure(path: Path, busbw_gbps: float = 9999.0, run_id
     run.write_meta({"schema": "critpath.run/1", "run_id": run_id, "state": "finished", "cases_total": 2,
                     "cases_planned_sha256": planned_digest(cases), "cases_ok": 2, "cases_failed": 0})
     return run.path
+
+
+def another_run(source: Path, path: Path, run_id: str) -> Path:
+    """``source``'s records, fingerprint and run.json as a second run of ID ``run_id``: two runs to
+    put side by side where a copy of one is refused as the same run given twice."""
+    import json
+
+    from harness.core import atomic
+    from harness.core.store import append_records, load_records
+
+    path.mkdir(parents=True)
+    append_records(path / "results.jsonl", [r.with_run_id(run_id) for r in load_records(source)])
+    shutil.copyfile(source / "fingerprint.json", path / "fingerprint.json")
+    atomic.write_json(path / "run.json", {**json.loads((source / "run.json").read_text()), "run_id": run_id})
+    return path

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import another_run
+
 import harness
 from harness.core import registry
 from harness.cli import main
@@ -167,11 +169,12 @@ def test_show_and_report_read_the_same_row(capsys):
 
 
 @pytest.mark.slow  # seconds of real processes: the slow tier keeps the quick one under 5 minutes
-def test_show_of_two_runs_is_side_by_side(capsys):
-    assert main(["show", str(MIXED), str(MIXED), "--label", "a", "--label", "b"]) == 1
+def test_show_of_two_runs_is_side_by_side(tmp_path, capsys):
+    second = another_run(MIXED, tmp_path / "second", "second")  # another run, not a copy
+    assert main(["show", str(MIXED), str(second), "--label", "a", "--label", "b"]) == 1
     out = capsys.readouterr().out
     assert "p50 (us) b / a" in out and "each run / a (the first run)" in out
-    assert main(["show", str(MIXED), str(MIXED), "--label", "a"]) == 2
+    assert main(["show", str(MIXED), str(second), "--label", "a"]) == 2
     assert "--label given 1 times for 2 runs" in capsys.readouterr().err
 
 

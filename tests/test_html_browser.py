@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import another_run
+
 from harness.cli import main
 from harness.core import registry
 from harness.core.store import load_run
@@ -87,8 +89,9 @@ def test_the_probe_can_fail(tmp_path):
 
 
 def test_a_comparison_renders_with_every_plot(tmp_path):
+    second = another_run(RUN, tmp_path / "second", "second")  # another run, not a copy
     out = tmp_path / "compare"
-    assert main(["report", str(RUN), str(RUN), "--label", "a", "--label", "b", "--out", str(out)]) == 0
+    assert main(["report", str(RUN), str(second), "--label", "a", "--label", "b", "--out", str(out)]) == 0
     dom, probe = render(out / "report.html", tmp_path)
     assert "<h1>critpath comparison: a vs b</h1>" in dom
     expected = {spec.name for family in load_run(RUN).families() for spec in registry.get(family).plots}

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import another_run
+
 from harness.claims.baselines import load_dir
 from harness.cli import main
 from harness.families import allreduce
@@ -123,13 +125,14 @@ def test_unreadable_run_is_a_usage_error(tmp_path, capsys):
 
 @pytest.mark.slow  # seconds of real processes: the slow tier keeps the quick one under 5 minutes
 def test_cli_comparison_with_labels(tmp_path, capsys):
+    second = another_run(RUN, tmp_path / "second", "second")  # another run, not a copy
     out = tmp_path / "cmp"
-    assert main(["report", str(RUN), str(RUN), "--label", "cluster-a", "--label", "cluster-b", "--out", str(out)]) == 0
+    assert main(["report", str(RUN), str(second), "--label", "cluster-a", "--label", "cluster-b", "--out", str(out)]) == 0
     text = (out / "report.md").read_text()
     assert text.startswith("# critpath comparison: cluster-a vs cluster-b")
     # Same plots, overlaid: one image per plot, not one per run.
     assert text.count("![AllReduce latency vs message size]") == 1
-    assert main(["report", str(RUN), str(RUN), "--label", "only-one", "--out", str(out)]) == 2
+    assert main(["report", str(RUN), str(second), "--label", "only-one", "--out", str(out)]) == 2
     assert "--label given 1 times for 2 runs" in capsys.readouterr().err
 
 
