@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from harness.core.contention import tally
 from harness.core.escape import for_terminal
 from harness.core.options import EXIT_FAILED, EXIT_OK
 from harness.core.store import ResultsFileError, distinct_run_ids, distinct_runs, load_records, run_documents, run_of
@@ -26,6 +27,7 @@ def cmd_show(args) -> int:
     if args.label and len(args.label) != len(args.run_dirs):
         raise ResultsFileError(f"--label given {len(args.label)} times for {len(args.run_dirs)} runs")
     frames, labels, runs, whole = [], [], [], True
+    tallies = []  # each run's count of contended records, said after its tables
     loaded = []
     for i, run_dir in enumerate(distinct_runs(args.run_dirs)):
         skipped: list = []
@@ -36,6 +38,7 @@ def cmd_show(args) -> int:
         frames.append(records_of([run]))
         runs.append(records)
         labels.append(run.label)
+        tallies.append(f"{run.label}: {tally(r.contention_verdict for r in records)}")
         if len(args.run_dirs) == 1:
             print_tables(records, frame=frames[0])
         for item in skipped:
@@ -46,4 +49,6 @@ def cmd_show(args) -> int:
         whole = whole and all(r.ok for r in records) and not skipped and not incomplete
     if len(args.run_dirs) > 1:
         print_comparison(frames, labels, records=runs)
+    for line in tallies:
+        print(for_terminal(line))
     return EXIT_OK if whole else EXIT_FAILED
