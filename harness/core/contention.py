@@ -106,26 +106,36 @@ class RankEvidence:
     tick_hz: int  # the kernel's CONFIG_HZ
     tick_source: str  # the file it was read from, or TICK_ASSUMED
 
-    def to_dict(self) -> dict:
-        return asdict(self)
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "RankEvidence":
-        return cls(**{k: data.get(k) for k in cls.__dataclass_fields__})
+
+EVIDENCE_FIELDS = tuple(RankEvidence.__dataclass_fields__)
 
 
 @dataclass(frozen=True)
 class Contention:
-    """Every rank's evidence, by rank."""
+    """Every rank's evidence, by rank.
+
+    Stored by column (``ranks.nivcsw[r]`` is rank r's), so that a record holds 8 keys of it at any
+    world: an object per rank would be 8 keys a rank, and past some 12,000 ranks a record would
+    exceed the keys a results line may hold (harness.core.store.RECORD_LIMITS)."""
 
     ranks: tuple[RankEvidence, ...]
 
     def to_dict(self, samples_ns: Sequence[int]) -> dict:
-        return {"ranks": [r.to_dict() for r in self.ranks], "summary": judge(self, samples_ns).to_dict()}
+        columns = {name: [getattr(r, name) for r in self.ranks] for name in EVIDENCE_FIELDS}
+        return {"ranks": columns, "summary": judge(self, samples_ns).to_dict()}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Contention":
-        return cls(tuple(RankEvidence.from_dict(r) for r in data["ranks"]))
+        """From a validated block whose columns are all as long (``column_lengths`` says where not)."""
+        columns = data["ranks"]
+        world = len(columns[EVIDENCE_FIELDS[0]])
+        return cls(tuple(RankEvidence(**{name: columns[name][r] for name in EVIDENCE_FIELDS}) for r in range(world)))
+
+
+def uneven_column(data: Mapping[str, Any], world: int) -> Optional[str]:
+    """The first evidence column of a validated block that does not hold one value per rank, or None."""
+    return next((name for name in EVIDENCE_FIELDS if len(data["ranks"][name]) != world), None)
 
 
 @dataclass(frozen=True)

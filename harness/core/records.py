@@ -18,7 +18,7 @@ import jsonschema
 import numpy as np
 
 from harness.core import registry
-from harness.core.contention import Contention, Verdict, check_summary, judge
+from harness.core.contention import Contention, Verdict, check_summary, judge, uneven_column
 from harness.core.echo import shown
 from harness.core.family import CheckResult
 from harness.core.numbers import NumberError, check_float, check_int
@@ -257,9 +257,10 @@ def _contention(data: Mapping[str, Any], samples: tuple[int, ...], where: str) -
     block = data.get("contention")
     if not block:
         return None
-    if len(block["ranks"]) != data["world"]:
-        raise RecordError(f"field contention.ranks: {len(block['ranks'])} ranks' evidence in a record of world "
-                          f"{data['world']}", where)
+    uneven = uneven_column(block, data["world"])
+    if uneven:
+        raise RecordError(f"field contention.ranks.{uneven}: {len(block['ranks'][uneven])} ranks' evidence in a "
+                          f"record of world {data['world']}", where)
     contention = Contention.from_dict(block)
     why = check_summary(contention, samples, block["summary"])
     if why:
