@@ -6,6 +6,7 @@ import gzip
 import json
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
@@ -224,6 +225,8 @@ def test_a_real_run_records_its_contention(cli, tmp_path):
     assert show.returncode == 0 and "of 1 records contended" in show.stdout
 
 
+# PSI some of the "quiet" runs above which the machine's own load leaves no room to see a neighbour
+SATURATED_PSI = 0.9
 BUSY = "import sys, time\nend = time.monotonic() + float(sys.argv[1])\nwhile time.monotonic() < end:\n    pass\n"
 
 
@@ -249,18 +252,37 @@ def test_a_cpu_bound_neighbour_raises_the_recorded_pressure_and_switches():
     for _ in range(3):
         quiet.append(_spin_evidence(0))
         loaded.append(_spin_evidence(2))
-    # the same work took longer, and was preempted more often on the way (per second it can be less:
-    # each preemption lasts longer with more runnable tasks)
+    # the same work took longer beside the neighbours, whatever else the machine runs
     assert sum(e.window_ns for e in loaded) > sum(e.window_ns for e in quiet)
+    quiet_share, loaded_share = (sum(e.pressure_share for e in side) / len(side) for side in (quiet, loaded))
+    if quiet_share >= SATURATED_PSI:
+        # Other work already keeps a task waiting nearly all the time: PSI cannot rise, and the
+        # scheduler's slice no longer shrinks, so the switches a fixed amount of work suffers stop
+        # growing with more neighbours (seen here: 246 quiet, 224 loaded at a load average of 7).
+        pytest.skip(f"the machine is saturated without the neighbours (PSI some {quiet_share:.0%}): the "
+                    "pressure and switch comparison needs a quieter machine")
+    # preempted more often on the way (per second it can be less: each wait lasts longer)
     assert sum(e.nivcsw for e in loaded) > sum(e.nivcsw for e in quiet)
-    # PSI rises, unless the machine's other work already held it at (nearly) all of the wall time
-    quiet_share, loaded_share = (sum(e.pressure_share for e in side) / 3 for side in (quiet, loaded))
-    assert loaded_share > quiet_share or quiet_share >= 0.99
+    assert loaded_share > quiet_share
 
 
 def test_old_records_show(cli, tmp_path):
     """A results file whose records predate the field: shown, counted as without evidence."""
+    old = replace(_run_spin(iters=20), contention=None)  # a record as critpath wrote it before the field
+    assert "contention" not in json.loads(old.to_json())
     results = tmp_path / RESULTS
-    results.write_text(_record(samples=[100, 200, 300]).to_json() + "\n")
+    results.write_text(old.to_json() + "\n")
     proc = cli("show", str(results))
     assert "0 of 1 records contended (1 without evidence to judge)" in proc.stdout, proc.stderr
+
+
+def test_tables_mark_a_contended_record_with_a_caption():
+    from harness.tables.family import CONTENDED_MARK, family_table
+    from harness.tables.frame import frame_of
+
+    records = [_record(cn.Contention((_rank(0.5),))), _record(cn.Contention((_rank(0.01),)))]
+    df = frame_of(records)
+    assert list(df["contended"]) == [True, False]
+    table = family_table(df, registry.get("selftest"))
+    assert [row[-1] for row in table.rows] == [f"ok, {CONTENDED_MARK}", "ok"]
+    assert any(note.startswith(f"Status '{CONTENDED_MARK}': 1 of these 2 records") for note in table.notes)
