@@ -10,6 +10,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from importlib import resources
 from typing import Any, Mapping, Optional
 
@@ -17,6 +18,7 @@ import jsonschema
 import numpy as np
 
 from harness.core import registry
+from harness.core.contention import Contention, Verdict, check_summary, judge, uneven_column
 from harness.core.echo import shown
 from harness.core.family import CheckResult
 from harness.core.numbers import NumberError, check_float, check_int
@@ -146,6 +148,8 @@ class Record:
     # (``reduction_for``: the max over ranks, nccl-tests' rule, or one rank's own).
     reduction: str = ""
     extra: Mapping[str, Any] = field(default_factory=dict)  # family-specific, JSON-able context
+    # What the timed loop suffered, per rank (harness.core.contention); None: no evidence recorded.
+    contention: Optional[Contention] = None
     # Figure -> why it could not be recomputed when the record was read (harness.core.verify); derived
     # on read, never written.
     unverifiable: Mapping[str, str] = field(default_factory=dict, compare=False)
@@ -165,6 +169,11 @@ class Record:
         if self.ok:
             return "ok"
         return self.status if self.status != "ok" else "wrong"
+
+    @cached_property
+    def contention_verdict(self) -> Verdict:
+        """The contention rule on this record's evidence, by today's thresholds (None: no evidence)."""
+        return judge(self.contention, self.samples_ns)
 
     @property
     def summary(self) -> Optional[Summary]:
@@ -193,6 +202,8 @@ class Record:
             "check": self.check.to_dict() if self.check else None,
             "error": self.error.to_dict() if self.error else None,
             "extra": dict(self.extra),
+            # written only where evidence was sampled: an import or a failure has none, and says nothing
+            **({"contention": self.contention.to_dict(self.samples_ns)} if self.contention else {}),
         }
 
     def to_json(self) -> str:
@@ -215,6 +226,7 @@ class Record:
                     )
         check = data.get("check")
         error = data.get("error")
+        contention = _contention(data, samples, where)
         return cls(
             run_id=data["run_id"],
             case_id=data["case_id"],
@@ -236,6 +248,7 @@ class Record:
             else None,
             reduction=data.get("reduction", ""),
             extra=data.get("extra", {}),
+            contention=contention,
         )
 
     def with_run_id(self, run_id: str) -> "Record":
@@ -251,6 +264,22 @@ class Record:
             params=dict(case.params), status="timeout" if error.kind == "timeout" else "failed", backend=backend,
             world=case.world, started_at=started_at, wall_s=wall_s, error=error,
         )
+
+
+def _contention(data: Mapping[str, Any], samples: tuple[int, ...], where: str) -> Optional[Contention]:
+    """A validated record's contention evidence, once its summary is what the evidence gives."""
+    block = data.get("contention")
+    if not block:
+        return None
+    uneven = uneven_column(block, data["world"])
+    if uneven:
+        raise RecordError(f"field contention.ranks.{uneven}: {len(block['ranks'][uneven])} ranks' evidence in a "
+                          f"record of world {data['world']}", where)
+    contention = Contention.from_dict(block)
+    why = check_summary(contention, samples, block["summary"])
+    if why:
+        raise RecordError(f"field contention.{why}", where)
+    return contention
 
 
 def validate(data: Mapping[str, Any], where: str = "") -> None:

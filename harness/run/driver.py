@@ -2,7 +2,8 @@
 
 Order, identical on every rank: setup -> timed warm-up -> loop plan (rank 0 decides from the
 slowest rank's warm-up, broadcasts) -> barrier -> timed iterations -> per-iteration max over ranks
--> check (wrong counts summed over ranks) -> per-rank reports gathered to rank 0 -> teardown.
+-> check (wrong counts summed over ranks) -> per-rank reports and contention evidence gathered to
+rank 0 -> teardown. The contention window (harness.run.contention) holds the timed iterations alone.
 Rank 0 returns the record; other ranks return None.
 
 Cross-rank bookkeeping goes over a separate gloo "control" group so it never shares a stream or a
@@ -17,6 +18,7 @@ from typing import Any, Optional
 import numpy as np
 
 from harness.core.case import Case
+from harness.core.contention import Contention
 from harness.core.family import CheckResult, Family, RankContext
 from harness.core.records import (
     CHECK_FAILED,
@@ -29,6 +31,7 @@ from harness.core.records import (
     utc_now_iso,
 )
 from harness.core.stats import Summary
+from harness.run.contention import Window
 from harness.run.timing import Clock, LoopPlan, PlanPolicy, time_each, time_each_cuda
 
 
@@ -114,14 +117,17 @@ def run_case(
         estimate = comm.max_(np.array([int(np.median(warm)) if warm.size else 0], dtype=np.int64))[0]
         plan = comm.broadcast_plan(policy.decide(float(estimate), family.tail_samples()) if ctx.rank == 0 else None)
         comm.barrier()
+        window = Window.start()
         samples, timer_name = time_iterations(family, ctx, clock, state, plan.iters)
+        evidence = window.stop()
         if samples.shape != (plan.iters,):
             raise RuntimeError(f"timer returned {samples.shape} samples, plan asked for {plan.iters}")
         samples = comm.max_(samples)
         result: CheckResult = family.check(state)
         wrong, checked = comm.sum_(np.array([result.wrong, result.checked], dtype=np.int64))
         total = CheckResult(int(wrong), int(checked), result.detail)
-        reports = comm.gather(family.report(state) if family.report else {}, ctx.rank)
+        # one gather carries both: each rank's report and what its timed window suffered
+        gathered = comm.gather((family.report(state) if family.report else {}, evidence), ctx.rank)
         # No rank moves on to the next case until rank 0 has everything of this one: a peer that
         # ran ahead and died in the next case's set-up would otherwise break this case's gather
         # and take its record with it.
@@ -131,6 +137,7 @@ def run_case(
             family.teardown(state)
     if ctx.rank != 0:
         return None
+    reports = [report for report, _ in gathered]
     summary = Summary.of(samples)
     # A fast wrong answer is a failure: keep its samples for forensics but derive no figures.
     metrics = dict(family.metrics(case, summary, reports)) if total.passed else {}
@@ -157,4 +164,5 @@ def run_case(
         error=error,
         reduction=reduction_for(ctx.world),
         extra={"rank_reports": reports} if family.report else {},
+        contention=Contention(tuple(rank_evidence for _, rank_evidence in gathered)),
     )

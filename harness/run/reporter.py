@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
+from harness.core.contention import tally
 from harness.core.escape import for_terminal
 from harness.core.records import Record
 from harness.run.plan import RunJournal
@@ -48,13 +49,15 @@ class Reporter(LiveProgress):
 
 
 def finish(console: Console, journal: RunJournal) -> int:
-    """The tables and the summary line; exit 0 only when every planned case ran and passed."""
+    """The tables and the summary line (cases ok, records contended); exit 0 only when every
+    planned case ran and passed."""
     plan, records = journal.plan, journal.records
     print_tables(records)
     failed = [r for r in records if not r.ok]
     console.print(
         f"{len(records) - len(failed)} of {len(plan.cases)} cases ok"
         + (f", {len(failed)} failed" if failed else "")
+        + f"; {tally(r.contention_verdict for r in records)}"
         + f"; results in {journal.path}"
     )
     return 0 if not failed and len(records) == len(plan.cases) else 1

@@ -21,12 +21,14 @@ from typing import Any, Mapping, Optional, Sequence
 
 from harness.core.bandwidth import nccl_tests_better
 from harness.core.comparable import CHECKED_FIELDS
+from harness.core.contention import RULE
 from harness.core.family import SOURCE_MARKS, Column, Family
 from harness.core.figures import N_TOO_SMALL, SAMPLE_BETTER, TIME_SCALE, is_sample_statistic, sample_parts, supports
 from harness.core.sizes import format_size
 from harness.core.store import ResultsFileError
 from harness.nccltests.evidence import ranks_text
-from harness.tables.frame import NCCL_PREFIX, PARAM_PREFIX, SUMMARY_COLUMNS, UNVERIFIED_COLUMN, UNVERIFIED_REASON
+from harness.tables.frame import (CONTENDED, NCCL_PREFIX, PARAM_PREFIX, SUMMARY_COLUMNS, UNVERIFIED_COLUMN,
+                                  UNVERIFIED_REASON)
 from harness.tables.frame import NCCL_SIDES as FRAME_SIDES
 
 MISSING = "-"  # no value: the case is not in that run, failed, or lacks the figure
@@ -35,6 +37,8 @@ ZERO_RATIO = "n/a (zero)"  # a ratio with a zero side: nccl-tests rounds small b
 ROUNDED_RATIO = "n/a (rounded)"  # a side printed with fewer than 3 significant digits (busbw 0.01)
 DEFINITION_RATIO = "n/a (definition)"  # records of different definitions (harness.core.comparable)
 FLAGGED = "flagged"  # appended to a status whose record the family flags as distorted
+# appended to a status whose timed loop the contention rule (harness.core.contention) calls contended
+CONTENDED_MARK = "contended"
 UNVERIFIED = "(unverified)"  # appended to a figure its record holds but verification could not recompute
 UNVERIFIED_RATIO = "n/a (unverified)"
 IMPORT_FILE = NCCL_PREFIX + "file"
@@ -130,6 +134,30 @@ def unverified_notes(rows: Sequence[Mapping[str, Any]]) -> list[str]:
             "and are no measurement: no acceptance check, comparison or claim takes them."]
 
 
+def is_contended(row: Mapping[str, Any]) -> bool:
+    value = row.get(CONTENDED)
+    return not _missing(value) and bool(value)
+
+
+def status_text(row: Mapping[str, Any], flags: bool = False) -> str:
+    """A row's status as tables show it: its label, then ", flagged" (with ``flags``: the family
+    flags its figures) and ", contended" (the contention rule does)."""
+    marks = [FLAGGED] if flags and not _missing(row.get("flags")) else []
+    marks += [CONTENDED_MARK] if is_contended(row) else []
+    return ", ".join([row["label"], *marks])
+
+
+def contention_notes(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The caption of the statuses marked contended in these rows; [] when none is."""
+    marked = sum(is_contended(row) for row in rows)
+    if not marked:
+        return []
+    return [f"Status '{CONTENDED_MARK}': {marked} of these {len(rows)} records were timed while other work wanted "
+            f"their CPUs (at least {RULE.tick_share_min:.0%} of iterations lasted a scheduler tick or longer, and CPU "
+            f"pressure reached PSI some {RULE.psi_some_share_min:.0%} or {RULE.load_per_cpu_min:g} runnable tasks per "
+            "CPU): their figures hold the scheduler's waits as well as the case's time."]
+
+
 def _reader(column: Column, resolved: Column, figures: Sequence[str]):
     """How one family column reads a frame row: a figure or statistic from its frame column, a
     descriptor (size, transport) by the family's own function on the row's params."""
@@ -154,13 +182,13 @@ def family_table(df, family: Optional[Family]) -> TextTable:
     if columns:
         readers = [_reader(c, r, figures) for c, r in zip(family.columns, columns)]
         return TextTable([c.header for c in columns] + ["status"],
-                         [[read(row) for read in readers] + [row["label"]] for row in rows],
-                         notes=unverified_notes(rows))
+                         [[read(row) for read in readers] + [status_text(row)] for row in rows],
+                         notes=unverified_notes(rows) + contention_notes(rows))
     # No family declaration to read columns from: the case, its statistics and up to six figures.
     names = sorted(f for f in figures if df[f].notna().any())[:6]
     return TextTable(["case", "status", "n", "p50 (us)", "p99 (us)", "mean (us)", *names],
-                     [[row["case_id"], row["label"], *_stat_cells(row), *(figure_text(row, m) for m in names)]
-                      for row in rows], notes=unverified_notes(rows))
+                     [[row["case_id"], status_text(row), *_stat_cells(row), *(figure_text(row, m) for m in names)]
+                      for row in rows], notes=unverified_notes(rows) + contention_notes(rows))
 
 
 def _stat_cells(row: Mapping[str, Any]) -> list[str]:
@@ -374,11 +402,11 @@ def comparison_table(frames: Sequence[Any], labels: Sequence[str], family: Optio
             cells += [MISSING if r is None else fig.cell(r) for r in present]
             values = [None if r is None else fig.value(r) for r in present]
             cells += [_ratio(values[0], v, present[0], r, fig) for v, r in zip(values[1:], present[1:])]
-        cells += [MISSING if r is None else r["label"] + (f", {FLAGGED}" if not _missing(r.get("flags")) else "")
-                  for r in present]
+        cells += [MISSING if r is None else status_text(r, flags=True) for r in present]
         rows.append(cells)
-    notes = _comparison_notes(order, by_run, labels, tags, figures) + unverified_notes(
-        [r for run in by_run for r in run.values()])
+    compared = [r for run in by_run for r in run.values()]
+    notes = _comparison_notes(order, by_run, labels, tags, figures) + unverified_notes(compared) + contention_notes(
+        compared)
     if shared and not imported:
         notes.append("Every case here has " + ", ".join(f"{k}={v}" for k, v in shared.items()) + ".")
     return TextTable(headers, rows, notes=notes)

@@ -8,7 +8,10 @@ definition, from the families' declarations); the row's ``figures_not_measured``
 or simulated figures, so a CSV that loses ``attrs`` still says so; ``figures_unverified`` names the
 figures its record holds that could not be recomputed when it was read (``Record.unverifiable``),
 ``unverified_reason`` says why: no measurement, whatever its column shows. ``check_wrong`` / ``check_checked``
-hold the correctness count. A frame that holds an nccl-tests import also has nccl-tests' own columns
+hold the correctness count. ``contended`` is the contention rule's verdict on the record's timed
+loop (NA: no evidence to judge), ``contention_evidence`` the terms that fired, and
+``contention_pressure_share`` / ``_pressure_source`` / ``_nivcsw`` / ``_tick_share`` the figures it
+judged (harness.core.contention). A frame that holds an nccl-tests import also has nccl-tests' own columns
 (``nccltests.count``, ``.type``, ``.redop``, ``.root``, and per side ``nccltests.in_place.time_us``,
 ``.time_printed``, ``.algbw_gbps``, ``.busbw_gbps``, ``.wrong``, ``.max_error``; NA in other rows).
 The report's tables and ``critpath show`` are built from this frame (harness.tables.family).
@@ -37,6 +40,11 @@ CASE_COLUMNS = ("case_id", "family", "family_version", "timer", "reduction", "ba
                 "ok", "error", "flags")
 SUMMARY_COLUMNS = ("n_samples", "mean_only") + tuple(f"{s}_us" for s in STATS_US)
 CHECK_COLUMNS = ("check_wrong", "check_checked")  # the correctness count after timing, as nccl-tests' #wrong
+# The contention rule's verdict on the record's timed loop (harness.core.contention): true, false, or
+# NA where the record holds no evidence to judge; the evidence says which terms fired, or why none could.
+CONTENDED, CONTENTION_EVIDENCE = "contended", "contention_evidence"
+CONTENTION_COLUMNS = (CONTENDED, CONTENTION_EVIDENCE, "contention_pressure_share", "contention_pressure_source",
+                      "contention_nivcsw", "contention_tick_share")
 NOTE_COLUMN = "figures_not_measured"
 # The figures of a row that are no measurement (harness.core.verify), and why: beside the figures,
 # so that no export presents them like the others.
@@ -142,6 +150,12 @@ def _flags(record) -> Optional[str]:
     return (family.flags(record) or None) if family is not None and family.flags is not None else None
 
 
+def _contention_columns(record) -> dict:
+    verdict = record.contention_verdict
+    return dict(zip(CONTENTION_COLUMNS, (verdict.contended, verdict.evidence, verdict.pressure_share_max,
+                                         verdict.pressure_source, verdict.nivcsw_total, verdict.tick_share)))
+
+
 def _record_row(run: LoadedRun, run_columns: dict, record) -> dict:
     error = f"{record.error.kind}: {record.error.message}" if record.error else None
     row = {**run_columns, "case_id": record.case_id, "family": record.family,
@@ -151,7 +165,7 @@ def _record_row(run: LoadedRun, run_columns: dict, record) -> dict:
            "flags": _flags(record), **_summary_columns(record),
            "check_wrong": record.check.wrong if record.check else None,
            "check_checked": record.check.checked if record.check else None,
-           **_nccl_columns(record)}
+           **_contention_columns(record), **_nccl_columns(record)}
     for name, value in record.params.items():
         row[PARAM_PREFIX + name] = value
     clash = set(record.metrics) & set(row)
@@ -208,7 +222,8 @@ def records_of(runs: list[LoadedRun]):
             for run, columns in ((run, _run_columns(run)) for run in runs) for record in run.records]
     params = sorted({k for row in rows for k in row if k.startswith(PARAM_PREFIX)})
     nccl = NCCL_COLUMNS if any(NCCL_PREFIX + "file" in row for row in rows) else {}
-    columns = [*RUN_COLUMNS, *CASE_COLUMNS, *params, *SUMMARY_COLUMNS, *CHECK_COLUMNS, *figures, *nccl, NOTE_COLUMN,
+    columns = [*RUN_COLUMNS, *CASE_COLUMNS, *params, *SUMMARY_COLUMNS, *CHECK_COLUMNS, *CONTENTION_COLUMNS, *figures,
+               *nccl, NOTE_COLUMN,
                UNVERIFIED_COLUMN, UNVERIFIED_REASON]
     df = pd.DataFrame(rows, columns=columns)
     dtypes = {"run_id": "string", "run_dir": "string", "commit": "string", "commit_dirty": "boolean",
@@ -218,6 +233,7 @@ def records_of(runs: list[LoadedRun]):
               "error": "string", "flags": "string", "n_samples": "int64",
               "mean_only": "bool", NOTE_COLUMN: "string", UNVERIFIED_COLUMN: "string", UNVERIFIED_REASON: "string",
               "check_wrong": "Int64", "check_checked": "Int64",
+              **dict(zip(CONTENTION_COLUMNS, ("boolean", "string", "Float64", "string", "Int64", "Float64"))),
               **nccl,
               **{f"{s}_us": "float64" for s in STATS_US}, **{name: "float64" for name in figures},
               **{p: _param_dtype([row.get(p) for row in rows]) for p in params}}

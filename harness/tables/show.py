@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from harness.core.contention import tally
 from harness.core.escape import for_terminal
 from harness.core.options import EXIT_FAILED, EXIT_OK, check_labels
 from harness.core.store import (
@@ -31,6 +32,7 @@ def register(sub) -> None:
 def cmd_show(args) -> int:
     check_labels(args.label, len(args.run_dirs))
     frames, labels, runs, whole = [], [], [], True
+    tallies = []  # each run's count of contended records, said after its tables
     loaded = []
     for i, run_dir in enumerate(distinct_runs(args.run_dirs)):
         skipped: list = []
@@ -41,6 +43,7 @@ def cmd_show(args) -> int:
         frames.append(records_of([run]))
         runs.append(records)
         labels.append(run.label)
+        tallies.append(f"{run.label}: {tally(r.contention_verdict for r in records)}")
         if len(args.run_dirs) == 1:
             print_tables(records, frame=frames[0])
         for item in skipped:
@@ -51,4 +54,6 @@ def cmd_show(args) -> int:
         whole = whole and all(r.ok for r in records) and not skipped and not incomplete
     if len(args.run_dirs) > 1:
         print_comparison(frames, labels, records=runs)
+    for line in tallies:
+        print(for_terminal(line))
     return EXIT_OK if whole else EXIT_FAILED

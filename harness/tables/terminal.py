@@ -28,7 +28,8 @@ def rich_table(table: TextTable, title: str = "") -> Table:
         cells = [escape(for_terminal(c)) for c in row]
         for i in status:
             if row[i] != MISSING:
-                colour = "green" if row[i] == "ok" else "red"
+                # ok but marked (contended, flagged): the figures are there, and not the case's alone
+                colour = "green" if row[i] == "ok" else "yellow" if row[i].startswith("ok, ") else "red"
                 cells[i] = f"[{colour}]{cells[i]}[/{colour}]"
         out.add_row(*cells)
     return out
