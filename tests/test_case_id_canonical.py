@@ -167,6 +167,7 @@ def test_a_slowdown_key_that_names_no_case_is_refused_naming_the_variable_and_ke
         _slowed_step_ns(key, SELFTEST)
 
 
+@pytest.mark.slow  # seconds of real processes: the slow tier keeps the quick one under 5 minutes
 def test_a_slowdown_key_that_names_no_case_exits_2_from_the_cli(tmp_path):
     from conftest import run_cli
 
@@ -209,6 +210,7 @@ def test_a_run_names_one_case_once_however_it_is_spelt():
     assert [c.id for c in select_cases(RunOptions(case_ids=spellings), GridOptions())] == [SELFTEST]
 
 
+@pytest.mark.slow  # seconds of real processes: the slow tier keeps the quick one under 5 minutes
 def test_a_record_made_before_one_spelling_held_still_loads(tmp_path):
     import json
 
@@ -229,6 +231,7 @@ def test_a_record_made_before_one_spelling_held_still_loads(tmp_path):
     assert registry.parse(loaded.case_id).id == SELFTEST
 
 
+@pytest.mark.slow  # seconds of real processes: the slow tier keeps the quick one under 5 minutes
 def test_a_gate_round_finds_a_record_a_tree_spelt_its_own_way(tmp_path):
     import json
 

@@ -52,12 +52,14 @@ def test_moes_placement_window_is_held_to_the_same_emulated_bound():
         registry.parse(_with(case_id, "window_ms", MAX_EMULATED_US / 1e3 * 10))
 
 
+@pytest.mark.slow  # seconds of real processes: the slow tier keeps the quick one under 5 minutes
 def test_the_cli_refuses_a_stall_of_a_day_at_once(tmp_path):
     done = run_cli("run", "--case", _with(RPC, "stall_us", 86_400_000_000), "--out", str(tmp_path / "r"))
     assert done.returncode == 2 and "stall_us must be in [0, 10000000]" in done.stderr, done.stderr
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.slow  # seconds of real processes: the slow tier keeps the quick one under 5 minutes
 def test_more_requests_than_the_trace_holds_is_a_failed_record_not_a_shorter_replay(tmp_path):
     done = run_cli("run", "--case", _with(KV, "requests", 100_000), "--out", str(tmp_path / "r"))
     assert done.returncode == 1, done.stderr

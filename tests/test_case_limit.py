@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from types import SimpleNamespace
 
+import pytest
+
 from conftest import derived_record, run_cli
 
 from harness.core.store import load_records
@@ -14,6 +16,7 @@ from harness.run.limit import overran_by
 NOOP = "selftest/fault_rank=0,mode=noop,world=1"
 
 
+@pytest.mark.slow  # seconds of real processes: the slow tier keeps the quick one under 5 minutes
 def test_a_case_that_ends_within_one_poll_but_past_its_limit_is_a_timeout(tmp_path):
     done = run_cli("run", "--case", NOOP, "--timeout", "1e-300", "--out", str(tmp_path / "r"))
     assert done.returncode == 1, done.stderr
@@ -23,6 +26,7 @@ def test_a_case_that_ends_within_one_poll_but_past_its_limit_is_a_timeout(tmp_pa
     assert "did not finish within 1e-300 s" in record.error.message
 
 
+@pytest.mark.slow  # seconds of real processes: the slow tier keeps the quick one under 5 minutes
 def test_a_case_within_its_limit_stays_ok(tmp_path):
     done = run_cli("run", "--case", NOOP, "--timeout", "30", "--out", str(tmp_path / "r"))
     assert done.returncode == 0, done.stderr

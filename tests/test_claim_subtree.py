@@ -24,6 +24,8 @@ ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 HOLD = """
 import json, subprocess, sys
 from harness.core.claim import claim_dir
+
+pytestmark = pytest.mark.slow  # seconds of real processes: the slow tier keeps the quick one under 5 minutes
 claim_dir(sys.argv[1], "run")
 print("held", flush=True)
 depth, argv = int(sys.argv[2]), sys.argv[3:]

@@ -211,6 +211,7 @@ def test_the_window_holds_the_timed_iterations_and_not_the_warm_up():
 
 
 @pytest.mark.integration
+@pytest.mark.slow  # seconds of real processes: the slow tier keeps the quick one under 5 minutes
 def test_a_real_run_records_its_contention(cli, tmp_path):
     out = tmp_path / "run"
     proc = cli("run", "--case", NOOP, "--iters", "200", "--warmup", "2", "--out", str(out))

@@ -12,6 +12,8 @@ import pytest
 from conftest import run_cli
 from test_model_calibrate import _write_run
 
+pytestmark = pytest.mark.slow  # seconds of real processes: the slow tier keeps the quick one under 5 minutes
+
 NOOP = "selftest/fault_rank=0,mode=noop,world=1"
 
 

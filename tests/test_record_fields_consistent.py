@@ -18,7 +18,7 @@ from conftest import run_cli
 
 from harness.cli import main
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]  # seconds of real processes: the slow tier keeps the quick one under 5 minutes
 
 NOOP = "selftest/fault_rank=0,mode=noop,world=1"
 AR = "allreduce/algo=ring,backend=gloo,dtype=float32,size_bytes=1024,world=2"

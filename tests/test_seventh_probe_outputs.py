@@ -3,6 +3,8 @@ by one (a full disk left a new model.json beside the previous plots, a new accep
 the previous report), and `model --calibrate` fitted a killed run's sweep and exited 0."""
 from __future__ import annotations
 
+import pytest
+
 import hashlib
 import os
 import resource
@@ -16,6 +18,8 @@ from conftest import ROOT, run_cli
 from harness.accept.verdicts import EXIT_UNVERIFIED
 from test_accept import PROFILES, _import_with_1gib_row
 from test_model_calibrate import _write_run
+
+pytestmark = pytest.mark.slow  # seconds of real processes: the slow tier keeps the quick one under 5 minutes
 
 FULL_AFTER_BYTES = 20 << 10  # a file limit that a small JSON passes and a plot or an HTML report does not
 
