@@ -17,6 +17,8 @@ from conftest import ROOT, derived_record, run_cli
 from harness.core.claim import BELOW_DEPTH, CLAIM_FILE, DirectoryClaimed, claim_dir
 from harness.core.store import RESULTS, append_record
 
+pytestmark = pytest.mark.slow  # seconds of real processes: the slow tier keeps the quick one under 5 minutes
+
 OK_CASE = "selftest/fault_rank=0,mode=noop,world=1"
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 # Holds argv[1] as `critpath run` does; then, when given a command line after it, runs that as its
@@ -25,7 +27,6 @@ HOLD = """
 import json, subprocess, sys
 from harness.core.claim import claim_dir
 
-pytestmark = pytest.mark.slow  # seconds of real processes: the slow tier keeps the quick one under 5 minutes
 claim_dir(sys.argv[1], "run")
 print("held", flush=True)
 depth, argv = int(sys.argv[2]), sys.argv[3:]
