@@ -309,11 +309,19 @@ def test_the_sweep_removes_only_worktrees_of_critpath_processes_that_are_gone(ti
     assert (alive.parent / OWNER_FILE).exists()
 
 
-def _wait_for(condition, what: str, timeout_s: float = 120.0) -> None:
+def _wait_for(condition, what: str, timeout_s: float = 120.0, state=lambda: "") -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
-        assert time.monotonic() < deadline, f"{what} did not happen within {timeout_s:.0f} s"
+        assert time.monotonic() < deadline, f"{what} did not happen within {timeout_s:.0f} s{state()}"
         time.sleep(0.1)
+
+
+def _left_in(where: Path) -> str:
+    """What a cleanup left behind, and which critpath processes still run: a failure says why."""
+    left = sorted(str(p.relative_to(where)) for p in where.rglob("*"))[:40]
+    alive = subprocess.run(["ps", "-eo", "pid,ppid,stat,etime,args"], capture_output=True, text=True).stdout
+    return f"; left in {where}: {left}; processes:\n" + "\n".join(
+        line for line in alive.splitlines() if "harness" in line or "critpath" in line)
 
 
 @pytest.mark.integration
@@ -398,7 +406,8 @@ def test_a_worktree_left_under_another_temp_dir_is_swept_by_the_next_run(tmp_rep
     assert not left.parent.exists() and (killed_tmp / "a-file-of-the-users").exists()
     assert f"removed the worktree {left}" in capsys.readouterr().err
     # The killed run's own children (history's `critpath run`, told by SIGTERM) stop and clean up too.
-    _wait_for(lambda: os.listdir(killed_tmp) == ["a-file-of-the-users"], "the killed run's children's cleanup", 60)
+    _wait_for(lambda: os.listdir(killed_tmp) == ["a-file-of-the-users"], "the killed run's children's cleanup", 60,
+              lambda: _left_in(killed_tmp))
     assert list((tmp_repo / ".git" / trees.RECORDS_DIR).iterdir()) == []  # nothing of the run is left in the repo
 
 
