@@ -31,29 +31,26 @@ def register(sub) -> None:
 
 def cmd_show(args) -> int:
     check_labels(args.label, len(args.run_dirs))
-    frames, labels, runs, whole = [], [], [], True
-    tallies = []  # each run's count of contended records, said after its tables
-    loaded = []
+    loaded, skipped_of = [], []
     for i, run_dir in enumerate(distinct_runs(args.run_dirs)):
         skipped: list = []
         records = load_records(run_dir, skip_invalid=args.skip_invalid, skipped=skipped)
         # a run's results file is judged as its directory; one given alone reads both as {}
-        run = run_of(run_dir, records, *run_documents(run_dir), label=args.label[i] if args.label else None)
-        loaded = list(distinct_run_ids([*loaded, run]))  # a copy of a run shown beside it is refused
-        frames.append(records_of([run]))
-        runs.append(records)
-        labels.append(run.label)
-        tallies.append(f"{run.label}: {tally(r.contention_verdict for r in records)}")
-        if len(args.run_dirs) == 1:
-            print_tables(records, frame=frames[0])
+        loaded.append(run_of(run_dir, records, *run_documents(run_dir), label=args.label[i] if args.label else None))
+        skipped_of.append(skipped)
+    distinct_run_ids(loaded)  # a copy of a run shown beside it is refused, before anything is shown
+    frames, whole = [records_of([run]) for run in loaded], True
+    for run, skipped in zip(loaded, skipped_of):
+        if len(loaded) == 1:
+            print_tables(run.records, frame=frames[0])
         for item in skipped:
-            print(for_terminal(f"skipped {run_dir}: line {item.line}: {item.reason}"), file=sys.stderr)
+            print(for_terminal(f"skipped {run.path}: line {item.line}: {item.reason}"), file=sys.stderr)
         incomplete = run.incomplete
         if incomplete:  # a killed or empty run is not shown as a whole one
-            print(for_terminal(f"{run_dir}: {incomplete}"), file=sys.stderr)
-        whole = whole and all(r.ok for r in records) and not skipped and not incomplete
-    if len(args.run_dirs) > 1:
-        print_comparison(frames, labels, records=runs)
-    for line in tallies:
-        print(for_terminal(line))
+            print(for_terminal(f"{run.path}: {incomplete}"), file=sys.stderr)
+        whole = whole and all(r.ok for r in run.records) and not skipped and not incomplete
+    if len(loaded) > 1:
+        print_comparison(frames, [run.label for run in loaded], records=[run.records for run in loaded])
+    for run in loaded:  # each run's count of contended records, said after its tables
+        print(for_terminal(f"{run.label}: {tally(r.contention_verdict for r in run.records)}"))
     return EXIT_OK if whole else EXIT_FAILED
