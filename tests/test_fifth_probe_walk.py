@@ -115,7 +115,7 @@ def test_copies_of_one_run_on_a_side_are_refused_as_repeats_naming_both(tmp_path
         _run(other / f"r{i}", f"other-{i}", seed=i)
     assert main(["compare", str(side), str(other), "--out", str(tmp_path / "out")]) == EXIT_COULD_NOT_RUN
     err = capsys.readouterr().err
-    assert f"run run-x appears twice in base: {side / 'a'} and {side / 'b'}" in err
+    assert f"base side {side}: run run-x is in {side / 'a'} and in {side / 'b'}; a copy of a run counts once" in err
 
 
 def test_a_compare_side_of_more_runs_than_a_gate_repeats_is_refused(tmp_path, capsys):

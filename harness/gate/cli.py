@@ -22,7 +22,7 @@ from harness.core.inputfile import declare_inputs
 from harness.core.options import (absolute, at_least, case_id_option, families_option, number_in, positive,
                                   print_error, seconds)
 from harness.core.records import MAX_SAMPLES, Record
-from harness.core.store import RESULTS, ResultsFileError, load_whole, run_inputs
+from harness.core.store import RESULTS, ResultsFileError, distinct_run_ids, load_whole, run_inputs
 from harness.core.walk import WalkError, walk_bounded
 from harness.gate.config import ALPHA_RANGE, MAX_MIN_EFFECT, ConfigError, GateConfig, load_baselines, load_config
 from harness.gate.outputs import EXIT_COULD_NOT_RUN, GateResult
@@ -362,16 +362,12 @@ def _load_side(path: Path, label: str) -> list[list[Record]]:
     if not runs:
         raise ResultsFileError(f"{path}: no run directory (results.jsonl) found")
     declare_inputs(run_inputs(runs))  # known before they are read: no output of this compare may replace them
-    loaded, first_of = [], {}
-    for run in runs:
-        records = list(load_whole(run).records)  # a killed run's cases are not a side's measurement
-        for run_id in dict.fromkeys(r.run_id for r in records):
-            if run_id in first_of:
-                raise ResultsFileError(f"{path}: run {for_terminal(run_id)} appears twice in {label}: "
-                                       f"{first_of[run_id]} and {run}; repeats are distinct runs")
-            first_of[run_id] = run
-        loaded.append(records)
-    return loaded
+    loaded = [load_whole(run) for run in runs]  # a killed run's cases are not a side's measurement
+    try:
+        distinct_run_ids(loaded)
+    except ResultsFileError as exc:
+        raise ResultsFileError(f"{label} side {path}: {exc}") from None
+    return [list(run.records) for run in loaded]
 
 
 def cmd_compare(args) -> int:
