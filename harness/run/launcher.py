@@ -203,6 +203,17 @@ class Supervisor:
         # when this process was killed before it could clean up.
         pool_dir = tempfile.mkdtemp(prefix=f"{POOL_DIR_PREFIX}{os.getpid()}-")
         pool = _Pool(pool_dir, _Inbox([]), started_at=time.monotonic())
+        try:
+            self._spawn_ranks(pool)
+        except BaseException:
+            # Not yet this supervisor's pool, so close() cannot see it: an interrupt (SIGTERM
+            # unwinds as one) between two ranks' starts left the directory and the ranks started.
+            self._discard(pool)
+            raise
+        return pool
+
+    def _spawn_ranks(self, pool: "_Pool") -> None:
+        pool_dir = pool.dir
         for rank in range(self.world):
             commands = self._ctx.Queue()
             reader, events = self._ctx.Pipe(duplex=False)
@@ -213,12 +224,11 @@ class Supervisor:
             )
             proc = self._ctx.Process(target=spawned_main, args=(spec, commands, events), name=f"critpath-rank{rank}",
                                      daemon=False)
+            pool.procs.append(proc)  # before its start: an interrupt inside start() still finds it to kill
+            pool.commands.append(commands)
             with _child_env(TMPDIR=pool_dir):
                 proc.start()
             events.close()  # the rank holds the writing end; EOF then means the rank is gone
-            pool.procs.append(proc)
-            pool.commands.append(commands)
-        return pool
 
     def _discard(self, pool: "_Pool") -> None:
         self._kill(pool.procs)
@@ -371,7 +381,8 @@ class Supervisor:
                 if proc.exitcode is None:
                     proc.kill()
         for proc in procs:
-            proc.join(timeout=10)
+            if proc.pid:  # one an interrupt kept from starting has nothing to join
+                proc.join(timeout=10)
 
 
 class _Inbox:
