@@ -210,41 +210,45 @@ def test_a_run_names_one_case_once_however_it_is_spelt():
     assert [c.id for c in select_cases(RunOptions(case_ids=spellings), GridOptions())] == [SELFTEST]
 
 
-@pytest.mark.slow  # seconds of real processes: the slow tier keeps the quick one under 5 minutes
-def test_a_record_made_before_one_spelling_held_still_loads(tmp_path):
-    import json
+OLD_SPELLING = "selftest/fault_rank=0,mode=noop,spin_iters=0,world=1"  # its default spelt out
 
+
+@pytest.fixture(scope="module")
+def _one_real_run(tmp_path_factory):
     from conftest import run_cli
 
-    from harness.core.store import load_records
-
-    out = tmp_path / "r"
+    out = tmp_path_factory.mktemp("real") / "r"
     assert run_cli("run", "--case", SELFTEST, "--out", str(out)).returncode == 0
+    return out
+
+
+@pytest.fixture
+def old_spelt_run(_one_real_run, tmp_path):
+    """A real run whose record names its case as a run before this release wrote it."""
+    import json
+    import shutil
+
+    out = shutil.copytree(_one_real_run, tmp_path / "r")
     results = out / "results.jsonl"
     record = json.loads(results.read_text())
-    # As a run before this release wrote a case named with its default spelt out.
-    record["case_id"] = "selftest/fault_rank=0,mode=noop,spin_iters=0,world=1"
-    record["params"]["spin_iters"] = 0
+    record["case_id"], record["params"]["spin_iters"] = OLD_SPELLING, 0
     results.write_text(json.dumps(record) + "\n")
-    (loaded,) = load_records(out)
-    assert loaded.case_id == record["case_id"]
+    return out
+
+
+@pytest.mark.slow  # seconds of real processes: the slow tier keeps the quick one under 5 minutes
+def test_a_record_made_before_one_spelling_held_still_loads(old_spelt_run):
+    from harness.core.store import load_records
+
+    (loaded,) = load_records(old_spelt_run)
+    assert loaded.case_id == OLD_SPELLING
     assert registry.parse(loaded.case_id).id == SELFTEST
 
 
 @pytest.mark.slow  # seconds of real processes: the slow tier keeps the quick one under 5 minutes
-def test_a_gate_round_finds_a_record_a_tree_spelt_its_own_way(tmp_path):
-    import json
-
-    from conftest import run_cli
-
+def test_a_gate_round_finds_a_record_a_tree_spelt_its_own_way(old_spelt_run):
     from harness.gate.sides import _read_records
 
-    out = tmp_path / "r"
-    assert run_cli("run", "--case", SELFTEST, "--out", str(out)).returncode == 0
-    results = out / "results.jsonl"
-    record = json.loads(results.read_text())
-    record["case_id"], record["params"]["spin_iters"] = "selftest/fault_rank=0,mode=noop,spin_iters=0,world=1", 0
-    results.write_text(json.dumps(record) + "\n")
     asked = "selftest/world=1,mode=noop,fault_rank=0"
-    records, error = _read_records(out, [asked])
+    records, error = _read_records(old_spelt_run, [asked])
     assert error == "" and list(records) == [asked]
