@@ -222,8 +222,8 @@ def check_declared(case: Case, declared: Mapping[str, Param]) -> Case:
     """``case`` in its canonical spelling (the module's docstring), refused where a value falls
     outside its Param's bounds, a key is set where it means nothing, or a required key is missing."""
     for key, value in case.params.items():
-        if isinstance(value, str) and _text_fault(value):
-            raise CaseIdError(f"family {case.family!r}: key {key!r}: {_text_fault(value)}")
+        if isinstance(value, str) and (why := _text_fault(value)):
+            raise CaseIdError(f"family {case.family!r}: key {key!r}: {why}")
     for key, value in case.params.items():
         if not declared[key].admits(value):  # the ID is spelled only for the message: a grid makes thousands
             declared[key].check(value, case.id)

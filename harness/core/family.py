@@ -30,9 +30,11 @@ drawn and concluded by code in the family's domain package.
 """
 from __future__ import annotations
 
+import functools
 import math
 import sys
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from harness.core.case import Case, CaseIdError, Param, ParamValue, check_declared
@@ -320,9 +322,10 @@ class Family:
             raise FigureError(f"{self.name}.metrics() returned non-finite figure(s): "
                               + ", ".join(f"{k}={values[k]!r}" for k in bad))
 
-    @property
-    def declared(self) -> dict[str, Param]:
-        return {p.name: p for p in self.params}
+    @functools.cached_property
+    def declared(self) -> Mapping[str, Param]:
+        # Read-only and built once: a grid checks every case it makes against it.
+        return MappingProxyType({p.name: p for p in self.params})
 
     def value(self, case: Any, name: str) -> ParamValue:
         """A parameter of ``case`` (a Case or a record: anything with ``params``), or its declared
