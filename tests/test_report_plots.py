@@ -1,5 +1,5 @@
 """The report's plots read as they claim: a percentile line stops where its samples stop supporting
-it, the ring/tree crossover carries a bootstrap interval (or says there is none), and values a log
+it, the ring/tree crossover is reported per bracket of measured sizes, and values a log
 axis cannot show are counted in the caption instead of drawn as a cliff."""
 from __future__ import annotations
 
@@ -58,48 +58,17 @@ def test_transports_are_grouped_into_panels_of_few_lines():
 SIZES = [1 << k for k in range(4, 20, 2)]  # 16 B .. 256 KiB
 
 
-def _latency_ns(size: int, coeff_us: float, power: float, rng, n: int = 200) -> np.ndarray:
-    """Samples around coeff * size^power us with 5 % noise: a power law is a line on log-log axes,
-    where the crossover is interpolated, so the true crossover is known exactly."""
-    return coeff_us * size ** power * 1e3 * rng.lognormal(0, 0.05, n)
-
-
-def test_bootstrap_finds_a_clear_crossover_inside_its_band():
-    rng = np.random.default_rng(7)
-    # tree faster for small messages, ring for large: 2 s^0.3 = 0.1 s^0.6 at s = 20^(1/0.3) B (~21 KiB).
-    ring = [_latency_ns(s, 2.0, 0.3, rng) for s in SIZES]
-    tree = [_latency_ns(s, 0.1, 0.6, rng) for s in SIZES]
-    true_bytes = 20 ** (1 / 0.3)
-    c = crossover.bootstrap(("float32", 2, "gloo"), SIZES, ring, tree)
-    [change] = c.changes
-    assert change.faster_below == "tree" and change.below_bytes <= true_bytes <= change.above_bytes
-    assert change.low_bytes <= true_bytes <= change.high_bytes
-    assert change.high_bytes / change.low_bytes < 1.5  # narrow: 5 % noise, 200 samples a size
-    again = crossover.bootstrap(("float32", 2, "gloo"), SIZES, ring, tree)
-    assert again == c  # a fixed seed: the report is the same every time it is built
-
-
-def test_identical_distributions_give_no_significant_crossover():
-    rng = np.random.default_rng(3)
-    ring = [_latency_ns(s, 2.0, 0.3, rng) for s in SIZES]
-    tree = [_latency_ns(s, 2.0, 0.3, rng) for s in SIZES]
-    c = crossover.bootstrap(("float32", 2, "gloo"), SIZES, ring, tree)
-    assert not c.significant and c.changes == ()
-    # The point estimate alone would have reported crossovers: the noise crosses zero.
-    assert c.point_bytes
-
-
-def _shaped(factors, rng):
-    """ring / tree latency ratio per size (< 1: ring faster), 5 % noise, 200 samples each."""
-    return ([_latency_ns(s, 100.0 * f, 0.0, rng) for s, f in zip(SIZES, factors)],
-            [_latency_ns(s, 100.0, 0.0, rng) for s in SIZES])
+def _leads_of(factors, seed: int, runs: int = 4) -> crossover.Crossover:
+    """ring / tree latency ratio per size (< 1: ring faster) in each of ``runs`` runs, 2 % apart."""
+    ratios = np.log(factors) + np.random.default_rng(seed).normal(0, 0.02, (runs, len(SIZES)))
+    group = crossover.Group("node-a", "float32", 2, "gloo")
+    return crossover.crossover_of_runs(group, [f"r{k}" for k in range(runs)], SIZES, ratios)
 
 
 def test_a_tie_at_the_largest_size_does_not_hide_a_clear_crossover():
     """Tree 2x faster up to 1 KiB, ring 2x faster from 4 KiB, a tie at 256 KiB: one crossover,
     between 1 KiB and 4 KiB (a rule that compared only the end sizes called it noise)."""
-    ring, tree = _shaped([2, 2, 2, 2, 0.5, 0.5, 0.5, 1.0], np.random.default_rng(11))
-    c = crossover.bootstrap(("float32", 2, "gloo"), SIZES, ring, tree)
+    c = _leads_of([2, 2, 2, 2, 0.5, 0.5, 0.5, 1.0], 11)
     assert c.leads[-1] == "neither"
     [change] = c.changes
     assert (change.below_bytes, change.above_bytes, change.faster_below) == (1024, 4096, "tree")
@@ -107,29 +76,10 @@ def test_a_tie_at_the_largest_size_does_not_hide_a_clear_crossover():
 
 def test_two_real_crossings_are_both_reported():
     """Tree 2x faster only in the middle sizes: two crossovers, each in its own bracket."""
-    ring, tree = _shaped([0.5, 0.5, 0.5, 2, 2, 0.5, 0.5, 0.5], np.random.default_rng(5))
-    c = crossover.bootstrap(("float32", 2, "gloo"), SIZES, ring, tree)
+    c = _leads_of([0.5, 0.5, 0.5, 2, 2, 0.5, 0.5, 0.5], 5)
     assert [(ch.below_bytes, ch.above_bytes, ch.faster_below) for ch in c.changes] == [
         (256, 1024, "ring"), (4096, 16384, "tree")]
     assert all(ch.below_bytes <= ch.low_bytes <= ch.high_bytes <= ch.above_bytes for ch in c.changes)
-
-
-def _allreduce(algo: str, size: int, samples, **extra) -> Record:
-    return _record("allreduce", {"algo": algo, "size_bytes": size, "dtype": "float32"}, samples, **extra)
-
-
-def test_the_table_says_no_significant_crossover_and_no_band_for_means():
-    rng = np.random.default_rng(3)
-    same = [_allreduce(a, s, _latency_ns(s, 2.0, 0.3, rng)) for s in SIZES for a in ("ring", "tree")]
-    imported = {"imported": {"samples": "mean_only", "iters": 20}}
-    means = [_allreduce("ring", 1024, [30_000], **imported), _allreduce("tree", 1024, [10_000], **imported),
-             _allreduce("ring", 65536, [40_000], **imported), _allreduce("tree", 65536, [90_000], **imported)]
-    cells = {}
-    for name, records in (("same", same), ("means", means)):
-        table = crossover.ring_tree_finding([LoadedRun(Path("."), name, tuple(records))])
-        cells[name] = table.rows[0][-1]
-    assert cells["same"].startswith("no significant crossover")
-    assert cells["means"].startswith("means only (imported): ~") and "no interval" in cells["means"]
 
 
 def test_rounded_zeros_are_left_out_and_counted(tmp_path):

@@ -1,11 +1,18 @@
 """The ring/tree crossover of allreduce: the message size at which the faster of the two changes,
-with a bootstrap interval, so noise between neighbouring sizes is not read as a crossover.
+decided from independent runs, so neither noise between neighbouring sizes nor the quirks of one
+process pool is read as a crossover.
 
-The bootstrap resamples each record's own iterations (with replacement, ``RESAMPLES`` times, a
-fixed seed so a report is the same every time it is built), takes each resample's p50 per size and
-finds that resample's crossover the way the point estimate is found (``crossover_bytes``). The rule
-for calling it significant is ``RULE``, stated once here and quoted by the report and the docs;
-``ring_tree_finding`` is what the allreduce family concludes from it in a report.
+The unit of evidence is the run. Every record of a run is timed on one pool of processes, so the
+iterations of one record, or the records of one run, are not independent evidence of which
+algorithm is faster: what decides varies between runs (between processes). The records of a run
+give, per size both algorithms measured in it, one paired log ratio ``d = ln(ring) - ln(tree)``
+(p50s; means for imported records, which have nothing else). Runs are pooled per machine, dtype,
+world and backend, never across machines; a contended record (harness.core.contention) is withheld
+and counted. At a size measured in ``MIN_RUNS`` runs or more, a Student-t interval of the mean d
+over runs says which algorithm, if either, is significantly faster; a crossover is where that
+changes, and its interval comes from resampling whole runs (``RESAMPLES`` times, a fixed seed so a
+report is the same every time it is built). The rule is ``RULE``, stated once here and quoted by
+the report and the docs; ``ring_tree_finding`` is what the allreduce family concludes from it.
 """
 from __future__ import annotations
 
@@ -21,26 +28,37 @@ from harness.core.plotting import human_bytes
 from harness.core.records import Record
 
 RESAMPLES = 1000
-SEED = 20260117  # fixed: the same run gives the same interval in every report
-LEVEL = 0.95  # two-sided: a lead needs (1 + LEVEL) / 2 of resamples, an interval covers LEVEL
-LEAD_SHARE = (1 + LEVEL) / 2
+SEED = 20260117  # fixed: the same runs give the same interval in every report
+LEVEL = 0.95  # two-sided, for the lead at a size and for the crossover's interval
+# The fewest runs whose spread is taken as evidence: from two, a t interval has one degree of
+# freedom (its 95 % factor is 12.7), and a bootstrap of two runs has three distinct resamples.
+MIN_RUNS = 3
+RING, TREE, NEITHER, NOT_ESTABLISHED = "ring", "tree", "neither", "not established"
+ADD_RUNS = (f"measure the sweep in {MIN_RUNS} runs and report them together: critpath report "
+            + " ".join(f"RUN{i + 1}" for i in range(MIN_RUNS)))
 
-RULE = (f"{RESAMPLES} bootstrap resamples of each record's iterations (fixed seed), the p50 per size in each. "
-        f"At a size, ring or tree is significantly faster when it is faster in at least {LEAD_SHARE:.1%} of "
-        "resamples. A crossover is significant where the significantly faster algorithm changes between two "
-        "measured sizes (sizes with no significant leader between them are skipped over); it is given as that "
-        "bracket of measured sizes, the log-log interpolation of the measured p50s inside it, and the "
-        f"{LEVEL:.0%} interval (2.5th to 97.5th percentile) of the resamples' interpolations. Nothing was "
-        "measured inside the bracket: the interval is the interpolation's noise, not where the curves cross "
-        "between the sizes. Otherwise \"no significant crossover\".")
+RULE = ("The unit of evidence is the run (one pool of processes): the iterations of one record share one "
+        "process, so they are not independent evidence. Runs are pooled per machine (the host in the run's "
+        "fingerprint), dtype, world and backend, never across machines. Each run gives, per size both "
+        "algorithms measured in it, d = ln(ring p50) - ln(tree p50) of its records (means for imported "
+        "records); records judged contended are withheld and counted, and never decide. At a size with d from "
+        f"at least {MIN_RUNS} runs, ring is significantly faster when the two-sided {LEVEL:.0%} Student-t "
+        "interval of the mean d over runs lies below 0, tree when it lies above; with fewer runs the lead is "
+        "not established. A crossover is significant where the significantly faster algorithm changes between "
+        "two measured sizes (sizes with no significant leader between them are skipped over); it is given as "
+        "that bracket of measured sizes, the log-log interpolation of the mean d inside it, the number of runs, "
+        f"and the {LEVEL:.0%} interval (percentiles) of that interpolation over {RESAMPLES} bootstrap resamples "
+        "of whole runs (fixed seed). Nothing was measured inside the bracket: the interval is the "
+        "interpolation's spread between runs, not where the curves cross between the sizes. Where no size has "
+        f"{MIN_RUNS} runs the crossover is \"not established here\", and where the measured p50s cross is "
+        "quoted as descriptive only; otherwise \"no significant crossover\".")
 
 
-def crossover_bytes(sizes: Sequence[int], ring_us: Sequence[float], tree_us: Sequence[float]) -> list[float]:
-    """Sizes where ring and tree swap places, interpolated on log-log axes between neighbours."""
+def log_ratio_crossings(sizes: Sequence[int], log_ratios: Sequence[float]) -> list[float]:
+    """Sizes where ln(ring) - ln(tree) changes sign, interpolated on log-log axes between neighbours."""
     out = []
-    diffs = [math.log(r) - math.log(t) for r, t in zip(ring_us, tree_us)]
     for i in range(1, len(sizes)):
-        d0, d1 = diffs[i - 1], diffs[i]
+        d0, d1 = log_ratios[i - 1], log_ratios[i]
         if d0 == 0:
             out.append(float(sizes[i - 1]))
         elif d0 * d1 < 0:
@@ -49,36 +67,75 @@ def crossover_bytes(sizes: Sequence[int], ring_us: Sequence[float], tree_us: Seq
     return out
 
 
+def crossover_bytes(sizes: Sequence[int], ring_us: Sequence[float], tree_us: Sequence[float]) -> list[float]:
+    """Sizes where ring and tree swap places, interpolated on log-log axes between neighbours."""
+    return log_ratio_crossings(sizes, [math.log(r) - math.log(t) for r, t in zip(ring_us, tree_us)])
+
+
+@dataclass(frozen=True, order=True)
+class Group:
+    """Runs whose ratios are replicates of one another: one machine, dtype, world and backend."""
+    machine: str  # the run's host (fingerprint), or the run itself where no host is recorded
+    dtype: str
+    world: int
+    backend: str
+
+
 @dataclass(frozen=True)
 class Change:
     """One significant change of the faster algorithm, between two measured sizes."""
     below_bytes: int  # the last size, going up, where the earlier leader is significantly faster
     above_bytes: int  # the first size where the other one is
-    faster_below: str  # "ring" or "tree"
-    point_bytes: Optional[float]  # the measured p50s' interpolated crossing inside the bracket
-    median_bytes: Optional[float]  # of the resamples' crossings inside the bracket
-    low_bytes: Optional[float]
+    faster_below: str  # RING or TREE
+    point_bytes: Optional[float]  # the mean d's interpolated crossing inside the bracket
+    low_bytes: Optional[float]  # of the run resamples' crossings inside the bracket
     high_bytes: Optional[float]
+    crossing_share: float  # of the resamples whose mean d crosses inside the bracket at all
 
 
 @dataclass(frozen=True)
 class Crossover:
-    key: tuple  # (dtype, world, backend)
-    sizes: tuple  # the sizes both algorithms measured, ascending
-    point_bytes: tuple  # crossovers of the measured p50s (of the means, for imported records)
-    resampled: bool  # False: a record has no per-iteration samples (an import), so no interval
-    leads: tuple = ()  # per size: "ring", "tree" or "neither" (no significant leader)
-    changes: tuple = ()  # the significant crossovers (Change), ascending
+    group: Group
+    runs: tuple  # the run IDs that gave a ratio at some size
+    sizes: tuple  # the sizes at which some run measured both algorithms, ascending
+    runs_at: tuple  # per size: how many runs gave a ratio there
+    mean_log_ratio: tuple  # per size: the mean d over those runs
+    leads: tuple  # per size: RING, TREE, NEITHER or NOT_ESTABLISHED
+    changes: tuple  # the significant crossovers (Change), ascending
+    withheld: int = 0  # contended records left out
+    imported: bool = False  # some ratio is of means (imported records have no samples)
 
     @property
     def significant(self) -> bool:
         return bool(self.changes)
 
+    @property
+    def established(self) -> bool:
+        """Whether any size had enough runs to decide its lead."""
+        return any(lead != NOT_ESTABLISHED for lead in self.leads)
 
-def _resampled_p50_us(samples_ns: Sequence[float], rng: np.random.Generator, resamples: int) -> np.ndarray:
-    samples = np.asarray(samples_ns, dtype=np.float64)
-    picks = rng.integers(0, samples.size, size=(resamples, samples.size))
-    return np.median(samples[picks], axis=1) / 1e3
+    @property
+    def point_bytes(self) -> tuple:
+        """Where the mean d crosses 0 between measured sizes: descriptive, whatever the runs."""
+        return tuple(log_ratio_crossings(self.sizes, self.mean_log_ratio))
+
+
+def mean_interval(values: np.ndarray, level: float = LEVEL) -> tuple[float, float]:
+    """The two-sided Student-t interval of the mean of independent values (two or more)."""
+    from scipy import stats  # a second of start-up: paid by a report, not by every command that registers allreduce
+
+    n = values.size
+    half = stats.t.ppf((1 + level) / 2, n - 1) * values.std(ddof=1) / math.sqrt(n)
+    mean = float(values.mean())
+    return mean - half, mean + half
+
+
+def _lead(column: np.ndarray) -> str:
+    ratios = column[~np.isnan(column)]
+    if ratios.size < MIN_RUNS:
+        return NOT_ESTABLISHED
+    low, high = mean_interval(ratios)
+    return RING if high < 0 else TREE if low > 0 else NEITHER
 
 
 def _middle(found: Sequence[float]) -> Optional[float]:
@@ -86,33 +143,48 @@ def _middle(found: Sequence[float]) -> Optional[float]:
     return found[len(found) // 2] if found else None
 
 
-def bootstrap(key: tuple, sizes: Sequence[int], ring: Sequence[Sequence[float]], tree: Sequence[Sequence[float]],
-              resamples: int = RESAMPLES, seed: int = SEED) -> Crossover:
-    """The crossovers of ring and tree from each size's raw samples (ns), per ``RULE``."""
+def _column_means(ratios: np.ndarray) -> np.ndarray:
+    """Per size, the mean over the runs that measured it; NaN where none did (a resample may miss them)."""
+    measured = ~np.isnan(ratios)
+    counts = measured.sum(axis=-2)
+    sums = np.where(measured, ratios, 0.0).sum(axis=-2)
+    return np.divide(sums, counts, out=np.full(sums.shape, np.nan), where=counts > 0)
+
+
+def _change(sizes: tuple, means: np.ndarray, resampled: np.ndarray, i: int, j: int, faster_below: str) -> Change:
+    span = slice(i, j + 1)
+    inside = []
+    for row in resampled[:, span]:
+        kept = ~np.isnan(row)
+        found = _middle(log_ratio_crossings(np.asarray(sizes[span])[kept], row[kept]))
+        if found is not None:
+            inside.append(found)
+    low = high = None
+    if inside:
+        low, high = (float(2 ** q) for q in np.quantile(np.log2(inside), [(1 - LEVEL) / 2, (1 + LEVEL) / 2]))
+    return Change(sizes[i], sizes[j], faster_below, _middle(log_ratio_crossings(sizes[span], means[span])),
+                  low, high, len(inside) / len(resampled))
+
+
+def crossover_of_runs(group: Group, run_ids: Sequence[str], sizes: Sequence[int], log_ratios: np.ndarray,
+                      withheld: int = 0, imported: bool = False, resamples: int = RESAMPLES,
+                      seed: int = SEED) -> Crossover:
+    """The crossovers per ``RULE`` from ``log_ratios``: one row per run, one column per size, d of
+    that run at that size, NaN where the run did not measure both algorithms."""
     sizes = tuple(sizes)
-    ring_p50 = [float(np.median(s)) for s in ring]
-    tree_p50 = [float(np.median(s)) for s in tree]
-    point = tuple(crossover_bytes(sizes, ring_p50, tree_p50))
-    rng = np.random.default_rng(seed)
-    ring_us = np.stack([_resampled_p50_us(s, rng, resamples) for s in ring], axis=1)
-    tree_us = np.stack([_resampled_p50_us(s, rng, resamples) for s in tree], axis=1)
-    ring_share = np.mean(ring_us < tree_us, axis=0)
-    leads = tuple("ring" if s >= LEAD_SHARE else "tree" if 1 - s >= LEAD_SHARE else "neither" for s in ring_share)
-    led = [i for i, lead in enumerate(leads) if lead != "neither"]
-    changes = []
-    for i, j in zip(led, led[1:]):
-        if leads[i] == leads[j]:
-            continue
-        span = slice(i, j + 1)
-        inside = [x for b in range(resamples)
-                  if (x := _middle(crossover_bytes(sizes[span], ring_us[b, span], tree_us[b, span]))) is not None]
-        low = mid = high = None
-        if inside:
-            low, mid, high = (float(2 ** q) for q in np.quantile(np.log2(inside), [(1 - LEVEL) / 2, 0.5,
-                                                                                    (1 + LEVEL) / 2]))
-        changes.append(Change(sizes[i], sizes[j], leads[i], _middle(crossover_bytes(sizes[span], ring_p50[span],
-                                                                                    tree_p50[span])), mid, low, high))
-    return Crossover(key, sizes, point, True, leads, tuple(changes))
+    ratios = np.asarray(log_ratios, dtype=np.float64).reshape(len(run_ids), len(sizes))
+    means = _column_means(ratios)
+    leads = tuple(_lead(ratios[:, k]) for k in range(len(sizes)))
+    led = [k for k, lead in enumerate(leads) if lead in (RING, TREE)]
+    brackets = [(i, j) for i, j in zip(led, led[1:]) if leads[i] != leads[j]]
+    changes: tuple = ()
+    if brackets:  # a lead needs MIN_RUNS runs, so there are runs to resample
+        picks = np.random.default_rng(seed).integers(0, len(run_ids), size=(resamples, len(run_ids)))
+        resampled = _column_means(ratios[picks])
+        changes = tuple(_change(sizes, means, resampled, i, j, leads[i]) for i, j in brackets)
+    runs_at = tuple(int(n) for n in (~np.isnan(ratios)).sum(axis=0))
+    return Crossover(group, tuple(run_ids), sizes, runs_at, tuple(float(m) for m in means), leads, changes,
+                     withheld, imported)
 
 
 def allreduce_series(records: Sequence[Record]) -> dict[tuple, list[Record]]:
@@ -124,42 +196,113 @@ def allreduce_series(records: Sequence[Record]) -> dict[tuple, list[Record]]:
     return {k: sorted(v, key=lambda r: r.params["size_bytes"]) for k, v in sorted(series.items())}
 
 
-def ring_tree_crossovers(records: Sequence[Record]) -> list[Crossover]:
-    """One Crossover per (dtype, world, backend) that measured both ring and tree at two sizes or more."""
-    series = {k: {r.params["size_bytes"]: r for r in recs} for k, recs in allreduce_series(records).items()}
+def machine_of(run: Any) -> str:
+    """The machine a run measured: the host in its fingerprint. A run that records none is a
+    machine of its own, so that runs of unknown machines are never pooled."""
+    return (getattr(run, "fingerprint", None) or {}).get("host") or f"unknown host (run {run.label})"
+
+
+def _log_latency(record: Record) -> float:
+    # p50 from raw samples; an imported record has only its mean.
+    return math.log(record.summary.mean_ns if is_mean_only(record) else record.summary.p50_ns)
+
+
+@dataclass
+class _Pool:
+    """What the runs of one group gave while they are read: d per run and size, and what was left out."""
+    ratios: dict  # run ID -> {size: d}
+    withheld: int = 0
+    imported: bool = False
+
+
+def _add_run(pools: dict, run: Any) -> None:
+    """One run's paired ratios into its groups' pools. A size measured more than once in the run
+    gives one d, from the mean log latency of each algorithm: the records share its processes."""
+    logs: dict[tuple, list[float]] = {}
+    machine = machine_of(run)
+    for r in run.records:
+        if not r.ok or r.params.get("algo") not in (RING, TREE) or r.summary is None:
+            continue
+        group = Group(machine, r.params.get("dtype", ""), r.world, r.backend)
+        pool = pools.setdefault(group, _Pool({}))
+        if r.contention_verdict.contended:
+            pool.withheld += 1
+            continue
+        pool.imported |= is_mean_only(r)
+        logs.setdefault((group, r.params["size_bytes"], r.params["algo"]), []).append(_log_latency(r))
+    for (group, size, algo), ring in logs.items():
+        tree = logs.get((group, size, TREE))
+        if algo == RING and tree:
+            pools[group].ratios.setdefault(run.run_id, {})[size] = float(np.mean(ring) - np.mean(tree))
+
+
+def ring_tree_crossovers(runs: Sequence[Any]) -> list[Crossover]:
+    """One Crossover per group (machine, dtype, world, backend) whose runs measured both ring and
+    tree at two sizes or more, or that had records withheld; runs with one run ID count once."""
+    pools: dict[Group, _Pool] = {}
+    for run in runs:
+        _add_run(pools, run)
     out = []
-    for (algo, dtype, world, backend), ring in series.items():
-        tree = series.get(("tree", dtype, world, backend))
-        if algo != "ring" or not tree:
+    for group, pool in sorted(pools.items(), key=lambda gp: gp[0]):
+        sizes = sorted({s for per_size in pool.ratios.values() for s in per_size})
+        if len(sizes) < 2 and not pool.withheld:
             continue
-        sizes = sorted(set(ring) & set(tree))
-        if len(sizes) < 2:
-            continue
-        key = (dtype, world, backend)
-        pairs = [(ring[s], tree[s]) for s in sizes]
-        if any(is_mean_only(r) or not r.samples_ns for pair in pairs for r in pair):
-            # An imported record is one averaged time: there is nothing to resample.
-            point = crossover_bytes(sizes, [r.summary.mean_ns for r, _ in pairs], [t.summary.mean_ns for _, t in pairs])
-            out.append(Crossover(key, tuple(sizes), tuple(point), False))
-            continue
-        out.append(bootstrap(key, sizes, [r.samples_ns for r, _ in pairs], [t.samples_ns for _, t in pairs]))
+        run_ids = sorted(pool.ratios)
+        ratios = np.array([[pool.ratios[run].get(s, np.nan) for s in sizes] for run in run_ids]).reshape(
+            len(run_ids), len(sizes))
+        out.append(crossover_of_runs(group, run_ids, sizes, ratios, pool.withheld, pool.imported))
     return out
+
+
+def _count(n: int, what: str) -> str:
+    return f"{'one' if n == 1 else n} {what}{'' if n == 1 else 's'}"
+
+
+def _measured(c: Crossover) -> str:
+    how = (["means, for imported records"] if c.imported else []) + \
+        (["their ratio's geometric mean over runs"] if len(c.runs) > 1 else [])
+    return "the measured p50s" + (f" ({'; '.join(how)})" if how else "")
+
+
+def _withheld_text(c: Crossover) -> str:
+    return f"; {_count(c.withheld, 'contended record')} withheld" if c.withheld else ""
+
+
+def why_not_established(c: Crossover) -> str:
+    """Why no size had enough runs to decide, in a short phrase."""
+    if not c.runs:
+        return "every record withheld as contended"
+    if len(c.runs) == 1:
+        return "one run: one record per size, whose iterations share one process"
+    return f"{_count(len(c.runs), 'run')}, fewer than {MIN_RUNS} at every size both algorithms measured"
+
+
+def _descriptive(c: Crossover) -> str:
+    crossings = ", ".join(f"~{human_bytes(x)}" for x in c.point_bytes)
+    where = f"cross at {crossings}" if crossings else "do not cross in the measured sizes"
+    return f"descriptive only: {_measured(c)} {where}"
+
+
+def _change_text(ch: Change) -> str:
+    share = "" if ch.crossing_share == 1 else f" (of the {ch.crossing_share:.0%} of resamples that cross inside)"
+    return (f"between {human_bytes(ch.below_bytes)} and {human_bytes(ch.above_bytes)} ({ch.faster_below} faster "
+            f"below): interpolated ~{_bytes_or_dash(ch.point_bytes)}, {LEVEL:.0%} interval "
+            f"{_bytes_or_dash(ch.low_bytes)} - {_bytes_or_dash(ch.high_bytes)}{share}")
 
 
 def _cell(c: Crossover) -> str:
     if c.significant:
-        return "; ".join(
-            f"between {human_bytes(ch.below_bytes)} and {human_bytes(ch.above_bytes)} ({ch.faster_below} faster "
-            f"below): interpolated ~{_bytes_or_dash(ch.point_bytes)}, {LEVEL:.0%} interval "
-            f"{_bytes_or_dash(ch.low_bytes)} - {_bytes_or_dash(ch.high_bytes)}" for ch in c.changes)
-    if c.resampled:
-        measured = ", ".join(f"~{human_bytes(x)}" for x in c.point_bytes)
-        counts = ", ".join(f"{name} at {n}" for name in ("ring", "tree", "neither")
-                           if (n := c.leads.count(name)))
-        return ("no significant crossover (" + (f"the measured p50s cross at {measured}; " if measured else "")
-                + f"which is significantly faster, of {len(c.sizes)} sizes: {counts})")
-    found = ", ".join(f"~{human_bytes(x)}" for x in c.point_bytes) or "none in the measured sizes"
-    return f"means only (imported): {found}; no interval, there are no samples to resample"
+        return "; ".join(_change_text(ch) for ch in c.changes) + f"; from {_count(len(c.runs), 'run')}" + \
+            _withheld_text(c)
+    if not c.established:
+        descriptive = f"; {_descriptive(c)}" if c.runs else ""
+        return f"not established here ({why_not_established(c)}); {ADD_RUNS}{descriptive}{_withheld_text(c)}"
+    crossings = ", ".join(f"~{human_bytes(x)}" for x in c.point_bytes)
+    counts = ", ".join(f"{name} at {n}" for name in (RING, TREE, NEITHER, NOT_ESTABLISHED)
+                       if (n := c.leads.count(name)))
+    return (f"no significant crossover ({_count(len(c.runs), 'run')}; "
+            + (f"{_measured(c)} cross at {crossings}; " if crossings else "")
+            + f"which is significantly faster, of {len(c.sizes)} sizes: {counts}){_withheld_text(c)}")
 
 
 def _bytes_or_dash(x) -> str:
@@ -167,18 +310,13 @@ def _bytes_or_dash(x) -> str:
 
 
 def ring_tree_finding(runs: Sequence[Any]) -> Concluded:
-    """Each run's ring/tree crossovers (``ring_tree_crossovers`` of its allreduce records), one table
-    row per (dtype, world, backend), under the rule they follow."""
-    rows = []
-    for run in runs:
-        found = ring_tree_crossovers(run.records)
-        for c in found:
-            dtype, world, backend = c.key
-            rows.append([run.label, backend, dtype, str(world), _cell(c)])
-        if not found:
-            rows.append([run.label, "-", "-", "-", "ring and tree not both measured at two sizes or more"])
-    if all(row[1] == "-" for row in rows):
+    """The ring/tree crossovers of the runs pooled per ``RULE`` (``ring_tree_crossovers``), one table
+    row per machine, dtype, world and backend, under the rule they follow."""
+    found = ring_tree_crossovers(runs)
+    if not found:
         return Concluded("Ring/tree crossover: not measured (no run has both ring and tree at two sizes or more).")
+    rows = [[c.group.backend, c.group.dtype, str(c.group.world), c.group.machine, str(len(c.runs)), _cell(c)]
+            for c in found]
     return Concluded("Ring/tree crossover: the size at which the faster of ring and tree (p50 latency, log-log "
                      "interpolation between measured sizes) changes. " + RULE,
-                     ["run", "backend", "dtype", "world", "crossover"], rows)
+                     ["backend", "dtype", "world", "machine", "runs", "crossover"], rows)

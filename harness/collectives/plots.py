@@ -1,5 +1,6 @@
 """AllReduce's plots: latency and bus bandwidth against message size per algorithm, log-log, the
-ring/tree crossover marked with its bootstrap band on the latency plot (harness.collectives.crossover)."""
+ring/tree crossover of the runs pooled (harness.collectives.crossover) marked with its interval on
+the latency plot."""
 from __future__ import annotations
 
 from typing import Callable, Optional, Sequence
@@ -17,12 +18,18 @@ def _latency_us(record: Record) -> float:
     return record.summary.mean_ns / 1e3 if is_mean_only(record) else record.summary.p50_ns / 1e3
 
 
-def _crossover_marks(ax, found: Sequence[crossover.Crossover], linestyle: str, prefix: str = "") -> None:
-    """A significant crossover as its bracket of measured sizes (light), the bootstrap interval of the
-    interpolation inside it (darker) and the interpolated point; an imported (means only) one as a
-    dotted line at the means' crossover, without a band it has no samples for."""
+def _machine_prefix(c: crossover.Crossover, found: Sequence[crossover.Crossover]) -> str:
+    # Runs of several machines are never pooled: each machine's crossover is named by its host.
+    return f"{c.group.machine}: " if len({f.group.machine for f in found}) > 1 else ""
+
+
+def _crossover_marks(ax, found: Sequence[crossover.Crossover]) -> None:
+    """A significant crossover of the pooled runs as its bracket of measured sizes (light), the
+    interval of the interpolation inside it over resampled runs (darker) and the interpolated point.
+    One that is not established or not significant is not marked: the caption says why."""
     # Named in the legend (outside the axes), not written over the lines.
-    for c in found:
+    for k, c in enumerate(found):
+        prefix = _machine_prefix(c, found)
         for ch in c.changes:
             ax.axvspan(ch.below_bytes, ch.above_bytes, color="grey", alpha=0.08, linewidth=0,
                        label=f"{prefix}ring/tree crossover: between {human_bytes(ch.below_bytes)} and "
@@ -30,13 +37,9 @@ def _crossover_marks(ax, found: Sequence[crossover.Crossover], linestyle: str, p
             if ch.low_bytes is not None:
                 ax.axvspan(ch.low_bytes, ch.high_bytes, color="grey", alpha=0.25, linewidth=0,
                            label=f"{prefix}  interpolated, {crossover.LEVEL:.0%} interval {human_bytes(ch.low_bytes)}-"
-                                 f"{human_bytes(ch.high_bytes)}")
+                                 f"{human_bytes(ch.high_bytes)} ({len(c.runs)} runs)")
             if ch.point_bytes is not None:
-                ax.axvline(ch.point_bytes, color="grey", linestyle=linestyle, linewidth=0.8)
-        if not c.resampled:
-            for x in c.point_bytes:
-                ax.axvline(x, color="grey", linestyle=":", linewidth=0.8,
-                           label=f"{prefix}crossover of means ~{human_bytes(x)} (no band: no samples)")
+                ax.axvline(ch.point_bytes, color="grey", linestyle=LINESTYLES[k % len(LINESTYLES)], linewidth=0.8)
 
 
 def crossover_caption(found: Sequence[crossover.Crossover]) -> str:
@@ -44,15 +47,15 @@ def crossover_caption(found: Sequence[crossover.Crossover]) -> str:
         return ""
     parts = []
     for c in found:
-        dtype, world, backend = c.key
-        what = f"{backend}, {dtype}, world {world}"
+        what = f"{_machine_prefix(c, found)}{c.group.backend}, {c.group.dtype}, world {c.group.world}"
         if c.significant:
             parts.append(f"{what}: light grey, the measured sizes the faster algorithm changes between; darker, "
-                         f"the {crossover.LEVEL:.0%} bootstrap interval of the interpolation inside them")
-        elif c.resampled:
-            parts.append(f"{what}: no significant crossover, none marked")
+                         f"the {crossover.LEVEL:.0%} interval of the interpolation inside them over resamples of the "
+                         f"{len(c.runs)} runs")
+        elif c.established:
+            parts.append(f"{what}: no significant crossover over {len(c.runs)} runs, none marked")
         else:
-            parts.append(f"{what}: imported means only, so no band can be computed; dotted line at the means' crossover")
+            parts.append(f"{what}: crossover not established here ({crossover.why_not_established(c)}), none marked")
     return "Ring/tree crossover: " + "; ".join(parts) + "."
 
 
@@ -76,11 +79,11 @@ def _allreduce(runs: Sequence[LoadedRun], ylabel: str, value: Callable[[Record],
             captions.append(run_label(run, f"{omitted} point{'s' if omitted != 1 else ''} with {what} of 0 or less "
                                            "(nccl-tests prints 0.00 where the figure rounds to zero) not plotted: a "
                                            "log axis has no place for them.", runs))
-        if mark:
-            found = crossover.ring_tree_crossovers(run.records)
-            _crossover_marks(ax, found, LINESTYLES[i % 4], run_label(run, "", runs))
-            if (text := crossover_caption(found)):
-                captions.append(run_label(run, text, runs))
+    if mark:
+        found = crossover.ring_tree_crossovers(runs)
+        _crossover_marks(ax, found)
+        if (text := crossover_caption(found)):
+            captions.append(text)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("message size (bytes)")
