@@ -320,8 +320,9 @@ def _left_in(where: Path) -> str:
     """What a cleanup left behind, and which critpath processes still run: a failure says why."""
     left = sorted(str(p.relative_to(where)) for p in where.rglob("*"))[:40]
     alive = subprocess.run(["ps", "-eo", "pid,ppid,stat,etime,args"], capture_output=True, text=True).stdout
-    return f"; left in {where}: {left}; processes:\n" + "\n".join(
-        line for line in alive.splitlines() if "harness" in line or "critpath" in line)
+    states = {str(p): p.read_text()[-2000:] for p in where.parent.glob("*/runs/*/run.json")}
+    return f"; left in {where}: {left}; run.json: {states}; processes:\n" + "\n".join(
+        line for line in alive.splitlines() if "harness" in line or "critpath" in line or "defunct" in line)
 
 
 @pytest.mark.integration
