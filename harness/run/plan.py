@@ -38,6 +38,9 @@ MAX_LOCAL_WORLD = 1024
 LOCAL_WORLD_RULE = (f"a local run spawns at most MAX_LOCAL_WORLD = {MAX_LOCAL_WORLD} ranks on this host; "
                     "run a larger job under torchrun or Slurm (docs/scale.md)")
 # More cases than MAX_RUN_CASES in one run is a typo in a sweep, not a plan: refused, naming the cap.
+# The RunOptions (and GridOptions) fields that act only on the grid --families selects; --backend
+# also picks the process group, so it acts on every case.
+RUN_GRID_ONLY = ("world", "sizes_bytes")
 
 
 @dataclass(frozen=True)
@@ -119,7 +122,7 @@ def select_cases(opts: RunOptions, grid: GridOptions) -> list[Case]:
             families = registry.select(opts.families)
         except KeyError as exc:
             raise UsageError(exc.args[0]) from None
-        cases = registry.cases(families, grid)
+        cases = registry.cases(families, grid, [name for name in RUN_GRID_ONLY if getattr(opts, name) is not None])
     if len(cases) > MAX_RUN_CASES:
         raise UsageError(f"{len(cases)} cases selected; a run holds at most {MAX_RUN_CASES} (narrow --sizes or --families)")
     return cases

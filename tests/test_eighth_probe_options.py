@@ -1,0 +1,43 @@
+"""Options that did not act on what the rest of the command line asked for, taken without a word:
+moe-sim's shape options (and --json) with --from-run, --world and --sizes with families whose grids
+never read them, a progression read one way where two fit, a run whose backend this torch cannot
+start, a report of a run without its records exiting as a failed case, a cut-short usage line, an
+export under another format's suffix. Each is refused (exit 2) naming what would decide it."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness.cli import main
+
+FIXTURES = Path(__file__).parent / "fixtures"
+RUN = FIXTURES / "run_mixed"  # a gloo run of world 2 on one node, with moe_a2a and pipeline records
+NOOP = "selftest/fault_rank=0,mode=noop,world=1"
+
+
+# -- 2: --world, --sizes (and list's --backend) where no selected grid reads them ----------------------
+
+class TestGridOptionsNoGridReads:
+    def test_list_refuses_both_naming_the_family(self, capsys):
+        assert main(["list", "--families", "selftest", "--world", "3", "--sizes", "8:64:x2"]) == 2
+        assert ("critpath list: error: --world and --sizes do not act on the quick grid of selftest: the cases are "
+                "the same at any --world and --sizes; leave --world and --sizes out") in capsys.readouterr().err
+
+    def test_run_refuses_before_anything_is_written(self, tmp_path, capsys):
+        out = tmp_path / "run"
+        assert main(["run", "--families", "rpc", "--world", "4", "--out", str(out)]) == 2
+        assert "critpath run: error: --world does not act on the quick grid of rpc" in capsys.readouterr().err
+        assert not out.exists()
+
+    def test_list_refuses_a_backend_no_grid_reads(self, capsys):
+        assert main(["list", "--families", "kv_alloc", "--backend", "nccl"]) == 2
+        assert "error: --backend does not act on the quick grid of kv_alloc" in capsys.readouterr().err
+
+    def test_an_option_some_grids_read_acts_there_and_names_the_others(self, capsys):
+        assert main(["list", "--families", "selftest,sendrecv", "--world", "3"]) == 0
+        out, err = capsys.readouterr()
+        assert "critpath: --world does not act on the quick grid of selftest" in err and "sendrecv" not in err
+        assert "world=3" in out
+
+    def test_a_grid_that_reads_it_under_another_profile_takes_it_there(self, capsys):
+        assert main(["list", "--families", "selftest", "--full", "--world", "3"]) == 0
+        assert "selftest/fault_rank=2,mode=raise,world=3" in capsys.readouterr().out
