@@ -5,6 +5,8 @@ start, a report of a run without its records exiting as a failed case, a cut-sho
 export under another format's suffix. Each is refused (exit 2) naming what would decide it."""
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 from harness.cli import main
@@ -12,6 +14,44 @@ from harness.cli import main
 FIXTURES = Path(__file__).parent / "fixtures"
 RUN = FIXTURES / "run_mixed"  # a gloo run of world 2 on one node, with moe_a2a and pipeline records
 NOOP = "selftest/fault_rank=0,mode=noop,world=1"
+
+
+# -- 1: moe-sim --from-run takes the shape from the run, and still writes --json -----------------------
+
+def _copy(tmp_path: Path) -> Path:
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    return run
+
+
+class TestMoeSimFromRun:
+    def test_shape_options_are_refused_naming_each(self, tmp_path, capsys):
+        out = tmp_path / "out.json"
+        assert main(["moe-sim", "--from-run", str(_copy(tmp_path)), "--json", str(out), "--worlds", "64", "--tokens",
+                     "9999", "--experts", "64", "--hot-factor", "3", "--capacity-factor", "0.5"]) == 2
+        assert ("critpath moe-sim: error: --worlds, --tokens, --experts, --hot-factor and --capacity-factor set what "
+                "--from-run takes from the run") in capsys.readouterr().err
+        assert not out.exists()
+
+    def test_the_fitted_expert_time_is_refused_too(self, tmp_path, capsys):
+        assert main(["moe-sim", "--from-run", str(_copy(tmp_path)), "--expert-us-per-pair", "3"]) == 2
+        assert "error: --expert-us-per-pair set what --from-run takes" in capsys.readouterr().err
+
+    def test_json_is_written_with_the_fitted_model_and_what_was_measured(self, tmp_path):
+        out = tmp_path / "out.json"
+        assert main(["moe-sim", "--from-run", str(_copy(tmp_path)), "--json", str(out), "--drift-ms", "500"]) == 0
+        doc = json.loads(out.read_text())
+        assert doc["source"] == "model" and doc["config"]["drift_ms"] == 500.0
+        assert list(doc["results"]) == ["4"] and doc["cost_model"]["intra"]["name"] == "measured"
+        assert doc["fitted_from"]["case_id"].startswith("moe_a2a/") and doc["measured"]
+
+    def test_without_from_run_the_shape_options_still_act_and_default(self, tmp_path):
+        from harness.moe_a2a.sim import SimConfig
+
+        out = tmp_path / "sim.json"
+        assert main(["moe-sim", "--worlds", "8", "--experts", "64", "--top-k", "4", "--json", str(out)]) == 0
+        config = json.loads(out.read_text())["config"]
+        assert config["experts"] == 64 and config["top_k"] == 4 and config["tokens"] == SimConfig.tokens
 
 
 # -- 2: --world, --sizes (and list's --backend) where no selected grid reads them ----------------------
