@@ -9,6 +9,8 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from harness.cli import main
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -81,3 +83,29 @@ class TestGridOptionsNoGridReads:
     def test_a_grid_that_reads_it_under_another_profile_takes_it_there(self, capsys):
         assert main(["list", "--families", "selftest", "--full", "--world", "3"]) == 0
         assert "selftest/fault_rank=2,mode=raise,world=3" in capsys.readouterr().out
+
+
+# -- 3: a progression is read one way only, and ends on a term ------------------------------------------
+
+class TestProgression:
+    @pytest.mark.parametrize("text, why", [
+        ("1,2,...,8", "ranks '1,2,...,8': 1,2 goes on as x2 (4, ...) or as +1 (3, ...); give a third value before "
+                      "'...' (1,2,4,... or 1,2,3,...)"),
+        ("3,5,...,100", "ranks '3,5,...,100': 100 is not a term of +2 from 3 (... 99, 101 ...); end it on 99 or 101"),
+        ("8,16,32,...,100", "100 is not a term of x2 from 8 (... 64, 128 ...); end it on 64 or 128"),
+        ("1,2,...,65536", "give a third value"),
+    ])
+    def test_model_refuses_what_it_would_guess(self, tmp_path, capsys, text, why):
+        with pytest.raises(SystemExit) as exit_:
+            main(["model", "--ranks", text, "--sizes", "8", "--no-plots", "--out", str(tmp_path / "m")])
+        assert exit_.value.code == 2
+        err = capsys.readouterr().err
+        assert "critpath model: error: argument --ranks: " in err and why in err, err
+        assert not (tmp_path / "m").exists()
+
+    @pytest.mark.parametrize("text, scales", [("1,2,4,...,8", (1, 2, 4, 8)), ("1,2,3,...,5", (1, 2, 3, 4, 5)),
+                                              ("3,5,...,9", (3, 5, 7, 9)), ("16,8,4", (4, 8, 16))])
+    def test_one_reading_is_taken(self, text, scales):
+        from harness.model.command import parse_ranks
+
+        assert parse_ranks(text) == scales
