@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import RUN_FINGERPRINT, derived_record
 
 from harness.cli import main
 
@@ -109,3 +110,29 @@ class TestProgression:
         from harness.model.command import parse_ranks
 
         assert parse_ranks(text) == scales
+
+
+# -- 4: a report of a run without the records it reads could not run: exit 2, not a failed case ----------
+
+def _noop_run(path: Path) -> Path:
+    """A whole run of one selftest record: no pipeline or moe_a2a record to compare."""
+    from harness.core.store import RunDir, planned_digest
+
+    run = RunDir(path, "noop")
+    run.append(derived_record(NOOP, [1000, 1100, 1200], run_id="noop"))
+    run.write_fingerprint(RUN_FINGERPRINT)
+    run.write_meta({"schema": "critpath.run/1", "run_id": "noop", "state": "finished", "cases_total": 1,
+                    "cases_planned_sha256": planned_digest([NOOP]), "cases_ok": 1, "cases_failed": 0})
+    return run.path
+
+
+@pytest.mark.parametrize("command, why", [
+    (["pipeline-compare"], "no pair of ok pipeline records differing only in schedule"),
+    (["moe-report"], "holds no passing moe_a2a records"),
+    (["moe-sim", "--from-run"], "no passing moe_a2a uniform case"),
+])
+def test_a_report_of_a_run_without_its_records_exits_2(tmp_path, capsys, command, why):
+    run = _noop_run(tmp_path / "run")
+    assert main([*command, str(run)]) == 2
+    err = capsys.readouterr().err
+    assert f"critpath {command[0]}: error: {run}" in err and why in err
