@@ -136,3 +136,47 @@ def test_a_report_of_a_run_without_its_records_exits_2(tmp_path, capsys, command
     assert main([*command, str(run)]) == 2
     err = capsys.readouterr().err
     assert f"critpath {command[0]}: error: {run}" in err and why in err
+
+
+# -- 5: a backend this torch or host cannot start is refused before any case runs ----------------------
+
+class TestBackendUnavailable:
+    def test_a_torch_without_nccl_refuses_the_run_and_writes_nothing(self, tmp_path, capsys, monkeypatch):
+        import torch.distributed as dist
+
+        monkeypatch.setattr(dist, "is_nccl_available", lambda: False)
+        out = tmp_path / "run"
+        assert main(["run", "--case", NOOP, "--backend", "nccl", "--out", str(out)]) == 2
+        assert ("critpath run: error: --backend nccl cannot run here: this torch build has no nccl backend "
+                "(torch.distributed.is_nccl_available() is False); --backend gloo runs on any host") \
+            in capsys.readouterr().err
+        assert not out.exists()
+
+    def test_fewer_cuda_devices_than_ranks_is_refused(self, monkeypatch):
+        import torch
+        import torch.distributed as dist
+
+        from harness.run.worker import backend_unavailable, pick_backend
+
+        monkeypatch.setattr(dist, "is_nccl_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+        assert backend_unavailable("nccl", 1) == ""
+        assert backend_unavailable("nccl", 2) == ("NCCL runs each rank on a CUDA device of its own: 2 rank(s) on this "
+                                                  "host, 1 CUDA device(s)")
+        assert pick_backend(None, 0) == "nccl" and pick_backend(None, 1) == "gloo"
+        monkeypatch.setattr(dist, "is_nccl_available", lambda: False)
+        assert pick_backend(None, 0) == "gloo"  # a GPU, but a torch that cannot drive it
+
+    def test_a_joined_rank_refuses_it_before_the_ranks_meet(self, tmp_path, capsys, monkeypatch):
+        import torch.distributed as dist
+        from conftest import free_port
+
+        monkeypatch.setattr(dist, "is_nccl_available", lambda: False)
+        for name, value in {"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
+                            "MASTER_PORT": str(free_port())}.items():
+            monkeypatch.setenv(name, value)
+        out = tmp_path / "run"
+        assert main(["run", "--case", NOOP, "--backend", "nccl", "--out", str(out)]) == 2
+        assert "critpath run: error: --backend nccl cannot run here" in capsys.readouterr().err
+        assert not out.exists()

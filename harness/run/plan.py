@@ -101,6 +101,15 @@ def plan_run(opts: RunOptions, world: int, backend: str) -> RunPlan:
     return RunPlan(tuple(cases), backend, opts.policy(), opts.timeout_s, opts.out, options, tuple(opts.argv))
 
 
+def refuse_unavailable(opts: RunOptions, backend: str, why: str) -> None:
+    """Refuse a run whose process-group backend cannot start here (``why``, from the worker's
+    check), before any case runs: each would fail alike."""
+    if why:
+        named = f"--backend {backend}" if opts.backend else f"backend {backend}"
+        other = "; --backend gloo runs on any host" if backend == "nccl" else ""
+        raise UsageError(f"{named} cannot run here: {why}{other}")
+
+
 def select_cases(opts: RunOptions, grid: GridOptions) -> list[Case]:
     if opts.case_ids:
         if len(opts.case_ids) > MAX_RUN_CASES:  # before any is parsed: a run cannot hold them
