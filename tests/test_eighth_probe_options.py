@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import RUN_FINGERPRINT, derived_record
 
-from harness.cli import main
+from harness.cli import COMMAND_MODULES, main
 
 FIXTURES = Path(__file__).parent / "fixtures"
 RUN = FIXTURES / "run_mixed"  # a gloo run of world 2 on one node, with moe_a2a and pipeline records
@@ -180,3 +180,13 @@ class TestBackendUnavailable:
         assert main(["run", "--case", NOOP, "--backend", "nccl", "--out", str(out)]) == 2
         assert "critpath run: error: --backend nccl cannot run here" in capsys.readouterr().err
         assert not out.exists()
+
+
+# -- 6: the usage line of one command's error lists every command ----------------------------------
+
+def test_a_usage_error_lists_every_command(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["list", "--case", "X"])
+    assert exit_.value.code == 2
+    every = ",".join(command for commands in COMMAND_MODULES.values() for command in commands)
+    assert f"{{{every}}}" in capsys.readouterr().err
