@@ -190,3 +190,22 @@ def test_a_usage_error_lists_every_command(capsys):
     assert exit_.value.code == 2
     every = ",".join(command for commands in COMMAND_MODULES.values() for command in commands)
     assert f"{{{every}}}" in capsys.readouterr().err
+
+
+# -- 7: an export under another format's suffix ----------------------------------------------------
+
+@pytest.mark.parametrize("fmt, name", [("json", "x.csv"), ("csv", "x.JSON"), ("csv", "x.parquet")])
+def test_export_refuses_an_out_named_for_another_format(tmp_path, capsys, fmt, name):
+    out = tmp_path / name
+    assert main(["export", "--format", fmt, "--out", str(out), str(RUN)]) == 2
+    named = Path(name).suffix.lower()[1:]
+    assert (f"critpath export: error: --out {out} names {named}, but --format is {fmt}; name it "
+            f"{out.with_suffix('.' + fmt)} or give --format {named}") in capsys.readouterr().err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("name", ["x.json", "x.txt", "x"])
+def test_export_writes_an_out_its_suffix_agrees_with_or_names_no_format(tmp_path, name):
+    out = tmp_path / name
+    assert main(["export", "--format", "json", "--out", str(out), str(RUN)]) == 0
+    assert json.loads(out.read_text())["runs"]
