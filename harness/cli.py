@@ -25,7 +25,10 @@ def build_parser(modules: Optional[Sequence[str]] = None) -> argparse.ArgumentPa
         prog="critpath",
         description="Latency of collectives and control messages on the critical path of distributed LLM inference.",
     )
-    sub = parser.add_subparsers(dest="command", required=True)
+    # Every command in the usage line, whichever modules are loaded: one command's line (an error
+    # in `critpath list ...`) loads only its owner, and would list that module's commands alone.
+    every = ",".join(command for commands in COMMAND_MODULES.values() for command in commands)
+    sub = parser.add_subparsers(dest="command", required=True, metavar=f"{{{every}}}")
     for module in COMMAND_MODULES if modules is None else modules:
         importlib.import_module(module).register(sub)
     return parser

@@ -173,7 +173,7 @@ def test_model_refuses_an_empty_repeated_or_backward_list_with_exit_2(tmp_path, 
 def test_model_ranks_and_algos_read_as_the_doc_says(tmp_path):
     from harness.model.command import parse_ranks
 
-    assert parse_ranks("8,16,...,100") == (8, 16, 32, 64, 100)  # the last value ends the list
+    assert parse_ranks("8,16,32,...,128") == (8, 16, 32, 64, 128)  # the last value ends the list
     assert parse_ranks("2,4,6,...,10") == (2, 4, 6, 8, 10)
     assert parse_ranks("16,8,4") == (4, 8, 16)  # scales in any order
     assert _model(tmp_path, "--ranks", "8,16", "--sizes", "8,1K", "--algos", "ring,tree") == 0

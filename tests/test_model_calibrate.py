@@ -95,8 +95,8 @@ def test_fit_needs_data(tmp_path):
 
 def test_parse_ranks():
     assert parse_ranks("8,16,32,...,16384") == tuple(8 << k for k in range(12))
-    assert parse_ranks("8,16,...,100") == (8, 16, 32, 64, 100)
-    assert parse_ranks("2,4,...,8") == (2, 4, 8)
+    assert parse_ranks("2,4,8,...,32") == (2, 4, 8, 16, 32)
+    assert parse_ranks("3,5,...,9") == (3, 5, 7, 9)  # two values that fit one reading alone
     assert parse_ranks("8,16,24,...,48") == (8, 16, 24, 32, 40, 48)
     with pytest.raises(ValueError):
         parse_ranks("8,...,64")
@@ -130,7 +130,7 @@ def test_profile_errors_name_file_and_field(tmp_path):
 
 def test_cli_model_writes_modelled_outputs(tmp_path, capsys):
     out = tmp_path / "m"
-    code = main(["model", "--ranks", "8,16,...,64", "--sizes", "8:1M:x4", "--profile", "dgx-a100-roce",
+    code = main(["model", "--ranks", "8,16,32,...,64", "--sizes", "8:1M:x4", "--profile", "dgx-a100-roce",
                  "--claims", "--no-plots", "--out", str(out)])
     assert code == 0
     doc = json.loads((out / "model.json").read_text())

@@ -135,7 +135,7 @@ def test_model_ranks_up_to_the_largest_job_are_modelled():
     from harness.core.scale import MAX_WORLD
     from harness.model.command import parse_ranks
 
-    assert parse_ranks("8,16,...,16384")[-1] == 16384 and parse_ranks(f"1,{MAX_WORLD}") == (1, MAX_WORLD)
+    assert parse_ranks("8,16,32,...,16384")[-1] == 16384 and parse_ranks(f"1,{MAX_WORLD}") == (1, MAX_WORLD)
 
 
 # -- a local run's world -----------------------------------------------------------------------------

@@ -440,7 +440,7 @@ def test_a_sigterm_mid_write_leaves_no_temporary_and_no_claim(tmp_path):
 
 
 def test_a_sigkill_mid_write_leaves_a_temporary_that_the_next_writer_sweeps(tmp_path):
-    run, out = hostile_run(tmp_path / "run"), tmp_path / "x.parquet"
+    run, out = hostile_run(tmp_path / "run"), tmp_path / "x.csv"
     proc = _stalled(tmp_path, "export", str(run), "--format", "csv", "--out", str(out))
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=60)

@@ -106,6 +106,32 @@ def cases_held(family: str, options: GridOptions, build: Iterable[Callable[[], C
     return cases
 
 
+# The flag that sets each GridOptions field a grid reads, for a message that names it.
+GRID_FLAGS = {"world": "--world", "backend": "--backend", "sizes_bytes": "--sizes"}
+
+
+class _ReadsNoted:
+    """GridOptions as a grid sees them, noting each field the grid reads: a field a grid never
+    reads (rpc's world, selftest's sizes) cannot act on its cases, whatever it is set to."""
+
+    __slots__ = ("_options", "read")
+
+    def __init__(self, options: GridOptions) -> None:
+        self._options = options
+        self.read: set[str] = set()
+
+    def __getattr__(self, name: str):
+        self.read.add(name)
+        return getattr(self._options, name)
+
+
+def grid_reading(family: Family, options: GridOptions) -> tuple[list[Case], frozenset[str]]:
+    """``family``'s grid at ``options``, and the fields of ``options`` it read to build it (which
+    may depend on the others: selftest reads --world only in its full grid)."""
+    noted = _ReadsNoted(options)
+    return family.grid(noted), frozenset(noted.read)  # type: ignore[arg-type]  # duck-typed options
+
+
 @dataclass(frozen=True)
 class RankContext:
     """Where one rank runs: handed to ``setup``."""

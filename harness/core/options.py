@@ -8,7 +8,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 from harness.core.echo import shown
 from harness.core.escape import for_terminal
@@ -97,6 +97,20 @@ def case_id_option(text: str) -> str:
             for item in items for key, eq, _ in [item.partition("=")]):
         raise argparse.ArgumentTypeError(f"{text!r} is not a case ID (family/key=value,...)")
     return text
+
+
+def given_flags(args, flags: Mapping[str, str]) -> list[str]:
+    """The flags of ``flags`` (an argparse dest -> its flag) the command line set: an option whose
+    default is None was given when its value is not."""
+    return [flag for dest, flag in flags.items() if getattr(args, dest) is not None]
+
+
+def refuse_given(given: Sequence[str], why: str) -> None:
+    """Refuse options that would not act on what the rest of the command line asks for, naming
+    them: ``why`` says what takes their place. Nothing when none of them was given."""
+    if given:
+        named = " and ".join(given) if len(given) < 3 else f"{', '.join(given[:-1])} and {given[-1]}"
+        raise UsageError(f"{named} {why}; leave {named} out")
 
 
 def check_labels(labels: Sequence[str], runs: int) -> None:

@@ -9,11 +9,14 @@ from __future__ import annotations
 import functools
 import importlib
 import pkgutil
+import sys
 from collections.abc import Mapping
 from typing import Callable, Iterable, Iterator
 
 from harness.core.case import Case, CaseIdError, parse_case_id
-from harness.core.family import Family, GridOptions
+from harness.core.escape import for_terminal
+from harness.core.family import GRID_FLAGS, Family, GridOptions, grid_reading
+from harness.core.options import refuse_given
 
 # Order is the order of `critpath list` and of a run. Each family lives in its own module under
 # harness.families, which defines FAMILY.
@@ -99,8 +102,32 @@ def select(names: Iterable[str] | None) -> list[Family]:
     return [get(n) for n in names]
 
 
-def cases(families: Iterable[Family], options: GridOptions) -> list[Case]:
-    return [case for family in families for case in family.grid(options)]
+def cases(families: Iterable[Family], options: GridOptions, given: Iterable[str] = ()) -> list[Case]:
+    return [case for built in grids(families, options, given).values() for case in built]
+
+
+def grids(families: Iterable[Family], options: GridOptions, given: Iterable[str] = ()) -> dict[str, list[Case]]:
+    """Each family's grid at ``options``, by family name. ``given`` names the fields of ``options``
+    the command line set (GRID_FLAGS): one that no family's grid reads would act on nothing and is
+    refused, naming the families; one that only some grids read acts on those, and the others are
+    named on stderr, so an option is never taken without a word where it does nothing."""
+    built: dict[str, list[Case]] = {}
+    idle: dict[str, list[str]] = {name: [] for name in given}  # field -> families that never read it
+    for family in families:
+        built[family.name], read = grid_reading(family, options)
+        for name in idle:
+            if name not in read:
+                idle[name].append(family.name)
+    where = f"the {options.profile} grid of"
+    nowhere = [GRID_FLAGS[name] for name, names in idle.items() if names and len(names) == len(built)]
+    refuse_given(nowhere, f"{'does' if len(nowhere) == 1 else 'do'} not act on {where} {', '.join(built)}: the cases "
+                          f"are the same at any {' and '.join(nowhere)}")
+    for name, names in idle.items():
+        if names:
+            print(for_terminal(f"critpath: {GRID_FLAGS[name]} does not act on {where} {', '.join(names)} (the "
+                               f"cases are the same at any {GRID_FLAGS[name]}); it acts on the other families"),
+                  file=sys.stderr)
+    return built
 
 
 class _Declarations(Mapping):

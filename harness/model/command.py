@@ -23,13 +23,13 @@ from harness.core import atomic
 from harness.core.claim import claim_dir
 from harness.core.console import Console
 from harness.core.echo import shown
-from harness.core.numbers import parse_int
 from harness.core.options import (
     comma_separated,
     model_size_sweep,
     name_option,
     print_error,
 )
+from harness.core.progression import parse_progression
 from harness.core.scale import MAX_WORLD
 from harness.core.sizes import MAX_SIZES, format_size, parse_sizes
 from harness.model import alphabeta as ab
@@ -55,49 +55,11 @@ MAX_MODEL_CELLS = 1 << 18
 
 
 def parse_ranks(text: str) -> tuple[int, ...]:
-    """``8,16,32,...,16384``: scales in any order, or a progression: ``...`` continues the geometric
-    (or arithmetic, if the values before it differ by a constant and not a factor) progression the
-    values before it start, and the value after it ends the list, whether or not the progression
-    lands on it (``8,16,...,100`` is 8,16,32,64,100). A list option like every other
-    (harness.core.options.comma_separated): no scale twice, at most MAX_LIST_ITEMS written. Each
-    scale is a job's ranks, 1 to MAX_WORLD: the model's arithmetic (an int64 of ranks, a float of
-    time) overflowed past it, and no machine it describes is larger."""
-    try:
-        parts = list(comma_separated(text))
-    except argparse.ArgumentTypeError as exc:
-        raise ValueError(f"ranks {shown(text)}: {exc}") from None
-
-    def ranks(part: str) -> int:
-        return parse_int(part, f"ranks {shown(text)}", 1, MAX_WORLD)
-
-    if "..." not in parts:
-        return tuple(sorted(ranks(p) for p in parts))
-    i = parts.index("...")
-    if i < 2 or i != len(parts) - 2:
-        raise ValueError(f"ranks {shown(text)}: '...' needs two values before it and one after (8,16,...,1024)")
-    head = [ranks(p) for p in parts[:i]]
-    end = ranks(parts[-1])
-    a, b = head[-2], head[-1]
-    if b <= a:
-        raise ValueError(f"ranks {shown(text)}: values before '...' must increase")
-    if end <= b:  # 2,4,...,3 read as 2,3,4: a range that ends before it starts is a typo
-        raise ValueError(f"ranks {shown(text)}: the value after '...' ({end}) must exceed those before it ({b})")
-    geometric = b % a == 0 and b // a > 1
-    step = b // a if geometric else b - a
-    following = [(x * step if geometric else x + step) == y for x, y in zip(head, head[1:])]
-    if not all(following):
-        raise ValueError(f"ranks {shown(text)}: the values before '...' are not one progression "
-                         f"({'x' if geometric else '+'}{step} from {head[-2]} to {head[-1]})")
-    if not geometric and (end - b) // step + len(head) > MAX_SCALES:  # counted before it is built
-        raise ValueError(f"ranks {shown(text)} gives {(end - b) // step + len(head)} scales; at most {MAX_SCALES}")
-    values = list(head)
-    while (values[-1] * step if geometric else values[-1] + step) <= end:
-        values.append(values[-1] * step if geometric else values[-1] + step)
-    if values[-1] != end:
-        values.append(end)
-    if len(values) > MAX_SCALES:
-        raise ValueError(f"ranks {shown(text)} gives {len(values)} scales; at most {MAX_SCALES}")
-    return tuple(values)
+    """``8,16,32,...,16384``: scales in any order, or a progression by the one rule every ``...``
+    option reads (harness.core.progression). Each scale is a job's ranks, 1 to MAX_WORLD: the
+    model's arithmetic (an int64 of ranks, a float of time) overflowed past it, and no machine it
+    describes is larger."""
+    return parse_progression(text, "ranks", 1, MAX_WORLD, MAX_SCALES)
 
 
 def _ranks_arg(text: str) -> tuple[int, ...]:

@@ -3,9 +3,10 @@ effective throughput of a run's moe_a2a cases relative to their uniform twin).""
 from __future__ import annotations
 
 import argparse
-from dataclasses import asdict, replace
+from dataclasses import asdict, fields, replace
 from math import nan
 from pathlib import Path
+from typing import Optional
 
 from rich.table import Table
 
@@ -14,10 +15,12 @@ from harness.core.inputfile import declare_inputs
 from harness.core.options import (
     at_least,
     comma_separated,
+    given_flags,
     integer,
     number_in,
     positive,
     print_error,
+    refuse_given,
 )
 from harness.core.store import load_whole, run_inputs
 from harness.moe_a2a import sim
@@ -65,23 +68,40 @@ _ints = _list_of(at_least(1, MAX_MODELLED_WORLD), "integers")
 _floats = _list_of(positive(float, MAX_MS), "numbers")
 
 
+DEFAULT_WORLDS = (8, 16, 32, 64, 128, 256)
+# The options that shape the modelled step (dest -> flag): --from-run takes each from the run's
+# uniform case instead (its world, tokens, hidden, experts, top-k, the hot case's skew, one spare
+# slot a rank), and the fit measures the expert time. Their defaults are None, so that a value
+# given with --from-run is told from one not given; SimConfig holds the defaults.
+SHAPE_FLAGS = {"worlds": "--worlds", "tokens": "--tokens", "hidden": "--hidden", "bytes_per_elem": "--bytes-per-elem",
+               "experts": "--experts", "top_k": "--top-k", "hot_factor": "--hot-factor",
+               "spare_slots": "--spare-slots", "capacity_factor": "--capacity-factor",
+               "expert_us_per_pair": "--expert-us-per-pair"}
+
+
 def register(sub) -> None:
+    d = sim.SimConfig()
     p = sub.add_parser("moe-sim", help="MODELLED MoE all-to-all step at 8..256 ranks (event-level)")
-    p.add_argument("--worlds", type=_ints, default=(8, 16, 32, 64, 128, 256), help="ranks to model (default 8..256)")
-    p.add_argument("--tokens", type=at_least(1, MAX_TOKENS), default=4096, help="tokens per rank (default 4096, DeepEP)")
-    p.add_argument("--hidden", type=at_least(1, MAX_HIDDEN), default=7168)
-    p.add_argument("--bytes-per-elem", type=integer, choices=(1, 2, 4), default=1, help="dispatch payload (default 1: FP8)")
-    p.add_argument("--experts", type=at_least(1, MAX_EXPERTS), default=256)
-    p.add_argument("--top-k", type=at_least(1, MAX_EXPERTS), default=8)
-    p.add_argument("--hot-factor", type=positive(float, MAX_FACTOR), default=17.0, help="hot expert load / each other's (default 17)")
-    p.add_argument("--spare-slots", type=at_least(0, MAX_EXPERTS), default=1, help="replica slots per rank")
-    p.add_argument("--capacity-factor", type=positive(float, MAX_FACTOR), default=1.25)
-    p.add_argument("--drift-ms", type=positive(float, MAX_MS), default=1000.0, help="the hot expert moves once per this period")
-    p.add_argument("--window-ms", type=_floats, default=(100.0,), help="adaptive reuse windows (default 100)")
+    p.add_argument("--worlds", type=_ints, help=f"ranks to model (default {','.join(map(str, DEFAULT_WORLDS))})")
+    p.add_argument("--tokens", type=at_least(1, MAX_TOKENS), help=f"tokens per rank (default {d.tokens}, DeepEP)")
+    p.add_argument("--hidden", type=at_least(1, MAX_HIDDEN), help=f"default {d.hidden}")
+    p.add_argument("--bytes-per-elem", type=integer, choices=(1, 2, 4),
+                   help=f"dispatch payload (default {d.bytes_per_elem}: FP8)")
+    p.add_argument("--experts", type=at_least(1, MAX_EXPERTS), help=f"default {d.experts}")
+    p.add_argument("--top-k", type=at_least(1, MAX_EXPERTS), help=f"default {d.top_k}")
+    p.add_argument("--hot-factor", type=positive(float, MAX_FACTOR),
+                   help=f"hot expert load / each other's (default {d.hot_factor:g})")
+    p.add_argument("--spare-slots", type=at_least(0, MAX_EXPERTS), help=f"replica slots per rank (default {d.spare_slots})")
+    p.add_argument("--capacity-factor", type=positive(float, MAX_FACTOR), help=f"default {d.capacity_factor:g}")
+    p.add_argument("--drift-ms", type=positive(float, MAX_MS), default=d.drift_ms,
+                   help="the hot expert moves once per this period")
+    p.add_argument("--window-ms", type=_floats, default=d.windows_ms,
+                   help=f"adaptive reuse windows (default {','.join(f'{w:g}' for w in d.windows_ms)})")
     p.add_argument("--expert-us-per-pair", type=number_in(0.0, MAX_US), help="expert time per (token, expert) pair")
     p.add_argument("--planner-us", type=number_in(-MAX_US, MAX_US), help="placement recompute time; 0 or negative: time it here")
     p.add_argument("--from-run", type=Path, metavar="RUN_DIR",
-                   help="fit a one-tier model to a measured moe_a2a run and compare at its world instead")
+                   help="fit a one-tier model to a measured moe_a2a run and compare at its world instead "
+                        f"(the run gives the shape: {', '.join(SHAPE_FLAGS.values())} are refused with it)")
     p.add_argument("--json", type=Path, metavar="PATH", help="also write the modelled scenarios as JSON")
     p.set_defaults(func=cmd_sim)
 
@@ -120,6 +140,15 @@ def _run_too_large(p) -> str:
     return _too_large((p["world"],), p["experts_per_rank"] * p["world"], FROM_RUN_SPARE_SLOTS)
 
 
+SIM_FIELDS = frozenset(f.name for f in fields(sim.SimConfig))
+
+
+def _config(args) -> sim.SimConfig:
+    """The modelled shape the options give, SimConfig's defaults for those not given."""
+    given = {dest: getattr(args, dest) for dest in SHAPE_FLAGS if dest in SIM_FIELDS and getattr(args, dest) is not None}
+    return sim.SimConfig(**given, drift_ms=args.drift_ms, windows_ms=args.window_ms)
+
+
 def cmd_sim(args) -> int:
     console = wide_console()
     model = sim.CostModel()
@@ -128,17 +157,17 @@ def cmd_sim(args) -> int:
     if args.planner_us is not None:
         model = replace(model, planner_us=args.planner_us if args.planner_us > 0 else None)
     if args.from_run is not None:
-        return _sim_from_run(args.from_run, args.drift_ms, args.window_ms, model, console)
-    too_large = _too_large(args.worlds, args.experts, args.spare_slots)
+        refuse_given(given_flags(args, SHAPE_FLAGS), "set what --from-run takes from the run (the shape of its "
+                                                     "uniform case, and the expert time its fit measures)")
+        return _sim_from_run(args.from_run, args.drift_ms, args.window_ms, model, console, args.json)
+    cfg = _config(args)
+    worlds = args.worlds or DEFAULT_WORLDS
+    too_large = _too_large(worlds, cfg.experts, cfg.spare_slots)
     if too_large:
         print_error("moe-sim", too_large)
         return 2
-    cfg = sim.SimConfig(tokens=args.tokens, hidden=args.hidden, bytes_per_elem=args.bytes_per_elem,
-                        experts=args.experts, top_k=args.top_k, hot_factor=args.hot_factor,
-                        spare_slots=args.spare_slots, capacity_factor=args.capacity_factor,
-                        drift_ms=args.drift_ms, windows_ms=args.window_ms)
     results = {}
-    for world in args.worlds:
+    for world in worlds:
         try:
             results[world] = sim.simulate(world, cfg, model)
         except ValueError as exc:
@@ -164,10 +193,17 @@ def cmd_sim(args) -> int:
                   f"{model.expert_us_per_pair} us/pair, planner {model.planner_us} us, expert {model.expert_bytes} B",
                   markup=False, highlight=False)
     if args.json:
-        payload = {"source": sim.SOURCE, "config": asdict(cfg), "cost_model": asdict(model),
-                   "results": {str(w): [asdict(s) for s in sc] for w, sc in results.items()}}
-        atomic.write_json(args.json, payload, sort_keys=False)
+        _write_json(args.json, cfg, model, results)
     return 0
+
+
+def _write_json(path: Path, cfg: sim.SimConfig, model: sim.CostModel, results: dict, **more) -> None:
+    """The modelled scenarios of each world as JSON, with the shape and cost model they came from;
+    ``more``: what a model fitted to a run adds (its basis, the measured rows), a ratio the run
+    cannot give null, as JSON cannot hold NaN."""
+    payload = {"source": sim.SOURCE, "config": asdict(cfg), "cost_model": asdict(model),
+               "results": {str(w): [asdict(s) for s in sc] for w, sc in results.items()}, **more}
+    atomic.write_json(path, atomic.finite_or_null(payload)[0], sort_keys=False)
 
 
 def _print_claims(console, results) -> None:
@@ -186,7 +222,8 @@ def _print_claims(console, results) -> None:
     console.print("claims beside the MODELLED figures:\n" + "\n".join(lines), markup=False, highlight=False)
 
 
-def _sim_from_run(run_dir: Path, drift_ms: float, windows_ms: tuple[float, ...], model, console) -> int:
+def _sim_from_run(run_dir: Path, drift_ms: float, windows_ms: tuple[float, ...], model, console,
+                  json_path: Optional[Path]) -> int:
     """The model fitted to ``run_dir``'s uniform case, beside what that run measured."""
     declare_inputs(run_inputs([run_dir]))  # --json may not replace the run's files
     records = list(load_whole(run_dir).records)
@@ -209,9 +246,10 @@ def _sim_from_run(run_dir: Path, drift_ms: float, windows_ms: tuple[float, ...],
     hot = [r for r in records if r.family == "moe_a2a" and r.params["workload"] == "hot"]
     cfg = sim.SimConfig(tokens=p["tokens"], hidden=p["hidden"], bytes_per_elem=p["bytes_per_elem"],
                         experts=p["experts_per_rank"] * p["world"], top_k=p["top_k"],
-                        hot_factor=hot[0].params["skew"] if hot else 17.0, spare_slots=FROM_RUN_SPARE_SLOTS,
+                        hot_factor=hot[0].params["skew"] if hot else sim.SimConfig.hot_factor, spare_slots=FROM_RUN_SPARE_SLOTS,
                         drift_ms=drift_ms, windows_ms=windows_ms)
-    scenarios = {s.name: s for s in sim.simulate(p["world"], cfg, fitted)}
+    modelled = sim.simulate(p["world"], cfg, fitted)
+    scenarios = {s.name: s for s in modelled}
     table = Table(title=f"MODELLED vs measured at {p['world']} ranks — one-tier model fitted from "
                         f"{run_dir} ({basis['case_id'].split('/')[0]} uniform case)", title_justify="left")
     for col in ("case", "measured vs uniform case (mean, p50)", "measured vs paired twin (mean, p50)",
@@ -233,6 +271,8 @@ def _sim_from_run(run_dir: Path, drift_ms: float, windows_ms: tuple[float, ...],
     console.print(f"fitted: all-to-all {basis['a2a_us']:.0f} us as bandwidth {fitted.intra.bandwidth_gbps:.3f} GB/s, "
                   f"{fitted.expert_us_per_pair:.2f} us/pair, {fitted.step_overhead_us:.0f} us/step overhead (phase p50s {basis['phase_p50_us']})",
                   markup=False, highlight=False)
+    if json_path:
+        _write_json(json_path, cfg, fitted, {p["world"]: modelled}, fitted_from=basis, measured=measured)
     return 0
 
 

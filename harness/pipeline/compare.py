@@ -17,6 +17,7 @@ from typing import Iterable, Optional
 
 from rich.table import Table
 
+from harness.core.options import CannotRun
 from harness.core.records import Record
 from harness.core.store import load_whole
 from harness.pipeline.scenarios import SCENARIOS, STRETCH_WARN
@@ -114,9 +115,8 @@ def table(comparisons: list[Comparison]) -> Table:
 
 def cmd_compare(args) -> int:
     comparisons = compare(list(load_whole(args.run_dir).records))
-    if not comparisons:
-        print(f"critpath pipeline-compare: {args.run_dir}: no pair of ok pipeline records differing only in schedule")
-        return 1
+    if not comparisons:  # a run without the records asked about is input it cannot read, not a failed case
+        raise CannotRun(f"{args.run_dir}: no pair of ok pipeline records differing only in schedule")
     wide_console().print(table(comparisons))
     return 0
 

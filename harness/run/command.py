@@ -8,19 +8,20 @@ import sys
 from pathlib import Path
 
 from harness.core import registry
-from harness.core.family import BACKENDS, GridOptions
+from harness.core.family import BACKENDS, GRID_FLAGS, GridOptions
 from harness.core.options import (
     EXIT_OK,
-    UsageError,
     at_least,
     comma_separated,
+    given_flags,
+    refuse_given,
     seconds,
     size_sweep,
 )
 from harness.core.records import MAX_SAMPLES
 from harness.core.scale import MAX_WORLD
 from harness.run.lifetime import raise_on_sigterm
-from harness.run.plan import MAX_LOCAL_WORLD
+from harness.run.plan import MAX_LOCAL_WORLD, RUN_GRID_ONLY
 from harness.run.runner import RunOptions, run
 
 
@@ -53,15 +54,18 @@ def _grid_args(p: argparse.ArgumentParser) -> None:
     p.set_defaults(profile="quick")
     p.add_argument("--world", type=at_least(1, MAX_WORLD), help=f"ranks to spawn locally (default 2, at most {MAX_LOCAL_WORLD}; under torchrun: WORLD_SIZE)")
     p.add_argument("--backend", choices=BACKENDS, help="default: nccl when every rank has a GPU, else gloo")
-    p.add_argument("--sizes", type=size_sweep, metavar="SPEC", help="size sweep like nccl-tests: 8:64M:x2, 1K:8K:+1K or 8,1K,1M")
+    p.add_argument("--sizes", dest="sizes_bytes", type=size_sweep, metavar="SPEC", help="size sweep like nccl-tests: 8:64M:x2, 1K:8K:+1K or 8,1K,1M")
 
 
 def cmd_list(args) -> int:
-    grid = GridOptions(args.profile, args.world or 2, args.backend or "gloo", args.sizes)
-    for family in registry.select(args.families) if args.families else registry.FAMILIES.values():
+    grid = GridOptions(args.profile, args.world or 2, args.backend or "gloo", args.sizes_bytes)
+    families = registry.select(args.families) if args.families else list(registry.FAMILIES.values())
+    # Here --backend, too, shapes nothing but the grid: a grid that never reads it lists alike.
+    given = [name for name in GRID_FLAGS if getattr(args, name) is not None]
+    for family, cases in zip(families, registry.grids(families, grid, given).values()):
         marker = "" if family.default else "  (opt-in)"
         print(f"{family.name} v{family.version}: {family.description}{marker}")
-        for case in family.grid(grid):
+        for case in cases:
             print(f"  {case.id}")
     return EXIT_OK
 
@@ -69,21 +73,20 @@ def cmd_list(args) -> int:
 # The options that shape the grid --families selects, by their flags: a --case ID names its own
 # world and size, so given with one they would change nothing. (--quick/--full also set the
 # timing policy, and --backend the process group: both still act on a --case.)
-GRID_ONLY = {"world": "--world", "sizes": "--sizes"}
+GRID_ONLY = {name: GRID_FLAGS[name] for name in RUN_GRID_ONLY}
 
 
 def _refuse_grid_with_cases(args) -> None:
-    given = [flag for dest, flag in GRID_ONLY.items() if getattr(args, dest) is not None]
-    if args.case_ids and given:
-        raise UsageError(f"{' and '.join(given)} shape the grid of --families, which --case replaces: a case ID "
-                         f"names its own world and size (world=..., size_bytes=...); leave {' and '.join(given)} out")
+    if args.case_ids:
+        refuse_given(given_flags(args, GRID_ONLY), "shape the grid of --families, which --case replaces: a case "
+                                                   "ID names its own world and size (world=..., size_bytes=...)")
 
 
 def cmd_run(args) -> int:
     _refuse_grid_with_cases(args)
     opts = RunOptions(
         families=args.families, case_ids=tuple(args.case_ids), profile=args.profile, world=args.world,
-        backend=args.backend, sizes_bytes=args.sizes, iters=args.iters, warmup=args.warmup,
+        backend=args.backend, sizes_bytes=args.sizes_bytes, iters=args.iters, warmup=args.warmup,
         timeout_s=args.timeout, out=args.out, argv=tuple(sys.argv),
     )
     # SIGTERM (CI cancellation, a Slurm time limit) unwinds as Ctrl-C does: run.json says

@@ -20,7 +20,7 @@ from harness.core.scale import MAX_WORLD
 from harness.run import fingerprint
 from harness.run.launchenv import env_int
 from harness.run.limit import overran_by
-from harness.run.plan import RunJournal, RunOptions, RunPlan, plan_run
+from harness.run.plan import RunJournal, RunOptions, RunPlan, plan_run, refuse_unavailable
 from harness.run.reporter import Reporter, announce, finish
 
 MAX_PORT = 65535
@@ -122,9 +122,13 @@ def joined_rank(env=os.environ):
 def joined_plan(opts: RunOptions, me) -> RunPlan:
     """The same plan on every rank, made before the ranks meet: a bad selection fails each of them
     alike instead of leaving the others waiting for it."""
+    from harness.run.worker import backend_unavailable  # torch: joined_rank has loaded it
+
     if opts.world not in (None, me.world):
         raise UsageError(f"--world {opts.world} but the job has WORLD_SIZE={me.world}")
-    return plan_run(opts, me.world, opts.backend or me.backend)
+    backend = opts.backend or me.backend
+    refuse_unavailable(opts, backend, backend_unavailable(backend, me.local_rank + 1))  # this rank's device
+    return plan_run(opts, me.world, backend)
 
 
 class _FileSink:

@@ -11,14 +11,22 @@ from harness.core.family import BACKENDS
 from harness.core.options import UsageError
 from harness.core.records import Record
 from harness.run import fingerprint
-from harness.run.plan import LOCAL_WORLD_RULE, MAX_LOCAL_WORLD, RunJournal, RunOptions, RunPlan, plan_run
+from harness.run.plan import (
+    LOCAL_WORLD_RULE,
+    MAX_LOCAL_WORLD,
+    RunJournal,
+    RunOptions,
+    RunPlan,
+    plan_run,
+    refuse_unavailable,
+)
 from harness.run.reporter import Reporter, announce, finish
 
 
 def local_plan(opts: RunOptions) -> RunPlan:
     """The plan on --world ranks (default 2) over --backend (default: NCCL where the ranks have GPUs)."""
     # torch (a second or more): only a run that starts ranks loads it, not whoever imports the runner
-    from harness.run.worker import pick_backend
+    from harness.run.worker import backend_unavailable, pick_backend
 
     world = opts.world or 2
     if not 1 <= world <= MAX_LOCAL_WORLD:
@@ -32,6 +40,8 @@ def local_plan(opts: RunOptions) -> RunPlan:
     too_wide = next((case for case in plan.cases if case.world > MAX_LOCAL_WORLD), None)
     if too_wide is not None:  # a case ID names its own world
         raise UsageError(f"case {too_wide.id} needs world {too_wide.world}: {LOCAL_WORLD_RULE}")
+    # Every rank of a case starts on this host.
+    refuse_unavailable(opts, backend, backend_unavailable(backend, max(plan.worlds)))
     return plan
 
 

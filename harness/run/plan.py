@@ -38,6 +38,9 @@ MAX_LOCAL_WORLD = 1024
 LOCAL_WORLD_RULE = (f"a local run spawns at most MAX_LOCAL_WORLD = {MAX_LOCAL_WORLD} ranks on this host; "
                     "run a larger job under torchrun or Slurm (docs/scale.md)")
 # More cases than MAX_RUN_CASES in one run is a typo in a sweep, not a plan: refused, naming the cap.
+# The RunOptions (and GridOptions) fields that act only on the grid --families selects; --backend
+# also picks the process group, so it acts on every case.
+RUN_GRID_ONLY = ("world", "sizes_bytes")
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,15 @@ def plan_run(opts: RunOptions, world: int, backend: str) -> RunPlan:
     return RunPlan(tuple(cases), backend, opts.policy(), opts.timeout_s, opts.out, options, tuple(opts.argv))
 
 
+def refuse_unavailable(opts: RunOptions, backend: str, why: str) -> None:
+    """Refuse a run whose process-group backend cannot start here (``why``, from the worker's
+    check), before any case runs: each would fail alike."""
+    if why:
+        named = f"--backend {backend}" if opts.backend else f"backend {backend}"
+        other = "; --backend gloo runs on any host" if backend == "nccl" else ""
+        raise UsageError(f"{named} cannot run here: {why}{other}")
+
+
 def select_cases(opts: RunOptions, grid: GridOptions) -> list[Case]:
     if opts.case_ids:
         if len(opts.case_ids) > MAX_RUN_CASES:  # before any is parsed: a run cannot hold them
@@ -119,7 +131,7 @@ def select_cases(opts: RunOptions, grid: GridOptions) -> list[Case]:
             families = registry.select(opts.families)
         except KeyError as exc:
             raise UsageError(exc.args[0]) from None
-        cases = registry.cases(families, grid)
+        cases = registry.cases(families, grid, [name for name in RUN_GRID_ONLY if getattr(opts, name) is not None])
     if len(cases) > MAX_RUN_CASES:
         raise UsageError(f"{len(cases)} cases selected; a run holds at most {MAX_RUN_CASES} (narrow --sizes or --families)")
     return cases

@@ -48,9 +48,21 @@ def pick_backend(requested: Optional[str], local_rank: int) -> str:
     """NCCL when this rank has a GPU of its own, else gloo; ``requested`` overrides."""
     if requested:
         return requested
-    if torch.cuda.is_available() and torch.cuda.device_count() > local_rank:
-        return "nccl"
-    return "gloo"
+    return "gloo" if backend_unavailable("nccl", local_rank + 1) else "nccl"
+
+
+def backend_unavailable(backend: str, ranks_here: int) -> str:
+    """Why ``backend`` cannot join ``ranks_here`` ranks on this host with this torch build, '' when
+    it can: asked before a run starts, so that it is refused once instead of failing every case
+    ("Distributed package doesn't have NCCL built in")."""
+    if not getattr(dist, f"is_{backend}_available")():
+        return f"this torch build has no {backend} backend (torch.distributed.is_{backend}_available() is False)"
+    if backend == "nccl":  # each rank drives a CUDA device of its own (device_for)
+        devices = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if devices < ranks_here:
+            return (f"NCCL runs each rank on a CUDA device of its own: {ranks_here} rank(s) on this host, "
+                    f"{devices} CUDA device(s)")
+    return ""
 
 
 def device_for(backend: str, local_rank: int) -> torch.device:

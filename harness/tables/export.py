@@ -15,7 +15,7 @@ from pathlib import Path
 
 from harness.core import atomic
 from harness.core.escape import for_csv, for_terminal
-from harness.core.options import print_error
+from harness.core.options import UsageError, print_error
 from harness.core.store import run_inputs
 from harness.tables.frame import load_runs, records_of, samples_of
 
@@ -31,6 +31,15 @@ def require(fmt: str) -> None:
     """Refuse a format whose library is missing before any run is read."""
     if fmt == "parquet" and importlib.util.find_spec("pyarrow") is None:  # pandas' parquet engine
         raise ExportUnavailable(PARQUET_HINT)
+
+
+def check_suffix(fmt: str, out: Path) -> None:
+    """Refuse an --out whose suffix names another format (``--format json --out x.csv``): a reader
+    goes by the name. A suffix that names no format (``.txt``, none) is the user's to choose."""
+    named = out.suffix.lower().lstrip(".")
+    if named in FORMATS and named != fmt:
+        raise UsageError(f"--out {out} names {named}, but --format is {fmt}; name it {out.with_suffix('.' + fmt)} "
+                         f"or give --format {named}")
 
 
 def write(df, fmt: str, out: Path) -> None:
@@ -70,6 +79,7 @@ def cmd_export(args) -> int:
     except ExportUnavailable as exc:
         print_error("export", exc)
         return 2
+    check_suffix(args.fmt, args.out)
     atomic.refuse_inputs(args.out, run_inputs(args.run_dirs))
     runs = load_runs(args.run_dirs)  # an invalid record raises here, naming file and line
     df = samples_of(runs) if args.samples else records_of(runs)
