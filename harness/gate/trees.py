@@ -25,6 +25,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional, Sequence
@@ -59,6 +60,10 @@ class Tree:
     path: Path  # first on PYTHONPATH, after OWN_TREE
     commit: Optional[str]  # resolved SHA; None for an uncommitted working tree
     dirty: bool = False
+    # The TMPDIR of every process started from this tree, inside the directory ``checkout`` made:
+    # what a child killed before it could clean up left there goes with the tree, by the command's
+    # own clean-up or the next sweep, whatever TMPDIR that command ran with. None: the user's tree.
+    temp_dir: Optional[Path] = None
 
     def python_path(self, old: Optional[str] = None) -> str:
         return python_path(self.path, old)
@@ -69,6 +74,8 @@ class Tree:
         env = dict(os.environ if base_env is None else base_env)
         env["PYTHONPATH"] = self.python_path(env.get("PYTHONPATH"))
         env[TREE_ENV] = str(self.path)
+        if self.temp_dir is not None:
+            env["TMPDIR"] = str(self.temp_dir)
         return env
 
     def asv_env(self) -> dict:
@@ -129,6 +136,8 @@ def working_tree(repo: Path, label: str) -> Tree:
 
 TREE_PREFIX = "critpath-gate-"  # of every directory ``checkout`` makes, under the temp dir
 TREE_NAME = "tree"  # the worktree, inside that directory, beside the owner file
+RMTREE_TRIES, RMTREE_PAUSE_S = 5, 0.2
+TEMP_NAME = "tmp"  # the TMPDIR of the tree's processes (``Tree.temp_dir``), beside it
 
 
 RECORDS_DIR = "critpath-worktrees"  # in the repository's common git directory: one file per checkout
@@ -194,7 +203,11 @@ def _remove(repo: Path, path: Path, made: bool = False) -> None:
     _git(repo, "worktree", "unlock", "--", str(path), check=False)
     _git(repo, "worktree", "remove", "-f", "-f", "--", str(path), check=False)
     if (made or _made_here(path)) and not path.exists():  # a tree git could not remove keeps its owner file: retried next time
-        shutil.rmtree(path.parent, ignore_errors=True)
+        for _ in range(RMTREE_TRIES):  # a child still unwinding may write into its TMPDIR there meanwhile
+            shutil.rmtree(path.parent, ignore_errors=True)
+            if not path.parent.exists():
+                break
+            time.sleep(RMTREE_PAUSE_S)
 
 
 def _made_here(path: Path) -> bool:
@@ -225,7 +238,8 @@ def checkout(repo: Path, ref: str, label: str, command: str = "critpath gate") -
         Owner.me(command).write(parent)  # before the worktree exists: no moment leaves it unmarked
         record = _record(repo, parent)
         _git(repo, "worktree", "add", "--detach", "--quiet", "--", str(path), sha)
-        yield Tree(label, ref, path, sha)
+        (parent / TEMP_NAME).mkdir()
+        yield Tree(label, ref, path, sha, temp_dir=parent / TEMP_NAME)
     finally:
         _remove(repo, path, made=True)
         _git(repo, "worktree", "prune", check=False)
@@ -275,15 +289,15 @@ def sweep_orphans(repo: Path) -> list[str]:
 
 
 def _sweep_records(recorded: dict[str, Path], listed: set[str]) -> None:
-    """Forget the records whose directory is gone; a directory that holds only the owner file of a
-    process that is gone (killed before ``git worktree add``, or after git removed the tree) goes
-    first. Anything else in a recorded directory keeps it, and its record."""
+    """Forget the records whose directory is gone; a directory that holds only the owner file (and
+    the tree's TMPDIR) of a process that is gone (killed before ``git worktree add``, or after git
+    removed the tree) goes first. Anything else in a recorded directory keeps it, and its record."""
     for where, record in recorded.items():
         parent = Path(where)
         if os.path.join(where, TREE_NAME) in listed:
             continue
         with contextlib.suppress(OSError, Malformed):
-            if parent.is_dir() and os.listdir(parent) == [OWNER_FILE]:
+            if parent.is_dir() and set(os.listdir(parent)) <= {OWNER_FILE, TEMP_NAME}:
                 owner = owner_of(parent / TREE_NAME)
                 if owner is not None and not owner.alive():
                     shutil.rmtree(parent)
