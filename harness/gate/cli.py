@@ -30,7 +30,7 @@ from harness.gate.paired import DESIGN, SPENDING, paired_verdicts, recheck_verdi
 from harness.gate.progress import GateProgress
 from harness.gate.recheck import describe, is_gate_side, read_pairs
 from harness.gate.repeats import ProcessRun, Repeats, run_repeats
-from harness.gate.request import CompareRequest, GateOutputs, GateRequest
+from harness.gate.request import MODE_ONLY, CompareRequest, GateOutputs, GateRequest
 from harness.gate.schedule import MAX_BUDGET_S, MAX_PAIRS, MAX_ROUNDS, Plan, Schedule, side_kind
 from harness.gate.sequential import CaseSpec, SequentialGate
 from harness.gate.stats import CaseInput, Outcome, Unit, verdicts
@@ -69,20 +69,22 @@ def register(sub) -> None:
     p.add_argument("--candidate", metavar="REF",
                    help="git ref of the candidate, or 'worktree' (default): this checkout with its edits")
     p.add_argument("--against", type=Path, metavar="FILE", help="compare the candidate with a baseline table (YAML) instead of a base ref")
-    p.add_argument("--case", dest="case_ids", action="append", default=[], metavar="ID", type=case_id_option, help="case ID (repeatable)")
+    # The options of one mode only (request.MODE_ONLY) default to None: given at their default
+    # value to the other mode, they are refused like any other value.
+    p.add_argument("--case", action="append", metavar="ID", type=case_id_option, help="case ID (repeatable)")
     p.add_argument("--families", type=families_option, help="comma-separated families (their quick grid, or --full)")
     p.add_argument("--full", action="store_true", help="with --families: the full grid")
     p.add_argument("--budget", type=positive(float, MAX_BUDGET_S), default=Plan.budget_s, metavar="SECONDS",
                    help=f"wall time for measuring (default {Plan.budget_s:g}, at most {MAX_BUDGET_S:g}); the gate stops "
                         "earlier once every case is decided, and starts no round it cannot finish within it")
     p.add_argument("--allow-inconclusive", action="store_true",
-                   help="pass a case still undecided at the budget even when its estimate reaches the minimum effect")
-    p.add_argument("--rounds", type=at_least(1, MAX_ROUNDS), default=Plan.rounds, metavar="N",
-                   help=f"rounds per fresh process pair (default {Plan.rounds}, at most {MAX_ROUNDS}; see docs/gate.md)")
-    p.add_argument("--window", type=seconds, default=Plan.window_s, metavar="SECONDS",
-                   help=f"timed seconds per case per round, calibrated once (default {Plan.window_s:g})")
-    p.add_argument("--max-pairs", type=at_least(1, MAX_PAIRS), metavar="N", help="stop after this many process pairs")
-    p.add_argument("--repeats", type=_repeats, default=DEFAULT_REPEATS, help=f"with --against: candidate processes (default {DEFAULT_REPEATS})")
+                   help="A/B: pass a case still undecided at the budget even when its estimate reaches the minimum effect")
+    p.add_argument("--rounds", type=at_least(1, MAX_ROUNDS), metavar="N",
+                   help=f"A/B: rounds per fresh process pair (default {Plan.rounds}, at most {MAX_ROUNDS}; see docs/gate.md)")
+    p.add_argument("--window", type=seconds, metavar="SECONDS",
+                   help=f"A/B: timed seconds per case per round, calibrated once (default {Plan.window_s:g})")
+    p.add_argument("--max-pairs", type=at_least(1, MAX_PAIRS), metavar="N", help="A/B: stop after this many process pairs")
+    p.add_argument("--repeats", type=_repeats, help=f"with --against: candidate processes (default {DEFAULT_REPEATS})")
     p.add_argument("--iters", type=at_least(1, MAX_SAMPLES),
                    help=f"timed iterations per case per round (default: from --window; at most {MAX_SAMPLES})")
     p.add_argument("--timeout", type=seconds, default=60.0, metavar="SECONDS", help="per-case limit in one round")
@@ -118,18 +120,27 @@ def cmd_gate(args) -> int:
         return EXIT_COULD_NOT_RUN
     try:
         config = load_config(absolute(args.config)).overridden(args.alpha, args.min_effect, args.statistic, args.direction)
-        for case_id in [] if args.against else args.case_ids:
+        for case_id in [] if args.against else args.case or []:
             config.direction(case_id)  # a statistic with no direction for a named case: refused before any worktree
     except (ConfigError, ValueError) as exc:
         return outputs.error("against" if args.against else "ab", str(exc))
     ambiguous = _ambiguous_worktree(args)
     if ambiguous:
         return outputs.error("against" if args.against else "ab", ambiguous)
-    plan = Plan(budget_s=args.budget, rounds=args.rounds, window_s=args.window, iters=args.iters,
-                case_timeout_s=args.timeout, max_pairs=args.max_pairs)
+    # What the command line left out stays the Plan's default.
+    measuring = {"rounds": args.rounds, "window_s": args.window, "max_pairs": args.max_pairs, "iters": args.iters}
+    plan = Plan(budget_s=args.budget, case_timeout_s=args.timeout, **{k: v for k, v in measuring.items() if v is not None})
     return gate(GateRequest(args.base, args.candidate or WORKTREE, absolute(args.against), absolute(args.repo),
-                            tuple(args.case_ids), args.families,
-                            "full" if args.full else "quick", plan, args.repeats, config, outputs))
+                            tuple(args.case or ()), args.families, "full" if args.full else "quick", plan,
+                            args.repeats or DEFAULT_REPEATS, config, outputs, _given(args)))
+
+
+def _given(args) -> frozenset[str]:
+    """The options of one gate mode (``MODE_ONLY``) this command line gave, each read by its
+    argparse dest: each defaults to None (or False), so one given at its default value is told
+    apart from one left out."""
+    return frozenset(option for option in MODE_ONLY
+                     if getattr(args, option.lstrip("-").replace("-", "_")) not in (None, False))
 
 
 def _outputs_over_repo(repo: Path, outputs: GateOutputs) -> str:
