@@ -4,6 +4,7 @@ sides and the statistic a compare of single runs compared. In process, on synthe
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -82,3 +83,66 @@ def test_every_option_of_one_mode_is_an_option_of_the_gate(capsys):
         main(["gate", "--help"])
     usage = capsys.readouterr().out
     assert [option for option in request.MODE_ONLY if option not in usage] == []
+
+
+# -- 2: --markdown checked before anything is measured, in words --------------------------------
+
+def test_a_gate_whose_markdown_directory_is_missing_is_refused_before_it_measures(tmp_path, capsys, no_measuring):
+    out, target = tmp_path / "G", tmp_path / "nodir" / "x.md"
+    code = main(["gate", "--repo", str(tmp_path), "--base", "HEAD", "--case", NOOP, "--budget", "8",
+                 "--markdown", str(target), "--out", str(out)])
+    assert code == EXIT_COULD_NOT_RUN
+    err = capsys.readouterr().err
+    assert f"--markdown {target}: its directory {target.parent} does not exist" in err and "Errno" not in err
+    assert not out.exists()
+
+
+def test_a_gate_whose_markdown_is_its_table_is_refused_before_it_measures(tmp_path, capsys, table, no_measuring):
+    code = main(["gate", "--repo", str(tmp_path), "--against", str(table), "--markdown", str(table),
+                 "--out", str(tmp_path / "G")])
+    assert code == EXIT_COULD_NOT_RUN
+    assert f"--markdown {table} is an input of this command" in capsys.readouterr().err
+
+
+def test_a_markdown_below_a_file_is_refused(tmp_path, capsys, no_measuring):
+    (tmp_path / "afile").write_text("x")
+    target = tmp_path / "afile" / "x.md"
+    assert main(["gate", "--repo", str(tmp_path), "--base", "HEAD", "--case", NOOP, "--markdown", str(target),
+                 "--out", str(tmp_path / "G")]) == EXIT_COULD_NOT_RUN
+    assert f"its directory {target.parent} is a file, not a directory" in capsys.readouterr().err
+
+
+def test_a_markdown_in_a_closed_directory_is_refused(tmp_path, capsys, no_measuring, monkeypatch):
+    closed = tmp_path / "closed"
+    closed.mkdir()
+    real_access = os.access  # a root user may write anywhere: the closed directory is one os.access refuses
+    monkeypatch.setattr(os, "access", lambda path, mode: False if Path(path) == closed else real_access(path, mode))
+    assert main(["gate", "--repo", str(tmp_path), "--base", "HEAD", "--case", NOOP, "--markdown",
+                 str(closed / "x.md"), "--out", str(tmp_path / "G")]) == EXIT_COULD_NOT_RUN
+    assert f"its directory {closed} is not writable by this user" in capsys.readouterr().err
+
+
+def test_a_compare_whose_markdown_directory_is_missing_is_refused_and_leaves_nothing(tmp_path, capsys):
+    base, cand = _run(tmp_path / "r1", "r-1"), _run(tmp_path / "r2", "r-2", seed=1)
+    out, target = tmp_path / "cm5", tmp_path / "nodir" / "x.md"
+    assert main(["compare", str(base), str(cand), "--markdown", str(target), "--out", str(out)]) == EXIT_COULD_NOT_RUN
+    err = capsys.readouterr().err
+    assert f"--markdown {target}: its directory {target.parent} does not exist" in err and "Errno" not in err
+    assert not out.exists()
+
+
+def test_a_compare_whose_markdown_is_one_of_its_runs_is_refused(tmp_path, capsys):
+    base, cand = _run(tmp_path / "r1", "r-1"), _run(tmp_path / "r2", "r-2", seed=1)
+    target = base / "results.jsonl"
+    before = target.read_bytes()
+    assert main(["compare", str(base), str(cand), "--markdown", str(target), "--out", str(tmp_path / "o")]) == 2
+    assert f"--markdown {target} is an input of this command" in capsys.readouterr().err
+    assert target.read_bytes() == before
+
+
+def test_a_write_into_a_missing_directory_says_so_in_words(tmp_path, capsys):
+    run = _run(tmp_path / "r1", "r-1")
+    target = tmp_path / "nodir" / "x.csv"
+    assert main(["export", "--format", "csv", "--out", str(target), str(run)]) == 2
+    err = capsys.readouterr().err
+    assert f"could not write {target}: its directory {target.parent} does not exist" in err and "Errno" not in err

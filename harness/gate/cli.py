@@ -118,6 +118,10 @@ def cmd_gate(args) -> int:
     if over:  # refused before anything is written: a refusal's own outputs would land there too
         print_error("gate", over)
         return EXIT_COULD_NOT_RUN
+    # Its inputs declared first, so a --markdown over the config or the table is refused with the
+    # rest, before a worktree is made: a refusal when the result is written loses the whole gate.
+    declare_inputs([path for path in (absolute(args.config), absolute(args.against)) if path is not None])
+    outputs.check("gate")
     try:
         config = load_config(absolute(args.config)).overridden(args.alpha, args.min_effect, args.statistic, args.direction)
         for case_id in [] if args.against else args.case or []:
@@ -406,6 +410,7 @@ def _compare_into(request: CompareRequest, out: Path) -> int:
         sides = [_load_side(request.run_a, "base"), _load_side(request.run_b, "candidate")]
     except ResultsFileError as exc:
         return outputs.error("compare", str(exc), config.statistic)
+    outputs.check("compare")  # its inputs now declared: a --markdown over one is refused before any result
     unit = Unit.PROCESS if min(len(s) for s in sides) >= 2 else Unit.ITERATION
     warnings = ["these runs were not measured interleaved in one job: differences between jobs, machines or "
                 "times count as change. This is not an A/B; use critpath gate for a verdict you can trust."]
@@ -465,6 +470,7 @@ def _recheck_gate(request: CompareRequest, out: Path, start: float) -> int:
         tracks, rounds = read_pairs(request.run_a, request.run_b, config.statistic)
     except ResultsFileError as exc:
         return outputs.error("compare", str(exc), config.statistic)
+    outputs.check("compare")
     problems: dict = {}
     directions = _directions(config.direction, tracks, problems)
     for case_id, (_, why) in problems.items():

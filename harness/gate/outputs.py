@@ -280,17 +280,35 @@ def markdown(result: GateResult) -> str:
     return "\n".join(lines)
 
 
+def output_paths(out_dir: Path) -> dict[str, Path]:
+    """The gate's own files in ``out_dir``, by kind."""
+    out_dir = Path(out_dir)
+    return {"json": out_dir / "gate.json", "junit": out_dir / "gate.xml", "markdown": out_dir / "gate.md"}
+
+
+def check_markdown(markdown_path: Path, out_dir: Path) -> None:
+    """UsageError naming ``--markdown`` when the summary could not be appended there: one of the
+    gate's own files in ``out_dir`` (the append would make two documents in one), an input, not a
+    regular file, or in a directory that is missing or closed. Checked before a gate measures (a
+    refusal at the end lost its whole result) and again before anything is written, so a refused
+    --markdown leaves no outputs behind."""
+    markdown_path = Path(markdown_path)
+    if markdown_path.resolve() in {p.resolve() for p in output_paths(out_dir).values()}:
+        raise UsageError(f"--markdown {markdown_path} is one of the gate's own outputs in {out_dir}; "
+                         "give a file outside it")
+    try:
+        atomic.check_target(markdown_path)
+        atomic.check_creatable(markdown_path)
+    except UsageError as exc:
+        raise UsageError(f"--markdown {exc}") from None
+
+
 def write_outputs(result: GateResult, out_dir: Path, markdown_path: Optional[Path] = None) -> dict[str, Path]:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    paths = {"json": out_dir / "gate.json", "junit": out_dir / "gate.xml", "markdown": out_dir / "gate.md"}
+    paths = output_paths(out_dir)
     if markdown_path is not None:
-        # Checked before anything is written, so a refused --markdown leaves no outputs behind; and
-        # never one of the gate's own files, which the append would make two documents in one.
-        if Path(markdown_path).resolve() in {p.resolve() for p in paths.values()}:
-            raise UsageError(f"--markdown {markdown_path} is one of the gate's own outputs in {out_dir}; "
-                             "give a file outside it")
-        atomic.check_target(markdown_path)
+        check_markdown(markdown_path, out_dir)
     text = markdown(result)
     files = {paths["json"]: _json_bytes(result, paths["json"]), paths["junit"]: junit_xml(result).encode("utf-8"),
              paths["markdown"]: text.encode("utf-8")}

@@ -13,7 +13,7 @@ from harness.core.claim import claim_dir
 from harness.core.escape import for_terminal
 from harness.core.options import absolute, print_error
 from harness.gate.config import GateConfig
-from harness.gate.outputs import GateResult, write_outputs
+from harness.gate.outputs import GateResult, check_markdown, write_outputs
 from harness.gate.schedule import Plan
 from harness.gate.stats import Outcome, Policy, Unit
 
@@ -36,6 +36,12 @@ class GateOutputs:
 
     def out_dir(self, kind: str) -> Path:
         return self.out or _default_out(kind)
+
+    def check(self, kind: str) -> None:
+        """UsageError when the result could not be written where it is asked (``--markdown``):
+        called once the command's inputs are known, before anything is measured."""
+        if self.markdown is not None:
+            check_markdown(self.markdown, self.out_dir(kind))
 
     def result(self, mode: str, statistic: str, policy: Optional[Policy] = None, unit: str = Unit.PROCESS,
                **kw) -> GateResult:
