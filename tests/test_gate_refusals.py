@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -146,3 +147,52 @@ def test_a_write_into_a_missing_directory_says_so_in_words(tmp_path, capsys):
     assert main(["export", "--format", "csv", "--out", str(target), str(run)]) == 2
     err = capsys.readouterr().err
     assert f"could not write {target}: its directory {target.parent} does not exist" in err and "Errno" not in err
+
+
+# -- 3: a run on both sides of a compare ----------------------------------------------------------
+
+def test_a_run_compared_with_itself_is_refused_naming_it(tmp_path, capsys):
+    run = _run(tmp_path / "r1", "r-1")
+    assert main(["compare", str(run), str(run), "--out", str(tmp_path / "cm9")]) == EXIT_COULD_NOT_RUN
+    assert f"base and candidate share a run: {run} is given twice (as {run} and {run}); a run compared " \
+           "with itself" in capsys.readouterr().err
+
+
+def test_a_run_compared_with_its_copy_is_refused_naming_both(tmp_path, capsys):
+    run = _run(tmp_path / "r1", "r-1")
+    copy = tmp_path / "C4"
+    shutil.copytree(run, copy)
+    assert main(["compare", str(run), str(copy), "--out", str(tmp_path / "cm")]) == EXIT_COULD_NOT_RUN
+    assert f"base and candidate share a run: run r-1 is in {run} and in {copy}" in capsys.readouterr().err
+
+
+def test_a_run_on_both_sides_of_repeats_is_refused(tmp_path, capsys):
+    base, cand = tmp_path / "a", tmp_path / "b"
+    for i in range(2):
+        _run(base / f"r{i}", f"a-{i}", seed=i)
+    _run(cand / "r0", "b-0", seed=5)
+    shutil.copytree(base / "r1", cand / "r1")
+    assert main(["compare", str(base), str(cand), "--out", str(tmp_path / "cm")]) == EXIT_COULD_NOT_RUN
+    assert f"share a run: run a-1 is in {base / 'r1'} and in {cand / 'r1'}" in capsys.readouterr().err
+
+
+def _gate_side(root: Path, run_id: str, seed: int) -> Path:
+    for r in range(2):
+        _run(root / "gen-000" / f"round-{r:03d}", run_id, seed=seed + r)
+    return root
+
+
+def test_a_gate_side_compared_with_its_copy_is_refused(tmp_path, capsys):
+    base = _gate_side(tmp_path / "G" / "base", "w-base", 0)
+    copy = tmp_path / "G2" / "candidate"
+    shutil.copytree(base, copy)
+    assert main(["compare", str(base), str(copy), "--out", str(tmp_path / "cm")]) == EXIT_COULD_NOT_RUN
+    assert f"share a run: run w-base is in {base / 'gen-000'} and in {copy / 'gen-000'}" in capsys.readouterr().err
+
+
+def test_two_gate_sides_still_recheck(tmp_path):
+    base = _gate_side(tmp_path / "G" / "base", "w-base", 0)
+    cand = _gate_side(tmp_path / "G" / "candidate", "w-cand", 10)
+    out = tmp_path / "cm"
+    main(["compare", str(base), str(cand), "--out", str(out)])
+    assert json.loads((out / "gate.json").read_text())["unit"] == "pair"

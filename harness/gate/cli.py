@@ -22,13 +22,13 @@ from harness.core.inputfile import declare_inputs
 from harness.core.options import (absolute, at_least, case_id_option, families_option, number_in, positive,
                                   print_error, seconds)
 from harness.core.records import MAX_SAMPLES, Record
-from harness.core.store import RESULTS, ResultsFileError, distinct_run_ids, load_whole, run_inputs
+from harness.core.store import RESULTS, LoadedRun, ResultsFileError, distinct_run_ids, load_whole, run_inputs
 from harness.core.walk import WalkError, walk_bounded
 from harness.gate.config import ALPHA_RANGE, MAX_MIN_EFFECT, ConfigError, GateConfig, load_baselines, load_config
 from harness.gate.outputs import EXIT_COULD_NOT_RUN, GateResult
 from harness.gate.paired import DESIGN, SPENDING, paired_verdicts, recheck_verdicts
 from harness.gate.progress import GateProgress
-from harness.gate.recheck import describe, is_gate_side, read_pairs
+from harness.gate.recheck import describe, disjoint_sides, is_gate_side, read_pairs
 from harness.gate.repeats import ProcessRun, Repeats, run_repeats
 from harness.gate.request import MODE_ONLY, CompareRequest, GateOutputs, GateRequest
 from harness.gate.schedule import MAX_BUDGET_S, MAX_PAIRS, MAX_ROUNDS, Plan, Schedule, side_kind
@@ -370,7 +370,7 @@ def _side_runs(path: Path) -> list[Path]:
     return sorted(runs)
 
 
-def _load_side(path: Path, label: str) -> list[list[Record]]:
+def _load_side(path: Path, label: str) -> list[LoadedRun]:
     """A run directory, or a directory whose subdirectories (recursively) are run directories,
     each a distinct run: the same run twice would count one process as two repeats."""
     runs = _side_runs(path)
@@ -382,7 +382,15 @@ def _load_side(path: Path, label: str) -> list[list[Record]]:
         distinct_run_ids(loaded)
     except ResultsFileError as exc:
         raise ResultsFileError(f"{label} side {path}: {exc}") from None
-    return [list(run.records) for run in loaded]
+    return loaded
+
+
+def _load_sides(request: CompareRequest) -> list[list[list[Record]]]:
+    """Each side's runs' records, base first; a run on both sides is refused (``disjoint_sides``)
+    once each side is read whole, so a side that is not whole is named for that first."""
+    sides = [_load_side(request.run_a, "base"), _load_side(request.run_b, "candidate")]
+    disjoint_sides([request.run_a, request.run_b], sides[0] + sides[1])
+    return [[list(run.records) for run in side] for side in sides]
 
 
 def cmd_compare(args) -> int:
@@ -407,7 +415,7 @@ def _compare_into(request: CompareRequest, out: Path) -> int:
     if is_gate_side(request.run_a) and is_gate_side(request.run_b):
         return _recheck_gate(request, out, start)
     try:
-        sides = [_load_side(request.run_a, "base"), _load_side(request.run_b, "candidate")]
+        sides = _load_sides(request)
     except ResultsFileError as exc:
         return outputs.error("compare", str(exc), config.statistic)
     outputs.check("compare")  # its inputs now declared: a --markdown over one is refused before any result
@@ -467,6 +475,7 @@ def _compare_into(request: CompareRequest, out: Path) -> int:
 def _recheck_gate(request: CompareRequest, out: Path, start: float) -> int:
     config, outputs = request.config, request.outputs
     try:
+        disjoint_sides([request.run_a, request.run_b])  # a copy of a side: read_pairs compares each pair's runs
         tracks, rounds = read_pairs(request.run_a, request.run_b, config.statistic)
     except ResultsFileError as exc:
         return outputs.error("compare", str(exc), config.statistic)
