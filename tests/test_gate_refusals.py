@@ -15,8 +15,9 @@ from conftest import RUN_FINGERPRINT, derived_record
 import harness.gate.cli as gate_cli
 from harness.cli import main
 from harness.core.store import RunDir
-from harness.gate.outputs import EXIT_COULD_NOT_RUN
+from harness.gate.outputs import EXIT_COULD_NOT_RUN, GateResult, markdown
 from harness.gate import request
+from harness.gate.stats import Policy
 
 NOOP = "selftest/fault_rank=0,mode=noop,world=1"
 
@@ -196,3 +197,18 @@ def test_two_gate_sides_still_recheck(tmp_path):
     out = tmp_path / "cm"
     main(["compare", str(base), str(cand), "--out", str(out)])
     assert json.loads((out / "gate.json").read_text())["unit"] == "pair"
+
+
+# -- 4: gate.md names each side whole, a commit short ----------------------------------------------
+
+def test_gate_md_names_two_runs_whose_paths_share_a_long_prefix_apart():
+    base, cand = "/tmp/probe-one/runs/base", "/tmp/probe-one/runs/cand"
+    text = markdown(GateResult("compare", "p50_ns", "process", Policy(), base={"ref": base}, candidate={"ref": cand}))
+    assert f"base `{base}` vs candidate `{cand}`" in text
+
+
+def test_gate_md_names_a_commit_by_its_short_form():
+    commit = "0123456789abcdef" * 2 + "01234567"
+    text = markdown(GateResult("ab", "mean_ns", "process", Policy(), base={"ref": "HEAD", "commit": commit},
+                               candidate={"ref": "worktree", "commit": commit}))
+    assert f"base `{commit[:12]}` vs candidate `{commit[:12]}`" in text

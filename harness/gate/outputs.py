@@ -236,11 +236,19 @@ def _note(v: Verdict, result: GateResult) -> str:
     return "; ".join(parts)
 
 
+SHORT_COMMIT = 12  # hex digits of a commit in gate.md: unique within any one repository
+
+
+def _side_text(side: dict) -> str:
+    """A side as gate.md names it: its commit, short; else its ref (a run's path, a table) whole,
+    since two paths cut to a length can be one text for two sides."""
+    commit = side.get("commit")
+    return str(commit)[:SHORT_COMMIT] if commit else str(side.get("ref", "?"))
+
+
 def markdown(result: GateResult) -> str:
     """A summary for a CI step summary (GitHub's $GITHUB_STEP_SUMMARY renders it)."""
     lines = [f"### critpath gate: {for_markdown(result.headline)}", ""]
-    base = result.base.get("commit") or result.base.get("ref", "?")
-    cand = result.candidate.get("commit") or result.candidate.get("ref", "?")
     plan = result.extra.get("plan")
     if result.mode == "ab" and plan:
         how = (f"; statistic `{result.statistic}`; {result.repeats} pairs of fresh processes, {plan['rounds']} rounds "
@@ -251,7 +259,7 @@ def markdown(result: GateResult) -> str:
                + (f", {result.repeats} repeats per side" if result.repeats else "")
                + f"; Holm-adjusted {TESTS.get(result.mode, TESTS['compare'])} at alpha {result.policy.alpha:g}; "
                f"{result.wall_s:.0f} s.")
-    base, cand = (for_code_span(str(ref)[:12]) for ref in (base, cand))
+    base, cand = (for_code_span(_side_text(side)) for side in (result.base, result.candidate))
     lines.append(f"{result.mode}: base {base} vs candidate {cand}"
                  + (" (with uncommitted changes)" if result.candidate.get("dirty") else "") + how)
     lines.append("")
