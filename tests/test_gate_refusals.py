@@ -212,3 +212,27 @@ def test_gate_md_names_a_commit_by_its_short_form():
     text = markdown(GateResult("ab", "mean_ns", "process", Policy(), base={"ref": "HEAD", "commit": commit},
                                candidate={"ref": "worktree", "commit": commit}))
     assert f"base `{commit[:12]}` vs candidate `{commit[:12]}`" in text
+
+
+# -- 5: a compare of single runs says which statistic it compared ------------------------------------
+
+@pytest.mark.parametrize("asked", ["p99_ns", "max_ns", "min_ns", "mean_ns"])
+def test_a_compare_of_single_runs_names_the_median_it_compared(tmp_path, capsys, asked):
+    base, cand = _run(tmp_path / "r1", "r-1"), _run(tmp_path / "r2", "r-2", seed=1)
+    out = tmp_path / "cm"
+    main(["compare", str(base), str(cand), "--statistic", asked, "--out", str(out)])
+    data = json.loads((out / "gate.json").read_text())
+    assert data["statistic"] == "p50_ns" and data["extra"]["statistic_asked"] == asked
+    assert f"statistic `p50_ns` (`{asked}` was asked" in (out / "gate.md").read_text()
+    assert f"warning: compared p50_ns, not {asked}: one run per side has one {asked} each" in capsys.readouterr().err
+
+
+def test_a_compare_of_repeats_compares_the_statistic_asked(tmp_path):
+    base, cand = tmp_path / "a", tmp_path / "b"
+    for i in range(3):
+        _run(base / f"r{i}", f"a-{i}", seed=i)
+        _run(cand / f"r{i}", f"b-{i}", seed=10 + i)
+    out = tmp_path / "cm"
+    main(["compare", str(base), str(cand), "--statistic", "p99_ns", "--out", str(out)])
+    data = json.loads((out / "gate.json").read_text())
+    assert data["statistic"] == "p99_ns" and "statistic_asked" not in data["extra"]

@@ -16,7 +16,7 @@ from harness.core import figures
 from harness.core.claim import claim_dir
 from harness.core.comparable import mismatch
 from harness.core.escape import for_terminal
-from harness.core.figures import FigureUnavailable
+from harness.core.figures import FigureUnavailable, is_sample_statistic
 from harness.core.git import over_repository
 from harness.core.inputfile import declare_inputs
 from harness.core.options import (absolute, at_least, case_id_option, families_option, number_in, positive,
@@ -36,7 +36,7 @@ from harness.gate.sequential import CaseSpec, SequentialGate
 from harness.gate.stats import CaseInput, Outcome, Unit, verdicts
 from harness.gate.trees import (BASE, CANDIDATE, WORKTREE, TreeError, checkout, list_cases, probe, repo_root,
                                 sweep_orphans, worktree_ambiguity)
-from harness.gate.values import failure_text, iteration_values, statistic_option
+from harness.gate.values import ITERATION_STATISTIC, failure_text, iteration_values, statistic_option
 from harness.run.lifetime import interrupt_signal, raise_on_sigterm
 
 DEFAULT_REPEATS = 10  # --against: processes of the candidate
@@ -461,15 +461,27 @@ def _compare_into(request: CompareRequest, out: Path) -> int:
                 values.append([])
         inputs.append(CaseInput(case_id, values[0], values[1], config.min_effect(case_id), case_direction,
                                 problem="; ".join(problems)))
-    result = outputs.result("compare", config.statistic, config.policy, unit, verdicts=verdicts(inputs, config.policy),
+    compared, instead = _compared_statistic(unit, config.statistic)
+    result = outputs.result("compare", compared, config.policy, unit, verdicts=verdicts(inputs, config.policy),
                             base={"ref": str(request.run_a), "runs": len(sides[0])},
                             candidate={"ref": str(request.run_b), "runs": len(sides[1])},
-                            repeats=min(len(s) for s in sides), warnings=warnings)
-    if unit == Unit.ITERATION and config.statistic != "p50_ns":
-        result.warnings.append(f"with per-iteration samples the effect is the ratio of the samples' medians, "
-                               f"not of {config.statistic}")
+                            repeats=min(len(s) for s in sides), warnings=warnings + [instead] * bool(instead),
+                            extra={"statistic_asked": config.statistic} if instead else {})
     result.wall_s = time.perf_counter() - start
     return outputs.finish(result, out)
+
+
+def _compared_statistic(unit: str, asked: str) -> tuple[str, str]:
+    """The statistic a compare in ``unit`` compares for ``asked``, and what the result says when it
+    is another one ("" when not). One run per side has one ``p99_ns`` each, nothing to test: its
+    per-iteration samples are compared, by their medians (``ITERATION_STATISTIC``), and gate.json,
+    gate.md and stderr name that, never the statistic asked. A figure with no per-iteration samples
+    is refused per case instead (``iteration_values``)."""
+    if unit != Unit.ITERATION or asked == ITERATION_STATISTIC or not is_sample_statistic(asked):
+        return asked, ""
+    return ITERATION_STATISTIC, (f"compared {ITERATION_STATISTIC}, not {asked}: one run per side has one {asked} "
+                                 "each, nothing to test, so its per-iteration samples are compared by their medians; "
+                                 f"give two or more runs per side to compare {asked}")
 
 
 def _recheck_gate(request: CompareRequest, out: Path, start: float) -> int:

@@ -255,7 +255,9 @@ def markdown(result: GateResult) -> str:
                f"each, interleaved; {TESTS['ab']}, sequential within a {plan['budget_s']:g} s budget, Holm across "
                f"cases, alpha {result.policy.alpha:g}; {result.wall_s:.0f} s.")
     else:
-        how = (f"; statistic `{result.statistic}`, unit of replication: {result.unit}"
+        asked = result.extra.get("statistic_asked")
+        how = (f"; statistic `{result.statistic}`" + (f" ({for_code_span(asked)} was asked; see the warning)" if asked else "")
+               + f", unit of replication: {result.unit}"
                + (f", {result.repeats} repeats per side" if result.repeats else "")
                + f"; Holm-adjusted {TESTS.get(result.mode, TESTS['compare'])} at alpha {result.policy.alpha:g}; "
                f"{result.wall_s:.0f} s.")
