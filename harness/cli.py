@@ -14,7 +14,7 @@ import threading
 from contextlib import contextmanager
 from typing import Optional, Sequence
 
-from harness.core.options import EXIT_OK, EXIT_USAGE, CannotRun, print_error
+from harness.core.options import EXIT_OK, EXIT_USAGE, CannotRun, os_error_text, print_error
 from harness.core.streams import escaped_streams
 from harness.run.lifetime import interrupt_signal, raise_on_sigterm
 
@@ -101,7 +101,7 @@ def _main(argv: list[str]) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return EXIT_OK
     except OSError as exc:  # a full disk or an unwritable --out: what was written stays valid
-        print_error(args.command, exc)
+        print_error(args.command, os_error_text(exc))
         return EXIT_USAGE
     except KeyboardInterrupt as exc:
         signum = interrupt_signal(exc)

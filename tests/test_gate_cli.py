@@ -101,7 +101,7 @@ def _record(case_id: str, samples, run_id: str, ok: bool = True) -> Record:
 def _runs(root: Path, centers, case_id: str = NOOP, failed_at: int = -1, seed: int = 0) -> Path:
     rng = np.random.default_rng(seed)
     for i, center in enumerate(centers):
-        run = RunDir(root / f"run-{i}", f"run-{i}")
+        run = RunDir(root / f"run-{i}", f"{root.name}-run-{i}")
         run.append(_record(case_id, rng.normal(center, center * 0.01, 200).clip(1), run.run_id, ok=i != failed_at))
         run.write_fingerprint(RUN_FINGERPRINT)
         run.write_meta({"schema": "critpath.run/1", "state": "finished", "cases_total": 1})
@@ -169,7 +169,7 @@ def test_compare_a_throughput_metric_counts_a_drop_as_a_regression(tmp_path):
 
     def runs(root, busbw):
         for i, value in enumerate(busbw):
-            run = RunDir(root / f"run-{i}", f"run-{i}")
+            run = RunDir(root / f"run-{i}", f"{root.name}-run-{i}")
             # sendrecv's busbw is size / mean time (bus factor 1): samples that give this busbw.
             run.append(_record(case_id, [round(4096 / value)] * 10, run.run_id))
             run.write_fingerprint(RUN_FINGERPRINT)

@@ -111,7 +111,7 @@ def test_gate_outputs_of_a_hostile_message_are_well_formed(tmp_path):
 
 
 def test_compare_of_runs_with_a_hostile_error_writes_valid_outputs_and_escapes_the_terminal(tmp_path, capfd):
-    a, b = hostile_run(tmp_path / "a"), hostile_run(tmp_path / "b")
+    a, b = hostile_run(tmp_path / "a"), hostile_run(tmp_path / "b", run_id="r2")
     assert main(["compare", str(a), str(b), "--out", str(tmp_path / "g")]) == 2
     out, err = capfd.readouterr()
     _no_raw(out + err)
@@ -311,7 +311,7 @@ def test_a_case_named_twice_runs_once_and_says_so(tmp_path, capfd):
 # -- never over an input, whatever the command (issue 26's probe) ---------------------------------
 
 def test_no_output_of_compare_or_diagnose_replaces_or_appends_to_an_input(tmp_path, capfd):
-    a, b = hostile_run(tmp_path / "a"), hostile_run(tmp_path / "b")
+    a, b = hostile_run(tmp_path / "a"), hostile_run(tmp_path / "b", run_id="r2")
     before = (a / RESULTS).read_bytes()
     # --markdown appended gate.md to A's records; --json replaced D's
     assert main(["compare", str(a), str(b), "--out", str(tmp_path / "g"), "--markdown", str(a / RESULTS)]) == 2
@@ -547,7 +547,7 @@ def test_an_ascii_locale_gets_backslashes_not_a_traceback(tmp_path):
     result = _gate_result(reason)
     write_outputs(result, tmp_path / "g", summary)  # files are UTF-8 whatever the locale
     assert reason in summary.read_text(encoding="utf-8")
-    compared = run_cli("compare", str(run), str(hostile_run(tmp_path / "b")), "--out", str(tmp_path / "g2"),
+    compared = run_cli("compare", str(run), str(hostile_run(tmp_path / "b", run_id="r2")), "--out", str(tmp_path / "g2"),
                        "--markdown", str(summary), env=env)
     assert compared.returncode == 2 and "Traceback" not in compared.stderr, compared.stderr
 

@@ -25,6 +25,7 @@ read, extended and replaced whole.
 """
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -85,6 +86,27 @@ def check_target(path: Path, updates: bool = False) -> None:
     if not stat.S_ISREG(st.st_mode):
         raise UsageError(f"{path} is {kind(st.st_mode)}, not a regular file, and writing it would replace it "
                          "with one; give the path of a new or a regular file")
+
+
+def check_creatable(path: Path) -> None:
+    """UsageError when no file can be made at ``path`` because of its directory: missing, not a
+    directory, or closed to this user. For an output a command writes only after minutes of work
+    (a gate's ``--markdown``): checked first, the refusal costs nothing and loses nothing."""
+    path = Path(path)
+    directory = path.parent
+    try:
+        st = os.stat(directory)
+    except FileNotFoundError:
+        raise UsageError(f"{path}: its directory {directory} does not exist; create it, or give a file "
+                         "in a directory that exists") from None
+    except NotADirectoryError:
+        raise UsageError(f"{path}: its directory {directory} is below a file, not a directory") from None
+    except OSError as exc:
+        raise UsageError(f"{path}: its directory {directory} cannot be read: {exc.strerror or exc}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise UsageError(f"{path}: its directory {directory} is a file, not a directory")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise UsageError(f"{path}: its directory {directory} is not writable by this user")
 
 
 def check_targets(paths: Iterable[Path]) -> None:
@@ -177,7 +199,10 @@ def _install(tmp: Path, path: Path, confirm: Callable[[], None], updates: bool =
 
 
 def _naming(exc: OSError, path: Path) -> OSError:
-    return OSError(exc.errno, f"could not write {path}: {exc.strerror or exc}")
+    # A file cannot be made where its directory is missing: ENOENT's own words name no directory.
+    missing = exc.errno == errno.ENOENT and not path.parent.is_dir()
+    reason = f"its directory {path.parent} does not exist" if missing else exc.strerror or exc
+    return OSError(exc.errno, f"could not write {path}: {reason}")
 
 
 def _fsync_dir(directory: Path) -> None:

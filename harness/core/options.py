@@ -39,6 +39,14 @@ def absolute(path: Optional[Path]) -> Optional[Path]:
     return None if path is None else Path(os.path.abspath(path))
 
 
+def os_error_text(exc: OSError) -> str:
+    """An OSError in words, without Python's ``[Errno 2]`` in front: the message, or the file(s)
+    and the system's reason (``X: Permission denied``)."""
+    if exc.strerror is None:
+        return str(exc)
+    return ": ".join([str(name) for name in (exc.filename, exc.filename2) if name is not None] + [exc.strerror])
+
+
 def print_error(command: str, message: object) -> None:
     """``critpath COMMAND: error: MESSAGE`` on stderr; the message may quote a file, a path or a
     case's error, so it is escaped for the terminal."""

@@ -586,30 +586,30 @@ def run_digests(path: Path) -> dict[str, Optional[str]]:
     return digests
 
 
-def distinct_runs(paths: Iterable[Path]) -> list[Path]:
+def distinct_runs(paths: Iterable[Path], why: str = "each run counts once") -> list[Path]:
     """``paths`` as given, refused with ResultsFileError when two name one run: the same directory
     (through a link, a trailing ``/.``, or as its results.jsonl) given twice would count one run's
     records twice, in a pooled fit, a table or a diagnosis. Copies of one run in two directories are
-    caught once read, by their run ID (``distinct_run_ids``)."""
+    caught once read, by their run ID (``distinct_run_ids``). ``why`` ends the refusal: what
+    counting it twice would do."""
     paths = [Path(p) for p in paths]
     first: dict[str, Path] = {}
     for path in paths:
         key = os.path.realpath(run_dir_of(path) or path)
         if key in first:
-            raise ResultsFileError(f"{path} is given twice (as {first[key]} and {path}); each run counts once")
+            raise ResultsFileError(f"{path} is given twice (as {first[key]} and {path}); {why}")
         first[key] = path
     return paths
 
 
-def distinct_run_ids(runs: Sequence["LoadedRun"]) -> Sequence["LoadedRun"]:
+def distinct_run_ids(runs: Sequence["LoadedRun"], why: str = "a copy of a run counts once") -> Sequence["LoadedRun"]:
     """``runs``, refused with ResultsFileError when two directories hold one run ID: a copy of a
-    run is the same process's evidence, not a second run."""
+    run is the same process's evidence, not a second run. ``why`` as for ``distinct_runs``."""
     first: dict[str, Path] = {}
     for run in runs:
         for run_id in dict.fromkeys(r.run_id for r in run.records):
             if run_id in first:
-                raise ResultsFileError(f"run {for_terminal(run_id)} is in {first[run_id]} and in {run.path}; "
-                                       "a copy of a run counts once")
+                raise ResultsFileError(f"run {for_terminal(run_id)} is in {first[run_id]} and in {run.path}; {why}")
             first[run_id] = run.path
     return runs
 

@@ -16,27 +16,27 @@ from harness.core import figures
 from harness.core.claim import claim_dir
 from harness.core.comparable import mismatch
 from harness.core.escape import for_terminal
-from harness.core.figures import FigureUnavailable
+from harness.core.figures import FigureUnavailable, is_sample_statistic
 from harness.core.git import over_repository
 from harness.core.inputfile import declare_inputs
 from harness.core.options import (absolute, at_least, case_id_option, families_option, number_in, positive,
                                   print_error, seconds)
 from harness.core.records import MAX_SAMPLES, Record
-from harness.core.store import RESULTS, ResultsFileError, distinct_run_ids, load_whole, run_inputs
+from harness.core.store import RESULTS, LoadedRun, ResultsFileError, distinct_run_ids, load_whole, run_inputs
 from harness.core.walk import WalkError, walk_bounded
 from harness.gate.config import ALPHA_RANGE, MAX_MIN_EFFECT, ConfigError, GateConfig, load_baselines, load_config
 from harness.gate.outputs import EXIT_COULD_NOT_RUN, GateResult
 from harness.gate.paired import DESIGN, SPENDING, paired_verdicts, recheck_verdicts
 from harness.gate.progress import GateProgress
-from harness.gate.recheck import describe, is_gate_side, read_pairs
+from harness.gate.recheck import describe, disjoint_sides, is_gate_side, read_pairs
 from harness.gate.repeats import ProcessRun, Repeats, run_repeats
-from harness.gate.request import CompareRequest, GateOutputs, GateRequest
+from harness.gate.request import MODE_ONLY, CompareRequest, GateOutputs, GateRequest
 from harness.gate.schedule import MAX_BUDGET_S, MAX_PAIRS, MAX_ROUNDS, Plan, Schedule, side_kind
 from harness.gate.sequential import CaseSpec, SequentialGate
 from harness.gate.stats import CaseInput, Outcome, Unit, verdicts
 from harness.gate.trees import (BASE, CANDIDATE, WORKTREE, TreeError, checkout, list_cases, probe, repo_root,
                                 sweep_orphans, worktree_ambiguity)
-from harness.gate.values import failure_text, iteration_values, statistic_option
+from harness.gate.values import ITERATION_STATISTIC, failure_text, iteration_values, statistic_option
 from harness.run.lifetime import interrupt_signal, raise_on_sigterm
 
 DEFAULT_REPEATS = 10  # --against: processes of the candidate
@@ -69,20 +69,22 @@ def register(sub) -> None:
     p.add_argument("--candidate", metavar="REF",
                    help="git ref of the candidate, or 'worktree' (default): this checkout with its edits")
     p.add_argument("--against", type=Path, metavar="FILE", help="compare the candidate with a baseline table (YAML) instead of a base ref")
-    p.add_argument("--case", dest="case_ids", action="append", default=[], metavar="ID", type=case_id_option, help="case ID (repeatable)")
+    # The options of one mode only (request.MODE_ONLY) default to None: given at their default
+    # value to the other mode, they are refused like any other value.
+    p.add_argument("--case", action="append", metavar="ID", type=case_id_option, help="case ID (repeatable)")
     p.add_argument("--families", type=families_option, help="comma-separated families (their quick grid, or --full)")
     p.add_argument("--full", action="store_true", help="with --families: the full grid")
     p.add_argument("--budget", type=positive(float, MAX_BUDGET_S), default=Plan.budget_s, metavar="SECONDS",
                    help=f"wall time for measuring (default {Plan.budget_s:g}, at most {MAX_BUDGET_S:g}); the gate stops "
                         "earlier once every case is decided, and starts no round it cannot finish within it")
     p.add_argument("--allow-inconclusive", action="store_true",
-                   help="pass a case still undecided at the budget even when its estimate reaches the minimum effect")
-    p.add_argument("--rounds", type=at_least(1, MAX_ROUNDS), default=Plan.rounds, metavar="N",
-                   help=f"rounds per fresh process pair (default {Plan.rounds}, at most {MAX_ROUNDS}; see docs/gate.md)")
-    p.add_argument("--window", type=seconds, default=Plan.window_s, metavar="SECONDS",
-                   help=f"timed seconds per case per round, calibrated once (default {Plan.window_s:g})")
-    p.add_argument("--max-pairs", type=at_least(1, MAX_PAIRS), metavar="N", help="stop after this many process pairs")
-    p.add_argument("--repeats", type=_repeats, default=DEFAULT_REPEATS, help=f"with --against: candidate processes (default {DEFAULT_REPEATS})")
+                   help="A/B: pass a case still undecided at the budget even when its estimate reaches the minimum effect")
+    p.add_argument("--rounds", type=at_least(1, MAX_ROUNDS), metavar="N",
+                   help=f"A/B: rounds per fresh process pair (default {Plan.rounds}, at most {MAX_ROUNDS}; see docs/gate.md)")
+    p.add_argument("--window", type=seconds, metavar="SECONDS",
+                   help=f"A/B: timed seconds per case per round, calibrated once (default {Plan.window_s:g})")
+    p.add_argument("--max-pairs", type=at_least(1, MAX_PAIRS), metavar="N", help="A/B: stop after this many process pairs")
+    p.add_argument("--repeats", type=_repeats, help=f"with --against: candidate processes (default {DEFAULT_REPEATS})")
     p.add_argument("--iters", type=at_least(1, MAX_SAMPLES),
                    help=f"timed iterations per case per round (default: from --window; at most {MAX_SAMPLES})")
     p.add_argument("--timeout", type=seconds, default=60.0, metavar="SECONDS", help="per-case limit in one round")
@@ -116,20 +118,33 @@ def cmd_gate(args) -> int:
     if over:  # refused before anything is written: a refusal's own outputs would land there too
         print_error("gate", over)
         return EXIT_COULD_NOT_RUN
+    # Its inputs declared first, so a --markdown over the config or the table is refused with the
+    # rest, before a worktree is made: a refusal when the result is written loses the whole gate.
+    declare_inputs([path for path in (absolute(args.config), absolute(args.against)) if path is not None])
+    outputs.check("gate")
     try:
         config = load_config(absolute(args.config)).overridden(args.alpha, args.min_effect, args.statistic, args.direction)
-        for case_id in [] if args.against else args.case_ids:
+        for case_id in [] if args.against else args.case or []:
             config.direction(case_id)  # a statistic with no direction for a named case: refused before any worktree
     except (ConfigError, ValueError) as exc:
         return outputs.error("against" if args.against else "ab", str(exc))
     ambiguous = _ambiguous_worktree(args)
     if ambiguous:
         return outputs.error("against" if args.against else "ab", ambiguous)
-    plan = Plan(budget_s=args.budget, rounds=args.rounds, window_s=args.window, iters=args.iters,
-                case_timeout_s=args.timeout, max_pairs=args.max_pairs)
+    # What the command line left out stays the Plan's default.
+    measuring = {"rounds": args.rounds, "window_s": args.window, "max_pairs": args.max_pairs, "iters": args.iters}
+    plan = Plan(budget_s=args.budget, case_timeout_s=args.timeout, **{k: v for k, v in measuring.items() if v is not None})
     return gate(GateRequest(args.base, args.candidate or WORKTREE, absolute(args.against), absolute(args.repo),
-                            tuple(args.case_ids), args.families,
-                            "full" if args.full else "quick", plan, args.repeats, config, outputs))
+                            tuple(args.case or ()), args.families, "full" if args.full else "quick", plan,
+                            args.repeats or DEFAULT_REPEATS, config, outputs, _given(args)))
+
+
+def _given(args) -> frozenset[str]:
+    """The options of one gate mode (``MODE_ONLY``) this command line gave, each read by its
+    argparse dest: each defaults to None (or False), so one given at its default value is told
+    apart from one left out."""
+    return frozenset(option for option in MODE_ONLY
+                     if getattr(args, option.lstrip("-").replace("-", "_")) not in (None, False))
 
 
 def _outputs_over_repo(repo: Path, outputs: GateOutputs) -> str:
@@ -355,7 +370,7 @@ def _side_runs(path: Path) -> list[Path]:
     return sorted(runs)
 
 
-def _load_side(path: Path, label: str) -> list[list[Record]]:
+def _load_side(path: Path, label: str) -> list[LoadedRun]:
     """A run directory, or a directory whose subdirectories (recursively) are run directories,
     each a distinct run: the same run twice would count one process as two repeats."""
     runs = _side_runs(path)
@@ -367,7 +382,15 @@ def _load_side(path: Path, label: str) -> list[list[Record]]:
         distinct_run_ids(loaded)
     except ResultsFileError as exc:
         raise ResultsFileError(f"{label} side {path}: {exc}") from None
-    return [list(run.records) for run in loaded]
+    return loaded
+
+
+def _load_sides(request: CompareRequest) -> list[list[list[Record]]]:
+    """Each side's runs' records, base first; a run on both sides is refused (``disjoint_sides``)
+    once each side is read whole, so a side that is not whole is named for that first."""
+    sides = [_load_side(request.run_a, "base"), _load_side(request.run_b, "candidate")]
+    disjoint_sides([request.run_a, request.run_b], sides[0] + sides[1])
+    return [[list(run.records) for run in side] for side in sides]
 
 
 def cmd_compare(args) -> int:
@@ -392,9 +415,10 @@ def _compare_into(request: CompareRequest, out: Path) -> int:
     if is_gate_side(request.run_a) and is_gate_side(request.run_b):
         return _recheck_gate(request, out, start)
     try:
-        sides = [_load_side(request.run_a, "base"), _load_side(request.run_b, "candidate")]
+        sides = _load_sides(request)
     except ResultsFileError as exc:
         return outputs.error("compare", str(exc), config.statistic)
+    outputs.check("compare")  # its inputs now declared: a --markdown over one is refused before any result
     unit = Unit.PROCESS if min(len(s) for s in sides) >= 2 else Unit.ITERATION
     warnings = ["these runs were not measured interleaved in one job: differences between jobs, machines or "
                 "times count as change. This is not an A/B; use critpath gate for a verdict you can trust."]
@@ -437,23 +461,37 @@ def _compare_into(request: CompareRequest, out: Path) -> int:
                 values.append([])
         inputs.append(CaseInput(case_id, values[0], values[1], config.min_effect(case_id), case_direction,
                                 problem="; ".join(problems)))
-    result = outputs.result("compare", config.statistic, config.policy, unit, verdicts=verdicts(inputs, config.policy),
+    compared, instead = _compared_statistic(unit, config.statistic)
+    result = outputs.result("compare", compared, config.policy, unit, verdicts=verdicts(inputs, config.policy),
                             base={"ref": str(request.run_a), "runs": len(sides[0])},
                             candidate={"ref": str(request.run_b), "runs": len(sides[1])},
-                            repeats=min(len(s) for s in sides), warnings=warnings)
-    if unit == Unit.ITERATION and config.statistic != "p50_ns":
-        result.warnings.append(f"with per-iteration samples the effect is the ratio of the samples' medians, "
-                               f"not of {config.statistic}")
+                            repeats=min(len(s) for s in sides), warnings=warnings + [instead] * bool(instead),
+                            extra={"statistic_asked": config.statistic} if instead else {})
     result.wall_s = time.perf_counter() - start
     return outputs.finish(result, out)
+
+
+def _compared_statistic(unit: str, asked: str) -> tuple[str, str]:
+    """The statistic a compare in ``unit`` compares for ``asked``, and what the result says when it
+    is another one ("" when not). One run per side has one ``p99_ns`` each, nothing to test: its
+    per-iteration samples are compared, by their medians (``ITERATION_STATISTIC``), and gate.json,
+    gate.md and stderr name that, never the statistic asked. A figure with no per-iteration samples
+    is refused per case instead (``iteration_values``)."""
+    if unit != Unit.ITERATION or asked == ITERATION_STATISTIC or not is_sample_statistic(asked):
+        return asked, ""
+    return ITERATION_STATISTIC, (f"compared {ITERATION_STATISTIC}, not {asked}: one run per side has one {asked} "
+                                 "each, nothing to test, so its per-iteration samples are compared by their medians; "
+                                 f"give two or more runs per side to compare {asked}")
 
 
 def _recheck_gate(request: CompareRequest, out: Path, start: float) -> int:
     config, outputs = request.config, request.outputs
     try:
+        disjoint_sides([request.run_a, request.run_b])  # a copy of a side: read_pairs compares each pair's runs
         tracks, rounds = read_pairs(request.run_a, request.run_b, config.statistic)
     except ResultsFileError as exc:
         return outputs.error("compare", str(exc), config.statistic)
+    outputs.check("compare")
     problems: dict = {}
     directions = _directions(config.direction, tracks, problems)
     for case_id, (_, why) in problems.items():

@@ -236,22 +236,32 @@ def _note(v: Verdict, result: GateResult) -> str:
     return "; ".join(parts)
 
 
+SHORT_COMMIT = 12  # hex digits of a commit in gate.md: unique within any one repository
+
+
+def _side_text(side: dict) -> str:
+    """A side as gate.md names it: its commit, short; else its ref (a run's path, a table) whole,
+    since two paths cut to a length can be one text for two sides."""
+    commit = side.get("commit")
+    return str(commit)[:SHORT_COMMIT] if commit else str(side.get("ref", "?"))
+
+
 def markdown(result: GateResult) -> str:
     """A summary for a CI step summary (GitHub's $GITHUB_STEP_SUMMARY renders it)."""
     lines = [f"### critpath gate: {for_markdown(result.headline)}", ""]
-    base = result.base.get("commit") or result.base.get("ref", "?")
-    cand = result.candidate.get("commit") or result.candidate.get("ref", "?")
     plan = result.extra.get("plan")
     if result.mode == "ab" and plan:
         how = (f"; statistic `{result.statistic}`; {result.repeats} pairs of fresh processes, {plan['rounds']} rounds "
                f"each, interleaved; {TESTS['ab']}, sequential within a {plan['budget_s']:g} s budget, Holm across "
                f"cases, alpha {result.policy.alpha:g}; {result.wall_s:.0f} s.")
     else:
-        how = (f"; statistic `{result.statistic}`, unit of replication: {result.unit}"
+        asked = result.extra.get("statistic_asked")
+        how = (f"; statistic `{result.statistic}`" + (f" ({for_code_span(asked)} was asked; see the warning)" if asked else "")
+               + f", unit of replication: {result.unit}"
                + (f", {result.repeats} repeats per side" if result.repeats else "")
                + f"; Holm-adjusted {TESTS.get(result.mode, TESTS['compare'])} at alpha {result.policy.alpha:g}; "
                f"{result.wall_s:.0f} s.")
-    base, cand = (for_code_span(str(ref)[:12]) for ref in (base, cand))
+    base, cand = (for_code_span(_side_text(side)) for side in (result.base, result.candidate))
     lines.append(f"{result.mode}: base {base} vs candidate {cand}"
                  + (" (with uncommitted changes)" if result.candidate.get("dirty") else "") + how)
     lines.append("")
@@ -280,17 +290,35 @@ def markdown(result: GateResult) -> str:
     return "\n".join(lines)
 
 
+def output_paths(out_dir: Path) -> dict[str, Path]:
+    """The gate's own files in ``out_dir``, by kind."""
+    out_dir = Path(out_dir)
+    return {"json": out_dir / "gate.json", "junit": out_dir / "gate.xml", "markdown": out_dir / "gate.md"}
+
+
+def check_markdown(markdown_path: Path, out_dir: Path) -> None:
+    """UsageError naming ``--markdown`` when the summary could not be appended there: one of the
+    gate's own files in ``out_dir`` (the append would make two documents in one), an input, not a
+    regular file, or in a directory that is missing or closed. Checked before a gate measures (a
+    refusal at the end lost its whole result) and again before anything is written, so a refused
+    --markdown leaves no outputs behind."""
+    markdown_path = Path(markdown_path)
+    if markdown_path.resolve() in {p.resolve() for p in output_paths(out_dir).values()}:
+        raise UsageError(f"--markdown {markdown_path} is one of the gate's own outputs in {out_dir}; "
+                         "give a file outside it")
+    try:
+        atomic.check_target(markdown_path)
+        atomic.check_creatable(markdown_path)
+    except UsageError as exc:
+        raise UsageError(f"--markdown {exc}") from None
+
+
 def write_outputs(result: GateResult, out_dir: Path, markdown_path: Optional[Path] = None) -> dict[str, Path]:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    paths = {"json": out_dir / "gate.json", "junit": out_dir / "gate.xml", "markdown": out_dir / "gate.md"}
+    paths = output_paths(out_dir)
     if markdown_path is not None:
-        # Checked before anything is written, so a refused --markdown leaves no outputs behind; and
-        # never one of the gate's own files, which the append would make two documents in one.
-        if Path(markdown_path).resolve() in {p.resolve() for p in paths.values()}:
-            raise UsageError(f"--markdown {markdown_path} is one of the gate's own outputs in {out_dir}; "
-                             "give a file outside it")
-        atomic.check_target(markdown_path)
+        check_markdown(markdown_path, out_dir)
     text = markdown(result)
     files = {paths["json"]: _json_bytes(result, paths["json"]), paths["junit"]: junit_xml(result).encode("utf-8"),
              paths["markdown"]: text.encode("utf-8")}

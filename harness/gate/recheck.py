@@ -9,20 +9,39 @@ record, is not a pair; a case with such a failed record cannot be rechecked.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from harness.core import figures
 from harness.core.comparable import mismatch
 from harness.core.figures import FigureUnavailable
 from harness.core.store import (
     RESULTS,
+    LoadedRun,
     ResultsFileError,
+    distinct_run_ids,
+    distinct_runs,
     load_records,
     of_runs,
     recorded_twice,
 )
 from harness.gate.schedule import SIDES, CaseTrack, pair_value
 from harness.gate.values import failure_text
+
+
+# A run on both sides is compared with itself: every ratio is 1 and the verdict "unchanged" is
+# made by construction, not measured.
+_SELF = "a run compared with itself (or a copy of it) shows no change by construction; give two different runs"
+
+
+def disjoint_sides(paths: Sequence[Path] = (), runs: Sequence[LoadedRun] = ()) -> None:
+    """ResultsFileError naming both places when the base and the candidate of a compare hold one
+    run: the same directory by any path (``distinct_runs`` of the two sides' paths), or one run
+    ID in both (``distinct_run_ids`` of the two sides' runs: a copy)."""
+    try:
+        distinct_runs(paths, _SELF)
+        distinct_run_ids(runs, _SELF)
+    except ResultsFileError as exc:
+        raise ResultsFileError(f"base and candidate share a run: {exc}") from None
 
 
 def is_gate_side(path: Path) -> bool:
@@ -55,6 +74,9 @@ def read_pairs(base_dir: Path, cand_dir: Path, statistic: str) -> tuple[dict[str
     rounds_per_pair = 0
     for gen in generations:
         rounds = {side: _rounds(dirs[side] / gen) for side in SIDES}
+        # One worker's run ID per side and generation: the same on both sides is a side's copy.
+        disjoint_sides(runs=[LoadedRun(dirs[side] / gen, side, tuple(r for got in rounds[side] for r in got.values()))
+                             for side in SIDES])
         if not rounds[SIDES[0]] or len(rounds[SIDES[0]]) != len(rounds[SIDES[1]]):
             continue
         rounds_per_pair = max(rounds_per_pair, len(rounds[SIDES[0]]))

@@ -13,7 +13,7 @@ from harness.core.claim import claim_dir
 from harness.core.escape import for_terminal
 from harness.core.options import absolute, print_error
 from harness.gate.config import GateConfig
-from harness.gate.outputs import GateResult, write_outputs
+from harness.gate.outputs import GateResult, check_markdown, write_outputs
 from harness.gate.schedule import Plan
 from harness.gate.stats import Outcome, Policy, Unit
 
@@ -36,6 +36,12 @@ class GateOutputs:
 
     def out_dir(self, kind: str) -> Path:
         return self.out or _default_out(kind)
+
+    def check(self, kind: str) -> None:
+        """UsageError when the result could not be written where it is asked (``--markdown``):
+        called once the command's inputs are known, before anything is measured."""
+        if self.markdown is not None:
+            check_markdown(self.markdown, self.out_dir(kind))
 
     def result(self, mode: str, statistic: str, policy: Optional[Policy] = None, unit: str = Unit.PROCESS,
                **kw) -> GateResult:
@@ -62,6 +68,20 @@ class GateOutputs:
         return code
 
 
+AB, AGAINST = "ab", "against"  # the gate's modes: base against candidate, or the candidate against a table
+# The options only one mode reads; every other option of ``critpath gate`` is read by both. Given
+# to the other mode, one would be ignored in silence, so the request is refused naming it.
+MODE_ONLY = {"--case": AB, "--families": AB, "--full": AB, "--rounds": AB, "--window": AB, "--max-pairs": AB,
+             "--allow-inconclusive": AB, "--repeats": AGAINST}
+# Why an option of the other mode has no meaning in this one: what this mode measures instead.
+_MODE_MEASURES = {
+    AB: "to an A/B gate (--base REF), which measures pairs of processes, interleaved, until --budget "
+        "(or --max-pairs) ends it",
+    AGAINST: "with --against FILE: the cases are the table's entries, and only the candidate runs, "
+             "--repeats fresh processes of a fixed-size test",
+}
+
+
 @dataclass(frozen=True)
 class GateRequest:
     """``critpath gate``: base against candidate in this job, or the candidate against a table."""
@@ -77,10 +97,11 @@ class GateRequest:
     repeats: int  # with --against: candidate processes
     config: GateConfig
     outputs: GateOutputs
+    given: frozenset[str] = frozenset()  # the options of MODE_ONLY that the command line gave
 
     @property
     def mode(self) -> str:
-        return "against" if self.against else "ab"
+        return AGAINST if self.against else AB
 
     def unmeasured(self) -> dict:
         """The sides of a gate that stopped before its result: the refs asked for, and that no
@@ -94,10 +115,15 @@ class GateRequest:
             return "give --base REF or --against FILE, not both"
         if not self.against and not self.base:
             return "--base REF (or --against FILE) is required"
+        foreign = [option for option, mode in MODE_ONLY.items() if mode != self.mode and option in self.given]
+        if foreign:
+            them = "it" if len(foreign) == 1 else "them"
+            return f"{', '.join(foreign)} {'does' if len(foreign) == 1 else 'do'} not apply " \
+                   f"{_MODE_MEASURES[self.mode]}; drop {them}"
         if not self.case_ids and not self.families and not self.against:
             return "select cases with --case ID or --families F"
-        if self.against and (self.case_ids or self.families):
-            return "with --against, the cases are the table's entries; drop --case/--families"
+        if "--full" in self.given and not self.families:
+            return "--full selects the full grid of --families; give --families F, or drop --full"
         return ""
 
 

@@ -43,9 +43,15 @@ def statistic_option(text: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+# What a comparison of raw per-iteration samples compares: their medians (the ratio of medians of
+# ``harness.gate.stats.compare``), in the samples' unit.
+ITERATION_STATISTIC = "p50_ns"
+
+
 def iteration_values(record: Record, statistic: str) -> np.ndarray:
     """Raw per-iteration samples, for comparing two single runs. Only sample statistics apply;
-    the comparison is then of the samples' medians whatever percentile was asked for."""
+    the comparison is then of the samples' medians (``ITERATION_STATISTIC``) whatever percentile
+    was asked for, and the result says so."""
     if not is_sample_statistic(statistic):
         raise FigureUnavailable(f"{record.case_id}: metric {statistic!r} has one value per run; "
                              "comparing single runs needs repeats (critpath gate)")

@@ -1,0 +1,238 @@
+"""What `critpath gate` and `critpath compare` refuse before they measure: an option of the other
+mode, a --markdown that could not be written, a run on both sides; and how gate.md names its
+sides and the statistic a compare of single runs compared. In process, on synthetic runs."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import RUN_FINGERPRINT, derived_record
+
+import harness.gate.cli as gate_cli
+from harness.cli import main
+from harness.core.store import RunDir
+from harness.gate.outputs import EXIT_COULD_NOT_RUN, GateResult, markdown
+from harness.gate import request
+from harness.gate.stats import Policy
+
+NOOP = "selftest/fault_rank=0,mode=noop,world=1"
+
+
+def _run(root: Path, run_id: str, seed: int = 0) -> Path:
+    samples = np.random.default_rng(seed).normal(1000.0, 10.0, 200).clip(1)
+    run = RunDir(root, run_id)
+    run.append(derived_record(NOOP, samples, run_id=run_id, plan={"warmup": 1, "iters": len(samples)}))
+    run.write_fingerprint(RUN_FINGERPRINT)
+    run.write_meta({"schema": "critpath.run/1", "state": "finished", "cases_total": 1})
+    return root
+
+
+@pytest.fixture
+def no_measuring(monkeypatch):
+    """A gate that gets as far as measuring fails the test: what is refused, is refused before."""
+    def measured(request):
+        raise AssertionError("the gate was started")
+    monkeypatch.setattr(gate_cli, "gate", measured)
+
+
+@pytest.fixture
+def table(tmp_path) -> Path:
+    path = tmp_path / "T.yaml"
+    path.write_text(f'baselines:\n  - case_id: "{NOOP}"\n    statistic: p50_ns\n    value: 110\n')
+    return path
+
+
+# -- 1: an option of the other mode is refused, naming it, even at its default value ------------
+
+AGAINST_IGNORED = ["--full", "--max-pairs", "1", "--window", "0.01", "--rounds", "4", "--allow-inconclusive"]
+
+
+@pytest.mark.parametrize("extra, named", [
+    (AGAINST_IGNORED, "--full, --rounds, --window, --max-pairs, --allow-inconclusive do not apply with --against"),
+    (["--rounds", "1"], "--rounds does not apply with --against FILE"),  # the default value, given
+    (["--case", NOOP], "--case does not apply with --against FILE: the cases are the table's entries"),
+])
+def test_an_a_b_option_given_with_a_table_is_refused_naming_it(tmp_path, capsys, table, extra, named):
+    out = tmp_path / "G"
+    code = main(["gate", "--repo", str(tmp_path), "--against", str(table), *extra, "--repeats", "2",
+                 "--budget", "30", "--out", str(out)])
+    assert code == EXIT_COULD_NOT_RUN
+    assert named in capsys.readouterr().err
+    assert named in json.loads((out / "gate.json").read_text())["error"]
+
+
+@pytest.mark.parametrize("repeats", ["2", "10"])  # 10: the default, given
+def test_repeats_given_to_an_a_b_gate_is_refused_naming_it(tmp_path, capsys, repeats):
+    code = main(["gate", "--repo", str(tmp_path), "--base", "HEAD", "--case", NOOP, "--repeats", repeats,
+                 "--out", str(tmp_path / "G")])
+    assert code == EXIT_COULD_NOT_RUN
+    assert "--repeats does not apply to an A/B gate (--base REF)" in capsys.readouterr().err
+
+
+def test_full_without_families_is_refused(tmp_path, capsys):
+    code = main(["gate", "--repo", str(tmp_path), "--base", "HEAD", "--case", NOOP, "--full",
+                 "--out", str(tmp_path / "G")])
+    assert code == EXIT_COULD_NOT_RUN
+    assert "--full selects the full grid of --families" in capsys.readouterr().err
+
+
+def test_every_option_of_one_mode_is_an_option_of_the_gate(capsys):
+    with pytest.raises(SystemExit):
+        main(["gate", "--help"])
+    usage = capsys.readouterr().out
+    assert [option for option in request.MODE_ONLY if option not in usage] == []
+
+
+# -- 2: --markdown checked before anything is measured, in words --------------------------------
+
+def test_a_gate_whose_markdown_directory_is_missing_is_refused_before_it_measures(tmp_path, capsys, no_measuring):
+    out, target = tmp_path / "G", tmp_path / "nodir" / "x.md"
+    code = main(["gate", "--repo", str(tmp_path), "--base", "HEAD", "--case", NOOP, "--budget", "8",
+                 "--markdown", str(target), "--out", str(out)])
+    assert code == EXIT_COULD_NOT_RUN
+    err = capsys.readouterr().err
+    assert f"--markdown {target}: its directory {target.parent} does not exist" in err and "Errno" not in err
+    assert not out.exists()
+
+
+def test_a_gate_whose_markdown_is_its_table_is_refused_before_it_measures(tmp_path, capsys, table, no_measuring):
+    code = main(["gate", "--repo", str(tmp_path), "--against", str(table), "--markdown", str(table),
+                 "--out", str(tmp_path / "G")])
+    assert code == EXIT_COULD_NOT_RUN
+    assert f"--markdown {table} is an input of this command" in capsys.readouterr().err
+
+
+def test_a_markdown_below_a_file_is_refused(tmp_path, capsys, no_measuring):
+    (tmp_path / "afile").write_text("x")
+    target = tmp_path / "afile" / "x.md"
+    assert main(["gate", "--repo", str(tmp_path), "--base", "HEAD", "--case", NOOP, "--markdown", str(target),
+                 "--out", str(tmp_path / "G")]) == EXIT_COULD_NOT_RUN
+    assert f"its directory {target.parent} is a file, not a directory" in capsys.readouterr().err
+
+
+def test_a_markdown_in_a_closed_directory_is_refused(tmp_path, capsys, no_measuring, monkeypatch):
+    closed = tmp_path / "closed"
+    closed.mkdir()
+    real_access = os.access  # a root user may write anywhere: the closed directory is one os.access refuses
+    monkeypatch.setattr(os, "access", lambda path, mode: False if Path(path) == closed else real_access(path, mode))
+    assert main(["gate", "--repo", str(tmp_path), "--base", "HEAD", "--case", NOOP, "--markdown",
+                 str(closed / "x.md"), "--out", str(tmp_path / "G")]) == EXIT_COULD_NOT_RUN
+    assert f"its directory {closed} is not writable by this user" in capsys.readouterr().err
+
+
+def test_a_compare_whose_markdown_directory_is_missing_is_refused_and_leaves_nothing(tmp_path, capsys):
+    base, cand = _run(tmp_path / "r1", "r-1"), _run(tmp_path / "r2", "r-2", seed=1)
+    out, target = tmp_path / "cm5", tmp_path / "nodir" / "x.md"
+    assert main(["compare", str(base), str(cand), "--markdown", str(target), "--out", str(out)]) == EXIT_COULD_NOT_RUN
+    err = capsys.readouterr().err
+    assert f"--markdown {target}: its directory {target.parent} does not exist" in err and "Errno" not in err
+    assert not out.exists()
+
+
+def test_a_compare_whose_markdown_is_one_of_its_runs_is_refused(tmp_path, capsys):
+    base, cand = _run(tmp_path / "r1", "r-1"), _run(tmp_path / "r2", "r-2", seed=1)
+    target = base / "results.jsonl"
+    before = target.read_bytes()
+    assert main(["compare", str(base), str(cand), "--markdown", str(target), "--out", str(tmp_path / "o")]) == 2
+    assert f"--markdown {target} is an input of this command" in capsys.readouterr().err
+    assert target.read_bytes() == before
+
+
+def test_a_write_into_a_missing_directory_says_so_in_words(tmp_path, capsys):
+    run = _run(tmp_path / "r1", "r-1")
+    target = tmp_path / "nodir" / "x.csv"
+    assert main(["export", "--format", "csv", "--out", str(target), str(run)]) == 2
+    err = capsys.readouterr().err
+    assert f"could not write {target}: its directory {target.parent} does not exist" in err and "Errno" not in err
+
+
+# -- 3: a run on both sides of a compare ----------------------------------------------------------
+
+def test_a_run_compared_with_itself_is_refused_naming_it(tmp_path, capsys):
+    run = _run(tmp_path / "r1", "r-1")
+    assert main(["compare", str(run), str(run), "--out", str(tmp_path / "cm9")]) == EXIT_COULD_NOT_RUN
+    assert f"base and candidate share a run: {run} is given twice (as {run} and {run}); a run compared " \
+           "with itself" in capsys.readouterr().err
+
+
+def test_a_run_compared_with_its_copy_is_refused_naming_both(tmp_path, capsys):
+    run = _run(tmp_path / "r1", "r-1")
+    copy = tmp_path / "C4"
+    shutil.copytree(run, copy)
+    assert main(["compare", str(run), str(copy), "--out", str(tmp_path / "cm")]) == EXIT_COULD_NOT_RUN
+    assert f"base and candidate share a run: run r-1 is in {run} and in {copy}" in capsys.readouterr().err
+
+
+def test_a_run_on_both_sides_of_repeats_is_refused(tmp_path, capsys):
+    base, cand = tmp_path / "a", tmp_path / "b"
+    for i in range(2):
+        _run(base / f"r{i}", f"a-{i}", seed=i)
+    _run(cand / "r0", "b-0", seed=5)
+    shutil.copytree(base / "r1", cand / "r1")
+    assert main(["compare", str(base), str(cand), "--out", str(tmp_path / "cm")]) == EXIT_COULD_NOT_RUN
+    assert f"share a run: run a-1 is in {base / 'r1'} and in {cand / 'r1'}" in capsys.readouterr().err
+
+
+def _gate_side(root: Path, run_id: str, seed: int) -> Path:
+    for r in range(2):
+        _run(root / "gen-000" / f"round-{r:03d}", run_id, seed=seed + r)
+    return root
+
+
+def test_a_gate_side_compared_with_its_copy_is_refused(tmp_path, capsys):
+    base = _gate_side(tmp_path / "G" / "base", "w-base", 0)
+    copy = tmp_path / "G2" / "candidate"
+    shutil.copytree(base, copy)
+    assert main(["compare", str(base), str(copy), "--out", str(tmp_path / "cm")]) == EXIT_COULD_NOT_RUN
+    assert f"share a run: run w-base is in {base / 'gen-000'} and in {copy / 'gen-000'}" in capsys.readouterr().err
+
+
+def test_two_gate_sides_still_recheck(tmp_path):
+    base = _gate_side(tmp_path / "G" / "base", "w-base", 0)
+    cand = _gate_side(tmp_path / "G" / "candidate", "w-cand", 10)
+    out = tmp_path / "cm"
+    main(["compare", str(base), str(cand), "--out", str(out)])
+    assert json.loads((out / "gate.json").read_text())["unit"] == "pair"
+
+
+# -- 4: gate.md names each side whole, a commit short ----------------------------------------------
+
+def test_gate_md_names_two_runs_whose_paths_share_a_long_prefix_apart():
+    base, cand = "/tmp/probe-one/runs/base", "/tmp/probe-one/runs/cand"
+    text = markdown(GateResult("compare", "p50_ns", "process", Policy(), base={"ref": base}, candidate={"ref": cand}))
+    assert f"base `{base}` vs candidate `{cand}`" in text
+
+
+def test_gate_md_names_a_commit_by_its_short_form():
+    commit = "0123456789abcdef" * 2 + "01234567"
+    text = markdown(GateResult("ab", "mean_ns", "process", Policy(), base={"ref": "HEAD", "commit": commit},
+                               candidate={"ref": "worktree", "commit": commit}))
+    assert f"base `{commit[:12]}` vs candidate `{commit[:12]}`" in text
+
+
+# -- 5: a compare of single runs says which statistic it compared ------------------------------------
+
+@pytest.mark.parametrize("asked", ["p99_ns", "max_ns", "min_ns", "mean_ns"])
+def test_a_compare_of_single_runs_names_the_median_it_compared(tmp_path, capsys, asked):
+    base, cand = _run(tmp_path / "r1", "r-1"), _run(tmp_path / "r2", "r-2", seed=1)
+    out = tmp_path / "cm"
+    main(["compare", str(base), str(cand), "--statistic", asked, "--out", str(out)])
+    data = json.loads((out / "gate.json").read_text())
+    assert data["statistic"] == "p50_ns" and data["extra"]["statistic_asked"] == asked
+    assert f"statistic `p50_ns` (`{asked}` was asked" in (out / "gate.md").read_text()
+    assert f"warning: compared p50_ns, not {asked}: one run per side has one {asked} each" in capsys.readouterr().err
+
+
+def test_a_compare_of_repeats_compares_the_statistic_asked(tmp_path):
+    base, cand = tmp_path / "a", tmp_path / "b"
+    for i in range(3):
+        _run(base / f"r{i}", f"a-{i}", seed=i)
+        _run(cand / f"r{i}", f"b-{i}", seed=10 + i)
+    out = tmp_path / "cm"
+    main(["compare", str(base), str(cand), "--statistic", "p99_ns", "--out", str(out)])
+    data = json.loads((out / "gate.json").read_text())
+    assert data["statistic"] == "p99_ns" and "statistic_asked" not in data["extra"]
