@@ -1,0 +1,71 @@
+"""Readers of what other tools wrote: nccl-tests -J fields held to what nccl-tests writes, a run ID of
+one grammar whoever gives it, an asv history of one value a commit and of figures families declare,
+acceptance profiles refused in words naming the check, a tab in a text log read as a space, and a
+case ID's error quoting the user's own text. Each test fails on the code before these rules."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+
+FIXTURES = Path(__file__).parent / "fixtures"
+H100_JSON = FIXTURES / "nccl_tests" / "all_reduce_h100.json"
+H100_TEXT = FIXTURES / "nccl_tests" / "all_reduce_h100.txt"
+ASV = FIXTURES / "asv_results"
+PROFILE = Path(__file__).resolve().parents[1] / "baselines" / "profiles" / "cpu-ci.yaml"
+
+
+def _json(tmp_path: Path, edit) -> Path:
+    data = json.loads(H100_JSON.read_text())
+    edit(data)
+    path = tmp_path / "all_reduce.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def _import(tmp_path: Path, path: Path, *more: str) -> int:
+    return main(["import-nccl-tests", str(path), "--out", str(tmp_path / "run"), *more])
+
+
+# -- 2: --run-id, and every run ID a record or run.json holds, by one grammar ------------------------
+
+@pytest.mark.parametrize("run_id, said", [
+    ("a" * 120_000, "a run ID of 120000 characters is more than 128"),
+    ("", "'' is not a run ID"),
+    ("a\nb", "'a\\nb' is not a run ID"),
+    ("\x1b]0;owned\x07", "is not a run ID"),
+    ("../x", "'../x' is not a run ID"),
+], ids=["long", "empty", "newline", "escape", "dotdot"])
+def test_an_import_run_id_outside_the_run_id_grammar_is_refused(tmp_path, capsys, run_id, said):
+    with pytest.raises(SystemExit) as exit_:
+        _import(tmp_path, H100_JSON, "--run-id", run_id)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --run-id: " in err and said in err, err
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_given_run_id_is_the_runs_and_a_default_from_any_file_name_is_a_run_id(tmp_path, capsys):
+    assert _import(tmp_path, H100_JSON, "--run-id", "lab.node-7_2026") == 0
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["run_id"] == "lab.node-7_2026"
+    odd = tmp_path / "in" / "all reduce\n\x1b[31mred.json"
+    odd.parent.mkdir()
+    shutil.copy(H100_JSON, odd)
+    assert main(["import-nccl-tests", str(odd), "--out", str(tmp_path / "odd")]) == 0
+    run_id = json.loads((tmp_path / "odd" / "run.json").read_text())["run_id"]
+    assert run_id.startswith("nccl-tests-all-reduce--") and run_id.isascii() and " " not in run_id, run_id
+    capsys.readouterr()
+    assert main(["show", str(tmp_path / "odd")]) == 0
+
+
+def test_a_record_whose_run_id_is_no_run_id_is_refused_when_read(tmp_path, capsys):
+    assert _import(tmp_path, H100_JSON, "--run-id", "r1") == 0
+    results = tmp_path / "run" / "results.jsonl"
+    results.write_text(results.read_text().replace('"run_id":"r1"', '"run_id":"r1\\u001b[2J"'))
+    capsys.readouterr()
+    assert main(["show", str(tmp_path / "run")]) == 2
+    assert "field run_id: 'r1\\x1b[2J' is not a run ID" in capsys.readouterr().err
