@@ -69,3 +69,20 @@ def test_a_record_whose_run_id_is_no_run_id_is_refused_when_read(tmp_path, capsy
     capsys.readouterr()
     assert main(["show", str(tmp_path / "run")]) == 2
     assert "field run_id: 'r1\\x1b[2J' is not a run ID" in capsys.readouterr().err
+
+
+# -- 7: a text log whose spaces became tabs -----------------------------------------------------------
+
+@pytest.mark.parametrize("tab", ["\t", "\t\t"])
+def test_a_text_log_with_tabs_for_spaces_imports_as_the_log_does(tmp_path, tab):
+    text = H100_TEXT.read_text()
+    path = tmp_path / "tabs.txt"
+    path.write_text("\n".join(tab.join(line.split(" ")) for line in text.splitlines()) + "\n")
+    assert main(["import-nccl-tests", str(H100_TEXT), "--out", str(tmp_path / "spaces")]) == 0
+    assert main(["import-nccl-tests", str(path), "--out", str(tmp_path / "tabs")]) == 0
+
+    def metrics(run: str) -> list:
+        lines = (tmp_path / run / "results.jsonl").read_text().splitlines()
+        return [(r["case_id"], r["metrics"]) for r in map(json.loads, lines)]
+
+    assert metrics("tabs") == metrics("spaces")

@@ -63,28 +63,28 @@ from harness.nccltests.values import (
 __all__ = ["JSON_PRINTED_HALF_ULP", "Parsed", "Row", "parse_json", "parse_text"]
 
 # re.ASCII throughout: a Unicode \d takes fullwidth or Arabic-Indic digits, which nccl-tests never prints
-_BANNER = re.compile(r"^#\s*Collective test starting:\s*(\S+)", re.ASCII)
+_BANNER = re.compile(r"^#\s*Collective\s+test\s+starting:\s*(\S+)", re.ASCII)
 # Each number is taken as the whole word it is (\S+) and read by text_integer or text_number:
 # a pattern of digits alone read "nGpus 1x" as 1 and "0x5" as 0, the prefix of a word.
 _HEADER = re.compile(r"^#\s*nThread\s+(\S+)\s+nGpus\s+(\S+)\s"
                      r"(?:minBytes\s+(\S+)\s+maxBytes\s+(\S+)\s+step:\s*(\S+)\s)?"
-                     r".*?warmup iters:\s*(\S+)\s+iters:\s*(\S+)"
-                     r"(?:\s+agg iters:\s*(\S+))?(?:\s+validation:\s*(\S+))?"
+                     r".*?warmup\s+iters:\s*(\S+)\s+iters:\s*(\S+)"
+                     r"(?:\s+agg\s+iters:\s*(\S+))?(?:\s+validation:\s*(\S+))?"
                      r"(?:\s+graph:\s*\S+)?(?:\s+unalign:\s*(\S+))?", re.ASCII)
 # writeResultFooter: "# Collective test concluded: %s", the program_name the banner printed
-_CONCLUDED = re.compile(r"^#\s*Collective test concluded:\s*(\S+)", re.ASCII)
+_CONCLUDED = re.compile(r"^#\s*Collective\s+test\s+concluded:\s*(\S+)", re.ASCII)
 # util.cu: "#  Rank %2d Group %2d Pid %6d on %10s device %2d [%04x:%02x:%02x] %s" (no Group before
 # nccl-tests d313d20, 2022)
 _RANK = re.compile(r"^#\s+Rank\s+(\S+)\s+(?:Group\s+(\S+)\s+)?Pid\s+(\S+)\s+on\s+(\S+)\s+device\s+(\S+)"
                    r"\s+\[([^\]]*)\]\s+(.*)$", re.ASCII)
 # common.cu, after the header: maxBytes lowered to what the GPUs' memory holds
-_REDUCED = re.compile(r"^#\s*Reducing maxBytes to\s+(\S+)\s+due to memory limitation", re.ASCII)
-_VERSION = re.compile(r"^#\s*nccl-tests version\s+(\S+).*?nccl-library=(\S+)", re.ASCII)
+_REDUCED = re.compile(r"^#\s*Reducing\s+maxBytes\s+to\s+(\S+)\s+due\s+to\s+memory\s+limitation", re.ASCII)
+_VERSION = re.compile(r"^#\s*nccl-tests\s+version\s+(\S+).*?nccl-library=(\S+)", re.ASCII)
 # writeResultFooter: "# Out of bounds values : %d %s" (OK, or FAILED when the count is not 0) and
 # "# Avg bus bandwidth    : %g". A line that starts like one but does not end like one is refused.
-_OOB = re.compile(r"^#\s*Out of bounds values\s*:", re.ASCII)
+_OOB = re.compile(r"^#\s*Out\s+of\s+bounds\s+values\s*:", re.ASCII)
 _OOB_VALUE = re.compile(r"(\S+)\s+(OK|FAILED)", re.ASCII)
-_AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:", re.ASCII)
+_AVG = re.compile(r"^#\s*Avg\s+bus\s+bandwidth\s*:", re.ASCII)
 _AVG_VALUE = re.compile(r"\S+", re.ASCII)
 _COMMAND = re.compile(r"(?:^|[\s/])(\w+_perf(?:_mpi)?)(?:\s|$)", re.ASCII)
 # Open MPI --tag-output, Slurm srun --label
@@ -253,8 +253,12 @@ def _side(words: list[str], layout: _Layout, where: str, name: str) -> tuple[dic
 
 
 def _plain_lines(lines: Iterable[str]):
-    """(line number, line) without launcher prefixes or indentation; stderr-tagged lines are dropped."""
+    """(line number, line) without launcher prefixes or indentation; stderr-tagged lines are dropped.
+    A tab is read as a space: nccl-tests pads its columns and labels with spaces ("%12li  %12li",
+    "# %-20s : %d"), which a pager, an editor or ``unexpand`` may have turned into tabs; what the
+    words are is the same, and every pattern here takes whitespace as a run of spaces."""
     for number, raw in enumerate(lines, start=1):
+        raw = raw.replace("\t", " ")
         tagged = _TAGGED.match(raw)
         if tagged:
             if tagged.group(1) == "stderr":
