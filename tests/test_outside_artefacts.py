@@ -31,6 +31,57 @@ def _import(tmp_path: Path, path: Path, *more: str) -> int:
     return main(["import-nccl-tests", str(path), "--out", str(tmp_path / "run"), *more])
 
 
+# -- 1: the -J fields nccl-tests writes after the rows, and each row's own ----------------------------
+
+def _set(*path):
+    def edit(value):
+        def apply(data):
+            node = data
+            for part in path[:-1]:
+                node = node[part]
+            node[path[-1]] = value
+        return apply
+    return edit
+
+
+@pytest.mark.parametrize("field, value, said", [
+    (("end_time",), "garbage", "field end_time: 'garbage' is not an ISO 8601 time"),
+    (("end_time",), 5, "field end_time: 5 is not a string (a time)"),
+    # start_time is 2026-01-01 00:00:00: a day before is no daylight-saving change
+    (("end_time",), "2025-12-31 00:00:00", "field end_time: 2025-12-31 00:00:00 is before field start_time"),
+    (("errors",), "x", 'field errors: "x" is not what nccl-tests writes there: a list of at most one string'),
+    (("errors",), -1, "field errors: -1 is not what nccl-tests writes there"),
+    (("errors",), 5, "field errors: 5 is not what nccl-tests writes there"),
+    (("errors",), ["a", "b"], "field errors: a list of 2 is not what nccl-tests writes there"),
+    (("errors",), [7], "field errors[0]: 7 is not a string"),
+    (("results", 0, "experiment_name"), "x" * 100_000,
+     "results[0].experiment_name: a string of 100000 characters is not an experiment name: nccl-tests writes at most 1024"),
+    (("config", "devices", 0, "hostname"), "h" * 5000, "config.devices[0].hostname: a string of 5000 characters"),
+    (("average_bus_bandwidth", "okay"), "maybe",
+     "field average_bus_bandwidth.okay: 'maybe' is not a flag as nccl-tests writes one (\"true\", \"false\" or \"unchecked\")"),
+    (("out_of_bounds", "okay"), "false",
+     'field out_of_bounds.okay is "false" beside count 0: nccl-tests writes true exactly when the count is 0'),
+    (("results", 3, "actual_iterations"), 7,
+     "results[3].actual_iterations: 7, but field config.iterations is 20: nccl-tests times every row"),
+], ids=lambda v: ".".join(map(str, v)) if isinstance(v, tuple) else "")
+def test_a_json_field_nccl_tests_cannot_have_written_is_refused_naming_it(tmp_path, capsys, field, value, said):
+    path = _json(tmp_path, _set(*field)(value))
+    assert _import(tmp_path, path) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: " in err and said in err and "Traceback" not in err, err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("edit", [
+    _set("errors")([""]),  # ncclGetLastError's empty message, as the public Azure log has it
+    _set("errors")(["NCCL WARN Cuda failure 'out of memory'"]),
+    _set("end_time")("2025-12-31 23:30:00"),  # within a daylight-saving change of the start
+    _set("average_bus_bandwidth", "okay")("true"),
+])
+def test_the_json_fields_as_nccl_tests_writes_them_import(tmp_path, edit):
+    assert _import(tmp_path, _json(tmp_path, edit)) == 0
+
+
 # -- 2: --run-id, and every run ID a record or run.json holds, by one grammar ------------------------
 
 @pytest.mark.parametrize("run_id, said", [
