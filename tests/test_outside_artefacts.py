@@ -122,6 +122,56 @@ def test_a_record_whose_run_id_is_no_run_id_is_refused_when_read(tmp_path, capsy
     assert "field run_id: 'r1\\x1b[2J' is not a run ID" in capsys.readouterr().err
 
 
+# -- 3: an asv history holds one value a commit, of figures its families declare ---------------------
+
+def _asv(tmp_path: Path) -> Path:
+    results = tmp_path / "A"
+    shutil.copytree(ASV, results)
+    return results
+
+
+def _report(tmp_path: Path, results: Path, capsys) -> tuple[str, str]:
+    assert main(["report", "--asv-results", str(results), "--out", str(tmp_path / "O")]) == 0
+    return capsys.readouterr().err, (tmp_path / "O" / "report.md").read_text()
+
+
+def test_a_commit_asv_ran_in_two_environments_is_skipped_in_each_naming_the_other(tmp_path, capsys):
+    results = _asv(tmp_path)
+    first = results / "ci-runner" / "11111111-existing-py_usr_bin_python3.json"
+    data = json.loads(first.read_text())
+    data["env_name"] = "other"
+    data["results"]["bench_families.Rpc.track_p50_us"][0] = [999.0, 999.0]
+    (results / "ci-runner" / "11111111-other.json").write_text(json.dumps(data))
+    err, md = _report(tmp_path, results, capsys)
+    assert err.count("commit 11111111 on machine 'ci-runner' is also in") == 2, err
+    assert "2 files of the results directory skipped" in md
+    assert "over 2 commits" in md and "999" not in md.split("## History", 1)[1]
+
+
+def test_a_results_file_under_another_environments_name_is_skipped(tmp_path, capsys):
+    results = _asv(tmp_path)
+    first = results / "ci-runner" / "11111111-existing-py_usr_bin_python3.json"
+    first.rename(results / "ci-runner" / "11111111-other.json")
+    err, md = _report(tmp_path, results, capsys)
+    assert "field env_name: 'existing-py_usr_bin_python3' is not the environment the file's name gives" in err, err
+    assert "1 file of the results directory skipped" in md
+
+
+@pytest.mark.parametrize("row, figure", [("bench_families.Rpc.track_busbw_gbps", "busbw_gbps"),
+                                               ("bench_families.Rpc.track_bogus", "bogus")])
+def test_a_row_of_a_figure_no_family_declares_is_skipped_alone(tmp_path, capsys, row, figure):
+    results = _asv(tmp_path)
+    path = results / "ci-runner" / "22222222-existing-py_usr_bin_python3.json"
+    data = json.loads(path.read_text())
+    data["results"][row] = data["results"]["bench_families.Rpc.track_p50_us"]
+    path.write_text(json.dumps(data))
+    err, md = _report(tmp_path, results, capsys)
+    assert f"{path}: field results.{row}: family 'rpc' declares no figure '{figure}'" in err, err
+    assert "1 row of the results directory skipped" in md
+    assert row.rsplit(".", 2)[-2] + "." + figure not in md  # neither tabled nor plotted
+    assert "over 3 commits" in md  # the file's other rows are read
+
+
 # -- 7: a text log whose spaces became tabs -----------------------------------------------------------
 
 @pytest.mark.parametrize("tab", ["\t", "\t\t"])
