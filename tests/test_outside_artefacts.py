@@ -172,6 +172,36 @@ def test_a_row_of_a_figure_no_family_declares_is_skipped_alone(tmp_path, capsys,
     assert "over 3 commits" in md  # the file's other rows are read
 
 
+# -- 6: acceptance profiles --------------------------------------------------------------------------
+
+def _profile(tmp_path: Path, old: str, new: str) -> Path:
+    text = PROFILE.read_text()
+    assert text.count(old) == 1, old
+    path = tmp_path / "profile.yaml"
+    path.write_text(text.replace(old, new))
+    return path
+
+
+@pytest.mark.parametrize("old, new, said", [
+    ("    max: 20000\n", "    max: 20000\n    min: 1\n",
+     ":19: field checks.0: check 'allreduce 8 B p99' gives both min and max: give one bound"),
+    ("    max: 20000\n", "", ":19: field checks.0: check 'allreduce 8 B p99' gives neither min nor max: give one bound"),
+    ("name: allreduce 1 MiB busbw (ring and tree)", "name: allreduce 8 B p99",
+     ":24: field checks.1.name: 'allreduce 8 B p99' is the name of checks.0 too"),
+    ("algo: [ring, tree]", "algo: [ring, ring]", ":26: field checks.1.select.algo.1: 'ring' is given twice"),
+    ("algo: [ring, tree]", "algo: [ring, treee]",
+     ":26: field checks.1.select.algo.1: 'treee' is no value of allreduce.algo, which is one of native, ring, tree; "
+     "did you mean 'tree'?"),
+    ("algo: [ring, tree]", "algo: [ring, tree], colour: red",
+     ":26: field checks.1.select.colour: family 'allreduce' has no parameter 'colour'"),
+])
+def test_a_profile_check_that_cannot_be_meant_is_refused_in_words_at_load(tmp_path, capsys, old, new, said):
+    path = _profile(tmp_path, old, new)
+    assert main(["accept", "--profile", str(path), "--run", str(tmp_path / "none")]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}{said}" in err and "valid under" not in err, err
+
+
 # -- 7: a text log whose spaces became tabs -----------------------------------------------------------
 
 @pytest.mark.parametrize("tab", ["\t", "\t\t"])
