@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
+from harness.core import registry
+from harness.core.case import CaseIdError
 
 FIXTURES = Path(__file__).parent / "fixtures"
 H100_JSON = FIXTURES / "nccl_tests" / "all_reduce_h100.json"
@@ -217,3 +219,16 @@ def test_a_text_log_with_tabs_for_spaces_imports_as_the_log_does(tmp_path, tab):
         return [(r["case_id"], r["metrics"]) for r in map(json.loads, lines)]
 
     assert metrics("tabs") == metrics("spaces")
+
+
+# -- 8: a case ID's error quotes the value as the user wrote it ---------------------------------------
+
+@pytest.mark.parametrize("case_id, said, not_said", [
+    ("kv_alloc/speedup=1e300,trace=azure_conv", "'kv_alloc/speedup=1e300,trace=azure_conv': speedup=1e300 is not allowed",
+     "1e+300"),
+    ("kv_alloc/trace=azure_conv,speedup=1e300", "'kv_alloc/trace=azure_conv,speedup=1e300': speedup=1e300", "1e+300"),
+])
+def test_a_case_id_error_quotes_the_users_text(case_id, said, not_said):
+    with pytest.raises(CaseIdError) as info:
+        registry.parse(case_id)
+    assert said in str(info.value) and not_said not in str(info.value), info.value
