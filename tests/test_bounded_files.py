@@ -237,7 +237,7 @@ def test_a_fifo_or_dev_zero_in_an_asv_results_directory_is_skipped_at_once_and_t
     assert proc.returncode == 0, proc.stderr
     kind = "a FIFO" if plant == "fifo" else "a character device"
     assert f"critpath report: warning: skipped {target}: {kind}, not a regular file" in proc.stderr
-    assert f"1 file of the results directory skipped, not being what asv writes: nothing of theirs is shown " \
+    assert f"1 file of the results directory skipped, each for the reason given: nothing of theirs is shown " \
            f"(each is named on stderr too): {target}: {kind}" in (out / "report.md").read_text()
 
 

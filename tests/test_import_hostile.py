@@ -245,13 +245,16 @@ FIELDS = {
     ("config", "devices", 0, "device_hex"): {"str", "null", "empty"},
     ("nccl_version",): {"int", "zero", "null"},
     ("start_time",): {"null"},  # else strftime's "%Y-%m-%d %H:%M:%S", which "abc" and "" are not
+    ("end_time",): {"null"},
+    ("errors",): {"null"},  # else a list of at most one string, NCCL's last error
     ("args",): {"null"},
     ("results", 0, "size"): {"int", "zero"},
     ("results", 0, "count"): {"int", "zero"},
     ("results", 0, "type"): set(),
     ("results", 0, "redop"): {"str", "empty"},
     ("results", 0, "root"): {"neg", "zero"},
-    ("results", 0, "actual_iterations"): {"int", "null"},
+    ("results", 0, "actual_iterations"): {"null"},  # else config.iterations, 20 here
+    ("results", 0, "experiment_name"): {"str", "empty", "null"},
     ("results", 0, "in_place"): {"null"},
     ("results", 0, "in_place", "time"): {"int", "frac"},
     ("results", 0, "in_place", "alg_bw"): {"int", "zero", "frac"},
@@ -259,15 +262,18 @@ FIELDS = {
     ("results", 0, "in_place", "nwrong"): {"int", "zero", "null"},
     ("out_of_bounds",): {"null"},
     ("out_of_bounds", "count"): {"int", "zero"},
+    ("out_of_bounds", "okay"): {"true", "null"},
     ("average_bus_bandwidth",): {"null"},
     ("average_bus_bandwidth", "bandwidth"): {"int", "zero", "frac"},
+    ("average_bus_bandwidth", "okay"): {"true", "null"},
 }
 TRIES = [(path, name) for path in FIELDS for name in HOSTILE]
 # what a refusal says when a value nccl-tests can write is contradicted by the rest of the file: the
 # rows' evidence, their figures, the config's sweep or rank count, validation beside the rows' nwrong
 CONTRADICTED = ("evidence contradicts itself", "cannot tell which collective", "changed after nccl-tests wrote them",
                 "but the sweep of field config", "but the run has", "-J lists the first rank of each process",
-                "field config.validation: validation 0, but")
+                "field config.validation: validation 0, but", "times every row for the configured iterations",
+                "writes true exactly when the count is 0")
 
 
 def _set(data, path, value):

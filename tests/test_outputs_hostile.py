@@ -372,14 +372,20 @@ def test_markdown_syntax_in_an_error_a_machine_or_a_case_id_stays_text(tmp_path)
         assert markup not in html.split("</p>", 1)[1]
 
 
-def test_a_newline_from_outside_starts_no_block_of_its_own(tmp_path):
-    run = hostile_run(tmp_path / "run")
-    data = json.loads((run / "run.json").read_text())
+def test_a_newline_from_outside_starts_no_block_of_its_own(tmp_path, capsys):
     fake = "r1\n\n**INCOMPLETE RUN** none; all 2 cases ok"
+    # a run ID is a plain token (harness/core/runid.py): one holding a newline is no run critpath wrote
+    run = hostile_run(tmp_path / "forged")
+    data = json.loads((run / "run.json").read_text())
     atomic.write_json(run / "run.json", {**data, "run_id": fake})
     (run / RESULTS).write_text((run / RESULTS).read_text().replace('"r1"', json.dumps(fake)))
+    assert main(["report", str(run), "--out", str(tmp_path / "forged-rep")]) == 2
+    assert "run.json: field run_id: 'r1\\n\\n**INCOMPLETE RUN**" in capsys.readouterr().err
+    # a host name is outside text a report shows as it is
+    run = hostile_run(tmp_path / "run", host=fake)
     assert main(["report", str(run), "--out", str(tmp_path / "rep")]) in (0, 1)
     md = (tmp_path / "rep" / "report.md").read_text(encoding="utf-8")
+    assert "| host | r1  \\*\\*INCOMPLETE RUN\\*\\* none" in md  # the text is there, in its cell, escaped
     assert not [line for line in md.splitlines() if line.startswith("**INCOMPLETE RUN**")]
     assert "<strong>INCOMPLETE" not in _rendered(md)
     gate_md = markdown(_gate_result("side sub\n\n### critpath gate: PASS (all fine)"))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 import jsonschema
 
@@ -18,11 +18,11 @@ from harness.claims.baselines import (  # as baselines
     SELECTOR_SCHEMA,
     line_of_field,
     refuse_unknown_key,
+    selector_faults,
 )
 from harness.core import registry, yamlfile
 from harness.core.case import CaseIdError
 from harness.core.declarations import declared
-from harness.core.echo import shown
 from harness.core.figures import is_sample_statistic, misspelt_percentile
 from harness.core.options import MAX_SECONDS
 from harness.core.records import MAX_SAMPLES
@@ -125,20 +125,11 @@ def case_parts(case_id: str) -> tuple[str, dict[str, str]]:
 
 
 def _select_problems(family: str, check: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """A selected value of another type than the family declares for its key: 1024.0 would
-    select size_bytes=1024 (Python's 1024.0 == 1024) though no case ID can say 1024.0."""
-    params = registry.get(family).declared if family in registry.FAMILIES else {}
-    problems = []
-    for section in ("select", "relative_to"):
-        for key, want in check.get(section, {}).items():
-            if key not in params or want is None:
-                continue
-            kind = params[key].type
-            for index, value in enumerate(want if isinstance(want, list) else [want]):
-                if not isinstance(value, kind) and not (kind is float and isinstance(value, int)):
-                    field = f"{section}.{key}" + (f".{index}" if isinstance(want, list) else "")
-                    problems.append((field, f"{shown(value)} is not {kind.__name__}: {family}.{key} is declared {kind.__name__}"))
-    return problems
+    """What no record of the family can have, by the rule a claim's select is held to
+    (``selector_faults``): a key it does not declare, 1024.0 for an int key (Python's 1024.0 == 1024,
+    though no case ID can say 1024.0), a value outside the key's choices, one a list gives twice."""
+    return [(".".join(str(p) for p in [section, *at]), why) for section in ("select", "relative_to")
+            for at, why in selector_faults(family, check.get(section, {}))]
 
 
 def _semantic_problems(check: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -176,6 +167,33 @@ def _semantic_problems(check: Mapping[str, Any]) -> list[tuple[str, str]]:
     return problems
 
 
+def _explain(error) -> Optional[str]:
+    """What jsonschema says of an entry that matches none or both of its alternatives ("is valid
+    under each of {'required': ['min']}, ..."), in words naming the entry; None for other errors."""
+    entry, where = error.instance, list(error.absolute_path)
+    if error.validator not in ("oneOf", "anyOf") or not isinstance(entry, dict) or len(where) != 2:
+        return None
+    what = f"{where[0].rstrip('s')} {entry['name']!r}" if isinstance(entry.get("name"), str) else "this entry"
+    if error.validator_value == _BOUND["oneOf"]:
+        given = "both min and max" if "min" in entry and "max" in entry else "neither min nor max"
+        return (f"{what} gives {given}: give one bound, max (the figure may be at most) or min (at least); "
+                "a range is two entries")
+    return f"{what} names neither a case nor a family: give case: (one case ID) or family: (with select:)"
+
+
+def _refuse_names_given_twice(path: Path, root, data: dict) -> None:
+    """A check's (or fact's) name is how its verdict is told apart from the others': two of one
+    name would read as one verdict given twice."""
+    for section in ("facts", "checks"):
+        first: dict[str, int] = {}
+        for i, entry in enumerate(data.get(section, ())):
+            if entry["name"] in first:
+                where = [section, i, "name"]
+                raise ProfileError(f"{path}:{line_of_field(root, where)}: field {section}.{i}.name: {entry['name']!r} "
+                                   f"is the name of {section}.{first[entry['name']]} too: give each its own name")
+            first[entry["name"]] = i
+
+
 def load_profile(path: Path) -> dict:
     path = Path(path)
     try:
@@ -189,7 +207,8 @@ def load_profile(path: Path) -> dict:
         refuse_unknown_key(path, root, error, ProfileError)
         where = list(error.absolute_path)
         field = ".".join(str(p) for p in where) or "(profile)"
-        raise ProfileError(f"{path}:{line_of_field(root, where)}: field {field}: {error.message}")
+        raise ProfileError(f"{path}:{line_of_field(root, where)}: field {field}: {_explain(error) or error.message}")
+    _refuse_names_given_twice(path, root, data)
     for section in ("facts", "checks"):
         for i, entry in enumerate(data.get(section, ())):
             for key in ("max", "min"):

@@ -88,10 +88,13 @@ class Param:
                 return False
         return True
 
-    def check(self, value: ParamValue, case_id: str) -> ParamValue:
+    def check(self, value: ParamValue, case_id: str, written: Optional[str] = None) -> ParamValue:
+        """``value``, or CaseIdError quoting it as ``written`` (the number as the user typed it,
+        ``1e300``, not Python's ``1e+300``) where this key does not admit it."""
         if not self.admits(value):
             why = f" ({self.doc})" if self.doc else ""
-            raise CaseIdError(f"case ID {case_id!r}: {self.name}={value!r} is not allowed; {self.name} must be "
+            given = written if written is not None and not isinstance(value, str) else repr(value)
+            raise CaseIdError(f"case ID {case_id!r}: {self.name}={given} is not allowed; {self.name} must be "
                               f"{self.allowed()}{why}")
         return value
 
@@ -214,29 +217,33 @@ def parse_case_id(case_id: str, declared: Mapping[str, Mapping[str, Param]]) -> 
             raise CaseIdError(f"case ID {case_id!r}: family {family!r} has no key {key!r}; keys: {known}")
         if key in params:
             raise CaseIdError(f"case ID {case_id!r}: key {key!r} given twice")
-        params[key] = params_decl[key].parse(text, case_id)
-    return check_declared(Case(family, params), params_decl)
+        # held to its bounds here, while the text the user wrote is at hand to quote
+        params[key] = params_decl[key].check(params_decl[key].parse(text, case_id), case_id, text)
+    return check_declared(Case(family, params), params_decl, case_id)
 
 
-def check_declared(case: Case, declared: Mapping[str, Param]) -> Case:
+def check_declared(case: Case, declared: Mapping[str, Param], written: Optional[str] = None) -> Case:
     """``case`` in its canonical spelling (the module's docstring), refused where a value falls
-    outside its Param's bounds, a key is set where it means nothing, or a required key is missing."""
+    outside its Param's bounds, a key is set where it means nothing, or a required key is missing.
+    An error quotes the ID as ``written`` where the case was read from one (the user's spelling,
+    not the canonical one)."""
     for key, value in case.params.items():
         if isinstance(value, str) and (why := _text_fault(value)):
             raise CaseIdError(f"family {case.family!r}: key {key!r}: {why}")
     for key, value in case.params.items():
         if not declared[key].admits(value):  # the ID is spelled only for the message: a grid makes thousands
-            declared[key].check(value, case.id)
+            declared[key].check(value, written or case.id)
     missing = [p for p in declared.values() if p.required and p.name not in case.params]
     if missing:
-        raise CaseIdError(f"case ID {case.id!r}: missing key {missing[0].name!r} ({missing[0].doc}); family "
-                          f"{case.family!r} needs {', '.join(p.name for p in declared.values() if p.required)}")
-    return canonical(case, declared)
+        raise CaseIdError(f"case ID {written or case.id!r}: missing key {missing[0].name!r} ({missing[0].doc}); "
+                          f"family {case.family!r} needs "
+                          f"{', '.join(p.name for p in declared.values() if p.required)}")
+    return canonical(case, declared, written)
 
 
-def canonical(case: Case, declared: Mapping[str, Param]) -> Case:
+def canonical(case: Case, declared: Mapping[str, Param], written: Optional[str] = None) -> Case:
     """``case`` with each key at its default left out or written out, as its Param says; a key
-    set where it means nothing is refused (CaseIdError)."""
+    set where it means nothing is refused (CaseIdError, quoting the ID as ``written`` where given)."""
     params: dict[str, ParamValue] = {}
     for param in declared.values():
         applies = param.needs is None or param.needs.met(case, declared)
@@ -247,7 +254,7 @@ def canonical(case: Case, declared: Mapping[str, Param]) -> Case:
         value = case.params[param.name]
         at_default = param.default is not None and value == param.default
         if not applies and not at_default:
-            raise CaseIdError(f"case ID {case.id!r}: {param.needs.refusal(param.name, case, declared)}")
+            raise CaseIdError(f"case ID {written or case.id!r}: {param.needs.refusal(param.name, case, declared)}")
         if applies and (param.written or not at_default):
             params[param.name] = value
     return Case(case.family, params)

@@ -363,13 +363,14 @@ class Family:
             raise KeyError(f"{self.name} needs {name} ({param.doc}); it has no default")
         return param.default
 
-    def check_case(self, case: Case) -> Case:
-        """The joined rules of ``validate``, as a CaseIdError naming the case."""
+    def check_case(self, case: Case, written: Optional[str] = None) -> Case:
+        """The joined rules of ``validate``, as a CaseIdError naming the case (as ``written``, where
+        it was read from an ID)."""
         if self.validate is not None:
             try:
                 self.validate(case)
             except ValueError as exc:
-                raise CaseIdError(f"case ID {case.id!r}: {exc}") from None
+                raise CaseIdError(f"case ID {written or case.id!r}: {exc}") from None
         return case
 
     def case(self, **params) -> Case:

@@ -13,6 +13,7 @@ from typing import Mapping, Optional, Sequence
 from harness.core.echo import shown
 from harness.core.escape import for_terminal
 from harness.core.numbers import NumberError, parse_float, parse_int
+from harness.core.runid import run_id_fault
 from harness.core.sizes import MAX_MODEL_SIZE_BYTES, MAX_RUN_SIZE_BYTES, parse_sizes
 
 # A bound no case needs; beyond it a timer's arithmetic overflows (threading.Timer, time.monotonic).
@@ -92,6 +93,14 @@ def machine_option(text: str) -> str:
     if not MACHINE_NAME.fullmatch(text):
         raise argparse.ArgumentTypeError(f"{text!r} is not a machine name (letters, digits, '.', '_', '-', "
                                          f"starting with a letter or digit)")
+    return text
+
+
+def run_id_option(text: str) -> str:
+    """A run ID given on the command line, by the grammar of every run ID (harness.core.runid):
+    an empty one is refused, never read as "the default"."""
+    if why := run_id_fault(text):
+        raise argparse.ArgumentTypeError(why)
     return text
 
 

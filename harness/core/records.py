@@ -23,6 +23,7 @@ from harness.core.echo import shown
 from harness.core.family import CheckResult
 from harness.core.numbers import NumberError, check_float, check_int
 from harness.core.options import CannotRun
+from harness.core.runid import run_id_fault
 from harness.core.runmeta import UNKNOWN_TIME
 from harness.core.schema import strict_validator
 from harness.core.scale import MAX_SAMPLES, MAX_WORLD
@@ -292,6 +293,8 @@ def validate(data: Mapping[str, Any], where: str = "") -> None:
     if unknown:
         raise RecordError(f"field {shown(unknown[0])}: not a field of a record ({SCHEMA_ID} has {', '.join(_FIELDS)})",
                           where)
+    if why := run_id_fault(data["run_id"]):
+        raise RecordError(f"field run_id: {why}", where)
     if data["started_at"] != UNKNOWN_START and not is_started_at(data["started_at"]):
         raise RecordError(f"field started_at: {shown(data['started_at'])} is not an instant as critpath writes one "
                           f"(ISO 8601 with its offset, 2024-05-01T12:00:00.123+00:00), nor {UNKNOWN_START!r}", where)

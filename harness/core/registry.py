@@ -150,7 +150,7 @@ def parse(case_id: str) -> Case:
     """A case ID as a Case, refused (CaseIdError) unless every key, value and joined rule of its
     family's declaration admits it: nothing runs for an ID the family cannot mean."""
     case = parse_case_id(case_id, _Declarations())
-    return FAMILIES[case.family].check_case(case)
+    return FAMILIES[case.family].check_case(case, case_id)
 
 
 def canonical_id(case_id: str) -> str:

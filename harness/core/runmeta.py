@@ -14,6 +14,7 @@ from typing import Mapping, Optional
 from harness.core.echo import shown
 from harness.core.numbers import NumberError, check_float, check_int
 from harness.core.options import MAX_SECONDS
+from harness.core.runid import run_id_fault
 from harness.core.scale import MAX_SAMPLES, MAX_WORLD
 from harness.core.sizes import MAX_RUN_SIZE_BYTES
 
@@ -89,8 +90,8 @@ def check(meta: Mapping) -> None:
     schema = meta.get("schema", RUN_SCHEMA)
     if schema != RUN_SCHEMA:
         raise RunMetaError(f"field schema: {shown(schema)} is not {RUN_SCHEMA!r}, the run.json this release reads")
-    if "run_id" in meta and not (isinstance(meta["run_id"], str) and meta["run_id"]):
-        raise RunMetaError(f"field run_id: {shown(meta['run_id'])} is not a run ID (the ID its records carry)")
+    if "run_id" in meta and (why := run_id_fault(meta["run_id"])):
+        raise RunMetaError(f"field run_id: {why}")
     started, finished = (check_time(name, meta.get(name)) for name in TIME_FIELDS)
     if started and finished and (started.tzinfo is None) == (finished.tzinfo is None) and finished < started:
         raise RunMetaError(f"field finished_at: {meta['finished_at']} is before field started_at "

@@ -7,14 +7,20 @@ is opened as a regular file within a declared size, parsed strictly within decla
 its fields are checked as asv's version 2 format writes them. A results directory gathers files
 from many commits and machines over months: a file that is not one is skipped, named with why,
 and counted (``AsvFiles.skipped``), never taken for a figure and never silently dropped. A file
-is what it says: its commit the one its name gives, its case IDs ones a family means (read as their
-canonical IDs, each case once), its values at or above zero where the figure's unit is a magnitude.
+is what it says: its commit and environment the ones its name gives, its case IDs ones a family
+means (read as their canonical IDs, each case once), its figures ones the family declares, its
+values at or above zero where the figure's unit is a magnitude. A row of a figure the family does
+not declare is skipped alone, the rest of its file read. A history is one value a commit on each
+machine: a commit asv ran in two environments there is skipped in every file of it, as which one is
+meant is not known.
 """
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 import sys
+from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Optional
@@ -60,6 +66,11 @@ class AsvFileError(ValueError):
     """An asv file that is not what asv writes; the message starts with the file (and the field)."""
 
 
+class AsvRowError(AsvFileError):
+    """One row of a results file that is not a figure of its cases' family: the row is left out, the
+    rest of the file read."""
+
+
 class AsvDirectoryError(ValueError):
     """An asv results directory too large to be read; the message starts with the directory."""
 
@@ -81,12 +92,15 @@ class AsvResult:
     commit: str
     date_ms: int
     figures: tuple[Figure, ...]
+    env: str = ""  # asv's environment (env_name): where the commit ran on the machine
+    skipped_rows: tuple["Skipped", ...] = ()  # rows left out, each with why
 
 
 @dataclass(frozen=True)
 class Skipped:
     path: Path
     message: str  # why, starting with the file
+    row: str = ""  # the benchmark whose row alone was left out; "": the whole file
 
 
 @dataclass
@@ -149,6 +163,17 @@ def named_commit(path: Path) -> str:
     return path.name.split("-")[0]
 
 
+# asv.results.get_filename: an environment name this long is named in the file by its digest
+_ENV_NAME_HASHED_CHARS = 128
+
+
+def file_name(commit: str, env_name: str) -> str:
+    """The name asv gives the results file of ``commit`` in environment ``env_name`` (asv.results.get_filename)."""
+    if len(env_name) >= _ENV_NAME_HASHED_CHARS:
+        env_name = "env-" + hashlib.md5(env_name.encode("utf-8", "surrogateescape")).hexdigest()
+    return f"{commit[:8]}-{env_name}.json"
+
+
 def _case_id(text: str, where: str) -> str:
     """The canonical ID of the case asv holds as ``text`` (its repr, quotes included): one case is
     one series however its keys are ordered, and an ID no family means is none."""
@@ -161,8 +186,18 @@ def _case_id(text: str, where: str) -> str:
         raise AsvFileError(f"{where}: {shown(text)} is no case ID of a family: {exc}") from None
 
 
-def _check_sign(number: float, figure: str, family: str, where: str) -> None:
+def _declared_unit(figure: str, family: str, where: str) -> str:
+    """The unit of ``family``'s ``figure`` (a sample statistic's, or one the family declares);
+    AsvRowError where the family declares no such figure (a row renamed or made up)."""
     unit = unit_of(family, figure)
+    if unit is None:
+        names = ", ".join(f.name for f in registry.get(family).figures)
+        raise AsvRowError(f"{where}: family {family!r} declares no figure {figure!r} (it declares {names}, and "
+                          "every record gives p50_us, p99_us ...): the row is skipped")
+    return unit
+
+
+def _check_sign(number: float, unit: str, figure: str, family: str, where: str) -> None:
     if unit in NON_NEGATIVE_UNITS and number < 0:
         raise AsvFileError(f"{where}: {shown(number)} is below zero, which {family}'s {figure} (in {unit}) "
                            "never is")
@@ -195,8 +230,10 @@ def _figures(name: str, row, columns: dict[str, int], where: str) -> Iterator[Fi
         got = f"{len(values)} values" if isinstance(values, list) else type(values).__name__
         raise AsvFileError(f"{where}.result: expected a value for each of its {len(cases)} cases, got {got}")
     seen: dict[str, int] = {}
-    for i, (text, value) in enumerate(zip(cases, values)):
-        case_id = _case_id(text, f"{where}.params[0][{i}]")
+    ids = [_case_id(text, f"{where}.params[0][{i}]") for i, text in enumerate(cases)]
+    units = {family: _declared_unit(figure_name(name), family, where)
+             for family in dict.fromkeys(case_id.partition("/")[0] for case_id in ids)}
+    for i, (text, case_id, value) in enumerate(zip(cases, ids, values)):
         if case_id in seen:  # two values of one case: which one the commit measured is not known
             raise AsvFileError(f"{where}.params[0][{i}]: {shown(text)} is case {case_id}, as params[0][{seen[case_id]}] is")
         seen[case_id] = i
@@ -207,7 +244,8 @@ def _figures(name: str, row, columns: dict[str, int], where: str) -> Iterator[Fi
         except NumberError as exc:
             raise AsvFileError(str(exc)) from None
         if number is not None:
-            _check_sign(number, figure_name(name), case_id.partition("/")[0], f"{where}.result[{i}]")
+            family = case_id.partition("/")[0]
+            _check_sign(number, units[family], figure_name(name), family, f"{where}.result[{i}]")
         yield Figure(name, version or "", case_id, number)
 
 
@@ -227,6 +265,10 @@ def read_result(path: Path, machine: str) -> AsvResult:
     if named_commit(path) != commit[:8]:  # two files' values would land on one commit
         raise AsvFileError(f"{where} commit_hash: {commit} is not the commit {named_commit(path)!r} the file's name "
                            "gives (asv names a results file <commit[:8]>-<env>.json)")
+    env = _text(data.get("env_name"), f"{where} env_name")
+    if path.name != file_name(commit, env):  # a copy under another environment's name
+        raise AsvFileError(f"{where} env_name: {shown(env)} is not the environment the file's name gives "
+                           f"(asv names this file {file_name(commit, env)})")
     params = _object(data.get("params"), f"{where} params")
     own = _text(params.get("machine"), f"{where} params.machine")
     if own != machine:
@@ -239,9 +281,16 @@ def read_result(path: Path, machine: str) -> AsvResult:
     if "result" not in columns or "params" not in columns:
         raise AsvFileError(f"{where} result_columns: lacks 'result' or 'params'")
     rows = _object(data.get("results"), f"{where} results")
-    figures = [figure for name, row in rows.items() if name.rsplit(".", 1)[-1].startswith("track_")
-               for figure in _figures(name, row, columns, f"{where} results.{name}")]
-    return AsvResult(path, machine, commit, date_ms, tuple(figures))
+    figures: list[Figure] = []
+    skipped: list[Skipped] = []
+    for name, row in rows.items():
+        if not name.rsplit(".", 1)[-1].startswith("track_"):
+            continue
+        try:
+            figures += _figures(name, row, columns, f"{where} results.{name}")
+        except AsvRowError as exc:
+            skipped.append(Skipped(path, str(exc), row=name))
+    return AsvResult(path, machine, commit, date_ms, tuple(figures), env, tuple(skipped))
 
 
 def _machine_dirs(results_dir: Path) -> Iterator[tuple[Path, list[Path]]]:
@@ -280,12 +329,38 @@ def read_results(results_dir: Path, machine: Optional[str] = None, commit: Optio
         except (AsvFileError, InputFileError) as exc:
             out.skipped += [Skipped(f, f"{f}: its directory's machine.json cannot be read: {exc}") for f in files]
             continue
+        read = []
         for path in files:
             try:
-                out.results.append(read_result(path, name))
+                read.append(read_result(path, name))
             except (AsvFileError, InputFileError) as exc:
                 out.skipped.append(Skipped(path, str(exc)))
+        kept, twice = one_environment_a_commit(read)
+        out.results += kept
+        out.skipped += twice + [s for result in kept for s in result.skipped_rows]
     return out
+
+
+def one_environment_a_commit(results: list[AsvResult]) -> tuple[list[AsvResult], list[Skipped]]:
+    """One machine's results, less every file of a commit asv ran there in more than one environment
+    (the files' names differ after the commit): a history has one value a commit, and which
+    environment's is meant is not known, so none is taken."""
+    by_commit: dict[str, list[AsvResult]] = defaultdict(list)
+    for result in results:
+        by_commit[result.commit].append(result)
+    kept, skipped = [], []
+    for commit, same in by_commit.items():
+        if len(same) == 1:
+            kept += same
+            continue
+        envs = ", ".join(repr(r.env) for r in same)
+        for result in same:
+            others = ", ".join(r.path.name for r in same if r is not result)
+            skipped.append(Skipped(result.path, f"{result.path}: commit {commit[:8]} on machine {result.machine!r} is "
+                                                f"also in {others}: asv ran it in {len(same)} environments ({envs}), and "
+                                                "a history holds one value a commit (give a results directory of one "
+                                                "environment)"))
+    return kept, skipped
 
 
 def warn_skipped(command: str, skipped: list[Skipped]) -> None:

@@ -146,7 +146,7 @@ def load_history(results_dir: Path, skipped: Optional[list] = None) -> list[Seri
     series = [Series(m, k, c, sorted(pts, key=lambda p: (p.date_ms, p.commit)), version=v, unit=units.get(k, ""))
               for (m, k, c, v), pts in by_key.items()]
     if not series:
-        also = f" ({len(left_out)} files skipped, each named with why)" if left_out else ""
+        also = f" ({skipped_count(left_out)} skipped, each named with why)" if left_out else ""
         raise HistoryError(f"{results_dir}: no asv track_* results found{also}")
     return sorted(series, key=lambda s: (s.machine, s.benchmark, s.case_id, s.points[0].date_ms))
 
@@ -259,12 +259,18 @@ def _natural(text: str) -> tuple:
     return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text))
 
 
+def skipped_count(skipped: Sequence[Skipped]) -> str:
+    """"3 files", "1 file and 2 rows": what was left out of a history, whole files and rows apart."""
+    rows = sum(1 for item in skipped if item.row)
+    parts = [f"{n} {what}{'' if n == 1 else 's'}" for n, what in ((len(skipped) - rows, "file"), (rows, "row")) if n]
+    return " and ".join(parts)
+
+
 def _skipped_para(skipped: list[Skipped]) -> Para:
     shown = "; ".join(item.message for item in skipped[:MAX_SKIPPED_SHOWN])
     more = f"; and {len(skipped) - MAX_SKIPPED_SHOWN} more" if len(skipped) > MAX_SKIPPED_SHOWN else ""
-    files = "1 file" if len(skipped) == 1 else f"{len(skipped)} files"
-    return Para(f"{files} of the results directory skipped, not being what asv writes: nothing of theirs is "
-                f"shown (each is named on stderr too): {shown}{more}.")
+    return Para(f"{skipped_count(skipped)} of the results directory skipped, each for the reason given: nothing "
+                f"of theirs is shown (each is named on stderr too): {shown}{more}.")
 
 
 def history_blocks(results_dir: Path, claims: Sequence[Claim]) -> list[Block]:

@@ -48,8 +48,9 @@ from harness.core.imported import (
     mean_samples_ns,
     samples_ns,
 )
-from harness.core.options import print_error
+from harness.core.options import print_error, run_id_option
 from harness.core.records import UNKNOWN_START, Record, is_started_at
+from harness.core.runid import MAX_RUN_ID_CHARS, run_id_fault, run_id_part
 from harness.core.runmeta import RUN_SCHEMA
 from harness.core.store import PLANNED, RUN_META, RunDir, planned_digest, read_meta
 from harness.nccltests.consistency import check_figures
@@ -191,10 +192,24 @@ def import_file(path: Path, out: Path, collective: Optional[str] = None, run_id:
     return list(_import(path, out, collective, run_id))
 
 
+# An import's default run ID: this prefix, its file's stem (as a run ID may hold it), and its content hash.
+_DEFAULT_ID_PREFIX = "nccl-tests-"
+_DEFAULT_ID_HASH_HEX = 8
+
+
+def default_run_id(path: Path, digest: str) -> str:
+    """``nccl-tests-<stem>-<hash>``: a stem a run ID cannot hold (a space, a newline, 200 characters)
+    is made one (harness.core.runid.run_id_part), so every default is a run ID."""
+    room = MAX_RUN_ID_CHARS - len(_DEFAULT_ID_PREFIX) - 1 - _DEFAULT_ID_HASH_HEX
+    return f"{_DEFAULT_ID_PREFIX}{run_id_part(path.stem, room)}-{digest[:_DEFAULT_ID_HASH_HEX]}"
+
+
 def _import(path: Path, out: Path, collective: Optional[str], run_id: Optional[str]) -> Iterator[Record]:
     path, out = Path(path), Path(out)
     parsed, digest = _parse_file(path, collective)
-    run_id = run_id or f"nccl-tests-{path.stem}-{digest[:8]}"
+    run_id = default_run_id(path, digest) if run_id is None else run_id
+    if why := run_id_fault(run_id):
+        raise NcclTestsFormatError(f"--run-id: {why}")
     if claim_dir(out, "import-nccl-tests").contents():
         raise NcclTestsFormatError(f"{out} already holds a run; choose another --out")
     trailer = trailer_checks(parsed)
@@ -229,7 +244,8 @@ def register(sub) -> None:
     p.add_argument("--out", type=Path, required=True, help="run directory to write")
     p.add_argument("--collective", choices=COLLECTIVES,
                    help="which test wrote the output, when the output itself cannot tell (checked against it)")
-    p.add_argument("--run-id", help="default: nccl-tests-<file stem>-<content hash>")
+    p.add_argument("--run-id", type=run_id_option,
+                   help="letters, digits, '.', '_', '-' (default: nccl-tests-<file stem>-<content hash>)")
     p.set_defaults(func=cmd_import)
 
 

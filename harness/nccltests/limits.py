@@ -29,6 +29,12 @@ MAX_TIMES_PER_SIDE = min((MAX_RECORD_BYTES - _RECORD_REST_BYTES) // _SAMPLE_JSON
                          (RECORD_LIMITS.values - RECORD_LIMITS.keys) // 2)
 
 MAX_ROWS = MAX_RUN_CASES
+# A name or message -J writes as a JSON string: nccl-tests copies each rank's host and device name
+# into 1024-byte buffers (rankInfo_t in src/util.cu), and NCCL keeps the last error it reports
+# (-J "errors", ncclGetLastError) in one (ncclLastError[1024]); a reduction or type name is a word.
+MAX_TEXT_CHARS = 1024
+# A word of the command line (-J "args"): Linux passes no argument longer than MAX_ARG_STRLEN.
+MAX_ARG_CHARS = 128 << 10
 # A '#  Rank' line's CUDA device ordinal, one of its node's devices: the largest nodes hold 16 GPUs,
 # and each of up to 7 MIG instances is a device of its own; 255 is past any node.
 MAX_DEVICE = 255

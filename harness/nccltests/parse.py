@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any, Iterable, Optional
 
 from harness.core.imported import DTYPES
@@ -40,6 +41,7 @@ from harness.core.runmeta import RunMetaError, check_time
 from harness.nccltests.evidence import Observed, ObservedRow, Side
 from harness.nccltests.limits import (
     MAX_AGG_ITERS,
+    MAX_ARG_CHARS,
     MAX_COUNT,
     MAX_ITERS,
     MAX_ROWS,
@@ -63,28 +65,28 @@ from harness.nccltests.values import (
 __all__ = ["JSON_PRINTED_HALF_ULP", "Parsed", "Row", "parse_json", "parse_text"]
 
 # re.ASCII throughout: a Unicode \d takes fullwidth or Arabic-Indic digits, which nccl-tests never prints
-_BANNER = re.compile(r"^#\s*Collective test starting:\s*(\S+)", re.ASCII)
+_BANNER = re.compile(r"^#\s*Collective\s+test\s+starting:\s*(\S+)", re.ASCII)
 # Each number is taken as the whole word it is (\S+) and read by text_integer or text_number:
 # a pattern of digits alone read "nGpus 1x" as 1 and "0x5" as 0, the prefix of a word.
 _HEADER = re.compile(r"^#\s*nThread\s+(\S+)\s+nGpus\s+(\S+)\s"
                      r"(?:minBytes\s+(\S+)\s+maxBytes\s+(\S+)\s+step:\s*(\S+)\s)?"
-                     r".*?warmup iters:\s*(\S+)\s+iters:\s*(\S+)"
-                     r"(?:\s+agg iters:\s*(\S+))?(?:\s+validation:\s*(\S+))?"
+                     r".*?warmup\s+iters:\s*(\S+)\s+iters:\s*(\S+)"
+                     r"(?:\s+agg\s+iters:\s*(\S+))?(?:\s+validation:\s*(\S+))?"
                      r"(?:\s+graph:\s*\S+)?(?:\s+unalign:\s*(\S+))?", re.ASCII)
 # writeResultFooter: "# Collective test concluded: %s", the program_name the banner printed
-_CONCLUDED = re.compile(r"^#\s*Collective test concluded:\s*(\S+)", re.ASCII)
+_CONCLUDED = re.compile(r"^#\s*Collective\s+test\s+concluded:\s*(\S+)", re.ASCII)
 # util.cu: "#  Rank %2d Group %2d Pid %6d on %10s device %2d [%04x:%02x:%02x] %s" (no Group before
 # nccl-tests d313d20, 2022)
 _RANK = re.compile(r"^#\s+Rank\s+(\S+)\s+(?:Group\s+(\S+)\s+)?Pid\s+(\S+)\s+on\s+(\S+)\s+device\s+(\S+)"
                    r"\s+\[([^\]]*)\]\s+(.*)$", re.ASCII)
 # common.cu, after the header: maxBytes lowered to what the GPUs' memory holds
-_REDUCED = re.compile(r"^#\s*Reducing maxBytes to\s+(\S+)\s+due to memory limitation", re.ASCII)
-_VERSION = re.compile(r"^#\s*nccl-tests version\s+(\S+).*?nccl-library=(\S+)", re.ASCII)
+_REDUCED = re.compile(r"^#\s*Reducing\s+maxBytes\s+to\s+(\S+)\s+due\s+to\s+memory\s+limitation", re.ASCII)
+_VERSION = re.compile(r"^#\s*nccl-tests\s+version\s+(\S+).*?nccl-library=(\S+)", re.ASCII)
 # writeResultFooter: "# Out of bounds values : %d %s" (OK, or FAILED when the count is not 0) and
 # "# Avg bus bandwidth    : %g". A line that starts like one but does not end like one is refused.
-_OOB = re.compile(r"^#\s*Out of bounds values\s*:", re.ASCII)
+_OOB = re.compile(r"^#\s*Out\s+of\s+bounds\s+values\s*:", re.ASCII)
 _OOB_VALUE = re.compile(r"(\S+)\s+(OK|FAILED)", re.ASCII)
-_AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:", re.ASCII)
+_AVG = re.compile(r"^#\s*Avg\s+bus\s+bandwidth\s*:", re.ASCII)
 _AVG_VALUE = re.compile(r"\S+", re.ASCII)
 _COMMAND = re.compile(r"(?:^|[\s/])(\w+_perf(?:_mpi)?)(?:\s|$)", re.ASCII)
 # Open MPI --tag-output, Slurm srun --label
@@ -101,6 +103,9 @@ _ROOT = re.compile(r"-?(\d+)", re.ASCII)
 _SIDE_FIGURES = ("algbw", "busbw")
 _PER_ITER = ("i_min", "i_max", "i_p99", "i_cv%")
 JSON_VERSIONS = (1, 2, 3)
+# The most a daylight-saving change sets local time back: a -J end_time may be this much before its
+# start_time (both local time, no zone) and still be the time the run ended.
+LOCAL_CLOCK_STEP = timedelta(hours=1)
 
 
 @dataclass
@@ -253,8 +258,12 @@ def _side(words: list[str], layout: _Layout, where: str, name: str) -> tuple[dic
 
 
 def _plain_lines(lines: Iterable[str]):
-    """(line number, line) without launcher prefixes or indentation; stderr-tagged lines are dropped."""
+    """(line number, line) without launcher prefixes or indentation; stderr-tagged lines are dropped.
+    A tab is read as a space: nccl-tests pads its columns and labels with spaces ("%12li  %12li",
+    "# %-20s : %d"), which a pager, an editor or ``unexpand`` may have turned into tabs; what the
+    words are is the same, and every pattern here takes whitespace as a run of spaces."""
     for number, raw in enumerate(lines, start=1):
+        raw = raw.replace("\t", " ")
         tagged = _TAGGED.match(raw)
         if tagged:
             if tagged.group(1) == "stderr":
@@ -511,6 +520,11 @@ def _json_trailer(data: dict, path: str) -> Trailer:
         trailer.out_of_bounds = json_integer(_get(data, ["out_of_bounds", "count"], path),
                                              f"{path}: field out_of_bounds.count")
         trailer.oob_where = "field out_of_bounds"
+        # writeResultFooter: jsonBool(errors[0] == 0), the count's own verdict
+        okay = _optional(oob, "okay", json_flag, f"{path}: field out_of_bounds")
+        if okay is not None and okay != (trailer.out_of_bounds == 0):
+            raise NcclTestsFormatError(f'{path}: field out_of_bounds.okay is "{str(okay).lower()}" beside count '
+                                       f"{trailer.out_of_bounds}: nccl-tests writes true exactly when the count is 0")
     # JSON version 1 spelt it "average_bus_bandwidith" / "bandwidith" (fixed in nccl-tests 85ca91d)
     for key, value in (("average_bus_bandwidth", "bandwidth"), ("average_bus_bandwidith", "bandwidith")):
         avg = data.get(key)
@@ -520,6 +534,8 @@ def _json_trailer(data: dict, path: str) -> Trailer:
         if value not in avg:
             raise NcclTestsFormatError(f"{path}: field {key}.{value} is missing")
         trailer.avg_busbw_gbps = json_number(avg[value], f"{path}: field {key}.{value}", what="GB/s")
+        # the verdict on NCCL_TESTS_CHECK_AVG_BW's bound, "unchecked" without one (writeResultFooter)
+        _optional(avg, "okay", lambda v, w: json_flag(v, w, also=("unchecked",)), f"{path}: field {key}")
         trailer.avg_busbw_half_ulp, trailer.avg_where = JSON_PRINTED_HALF_ULP, f"field {key}"
     return trailer
 
@@ -546,8 +562,8 @@ def _json_row(entry: Any, i: int, path: str, iters: int) -> Row:
     size = json_integer(need("size"), f"{where}.size", what="bytes")
     count = json_integer(need("count"), f"{where}.count", what="elements")
     redop = json_text(entry.get("redop", ""), f"{where}.redop", "a reduction name")
-    actual = _optional(entry, "actual_iterations",
-                       lambda v, w: _plan_count(json_integer(v, w, low=1, what="iterations"), w), where)
+    actual = _optional(entry, "actual_iterations", lambda v, w: _actual_iterations(v, w, iters), where)
+    _optional(entry, "experiment_name", lambda v, w: json_text(v, w, "an experiment name"), where)
     in_place = _json_side(entry, "in_place", where, actual or iters)
     out_of_place = _json_side(entry, "out_of_place", where, actual or iters)
     if in_place is None and out_of_place is None:
@@ -555,6 +571,17 @@ def _json_row(entry: Any, i: int, path: str, iters: int) -> Row:
     cpu = any(isinstance(entry.get(key), dict) and "time" not in entry[key] for key in ("in_place", "out_of_place"))
     return Row(0, where, size, count, dtype, redop, _json_root(entry.get("root", ""), f"{where}.root"), in_place,
                out_of_place, actual, time_column="cputime" if cpu else "time")
+
+
+def _actual_iterations(value: Any, where: str, iters: int) -> int:
+    """A row's actual_iterations: nccl-tests writes the configured count for every row
+    (``writeBenchmarkLineTerminator(iters, "")`` in src/common.cu, in every release that writes -J),
+    so another count is not its output: the row would claim times its run did not take."""
+    count = json_integer(value, where, low=1, what="iterations")
+    if count != iters:
+        raise NcclTestsFormatError(f"{where}: {count}, but field config.iterations is {iters}: nccl-tests times "
+                                   "every row for the configured iterations and writes that count here")
+    return count
 
 
 def _check_per_iter_flag(config: dict, results: list, path: str) -> None:
@@ -593,7 +620,8 @@ def _words(value: Any, where: str) -> list[str]:
     """The command line nccl-tests records (``args``): a list of strings."""
     if not isinstance(value, list):
         raise NcclTestsFormatError(f"{where}: {json.dumps(value)[:40]} is not a list of the command's words")
-    return [json_text(word, f"{where}[{i}]", "a word of the command") for i, word in enumerate(value)]
+    return [json_text(word, f"{where}[{i}]", "a word of the command", most=MAX_ARG_CHARS)
+            for i, word in enumerate(value)]
 
 
 def _config_count(config: dict, key: str, path: str, default: int, low: int, high: int = MAX_COUNT) -> int:
@@ -601,15 +629,39 @@ def _config_count(config: dict, key: str, path: str, default: int, low: int, hig
                      default)
 
 
-def _start_time(value: Any, path: str) -> str:
-    """-J's start_time (util.cu: strftime "%Y-%m-%d %H:%M:%S", local time), held to the rule run.json's
-    started_at is read by, which the import copies it into: a time no reader takes is this file's fault."""
-    text = json_text(value, f"{path}: field start_time", "a time")
+def _json_time(data: dict, key: str, path: str) -> tuple[str, Optional[datetime]]:
+    """-J's start_time or end_time (util.cu, formatNow: strftime "%Y-%m-%d %H:%M:%S", local time) as
+    written and as a time, held to the rule run.json's started_at is read by, which the import copies
+    start_time into: a time no reader takes is this file's fault. (UNKNOWN_START, None) where absent."""
+    if data.get(key) is None:
+        return UNKNOWN_START, None
+    text = json_text(data[key], f"{path}: field {key}", "a time")
     try:
-        check_time("start_time", text)
+        return text, check_time(key, text)
     except RunMetaError as exc:  # "field start_time: ..."
         raise NcclTestsFormatError(f"{path}: {exc}") from None
-    return text
+
+
+def _json_started(data: dict, path: str) -> str:
+    """start_time, and end_time held to it: the run ended after it started. Both are local time without
+    a zone, so a daylight-saving change within the run may set the end back by up to LOCAL_CLOCK_STEP."""
+    started, start = _json_time(data, "start_time", path)
+    _, end = _json_time(data, "end_time", path)
+    if start is not None and end is not None and (start.tzinfo is None) == (end.tzinfo is None) \
+            and end < start - LOCAL_CLOCK_STEP:
+        raise NcclTestsFormatError(f"{path}: field end_time: {data['end_time']} is before field start_time "
+                                   f"{started}: nccl-tests writes the time it finished, after it started")
+    return started
+
+
+def _json_errors(value: Any, where: str) -> list[str]:
+    """-J's errors: a list of NCCL's last error message, or none (util.cu, writeErrors: the string
+    ncclGetLastError gives, "" where it holds none). It is no count: out_of_bounds.count is that."""
+    if not isinstance(value, list) or len(value) > 1:
+        shown = f"a list of {len(value)}" if isinstance(value, list) else json.dumps(value)[:40]
+        raise NcclTestsFormatError(f"{where}: {shown} is not what nccl-tests writes there: a list of at most one "
+                                   "string, NCCL's last error message (ncclGetLastError)")
+    return [json_text(text, f"{where}[{i}]", "an NCCL error message") for i, text in enumerate(value)]
 
 
 def _plan_count(count: int, where: str) -> int:
@@ -667,7 +719,9 @@ def parse_json(text: str, path: str) -> Parsed:
                            json_integer(v, w, high=1, what="0 or 1"), f"{path}: field config")
     warmup = _plan_count(_config_count(config, "warmup_iters", path, 0, low=0), f"{path}: field config.warmup_iters")
     agg = _config_count(config, "aggregated_iterations", path, 1, low=1, high=MAX_AGG_ITERS)
-    started = UNKNOWN_START if data.get("start_time") is None else _start_time(data["start_time"], path)
+    started = _json_started(data, path)
+    if data.get("errors") is not None:
+        _json_errors(data["errors"], f"{path}: field errors")
     return Parsed(rows, iters, warmup, agg,
                   ranks, ranks_from, "json", devices, None if code is None else nccl_version_text(code),
                   None, started, binary=(args[0], "field args[0]") if args else None,

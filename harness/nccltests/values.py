@@ -13,7 +13,7 @@ import re
 from typing import Any, Optional
 
 from harness.core.numbers import NumberError, parse_int
-from harness.nccltests.limits import MAX_COUNT
+from harness.nccltests.limits import MAX_COUNT, MAX_TEXT_CHARS
 
 # The figures nccl-tests prints: "%7.2f", "%6.2f", "%.6lf", "%5.0le", "%g" (no nan, no inf)
 _DECIMAL = re.compile(r"-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]{1,4})?")
@@ -68,11 +68,16 @@ def json_number(value: Any, where: str, low: Optional[float] = 0.0, above: bool 
     return number
 
 
-def json_text(value: Any, where: str, what: str = "a name", empty: bool = True) -> str:
+def json_text(value: Any, where: str, what: str = "a name", empty: bool = True, most: int = MAX_TEXT_CHARS) -> str:
+    """A JSON string of at most ``most`` characters: what nccl-tests copies through a buffer of its
+    own or NCCL's (harness/nccltests/limits.py); a longer one was not written by it."""
     if not isinstance(value, str):
         raise NcclTestsFormatError(f"{where}: {_kind(value)} is not a string ({what})")
     if not empty and not value.strip():
         raise NcclTestsFormatError(f"{where}: an empty string is not {what}")
+    if len(value) > most:
+        raise NcclTestsFormatError(f"{where}: a string of {len(value)} characters is not {what}: nccl-tests "
+                                   f"writes at most {most} there (harness/nccltests/limits.py)")
     return value
 
 
@@ -80,14 +85,19 @@ def json_text(value: Any, where: str, what: str = "a name", empty: bool = True) 
 _JSON_FLAGS = {"true": True, "false": False}
 
 
-def json_flag(value: Any, where: str) -> bool:
+def json_flag(value: Any, where: str, also: tuple[str, ...] = ()) -> Any:
     """A flag as nccl-tests writes it, "true" or "false", or a JSON boolean; anything else ("False",
-    "0", 1) is refused, not read as one or the other."""
+    "0", 1) is refused, not read as one or the other. ``also``: the other words a field may hold
+    besides a flag (average_bus_bandwidth.okay is "unchecked" when no bound was set), returned as they are."""
     if isinstance(value, bool):
         return value
     if isinstance(value, str) and value in _JSON_FLAGS:
         return _JSON_FLAGS[value]
-    raise NcclTestsFormatError(f'{where}: {_kind(value)} is not a flag as nccl-tests writes one ("true" or "false")')
+    if isinstance(value, str) and value in also:
+        return value
+    words = [f'"{w}"' for w in (*_JSON_FLAGS, *also)]
+    raise NcclTestsFormatError(f"{where}: {_kind(value)} is not a flag as nccl-tests writes one "
+                               f"({', '.join(words[:-1])} or {words[-1]})")
 
 
 def _shown(token: str) -> str:
