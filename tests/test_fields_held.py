@@ -1,6 +1,6 @@
 """Every field of a stored run is held to the rest of the run: a fingerprint's backend to the records
-(as its world is), and run.json's fields to the choices critpath knows and its options to the
-records. An edited or contradictory field is refused naming its file and field."""
+(as its world is), run.json's fields to the choices critpath knows and its options to the records,
+and a record's contention evidence together and to its samples and wall time. An edited or contradictory field is refused naming its file and field."""
 from __future__ import annotations
 
 import json
@@ -13,7 +13,9 @@ from conftest import derived_record
 
 from harness.accept.profile import ProfileError, load_profile
 from harness.cli import main
+from harness.core import contention as cn
 from harness.core import runmeta
+from harness.core.contention import Contention
 from harness.core.store import FINGERPRINT, PLANNED, RESULTS, RUN_META, ResultsFileError, run_of
 from harness.run import fingerprint
 from harness.run.plan import RunOptions
@@ -140,6 +142,41 @@ def test_an_acceptance_profile_whose_cases_are_not_on_its_world_is_refused(tmp_p
                     f"  - {{name: c, case: '{NOOP}', statistic: p50_us, max: 1.0e+9, source: t}}\n")
     with pytest.raises(ProfileError, match=r"p.yaml:3: field world: 2, but the widest case of run.cases is world 1"):
         load_profile(path)
+
+
+# -- 3: contention evidence held together, to the samples and to the wall time -----------------------
+
+def _ranks(**columns):
+    return lambda d: d["contention"]["ranks"].update(columns)
+
+
+def _psi_share_rejudged(d):
+    d["contention"]["ranks"].update(pressure_source=["psi"], pressure_share=[5.0])
+    block = Contention.from_dict(d["contention"])
+    d["contention"]["summary"] = cn.judge(block, d["samples_ns"]).to_dict()  # the summary agrees with it
+
+
+@pytest.mark.parametrize("edit, field", [
+    (_ranks(window_ns=[1]), "contention.ranks.window_ns: 1 ns, less than the"),
+    (_ranks(window_ns=[10**15]), "contention.ranks.window_ns.0: 1000000000000000 ns, longer than the record's wall_s"),
+    (_ranks(cpu_last=[99], cpus_allowed=["0-1"]), "contention.ranks.cpu_last.0: 99, a CPU outside the rank's "
+                                                  "cpus_allowed 0-1"),
+    (_ranks(cpus_allowed=["5-1"]), "contention.ranks.cpus_allowed.0: the range 5-1 runs backwards"),
+    (_ranks(cpus_allowed=["9" * 5000]), "contention.ranks.cpus_allowed.0: '9999"),
+    (_ranks(cpus_allowed=["0-3,2"]), "contention.ranks.cpus_allowed.0: the range 2 is not after the one before it"),
+    (_psi_share_rejudged, "contention.ranks.pressure_share.0: 5.0, but a PSI share is of the window's wall time"),
+    (_ranks(tick_source=["assumed"], tick_hz=[1000]), "contention.ranks.tick_hz.0: 1000 beside tick_source 'assumed'"),
+    (_ranks(pressure_source=["none"], pressure_share=[0.0]), "contention.ranks.pressure_share.0: 0.0 beside "
+                                                             "pressure_source 'none'"),
+    (_ranks(pressure_source=["psi"], pressure_share=[None]), "contention.ranks.pressure_share.0: None beside "
+                                                             "pressure_source 'psi'"),
+], ids=["window-short", "window-long", "cpu-last", "reversed", "digits", "overlap", "psi-over-1", "tick-assumed",
+        "none-with-share", "psi-without-share"])
+def test_contention_evidence_that_cannot_be_sampled_is_refused_naming_the_field(noop_run, tmp_path, capsys, edit,
+                                                                                field):
+    run = _copy(noop_run, tmp_path, RESULTS, edit)
+    code, err = _show(capsys, run)
+    assert code == 2 and f"results.jsonl:1: field {field}" in err, err
 
 
 def test_the_planned_digest_is_one_run_json_field(noop_run):

@@ -165,9 +165,16 @@ def _check_how_measured(record: Record, case: Case, family: Family, where: str) 
         # latency runs from each request's intended send, and requests overlap.
         ranks = record.world if record.reduction == MAX_OVER_RANKS else 1
         timed_ns = sum(samples) - SAMPLE_ROUNDING_NS[record.timer] * len(samples)
+        over = f" over {ranks} ranks" if ranks > 1 else ""
         if timed_ns > ranks * record.wall_s * 1e9:
             raise RecordError(f"field wall_s: {record.wall_s!r} s, less than the {sum(samples) / 1e9:.6g} s its "
-                              f"samples add up to{f' over {ranks} ranks' if ranks > 1 else ''}", where)
+                              f"samples add up to{over}", where)
+        # Each rank's contention window holds its own timed loop, so the same bound holds of the
+        # windows: the iterations' max over ranks add up to at most the ranks' windows together.
+        windows_ns = [rank.window_ns for rank in record.contention.ranks[:ranks]] if record.contention else []
+        if windows_ns and timed_ns > sum(windows_ns):
+            raise RecordError(f"field contention.ranks.window_ns: {sum(windows_ns)} ns{over}, less than the "
+                              f"{sum(samples)} ns its samples add up to", where)
     check = record.check
     if check is not None:
         # A bound of this family version's case: a record of another version is held to the general one.
