@@ -1,11 +1,13 @@
 """Every field of a stored run is held to the rest of the run: a fingerprint's backend to the records
 (as its world is), run.json's fields to the choices critpath knows and its options to the records,
-and a record's contention evidence together and to its samples and wall time. An edited or contradictory field is refused naming its file and field."""
+a record's contention evidence together and to its samples and wall time, and an rpc record's
+per-rank reports to the family's declared schema and its case. An edited or contradictory field is
+refused naming its file and field."""
 from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 
 import pytest
@@ -16,12 +18,13 @@ from harness.cli import main
 from harness.core import contention as cn
 from harness.core import runmeta
 from harness.core.contention import Contention
-from harness.core.store import FINGERPRINT, PLANNED, RESULTS, RUN_META, ResultsFileError, run_of
+from harness.core.store import FINGERPRINT, PLANNED, RESULTS, RUN_META, ResultsFileError, RunDir, load_run, run_of
 from harness.run import fingerprint
 from harness.run.plan import RunOptions
 
 NOOP = "selftest/fault_rank=0,mode=noop,world=1"
 SPIN = "selftest/fault_rank=0,mode=spin,spin_iters=10,world=1"
+RPC = "rpc/codec=raw,mode=pingpong,payload_bytes=64,transport=tcp_nodelay"
 
 
 @pytest.fixture(scope="module")
@@ -177,6 +180,61 @@ def test_contention_evidence_that_cannot_be_sampled_is_refused_naming_the_field(
     run = _copy(noop_run, tmp_path, RESULTS, edit)
     code, err = _show(capsys, run)
     assert code == 2 and f"results.jsonl:1: field {field}" in err, err
+
+
+# -- 4: an rpc record's per-rank reports as the family declares them ---------------------------------
+
+def _rpc_report(**changes) -> dict:
+    """One rank's report as the rpc family writes it for RPC (harness.families.rpc.report)."""
+    counters = {name: 0 for name in ("connections", "frames", "malformed", "oversized", "truncated", "closed",
+                                     "errors", "stalls", "drops", "refused", "idle")}
+    counters.update(connections=1, frames=1536)
+    return {"transport": "TCP, TCP_NODELAY on, one write per message, kept connection", "encoded_bytes": 64,
+            "msgs_per_iter": 1, "counters": {"server": counters}, **changes}
+
+
+RPC_SAMPLES = [100_000 + i for i in range(200)]
+
+
+def _rpc_run(tmp_path: Path, reports, **metrics) -> Path:
+    """A run directory holding one rpc record with ``reports`` in place of the ones its figures were
+    derived from (which ``metrics`` changes)."""
+    honest = derived_record(RPC, RPC_SAMPLES, run_id="rp", reports=[_rpc_report()])
+    run = RunDir(tmp_path / "rpc", "rp")
+    run.append(replace(honest, extra={"rank_reports": reports}, metrics={**honest.metrics, **metrics}))
+    return run.path
+
+
+def _server(**counts):
+    report = _rpc_report()
+    report["counters"]["server"].update(counts)
+    return report
+
+
+def test_an_rpc_record_as_the_family_writes_it_is_read(tmp_path):
+    assert load_run(_rpc_run(tmp_path, [_rpc_report()])).records[0].unverifiable == {}
+
+
+@pytest.mark.parametrize("reports, metrics, field", [
+    ([_rpc_report(msgs_per_iter="x")], {}, "extra.rank_reports.0.msgs_per_iter: expected an integer, got 'x'"),
+    ([_rpc_report(msgs_per_iter=0)], {}, "extra.rank_reports.0.msgs_per_iter: 0 is less than the minimum of 1"),
+    ([_rpc_report(msgs_per_iter=2)], {}, f"extra.rank_reports.0.msgs_per_iter: 2, but a sample of {RPC} covers 1"),
+    ([_rpc_report(), _rpc_report()], {}, "extra.rank_reports: 2 reports in a record of world 1"),
+    ([_server(frames=-5)], {}, "extra.rank_reports.0.counters.server.frames: -5 is less than the minimum of 0"),
+    ([_server(frames=1792.5)], {}, "extra.rank_reports.0.counters.server.frames: expected an integer, got 1792.5"),
+    ([_server(bogus=1)], {}, "extra.rank_reports.0.counters.server: Additional properties are not allowed"),
+    ([_server(malformed=3, errors=7)], {}, "extra.rank_reports.0.counters.server.malformed: 3 in an ok record"),
+    ([_rpc_report(encoded_bytes=-64)], {"encoded_bytes": -64.0},
+     "extra.rank_reports.0.encoded_bytes: -64 is less than the minimum of 1"),
+    ([_rpc_report(encoded_bytes=65)], {"encoded_bytes": 65.0},
+     "extra.rank_reports.0.encoded_bytes: 65, but raw bytes go on the wire as they are: payload_bytes=64"),
+    ([_rpc_report(bogus=1)], {}, "extra.rank_reports.0: Additional properties are not allowed"),
+], ids=["msgs-text", "msgs-zero", "msgs-other", "two-reports", "frames-negative", "frames-fraction", "counter-key",
+        "broken-in-ok", "bytes-negative", "bytes-other", "report-key"])
+def test_rpc_reports_the_family_would_not_write_are_refused_naming_the_field(tmp_path, capsys, reports, metrics,
+                                                                             field):
+    code, err = _show(capsys, _rpc_run(tmp_path, reports, **metrics))
+    assert code == 2 and f"results.jsonl:1: field {field}" in err and "could not recompute" not in err, err
 
 
 def test_the_planned_digest_is_one_run_json_field(noop_run):
