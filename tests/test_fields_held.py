@@ -1,8 +1,9 @@
 """Every field of a stored run is held to the rest of the run: a fingerprint's backend to the records
 (as its world is), run.json's fields to the choices critpath knows and its options to the records,
 a record's contention evidence together and to its samples and wall time, and an rpc record's
-per-rank reports to the family's declared schema and its case. An edited or contradictory field is
-refused naming its file and field."""
+per-rank reports to the family's declared schema and its case, and the fingerprint's text and GPU
+fields to what a machine gives. An edited or contradictory field is refused naming its file and
+field."""
 from __future__ import annotations
 
 import json
@@ -235,6 +236,23 @@ def test_rpc_reports_the_family_would_not_write_are_refused_naming_the_field(tmp
                                                                              field):
     code, err = _show(capsys, _rpc_run(tmp_path, reports, **metrics))
     assert code == 2 and f"results.jsonl:1: field {field}" in err and "could not recompute" not in err, err
+
+
+# -- 5: fingerprint text and GPUs as a machine gives them --------------------------------------------
+
+@pytest.mark.parametrize("edit, field", [
+    (lambda d: d["git"].update(commit="zz"), "git.commit: 'zz' is not a git commit"),
+    (lambda d: d.update(gpus={"present": True}), "gpus.present: true, but field gpus.devices lists no device"),
+    (lambda d: d.update(gpus={"present": False, "count": 2, "devices": []}), "gpus.count: 2, but field gpus.devices "
+                                                                             "lists 0"),
+    (lambda d: d.update(kernel="L" * (2 << 20)), "kernel: 2097152 characters, more than the 129 it may hold"),
+    (lambda d: d.update(backend="mpi"), "backend: 'mpi' is not a backend critpath runs (gloo, nccl)"),
+    (lambda d: d["env"].update(NCCL_DEBUG="x" * (1 << 20)), "env.NCCL_DEBUG: 1048576 characters, more than the"),
+], ids=["commit", "gpus-present", "gpus-count", "kernel", "backend", "env-value"])
+def test_a_fingerprint_field_no_machine_gives_is_refused_naming_it(noop_run, tmp_path, capsys, edit, field):
+    run = _copy(noop_run, tmp_path, FINGERPRINT, edit)
+    code, err = _show(capsys, run)
+    assert code == 2 and f"fingerprint.json: field {field}" in err, err
 
 
 def test_the_planned_digest_is_one_run_json_field(noop_run):
