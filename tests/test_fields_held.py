@@ -103,9 +103,10 @@ def _case_ids(ids):
     (_case_ids([SPIN]), f"options.case_ids: names 1 case(s), and not {NOOP}, which the run holds a record of"),
     (_case_ids([NOOP, SPIN]), "options.case_ids: 2 cases, but field cases_total says the run planned 1"),
     (_case_ids([NOOP, 5]), "options.case_ids.1: 5 is not a string"),
+    (_case_ids(["nosuch/x=1"]), "options.case_ids: names no case: case ID 'nosuch/x=1': unknown family 'nosuch'"),
     (lambda d: d["options"].update(case_ids=[], families=["rpc"]), "options.families: 'rpc', and not 'selftest'"),
 ], ids=["profile", "backend", "families", "option-key", "top-key", "state", "argv", "world", "backend-held",
-        "case-ids-other", "case-ids-more", "case-ids-type", "families-held"])
+        "case-ids-other", "case-ids-more", "case-ids-type", "case-ids-none", "families-held"])
 def test_a_run_json_field_critpath_would_not_write_is_refused_naming_it(noop_run, tmp_path, capsys, edit, field):
     run = _copy(noop_run, tmp_path, RUN_META, edit)
     field = field.format(last=len(json.loads((run / RUN_META).read_text())["argv"]) - 1)

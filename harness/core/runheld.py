@@ -87,13 +87,14 @@ def _options(run) -> dict:
 
 
 def _named_cases(run) -> dict:
-    """Today's spelling of each case ``options.case_ids`` names -> its world (None: it names none)."""
+    """Today's spelling of each case ``options.case_ids`` names -> its world, or -> why it names none
+    (an ID as it was given, kept where this critpath parses it to no case)."""
     named: dict = {}
     for case_id in _options(run).get("case_ids") or ():
         try:
             case = registry.parse(case_id)
-        except (CaseIdError, KeyError):
-            named.setdefault(case_id, None)
+        except (CaseIdError, KeyError) as exc:
+            named.setdefault(case_id, str(exc.args[0] if exc.args else exc))
             continue
         named.setdefault(case.id, case.world)
     return named
@@ -106,7 +107,7 @@ def options_world(run) -> str:
     launch = run.fingerprint.get("launch")
     if launch == "joined" and run.fingerprint.get("world") not in (None, world):
         return f"{world}, but the run's fingerprint says its job is {run.fingerprint['world']} ranks, which --world must be"
-    worlds = [w for w in _named_cases(run).values() if w is not None]
+    worlds = [w for w in _named_cases(run).values() if isinstance(w, int)]
     if launch != "joined" and worlds and max(worlds) != world:
         return (f"{world}, but the widest of the cases it names (field options.case_ids) is world {max(worlds)}, "
                 "the world of a run of named cases")
@@ -129,9 +130,14 @@ def options_case_ids(run) -> str:
     # a total that is no count (0, -1, absent) leaves the run not whole, which store.incompleteness says
     if isinstance(total, int) and not isinstance(total, bool) and total >= 1 and len(named) != total:
         return f"{len(named)} cases, but field cases_total says the run planned {total}"
+    unknown = next((case_id for case_id, world in named.items() if not isinstance(world, int)), None)
+    if unknown is not None:
+        return f"names no case: {named[unknown]}"  # the reason quotes the ID
     if _not_the_planned(run):
         return ""
-    other = next((r for r in run.records if registry.canonical_id(r.case_id) not in named), None)
+    # a record's ID as it was written is today's spelling of its case but for a run before one held
+    other = next((r for r in run.records if r.case_id not in named and registry.canonical_id(r.case_id) not in named),
+                 None)
     if other is not None:
         return f"names {len(named)} case(s), and not {other.case_id}, which the run holds a record of"
     return ""
