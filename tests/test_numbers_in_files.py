@@ -16,6 +16,7 @@ from harness.cli import main
 from harness.core import yamlfile
 from harness.core.records import MAX_SAMPLES
 from harness.core.store import (
+    PLANNED,
     ResultsFileError,
     RunDir,
     iter_records,
@@ -254,7 +255,7 @@ def _run(path: Path, fingerprint: dict) -> Path:
     run.append(derived_record(NOOP, np.full(200, 1000, dtype=np.int64), run_id="r"))
     run.write_fingerprint(fingerprint)
     run.write_meta({"schema": "critpath.run/1", "run_id": "r", "state": "finished", "cases_total": 1,
-                    "planned": planned_digest([NOOP])})
+                    PLANNED: planned_digest([NOOP])})
     return path
 
 

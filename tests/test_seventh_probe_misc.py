@@ -48,9 +48,11 @@ class TestAcceptPinsTheBackend:
         return main(["accept", "--profile", str(profile), "--run", str(run), "--no-report"])
 
     def test_a_run_of_another_backend_fails_the_pin(self, tmp_path, capsys):
-        assert self._accept(tmp_path, self._run_of(tmp_path, "nccl")) == EXIT_FAIL
+        profile = _write_json(tmp_path / "p.yaml", {**self.PROFILE, "backend": "nccl"})
+        assert main(["accept", "--profile", str(profile), "--run", str(self._run_of(tmp_path, "gloo")),
+                     "--no-report"]) == EXIT_FAIL
         out = capsys.readouterr().out
-        assert "FAIL              pin backend: backend nccl == gloo (" in out, out
+        assert "FAIL              pin backend: backend gloo == nccl (" in out, out
         assert "threshold: pinned by the profile (backend))" in out
 
     def test_a_run_of_the_pinned_backend_passes_it(self, tmp_path, capsys):

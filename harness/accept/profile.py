@@ -220,6 +220,24 @@ def load_profile(path: Path) -> dict:
         for key, message in _semantic_problems(check):
             where = ["checks", i, *(int(p) if p.isdigit() else p for p in key.split("."))]
             raise ProfileError(f"{path}:{line_of_field(root, where)}: field checks.{i}.{key}: {message}")
+    _check_run_world(path, root, data)
     return data
+
+
+def _check_run_world(path: Path, root, data: Mapping[str, Any]) -> None:
+    """The cases a profile runs are on its world: a run of named cases is on the widest of them (its
+    fingerprint's world, which the profile pins), so a profile of another world could never pass, and
+    the run.json it left would contradict its records (harness.core.runheld)."""
+    worlds = []
+    for i, case_id in enumerate((data.get("run") or {}).get("cases", ())):
+        try:
+            worlds.append(registry.parse(case_id).world)
+        except (CaseIdError, KeyError) as exc:
+            where = ["run", "cases", i]
+            raise ProfileError(f"{path}:{line_of_field(root, where)}: field run.cases.{i}: "
+                               f"{exc.args[0] if exc.args else exc}") from None
+    if worlds and max(worlds) != data["world"]:
+        raise ProfileError(f"{path}:{line_of_field(root, ['world'])}: field world: {data['world']}, but the widest "
+                           f"case of run.cases is world {max(worlds)}; a run of named cases is on the widest")
 
 

@@ -46,6 +46,10 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
+from harness.core.echo import shown
+from harness.core.numbers import NumberError, parse_int
+from harness.core.scale import MAX_CPU_COUNT
+
 # Where a rank's pressure figure came from: PSI, the load average where PSI is missing, or nothing.
 PSI, LOADAVG, NO_PRESSURE = "psi", "loadavg", "none"
 PRESSURE_SOURCES = (PSI, LOADAVG, NO_PRESSURE)
@@ -109,6 +113,66 @@ class RankEvidence:
 
 
 EVIDENCE_FIELDS = tuple(RankEvidence.__dataclass_fields__)
+# How much longer than its record's wall time a rank's window may read: every rank's window lies
+# within rank 0's wall time (it opens after a barrier rank 0 joins and closes before rank 0 gathers
+# it), and a rank on another host times it on that host's clock, whose rate NTP holds within 500
+# parts per million of any other's.
+CLOCK_RATE_TOLERANCE = 1e-3
+# The longest CPU list a rank's mask writes (``cpu_list``): every other CPU of MAX_CPU_COUNT, each
+# at most four digits and a comma.
+MAX_CPU_LIST_CHARS = 5 * MAX_CPU_COUNT
+
+
+def cpu_ranges(text: str) -> list[tuple[int, int]]:
+    """The (first, last) CPU of each range of a Linux CPU list as ``cpu_list`` writes it: ascending
+    ranges apart from one another, each CPU below MAX_CPU_COUNT. ValueError saying why not."""
+    if len(text) > MAX_CPU_LIST_CHARS:
+        raise ValueError(f"a CPU list of {len(text)} characters; one of {MAX_CPU_COUNT} CPUs is at most "
+                         f"{MAX_CPU_LIST_CHARS}")
+    ranges: list[tuple[int, int]] = []
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        try:
+            low, high = (parse_int(n, "CPU", 0, MAX_CPU_COUNT - 1) for n in (first, last or first))
+        except NumberError:
+            raise ValueError(f"{shown(part)} is not a CPU or a range of CPUs numbered 0 to {MAX_CPU_COUNT - 1}") from None
+        if low > high:
+            raise ValueError(f"the range {part} runs backwards")
+        if ranges and low <= ranges[-1][1]:
+            raise ValueError(f"the range {part} is not after the one before it, as a CPU list is written")
+        ranges.append((low, high))
+    return ranges
+
+
+def _rank_problem(rank: RankEvidence, wall_s: float) -> Optional[tuple[str, str]]:
+    """(field, why) of the first of one rank's fields that cannot be what its window sampled
+    (``harness.run.contention.Window``), or None."""
+    if rank.window_ns > wall_s * NS_PER_S * (1 + CLOCK_RATE_TOLERANCE):
+        return "window_ns", f"{shown(rank.window_ns)} ns, longer than the record's wall_s of {wall_s!r} s it lies within"
+    try:
+        ranges = cpu_ranges(rank.cpus_allowed)
+    except ValueError as exc:
+        return "cpus_allowed", str(exc)
+    if rank.cpu_last is not None and not any(low <= rank.cpu_last <= high for low, high in ranges):
+        return "cpu_last", f"{shown(rank.cpu_last)}, a CPU outside the rank's cpus_allowed {rank.cpus_allowed}"
+    if (rank.pressure_share is None) != (rank.pressure_source == NO_PRESSURE):
+        return "pressure_share", (f"{rank.pressure_share!r} beside pressure_source {rank.pressure_source!r}; a share "
+                                  f"is recorded exactly where a source gave one")
+    if rank.pressure_source == PSI and rank.pressure_share > 1:
+        return "pressure_share", f"{rank.pressure_share!r}, but a PSI share is of the window's wall time, at most 1"
+    if rank.tick_source == TICK_ASSUMED and rank.tick_hz != ASSUMED_TICK_HZ:
+        return "tick_hz", f"{rank.tick_hz} beside tick_source {TICK_ASSUMED!r}, which is {ASSUMED_TICK_HZ} Hz"
+    return None
+
+
+def evidence_problem(contention: "Contention", wall_s: float) -> Optional[str]:
+    """``ranks.FIELD.RANK: why`` for the first rank's field that cannot be what it sampled, or None:
+    a record's evidence is checked field by field as its samples are, not only its summary."""
+    for index, rank in enumerate(contention.ranks):
+        problem = _rank_problem(rank, wall_s)
+        if problem:
+            return f"ranks.{problem[0]}.{index}: {problem[1]}"
+    return None
 
 
 @dataclass(frozen=True)

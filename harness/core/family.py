@@ -12,7 +12,10 @@ Optional hooks:
 
 - ``teardown(state)``: release what setup took (groups, sockets, server processes).
 - ``report(state) -> dict``: per-rank observations (JSON-able), gathered to rank 0 after timing
-  and handed to ``metrics`` as ``reports`` (one entry per rank, rank order).
+  and handed to ``metrics`` as ``reports`` (one entry per rank, rank order). A family that reads
+  its stored reports again declares what one holds (``report_schema``, a JSON schema: types,
+  counts, bounds) and what its case fixes of them (``reports_contradiction``), and a record's
+  reports are held to both when it is read (harness.core.verify).
 - ``iterate(state, iters, clock) -> samples_ns``: a family that must own its timed loop (for
   example open-loop load, where latency runs from the intended send time) returns one latency per
   iteration itself, or None to leave this case's loop to the driver. Everything else about the
@@ -303,6 +306,21 @@ class Family:
     # The most results one rank's check counts for a case, where the case fixes it (a buffer's
     # elements, one answer): a record whose check counts more over its ranks is refused on read.
     checked_per_rank: Optional[Callable[[Case], int]] = None
+    # The JSON schema of one rank's report (what ``report`` returns), where the family declares it:
+    # a record's stored reports are validated against it when read, so metrics() recomputes its
+    # figures from reports of the types and bounds the family writes, never from a text or a zero.
+    report_schema: Optional[Mapping[str, Any]] = None
+    # Why an ok record's reports (valid by ``report_schema``) cannot be its case's (a count the case
+    # fixes, a counter its passed check says is zero), as "RANK.FIELD: why" with FIELD inside that
+    # rank's report (``0.counters.server.errors: ...``); "" when they can be.
+    reports_contradiction: Optional[Callable[[Case, Sequence[Mapping[str, Any]]], str]] = None
+
+    @functools.cached_property
+    def report_validator(self):
+        """The validator of ``report_schema`` (None without one), built once per family."""
+        from harness.core.schema import strict_validator  # jsonschema: loaded by a reader of records only
+
+        return strict_validator(dict(self.report_schema)) if self.report_schema is not None else None
 
     def checked_at_most(self, case: Case, world: int) -> int:
         """The most results a check of ``case`` on ``world`` ranks counts (the driver sums the ranks')."""

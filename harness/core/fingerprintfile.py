@@ -7,17 +7,21 @@ in ``critpath report`` and ``critpath accept``, and ``"world": true`` passed a p
 (``True == 1`` in Python).
 
 Every field may be absent or null (not recorded, which readers say); one that is there has the
-type below. Integers go through ``harness.core.numbers.check_int``: a bool is no count. A GPU's
-fields are its identity (text: name, uuid, host, pci, and a ``<field>_reason`` for one NVML could
-not give) and its node facts and counts, each a non-negative integer as the writer records them.
-Fields critpath does not read are left as they are.
+type below. Integers go through ``harness.core.numbers.check_int``: a bool is no count. Text is at
+most ``MAX_TEXT_CHARS`` long, and tighter where its source is (a kernel's name and release, a git
+commit's hex digits). A GPU's fields are its identity (text: name, uuid, host, pci, and a
+``<field>_reason`` for one NVML could not give) and its node facts and counts, each a non-negative
+integer as the writer records them; GPUs are present exactly where devices are listed. Fields
+critpath does not read are left as they are.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Union
 
 from harness.core.echo import shown
+from harness.core.family import BACKENDS
 from harness.core.numbers import NumberError, check_int
 from harness.core.scale import MAX_CPU_COUNT, MAX_WORLD
 
@@ -30,6 +34,15 @@ class FingerprintError(ValueError):
 class _Count:
     low: int  # 0 for a count, 1 for a world size
     high: Optional[int] = None  # None: any 64-bit count (a GPU's memory in bytes)
+
+
+@dataclass(frozen=True)
+class _Text:
+    """A string of at most ``max_chars``, matching ``pattern`` where given (``what`` says what it is)."""
+
+    max_chars: int
+    pattern: Optional[re.Pattern] = None
+    what: str = ""
 
 
 @dataclass(frozen=True)
@@ -48,7 +61,16 @@ class _Device:
     """A GPU of ``gpus.devices``: text for its identity and reasons, a count for everything else."""
 
 
-_Spec = Union[type, _Count, _List, _Values, _Device, Mapping[str, Any]]
+_Spec = Union[type, _Count, _Text, _List, _Values, _Device, Mapping[str, Any]]
+
+# Any text a fingerprint holds (``str`` below): at most Linux's MAX_ARG_STRLEN, the longest string an
+# environment variable or a command's argument can be; a 2 MB kernel name is no machine's.
+MAX_TEXT_CHARS = 128 * 1024
+TEXT = _Text(MAX_TEXT_CHARS)
+# A field of uname(2) holds at most 64 characters (__NEW_UTS_LEN); ``kernel`` is two of them.
+UTS_CHARS = 64
+# A git commit as ``git rev-parse HEAD`` prints it: 40 hex digits, 64 in a SHA-256 repository.
+COMMIT = _Text(64, re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?"), "a git commit (40 or 64 lowercase hex digits)")
 
 
 COUNT = _Count(0)
@@ -63,10 +85,12 @@ LAYOUT = {"nodes": WORLD, "ranks_per_node": (WORLD, _List(WORLD)), "uniform": bo
           "ranks": _List({})}
 GPUS = {"present": bool, "reason": str, "count": COUNT, "count_reason": str, "driver_version": str,
         "driver_version_reason": str, "listed": str, "devices": _List(_Device())}
-FINGERPRINT = {"schema": str, "host": str, "cpu_model": str, "cpu_count": CPUS, "cpu_usable": CPUS, "kernel": str,
-               "machine": str, "python": str, "torch": str, "critpath": str, "backend": str, "world": WORLD,
-               "launch": str, "nccl_version": str, "imported_from": str, "layout": LAYOUT, "gpus": GPUS,
-               "git": {"commit": str, "dirty": bool, "reason": str}, "libraries": _Values(str), "env": _Values(str)}
+FINGERPRINT = {"schema": str, "host": str, "cpu_model": str, "cpu_count": CPUS, "cpu_usable": CPUS,
+               "kernel": _Text(2 * UTS_CHARS + 1), "machine": _Text(UTS_CHARS), "python": str, "torch": str,
+               "critpath": str, "backend": _Text(max(map(len, BACKENDS)), re.compile("|".join(BACKENDS)),
+                                                 f"a backend critpath runs ({', '.join(BACKENDS)})"),
+               "world": WORLD, "launch": str, "nccl_version": str, "imported_from": str, "layout": LAYOUT, "gpus": GPUS,
+               "git": {"commit": COMMIT, "dirty": bool, "reason": str}, "libraries": _Values(str), "env": _Values(str)}
 
 # The fields every writer of a fingerprint gives a value (harness.run.fingerprint.collect for a
 # run, its worker and each rank; an import's fingerprint_of): one lacking any is not a run's
@@ -89,6 +113,8 @@ def _what(spec) -> str:
                                else "mappings")
     if isinstance(spec, _Count):
         return f"an integer >= {spec.low}"
+    if isinstance(spec, _Text):
+        return _WANT[str]
     return _WANT[spec] if spec is str or spec is bool else "a mapping"
 
 
@@ -98,6 +124,8 @@ def _fits(value: Any, spec) -> bool:
         return isinstance(value, list)
     if isinstance(spec, _Count):
         return isinstance(value, int) and not isinstance(value, bool)
+    if isinstance(spec, _Text):
+        return isinstance(value, str)
     if spec is str or spec is bool:
         return isinstance(value, spec)
     return isinstance(value, dict)  # a mapping, _Values or a _Device
@@ -113,6 +141,8 @@ def _check(value: Any, spec, name: str) -> None:
             check_int(value, f"field {name}", spec.low, spec.high)
         except NumberError as exc:
             raise FingerprintError(str(exc)) from None
+    elif spec is str or isinstance(spec, _Text):
+        _check_text(value, TEXT if spec is str else spec, name)
     elif isinstance(spec, _List):
         for index, item in enumerate(value):
             if item is None:
@@ -133,6 +163,13 @@ def _check(value: Any, spec, name: str) -> None:
                 _check(value[key], sub, f"{name}.{key}" if name else key)
 
 
+def _check_text(value: str, spec: _Text, name: str) -> None:
+    if len(value) > spec.max_chars:
+        raise FingerprintError(f"field {name}: {len(value)} characters, more than the {spec.max_chars} it may hold")
+    if spec.pattern is not None and not spec.pattern.fullmatch(value):
+        raise FingerprintError(f"field {name}: {shown(value)} is not {spec.what}")
+
+
 def check(fingerprint: Mapping[str, Any]) -> None:
     """FingerprintError naming the first field critpath reads that is of the wrong type, a
     layout.node_of_rank that names a node layout.node_keys does not have, a layout whose fields
@@ -148,6 +185,18 @@ def check(fingerprint: Mapping[str, Any]) -> None:
         raise FingerprintError(f"field layout.nodes: {nodes} nodes, but field world is {world} ranks")
     _check_layout(layout, world)
     _check_cpus(fingerprint.get("cpu_count"), fingerprint.get("cpu_usable"))
+    _check_gpus(fingerprint.get("gpus") or {})
+
+
+def _check_gpus(gpus: Mapping[str, Any]) -> None:
+    """GPUs are present exactly where devices are listed, one for each GPU counted: NVML's count and
+    devices, or the devices an nccl-tests log names (harness.run.fingerprint.gpus, an import's)."""
+    present, devices, count = gpus.get("present"), gpus.get("devices"), gpus.get("count")
+    if present is not None and present != bool(devices):
+        listed = f"lists {len(devices)} devices" if devices else "lists no device"
+        raise FingerprintError(f"field gpus.present: {str(present).lower()}, but field gpus.devices {listed}")
+    if count is not None and devices is not None and count != len(devices):
+        raise FingerprintError(f"field gpus.count: {count}, but field gpus.devices lists {len(devices)}")
 
 
 def _check_layout(layout: Mapping[str, Any], world: Optional[int]) -> None:

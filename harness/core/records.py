@@ -18,7 +18,7 @@ import jsonschema
 import numpy as np
 
 from harness.core import registry
-from harness.core.contention import Contention, Verdict, check_summary, judge, uneven_column
+from harness.core.contention import Contention, Verdict, check_summary, evidence_problem, judge, uneven_column
 from harness.core.echo import shown
 from harness.core.family import CheckResult
 from harness.core.numbers import NumberError, check_float, check_int
@@ -277,7 +277,7 @@ def _contention(data: Mapping[str, Any], samples: tuple[int, ...], where: str) -
         raise RecordError(f"field contention.ranks.{uneven}: {len(block['ranks'][uneven])} ranks' evidence in a "
                           f"record of world {data['world']}", where)
     contention = Contention.from_dict(block)
-    why = check_summary(contention, samples, block["summary"])
+    why = evidence_problem(contention, data["wall_s"]) or check_summary(contention, samples, block["summary"])
     if why:
         raise RecordError(f"field contention.{why}", where)
     return contention

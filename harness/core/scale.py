@@ -14,6 +14,10 @@ MAX_CPU_COUNT = 8192
 # the full profile calibrates to at most 20,000.
 MAX_SAMPLES = 1_000_000
 
+# The most cases one run holds (``critpath run`` refuses more; an import of more rows too; a
+# run.json naming more in its options is no run's).
+MAX_RUN_CASES = 10_000
+
 # An emulated time of one event on a case's critical path (a stage's compute, a link's round trip,
 # a fault proxy's delay, jitter or stall, a coalescing window), in microseconds: 10 s. One event
 # longer than that measures the case's --timeout, not a latency, and its key is refused when the

@@ -21,17 +21,17 @@ from functools import cached_property
 from pathlib import Path
 from typing import Iterable, Iterator, Mapping, Optional, Sequence
 
-from harness.core import atomic, fingerprintfile, runmeta
+from harness.core import atomic, fingerprintfile, runheld, runmeta
 from harness.core.inputfile import InputFileError, kind, open_regular, read_bounded
 from harness.core.jsonfile import JsonFileError, JsonLimits, check_limits, loads_strict
 from harness.core.escape import for_terminal
 from harness.core.options import CannotRun, UsageError
 from harness.core.records import UNKNOWN_START, ErrorInfo, Record, RecordError
+from harness.core.runmeta import PLANNED, planned_digest
+from harness.core.scale import MAX_RUN_CASES
 from harness.core.verify import verify
 
 RESULTS = "results.jsonl"
-# The most cases one run holds (``critpath run`` refuses more; an import of more rows too).
-MAX_RUN_CASES = 10_000
 # The largest line a record can be: 20,000 samples (the full profile's cap) take about 0.3 MB.
 MAX_RECORD_BYTES = 64 << 20
 # What one record line may hold once parsed. A record's fields, parameters, figures and its
@@ -47,9 +47,6 @@ RECORD_LIMITS = JsonLimits(keys=100_000, values=4_000_000, depth=32)
 MAX_RESULTS_LINES = 2 * MAX_RUN_CASES
 FINGERPRINT = "fingerprint.json"
 RUN_META = "run.json"
-# run.json's digest of the planned case IDs (``planned_digest``): a run is whole when its records
-# are those cases, not merely as many.
-PLANNED = "cases_planned_sha256"
 # run.json's states that say the run is over (whole, if its records are its cases), and the states
 # of an import, whose records are all imported ones
 ENDED = ("finished", "imported")
@@ -315,13 +312,6 @@ def run_dir_of(path: Path) -> Optional[Path]:
     return None
 
 
-def planned_digest(case_ids: Iterable[str]) -> str:
-    """The digest run.json keeps of the cases a run plans (``PLANNED``): of their IDs, sorted, one a
-    line. A digest rather than the list: run.json is rewritten after every case, and 10,000 IDs
-    would make that a megabyte each time."""
-    return hashlib.sha256("\n".join(sorted(case_ids)).encode()).hexdigest()
-
-
 def _is_import(record) -> bool:
     extra = getattr(record, "extra", None)
     return isinstance(extra, Mapping) and "imported" in extra
@@ -496,9 +486,11 @@ def run_id_of(path: Path, records: Sequence[Record], meta: dict) -> str:
 def run_of(path: Path, records: Sequence[Record], meta: Optional[dict] = None, fingerprint: Optional[dict] = None,
            label: Optional[str] = None) -> LoadedRun:
     """A run whose records its caller has read already (a run just measured, one shown with
-    --skip-invalid), without reading the directory again."""
+    --skip-invalid), without reading the directory again; refused naming the file and field of a
+    document its records refute (``_held_together``): every LoadedRun is made here."""
     meta = meta or {}
-    return LoadedRun(Path(path), label or run_id_of(path, records, meta), tuple(records), fingerprint or {}, meta)
+    return _held_together(LoadedRun(Path(path), label or run_id_of(path, records, meta), tuple(records),
+                                    fingerprint or {}, meta))
 
 
 def load_run(path: Path, label: Optional[str] = None) -> LoadedRun:
@@ -507,7 +499,7 @@ def load_run(path: Path, label: Optional[str] = None) -> LoadedRun:
     run_dir = run_dir_of(path)
     if run_dir is None:
         raise ResultsFileError(f"{path}: not a run directory")
-    return _world_checked(run_of(run_dir, load_records(run_dir), *run_documents(run_dir), label=label))
+    return run_of(run_dir, load_records(run_dir), *run_documents(run_dir), label=label)
 
 
 def load_whole(path: Path) -> LoadedRun:
@@ -516,44 +508,25 @@ def load_whole(path: Path) -> LoadedRun:
     records (a comparison, a verdict, a fitted model) reads it with. A bare results file (``run_dir_of``)
     is taken as it is, each case once, all of one run."""
     path = Path(path)
-    run = _world_checked(run_of(path, load_records(path), *run_documents(path)))
+    run = run_of(path, load_records(path), *run_documents(path))
     if run.incomplete:  # a killed, mixed or duplicated run's cases are not its measurement
         raise ResultsFileError(f"{path}: {run.incomplete}")
     return run
 
 
-def _world_checked(run: LoadedRun) -> LoadedRun:
-    """``run``, refused naming its fingerprint when the fingerprint's world cannot be the run's."""
-    contradiction = world_contradiction(run)
-    if contradiction:
-        raise ResultsFileError(f"{run_dir_of(run.path) / FINGERPRINT}: field world: {contradiction}")
+# The file of each document a LoadedRun holds, by the name harness.core.runheld gives it.
+_DOCUMENT_FILES = {runheld.FINGERPRINT: FINGERPRINT, runheld.META: RUN_META}
+
+
+def _held_together(run: LoadedRun) -> LoadedRun:
+    """``run``, refused naming the file and field of a fingerprint.json or run.json field its records
+    refute (``harness.core.runheld``)."""
+    refuted = runheld.contradiction(run)
+    run_dir = run_dir_of(run.path)
+    if refuted is not None and run_dir is not None:
+        document, name, why = refuted
+        raise ResultsFileError(f"{run_dir / _DOCUMENT_FILES[document]}: field {name}: {why}")
     return run
-
-
-# A worker's fingerprint is its own process's (world 1), written before any round: each round's
-# cases spawn their own ranks, so its world says nothing of theirs.
-_OWN_WORLD_LAUNCHES = ("worker",)
-# One job whose every case runs on all its ranks: no record holds a world other than the job's. A
-# local run's cases each spawn their own ranks, and critpath run before its RunPlan wrote --world
-# (2) however wide a case (4): there a narrower fingerprint is how such runs read.
-_ONE_JOB_LAUNCHES = ("joined", "imported")
-
-
-def world_contradiction(run: LoadedRun) -> str:
-    """Why the fingerprint's world cannot be the run's, "" when it can. Diagnosis and acceptance
-    read it as the job's: a whole run holds a case of that many ranks (a world wider than every
-    record, even 2**63-1, passed as healthy), and a joined or imported one no other."""
-    world = run.fingerprint.get("world")
-    if world is None or not run.records or run.fingerprint.get("launch") in _OWN_WORLD_LAUNCHES:
-        return ""
-    widest = max(run.records, key=lambda r: r.world)
-    one_job = run.fingerprint.get("launch") in _ONE_JOB_LAUNCHES
-    if widest.world < world and not run.incomplete:
-        return f"{world} ranks, but the widest of the run's records is world {widest.world} ({widest.case_id})"
-    if one_job and any(r.world != world for r in run.records):
-        other = next(r for r in run.records if r.world != world)
-        return f"{world} ranks, but a record of this one job is world {other.world} ({other.case_id})"
-    return ""
 
 
 RUN_FILES = (RESULTS, RUN_META, FINGERPRINT)

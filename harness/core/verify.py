@@ -19,6 +19,8 @@ import math
 from dataclasses import replace
 from typing import Mapping
 
+import jsonschema
+
 from harness.core import registry
 from harness.core.case import Case, CaseIdError
 from harness.core.family import BACKENDS, MAX_CHECKED_PER_RANK, Family
@@ -165,9 +167,16 @@ def _check_how_measured(record: Record, case: Case, family: Family, where: str) 
         # latency runs from each request's intended send, and requests overlap.
         ranks = record.world if record.reduction == MAX_OVER_RANKS else 1
         timed_ns = sum(samples) - SAMPLE_ROUNDING_NS[record.timer] * len(samples)
+        over = f" over {ranks} ranks" if ranks > 1 else ""
         if timed_ns > ranks * record.wall_s * 1e9:
             raise RecordError(f"field wall_s: {record.wall_s!r} s, less than the {sum(samples) / 1e9:.6g} s its "
-                              f"samples add up to{f' over {ranks} ranks' if ranks > 1 else ''}", where)
+                              f"samples add up to{over}", where)
+        # Each rank's contention window holds its own timed loop, so the same bound holds of the
+        # windows: the iterations' max over ranks add up to at most the ranks' windows together.
+        windows_ns = [rank.window_ns for rank in record.contention.ranks[:ranks]] if record.contention else []
+        if windows_ns and timed_ns > sum(windows_ns):
+            raise RecordError(f"field contention.ranks.window_ns: {sum(windows_ns)} ns{over}, less than the "
+                              f"{sum(samples)} ns its samples add up to", where)
     check = record.check
     if check is not None:
         # A bound of this family version's case: a record of another version is held to the general one.
@@ -197,6 +206,8 @@ def verify(record: Record, where: str = "") -> Record:
     _check_outcome(record, where)
     family = registry.get(record.family)
     _check_how_measured(record, case, family, where)
+    if record.family_version == family.version:  # another version's reports are of its own shape
+        _check_reports(record, family, where)
     if not record.ok:
         if record.metrics:
             raise RecordError(f"field metrics: a {record.status} record (check "
@@ -206,9 +217,13 @@ def verify(record: Record, where: str = "") -> Record:
     if record.family_version != family.version:
         why = f"recorded by {record.family} version {record.family_version}; this critpath has version {family.version}"
         return replace(record, unverifiable={name: why for name in record.metrics})
-    reports = record.extra.get("rank_reports") if isinstance(record.extra, Mapping) else None
-    if family.report is not None and not isinstance(reports, list):
+    reports = _reports(record)
+    if family.report is not None and reports is None:
         return _without_reports(record, family, case)
+    if family.reports_contradiction is not None:
+        wrong = family.reports_contradiction(case, reports)
+        if wrong:
+            raise RecordError(f"field extra.rank_reports.{wrong}", where)
     try:
         derived = dict(family.metrics(case, Summary.of(record.samples_ns), reports or []))
     except Exception as exc:  # a family's metrics() on stored data it cannot read: say so, keep the record
@@ -224,6 +239,33 @@ def verify(record: Record, where: str = "") -> Record:
             raise RecordError(f"field metrics.{name}: {float(record.metrics[name])!r} but the samples and reports "
                               f"give {float(derived[name])!r}", where)
     return record
+
+
+def _reports(record: Record):
+    """The per-rank reports a record keeps (None: none)."""
+    return record.extra.get("rank_reports") if isinstance(record.extra, Mapping) else None
+
+
+def _check_reports(record: Record, family: Family, where: str) -> None:
+    """A record's stored reports as the driver gathers them, one a rank, each what its family's
+    ``report_schema`` declares: metrics() reads them again, and a text or a zero where it divides
+    was a TypeError or a ZeroDivisionError there."""
+    reports = _reports(record)
+    if reports is None or family.report is None:
+        return
+    if not isinstance(reports, list):
+        raise RecordError(f"field extra.rank_reports: {type(reports).__name__}, not a list of one report a rank", where)
+    if reports and len(reports) != record.world:  # [] is what records before the reports were kept hold
+        raise RecordError(f"field extra.rank_reports: {len(reports)} reports in a record of world {record.world}; "
+                          "the driver gathers one a rank", where)
+    for rank, report in enumerate(reports):
+        if not isinstance(report, Mapping):
+            raise RecordError(f"field extra.rank_reports.{rank}: {type(report).__name__}, not a report", where)
+        if family.report_validator is not None:
+            error = jsonschema.exceptions.best_match(family.report_validator.iter_errors(report))
+            if error is not None:
+                inside = "".join(f".{p}" for p in error.absolute_path)
+                raise RecordError(f"field extra.rank_reports.{rank}{inside}: {error.message}", where)
 
 
 def _same(stored, again) -> bool:

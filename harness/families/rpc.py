@@ -37,6 +37,7 @@ from harness.rpc import openloop, plots, sockperf_ref
 from harness.rpc.codecs import CODECS, DEFAULT_CODECS, PRESETS, Codec, codec, every_byte_value, pattern_bytes, preset
 from harness.rpc.faults import FaultSpec
 from harness.rpc.framing import MAX_FRAME_BYTES, pack_batch, unpack_batch
+from harness.rpc.server import COUNTERS
 from harness.rpc.transports import TRANSPORTS, Endpoint, info, open_endpoint
 from harness.core.scale import MAX_EMULATED_US
 from harness.core.stats import Summary
@@ -50,6 +51,10 @@ SLOW_TRANSPORTS = ("tcp_nagle_split", "http_keepalive")
 # Left out of the quick profile (about 30 s): near-duplicates of a transport that stays in it.
 QUICK_SKIP = ("http_newconn_nodelay", "zmq_reqrep_ipc", "zmq_dealer_tcp")
 REFERENCES = ("sockperf",)
+MAX_INFLIGHT = 4096  # requests a pipelined case keeps in flight
+# The counters of a server or proxy that say a frame or a connection broke: the check counts each
+# endpoint with any of them wrong, so an ok record's are all zero.
+BROKEN_COUNTERS = ("malformed", "oversized", "truncated", "errors")
 CODEC_BLOCK = 200  # encode/decode timed in blocks of this many calls (clock cost amortised)
 CODEC_BLOCKS = 7
 SOCKPERF_S = 1
@@ -142,6 +147,17 @@ def validate(case: Case) -> None:
         raise ValueError("reference=sockperf compares a raw TCP_NODELAY ping-pong only")
 
 
+def msgs_per_iter(case: Case) -> int:
+    """Messages one sample covers: the requests in flight (pipelined), a batch's (batched, 8 by
+    default), else one (an open-loop sample is one request however many a send coalesces)."""
+    mode = FAMILY.value(case, "mode")
+    if mode == "pipelined":
+        return FAMILY.value(case, "inflight")
+    if mode == "batched":
+        return case.params.get("batch", 8)
+    return 1
+
+
 def _faults(case: Case) -> Optional[FaultSpec]:
     values = {k: FAMILY.value(case, k) for k in ("delay_us", "jitter_us", "stall_every", "stall_us")}
     return FaultSpec(**values) if any(values.values()) else None
@@ -157,10 +173,11 @@ def setup(ctx: RankContext, case: Case) -> State:
     endpoint = open_endpoint(p["transport"], hops=FAMILY.value(case, "hops"), faults=_faults(case))
     state = State(case, endpoint, endpoint.client, FAMILY.value(case, "mode"), cdc, message, body)
     try:
+        state.msgs_per_iter = msgs_per_iter(case)
         if state.mode == "pipelined":
-            state.inflight = state.msgs_per_iter = FAMILY.value(case, "inflight")
+            state.inflight = state.msgs_per_iter
         elif state.mode == "batched":
-            state.batch = state.msgs_per_iter = p.get("batch", 8)
+            state.batch = state.msgs_per_iter
             state.batch_body = pack_batch([body] * state.batch)
         elif state.mode == "openloop":
             state.rate_hz = float(p["rate_hz"])
@@ -254,7 +271,7 @@ def check(state: State) -> CheckResult:
             notes.append(f"echo of the {label} payload differs")
     counters = state.endpoint.counters()
     for where, c in counters.items():
-        broken = c["malformed"] + c["oversized"] + c["truncated"] + c["errors"]
+        broken = sum(c[name] for name in BROKEN_COUNTERS)
         checked += 1
         if broken:
             wrong += 1
@@ -310,6 +327,60 @@ def report(state: State) -> dict:
         except (OSError, RuntimeError, ValueError) as exc:
             out["sockperf"] = {"error": str(exc)}  # the record keeps why the ratio is missing
     return out
+
+
+_MICROSECONDS = {"type": "number", "minimum": 0}
+
+
+def _percentiles_us(names: tuple[str, ...], each: dict) -> dict:
+    return {"type": "object", "additionalProperties": False, "required": list(names),
+            "properties": {name: each for name in names}}
+
+# One rank's report as ``report`` writes it; a stored one is held to it (harness.core.verify).
+REPORT_SCHEMA = {
+    "type": "object", "additionalProperties": False,
+    "required": ["transport", "encoded_bytes", "msgs_per_iter", "counters"],
+    "properties": {
+        "transport": {"type": "string", "maxLength": 1000},
+        "encoded_bytes": {"type": "integer", "minimum": 1, "maximum": MAX_FRAME_BYTES},
+        "msgs_per_iter": {"type": "integer", "minimum": 1, "maximum": max(MAX_INFLIGHT, MAX_FRAME_BYTES)},
+        # the server's, then each proxy's (Endpoint.counters), every counter the server keeps
+        "counters": {"type": "object", "propertyNames": {"pattern": "^(server|proxy(0|[1-9][0-9]{0,2}))$"},
+                     "additionalProperties": {"type": "object", "additionalProperties": False,
+                                              "required": list(COUNTERS),
+                                              "properties": {name: {"type": "integer", "minimum": 0}
+                                                             for name in COUNTERS}}},
+        "encode_us": _MICROSECONDS, "decode_us": _MICROSECONDS,
+        "uncorrected": _percentiles_us(("p50_us", "p90_us", "p99_us", "p999_us", "max_us"), _MICROSECONDS),
+        "late_sends": {"type": "integer", "minimum": 0},
+        "send_lag": _percentiles_us(("p50_us", "p99_us"), {"type": "number"}),
+        "memory_ordering": {"type": "string", "maxLength": 1000},
+        "sockperf": {"type": "object", "additionalProperties": False, "oneOf": [
+            {"required": ["error"]}, {"required": ["rtt_p50_us", "rtt_p99_us", "rtt_min_us", "command"]}],
+            "properties": {"error": {"type": "string", "maxLength": 10_000},
+                           "rtt_p50_us": {"type": "number", "exclusiveMinimum": 0},
+                           "rtt_p99_us": {"type": "number", "exclusiveMinimum": 0},
+                           "rtt_min_us": {"type": "number", "exclusiveMinimum": 0},
+                           "command": {"type": "string", "maxLength": 10_000}}},
+    },
+}
+
+
+def reports_contradiction(case: Case, reports) -> str:
+    """Why an ok record's report is not its case's: the messages a sample covers, a raw payload's
+    size on the wire, and no counter of a broken frame (the check it passed counts them)."""
+    for rank, r in enumerate(reports):
+        if r["msgs_per_iter"] != msgs_per_iter(case):
+            return f"{rank}.msgs_per_iter: {r['msgs_per_iter']}, but a sample of {case.id} covers {msgs_per_iter(case)}"
+        if FAMILY.value(case, "codec") == "raw" and r["encoded_bytes"] != case.params["payload_bytes"]:
+            return (f"{rank}.encoded_bytes: {r['encoded_bytes']}, but raw bytes go on the wire as they are: "
+                    f"payload_bytes={case.params['payload_bytes']}")
+        for where, counters in r["counters"].items():
+            broken = next((name for name in BROKEN_COUNTERS if counters[name]), None)
+            if broken:
+                return (f"{rank}.counters.{where}.{broken}: {counters[broken]} in an ok record, whose check counts "
+                        "an endpoint with a broken frame or connection wrong")
+    return ""
 
 
 def teardown(state: State) -> None:
@@ -373,7 +444,7 @@ FAMILY = Family(
               needs=Needs("codec", ("raw",))),
         Param("preset", str, "control message (codecs other than raw)", choices=tuple(PRESETS),
               needs=Needs("codec", tuple(c for c in CODECS if c != "raw"))),
-        Param("inflight", int, "requests in flight (mode=pipelined)", low=1, high=4096, default=8, written=True,
+        Param("inflight", int, "requests in flight (mode=pipelined)", low=1, high=MAX_INFLIGHT, default=8, written=True,
               needs=Needs("mode", ("pipelined",))),
         Param("batch", int, "messages per send (mode=batched: default 8; openloop coalescing: default 1)",
               low=1, high=MAX_FRAME_BYTES, needs=Needs("mode", ("batched", "openloop"))),
@@ -395,6 +466,8 @@ FAMILY = Family(
     check=check,
     teardown=teardown,
     report=report,
+    report_schema=REPORT_SCHEMA,
+    reports_contradiction=reports_contradiction,
     iterate=iterate,
     validate=validate,
     figures=(
