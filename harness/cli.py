@@ -14,7 +14,7 @@ import threading
 from contextlib import contextmanager
 from typing import Optional, Sequence
 
-from harness.core.options import EXIT_OK, EXIT_USAGE, CannotRun, print_error
+from harness.core.options import EXIT_OK, EXIT_USAGE, CannotRun, UnknownName, print_error
 from harness.core.streams import escaped_streams
 from harness.run.lifetime import interrupt_signal, raise_on_sigterm
 
@@ -87,9 +87,8 @@ def _main(argv: list[str]) -> int:
     args = build_parser(_modules_for(argv)).parse_args(argv)
     try:
         return args.func(args)
-    except (CannotRun, KeyError) as exc:
-        message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
-        print_error(args.command, message)
+    except (CannotRun, UnknownName) as exc:
+        print_error(args.command, exc)
         return EXIT_USAGE
     except BrokenPipeError:  # `critpath list | head`: the reader left; nothing to report
         # Before OSError, which it is. Point stdout at /dev/null so the interpreter's last flush

@@ -14,6 +14,7 @@ from typing import Callable, Iterable, Iterator
 
 from harness.core.case import Case, CaseIdError, parse_case_id
 from harness.core.family import Family, GridOptions
+from harness.core.options import UnknownName
 
 # Order is the order of `critpath list` and of a run. Each family lives in its own module under
 # harness.families, which defines FAMILY.
@@ -89,7 +90,7 @@ def get(name: str) -> Family:
     try:
         return FAMILIES[name]
     except KeyError:
-        raise KeyError(f"unknown family {name!r}; known: {', '.join(FAMILIES)}") from None
+        raise UnknownName(f"unknown family {name!r}; known: {', '.join(FAMILIES)}") from None
 
 
 def select(names: Iterable[str] | None) -> list[Family]:
