@@ -50,9 +50,9 @@ def hostile_run(path, host="<script>alert(2)</script>", run_id="r1"):
     append_record(path / RESULTS, derived_record(OK_CASE, range(1000, 1200), run_id=run_id))
     append_record(path / RESULTS, Record.failure(parse(BAD_CASE), run_id, ErrorInfo("failed", HOSTILE, 0, ""), "gloo",
                                                  "2026-01-01T00:00:00+00:00", 0.1))
-    atomic.write_json(path / "fingerprint.json", {**RUN_FINGERPRINT, "host": host})
+    atomic.write_json(path / "fingerprint.json", {**RUN_FINGERPRINT, "host": host}, run_writer=True)
     atomic.write_json(path / "run.json", {"schema": "critpath.run/1", "run_id": run_id, "state": "finished",
-                                          "cases_total": 2})
+                                          "cases_total": 2}, run_writer=True)
     return path
 
 
@@ -218,6 +218,31 @@ def test_export_refuses_an_output_that_is_one_of_its_inputs(tmp_path, capfd, how
     assert len(load_run(run).records) == 2
 
 
+MOE_SIM = ["moe-sim", "--worlds", "2", "--tokens", "64", "--json", "{out}"]  # a small model: seconds
+
+
+@pytest.mark.parametrize("name, argv", [
+    ("results.jsonl", ["export", "{r1}", "--format", "csv", "--out", "{out}"]),
+    ("run.json", ["diagnose", "{r1}", "--json", "{out}"]),
+    ("fingerprint.json", MOE_SIM),
+    ("fingerprint.json", [*MOE_SIM, "new"]),  # a run without one gains none either
+])
+def test_no_other_command_writes_a_file_of_a_run_that_is_not_its_input(tmp_path, capfd, name, argv):
+    """A run C2 that is not the command's input: `export r1 --out C2/results.jsonl`, `diagnose r1
+    --json C2/run.json` and `moe-sim --json C2/fingerprint.json` replaced its files, exit 0."""
+    r1, c2 = hostile_run(tmp_path / "r1"), hostile_run(tmp_path / "C2", run_id="c2")
+    if argv[-1] == "new":
+        argv = argv[:-1]
+        (c2 / name).unlink()
+    before = {p.name: p.read_bytes() for p in c2.iterdir()}
+    out = c2 / name
+    assert main([a.format(r1=r1, out=out) for a in argv]) == 2
+    assert capfd.readouterr().err.endswith(f"error: {out} is the {name} of the run in {c2}, which only that run "
+                                           "writes; choose another output path\n")
+    assert {p.name: p.read_bytes() for p in c2.iterdir()} == before
+    assert main(["export", str(r1), "--format", "csv", "--out", str(c2 / "r1.csv")]) == 0  # other names still go
+
+
 def test_an_export_that_fails_midway_leaves_the_old_file_whole(tmp_path, monkeypatch):
     run = hostile_run(tmp_path / "run")
     out = tmp_path / "x.csv"
@@ -294,7 +319,7 @@ def test_a_results_file_holding_two_runs_is_not_shown_as_one(tmp_path, capfd):
     append_record(run / RESULTS, derived_record(OK_CASE, range(1000, 1200), run_id="r1"))
     append_record(run / RESULTS, derived_record(OK_CASE, range(1000, 1200), run_id="r2"))
     atomic.write_json(run / "run.json", {"schema": "critpath.run/1", "run_id": "r2", "state": "finished",
-                                         "cases_total": 1})
+                                         "cases_total": 1}, run_writer=True)
     assert main(["show", str(run)]) == 1
     assert "mixed: records of 2 runs in one results file (r1, r2)" in capfd.readouterr().err
 
@@ -376,7 +401,7 @@ def test_a_newline_from_outside_starts_no_block_of_its_own(tmp_path):
     run = hostile_run(tmp_path / "run")
     data = json.loads((run / "run.json").read_text())
     fake = "r1\n\n**INCOMPLETE RUN** none; all 2 cases ok"
-    atomic.write_json(run / "run.json", {**data, "run_id": fake})
+    atomic.write_json(run / "run.json", {**data, "run_id": fake}, run_writer=True)
     (run / RESULTS).write_text((run / RESULTS).read_text().replace('"r1"', json.dumps(fake)))
     assert main(["report", str(run), "--out", str(tmp_path / "rep")]) in (0, 1)
     md = (tmp_path / "rep" / "report.md").read_text(encoding="utf-8")

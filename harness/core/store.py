@@ -27,9 +27,9 @@ from harness.core.jsonfile import JsonFileError, JsonLimits, check_limits, loads
 from harness.core.escape import for_terminal
 from harness.core.options import CannotRun, UsageError
 from harness.core.records import UNKNOWN_START, ErrorInfo, Record, RecordError
+from harness.core.runfiles import FINGERPRINT, RESULTS, RUN_FILES, RUN_META, run_files
 from harness.core.verify import verify
 
-RESULTS = "results.jsonl"
 # The most cases one run holds (``critpath run`` refuses more; an import of more rows too).
 MAX_RUN_CASES = 10_000
 # The largest line a record can be: 20,000 samples (the full profile's cap) take about 0.3 MB.
@@ -45,8 +45,6 @@ RECORD_LIMITS = JsonLimits(keys=100_000, values=4_000_000, depth=32)
 # twice the records a run holds is not a run's, whatever its lines are (20 MB of blank lines took
 # 26 s to be read as none).
 MAX_RESULTS_LINES = 2 * MAX_RUN_CASES
-FINGERPRINT = "fingerprint.json"
-RUN_META = "run.json"
 # run.json's digest of the planned case IDs (``planned_digest``): a run is whole when its records
 # are those cases, not merely as many.
 PLANNED = "cases_planned_sha256"
@@ -556,15 +554,6 @@ def world_contradiction(run: LoadedRun) -> str:
     return ""
 
 
-RUN_FILES = (RESULTS, RUN_META, FINGERPRINT)
-
-
-def run_files(path: Path) -> list[Path]:
-    """The files that make ``path`` a run directory (a failed start's temporaries do not): any
-    entry of one of their names, a symbolic link to nothing too, which a writer would follow."""
-    return [Path(path) / name for name in RUN_FILES if os.path.lexists(Path(path) / name)]
-
-
 def run_digests(path: Path) -> dict[str, Optional[str]]:
     """The SHA-256 of each file of the run directory ``path`` (None for one it lacks): what a
     verdict on the run judged, so that a log keeping them pins those bytes. They say which bytes were
@@ -643,10 +632,10 @@ class RunDir:
         append_records(self.results, records)
 
     def write_fingerprint(self, data: dict) -> None:
-        atomic.write_json(self.path / FINGERPRINT, data)
+        atomic.write_json(self.path / FINGERPRINT, data, run_writer=True)
 
     def write_meta(self, data: dict) -> None:
-        atomic.write_json(self.path / RUN_META, data)
+        atomic.write_json(self.path / RUN_META, data, run_writer=True)
 
     def remove_start(self) -> None:
         """Remove what a start wrote (fingerprint.json, run.json), before any record: the directory
