@@ -44,11 +44,11 @@ sys.stdin.read()  # until the test closes it
 """
 
 
-def hostile_run(path, host="<script>alert(2)</script>", run_id="r1"):
-    """A finished run of two records, one failed with HOSTILE as its error, on a host so named."""
+def hostile_run(path, host="<script>alert(2)</script>", run_id="r1", error=HOSTILE):
+    """A finished run of two records, one failed with ``error`` (HOSTILE), on a host so named."""
     path.mkdir(parents=True, exist_ok=True)
     append_record(path / RESULTS, derived_record(OK_CASE, range(1000, 1200), run_id=run_id))
-    append_record(path / RESULTS, Record.failure(parse(BAD_CASE), run_id, ErrorInfo("failed", HOSTILE, 0, ""), "gloo",
+    append_record(path / RESULTS, Record.failure(parse(BAD_CASE), run_id, ErrorInfo("failed", error, 0, ""), "gloo",
                                                  "2026-01-01T00:00:00+00:00", 0.1))
     atomic.write_json(path / "fingerprint.json", {**RUN_FINGERPRINT, "host": host}, run_writer=True)
     atomic.write_json(path / "run.json", {"schema": "critpath.run/1", "run_id": run_id, "state": "finished",
@@ -559,6 +559,17 @@ def test_rich_markup_and_escapes_in_a_host_are_text_and_rich_keeps_its_own_colou
     text = stream.raw.getvalue()
     assert "\x1b[31m" in text  # rich's colour, as it drew it
     assert "[bold]h\\x1b]0;x" in text and "\x07" not in text and text.count("\x1b") == 2  # (rich drops a BEL)
+
+
+def test_an_emoji_shortcode_in_a_label_or_an_error_is_text(tmp_path, capsys):
+    """`show r1 T2 --label ':smiley:x'` printed 😃x; an error holding `:smiley:` printed 😃."""
+    one = hostile_run(tmp_path / "one", error="boom :smiley:")
+    assert main(["show", str(one)]) == 1
+    two = hostile_run(tmp_path / "two", run_id="r2")
+    assert main(["show", str(one), str(two), "--label", ":smiley:x", "--label", "y"]) in (0, 1)
+    out = capsys.readouterr().out
+    assert "boom :smiley:" in out and ":smiley:x" in out
+    assert "\U0001f603" not in out
 
 
 def test_an_ascii_locale_gets_backslashes_not_a_traceback(tmp_path):
