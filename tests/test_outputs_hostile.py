@@ -455,12 +455,14 @@ def _dead_pid() -> int:
     return proc.pid
 
 
-def test_a_sigterm_mid_write_leaves_no_temporary_and_no_claim(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])  # SIGHUP: a closed terminal, unwound alike
+def test_a_sigterm_mid_write_leaves_no_temporary_and_no_claim(tmp_path, sig):
     run, out = hostile_run(tmp_path / "run"), tmp_path / "rep"
     proc = _stalled(tmp_path, "report", str(run), "--out", str(out))
     assert _temps(out)  # the write is under way
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+    proc.send_signal(sig)
+    assert proc.wait(timeout=60) == 128 + sig
+    assert f"interrupted by {sig.name}" in proc.stderr.read()
     assert _temps(out) == [] and not (out / CLAIM_FILE).exists()
 
 

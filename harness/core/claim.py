@@ -216,6 +216,34 @@ def _open_claim(file: Path) -> int:
     return fd
 
 
+def remove_abandoned(directory: Path) -> bool:
+    """Remove ``directory``'s claim file when no process holds its lock: one a SIGKILLed holder
+    left (a gate's worker, killed when the gate stops or gives up on it), which blocks nobody but
+    is clutter in what the killer keeps. Only a regular file of one link is removed, and only while
+    this call holds its lock, so a live holder's claim is never touched. True when one was."""
+    file = Path(directory) / CLAIM_FILE
+    try:
+        fd = os.open(file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False  # none there, or a link, which is not critpath's to remove
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return False  # held: its holder lives
+        if os.stat(file, follow_symlinks=False).st_ino != st.st_ino:
+            return False  # replaced meanwhile: a new claim's
+        file.unlink()
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
 def _in_use(directory: Path, fd: int) -> str:
     return (f"{directory} is in use: another process holds the lock on {directory / CLAIM_FILE}; "
             + _named_holder(fd))

@@ -46,7 +46,7 @@ from harness.core.options import (EXIT_FAILED, EXIT_OK, EXIT_USAGE, absolute, ca
 from harness.core.store import RESULTS, ResultsFileError, load_records, run_incompleteness
 from harness.gate.trees import TreeError, checkout, probe, repo_root, resolve, sweep_orphans
 from harness.history.asvfiles import AsvDirectoryError, read_results, warn_skipped
-from harness.run.lifetime import interrupt_signal, raise_on_sigterm, stop_with_parent
+from harness.run.lifetime import interrupt_signal, stop_signals_unwind, stop_with_parent
 
 RUN_ENV = "CRITPATH_ASV_RUN"  # read by benchmarks/bench_families.py
 WORLD = 2
@@ -402,7 +402,11 @@ def _eta(done_s: list[float], left: int) -> str:
 
 
 def cmd_history(args) -> int:
-    signal.signal(signal.SIGTERM, raise_on_sigterm)
+    with stop_signals_unwind():  # SIGTERM and SIGHUP unwind as Ctrl-C: the commit's run stops, its tree goes
+        return _history(args)
+
+
+def _history(args) -> int:
     try:
         repo = repo_root(args.repo.resolve())
         for removed in sweep_orphans(repo):
@@ -441,7 +445,7 @@ def cmd_history(args) -> int:
         return _record_range(request, commits, say)
     except KeyboardInterrupt as exc:
         signum = interrupt_signal(exc)
-        say(f"critpath history: interrupted by {signal.Signals(signum).name}; commits filed so far stay in "
+        say(f"critpath history: interrupted by {signum.name}; commits filed so far stay in "
             f"{results}, runs in {out / 'runs'}; the same command carries on")
         return 128 + signum
 
