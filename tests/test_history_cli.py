@@ -247,3 +247,15 @@ def test_asvs_machine_file_is_the_historys_own_and_nothing_is_written_in_home(tm
           "--machine", "ci-box"])  # the commit is no critpath tree: it fails, after asv recorded the machine
     assert list(own_home.iterdir()) == []
     assert "ci-box" in json.loads((out / "asv-home" / ".asv-machine.json").read_text())
+
+
+def test_asvs_home_is_never_a_link_out_of_out(tmp_path, capsys, own_home):
+    """asv writes its machine file into --out/asv-home: a link planted there would take it elsewhere."""
+    repo, _ = _asv_repo(tmp_path)
+    out, elsewhere = tmp_path / "h", tmp_path / "elsewhere"
+    out.mkdir()
+    elsewhere.mkdir()
+    (out / "asv-home").symlink_to(elsewhere)
+    assert main(["history", "HEAD", "--repo", str(repo), "--case", NOOP, "--out", str(out)]) == 2
+    assert f"{out / 'asv-home'} is a symbolic link" in capsys.readouterr().err
+    assert list(elsewhere.iterdir()) == [] and list(own_home.iterdir()) == []

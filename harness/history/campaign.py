@@ -420,7 +420,7 @@ def _history(args) -> int:
         out = (args.out or repo / ".asv" / "history").resolve()
         refuse_out_over_repo(repo, out)
         claim_dir(out, "history")  # held while it measures: a second history into OUT is refused
-        for sub in ("runs", "logs"):  # written by children and by appends, which no write below checks
+        for sub in ("runs", "logs", ASV_HOME):  # written by children and by appends, which no write below checks
             refuse_links_below(out, out / sub)
         settings = read_asv_config(repo)
         results = results_dir(repo, settings, absolute(args.results) or (out / "find-results" if args.find else None))
