@@ -8,15 +8,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
-import signal
 import sys
-import threading
-from contextlib import contextmanager
 from typing import Optional, Sequence
 
-from harness.core.options import EXIT_OK, EXIT_USAGE, CannotRun, os_error_text, print_error
+from harness.core.options import EXIT_OK, EXIT_USAGE, CannotRun, UnknownName, os_error_text, print_error
 from harness.core.streams import escaped_streams
-from harness.run.lifetime import interrupt_signal, raise_on_sigterm
+from harness.run.lifetime import interrupt_signal, stop_signals_unwind
 
 
 def build_parser(modules: Optional[Sequence[str]] = None) -> argparse.ArgumentParser:
@@ -69,30 +66,17 @@ def _modules_for(argv: Sequence[str]) -> tuple[str, ...]:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     # Every byte a command prints is escaped for the terminal (harness.core.streams), and a
-    # SIGTERM unwinds like Ctrl-C, so temporaries and claims are removed on the way out.
-    with escaped_streams(), _sigterm_unwinds():
+    # SIGTERM or SIGHUP unwinds like Ctrl-C, so temporaries and claims are removed on the way out.
+    with escaped_streams(), stop_signals_unwind():
         return _main(list(sys.argv[1:] if argv is None else argv))
-
-
-@contextmanager
-def _sigterm_unwinds():
-    if threading.current_thread() is not threading.main_thread():
-        yield  # only the main thread may set a handler; a test calling main from a thread
-        return
-    previous = signal.signal(signal.SIGTERM, raise_on_sigterm)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _main(argv: list[str]) -> int:
     args = build_parser(_modules_for(argv)).parse_args(argv)
     try:
         return args.func(args)
-    except (CannotRun, KeyError) as exc:
-        message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
-        print_error(args.command, message)
+    except (CannotRun, UnknownName) as exc:
+        print_error(args.command, exc)
         return EXIT_USAGE
     except BrokenPipeError:  # `critpath list | head`: the reader left; nothing to report
         # Before OSError, which it is. Point stdout at /dev/null so the interpreter's last flush
@@ -105,6 +89,6 @@ def _main(argv: list[str]) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt as exc:
         signum = interrupt_signal(exc)
-        print(f"critpath: interrupted by {signal.Signals(signum).name}; records written so far are kept",
+        print(f"critpath: interrupted by {signum.name}; records written so far are kept",
               file=sys.stderr)
         return 128 + signum

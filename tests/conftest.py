@@ -157,5 +157,6 @@ def another_run(source: Path, path: Path, run_id: str) -> Path:
     path.mkdir(parents=True)
     append_records(path / "results.jsonl", [r.with_run_id(run_id) for r in load_records(source)])
     shutil.copyfile(source / "fingerprint.json", path / "fingerprint.json")
-    atomic.write_json(path / "run.json", {**json.loads((source / "run.json").read_text()), "run_id": run_id})
+    atomic.write_json(path / "run.json", {**json.loads((source / "run.json").read_text()), "run_id": run_id},
+                      run_writer=True)
     return path

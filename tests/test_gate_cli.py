@@ -16,6 +16,7 @@ import xmlschema
 from conftest import RUN_FINGERPRINT, derived_record, git as _git, processes_mentioning
 
 from harness.cli import main
+from harness.core.claim import CLAIM_FILE
 from harness.gate.outputs import EXIT_COULD_NOT_RUN, EXIT_PASS, EXIT_REGRESSION, junit_schema_path
 from harness.core.records import ErrorInfo, Record
 from harness.core.store import RunDir
@@ -272,8 +273,10 @@ def _own_temp_dir(tmp_path: Path) -> Path:
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT", "SIGHUP"])
 def test_an_interrupted_gate_removes_its_worktree_and_leaves_no_process(tmp_repo, tmp_path, sig):
+    """SIGHUP (a closed terminal) ended a gate at once, exit 129: no gate.json, its worktree and
+    temporary directory left. And the workers it killed left `.critpath-claim` in their gen-NNN."""
     import signal
     import sys
     import time
@@ -297,6 +300,7 @@ def test_an_interrupted_gate_removes_its_worktree_and_leaves_no_process(tmp_repo
     assert processes_mentioning(str(out)) == []
     assert _git(tmp_repo, "worktree", "list").count("\n") == 0
     assert list(temp_dir.glob("critpath-gate-*")) == []  # the base's checkout is gone
+    assert list(out.rglob(CLAIM_FILE)) == []  # neither the gate's nor its killed workers'
 
 
 @pytest.mark.slow

@@ -4,6 +4,7 @@ tests/test_asv_history.py."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import subprocess
@@ -15,6 +16,7 @@ from benchmarks import bench_families
 from harness.core import registry
 from harness.cli import main
 from harness.history.campaign import HistoryRunError, bench_regex, commits_in, largest_step
+from harness.core.claim import CLAIM_FILE
 from harness.core.store import load_records
 
 FIXTURE_RUN = Path(__file__).parent / "fixtures" / "run_mixed"
@@ -62,6 +64,7 @@ def test_bisection_finds_the_step_measuring_about_log2_n_commits(values, step):
 
     assert largest_step(len(values), measure) == step
     assert len(set(measured)) <= 2 + len(values).bit_length()
+    assert {0, len(values) - 1} <= set(measured)  # of two commits, nothing was measured: `error: 0`
 
 
 def test_bisection_refuses_a_figure_without_a_ratio():
@@ -124,6 +127,7 @@ def test_the_suite_and_history_name_the_stored_run_alike():
     from harness.history import campaign as history
 
     assert bench_families.RUN_ENV == history.RUN_ENV
+    assert bench_families.SAMPLE_FIGURES == history.SAMPLE_FIGURES  # what --find may bisect on, beside headlines
 
 
 def test_the_suite_tracks_a_percentile_only_where_the_samples_support_it():
@@ -150,3 +154,108 @@ def test_a_headline_figure_that_names_a_percentile_obeys_the_rule_too():
     with pytest.raises(SkipNotImplemented, match="rtt_p99_us: n too small"):
         bench_families._read(cache, "short", "rtt_p99_us")
     assert bench_families._read(cache, "short", "msgs_per_s") == 5.0
+
+
+# -- refused before anything is measured ----------------------------------------------------------
+
+NOOP = "selftest/fault_rank=0,mode=noop,world=1"
+HOLD = """
+import sys
+from harness.core.claim import claim_dir
+claim_dir(sys.argv[1], "run")
+print("held", flush=True)
+sys.stdin.read()  # until the test closes it
+"""
+
+
+def _asv_repo(tmp_path, n: int = 2) -> tuple:
+    repo, shas = _repo(tmp_path / "repo", n)
+    (repo / "asv.conf.json").write_text('{"version": 1}\n')
+    return repo, shas
+
+
+@pytest.fixture
+def own_home(tmp_path, monkeypatch):
+    """A HOME of the test's own, empty: what a history writes there is seen, and the user's is safe."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    return home
+
+
+@pytest.mark.parametrize("find, range_, said", [
+    ("bogus_fig", "{0}..{1}", "--find bogus_fig: asv tracks no such figure of a selftest case; give one of p50_us, "
+                              "p99_us, loop_overhead_ns"),
+    ("p50_us", "{1}", "--find: range '{1}' holds 1 commit; a step lies between two: give A..B, whose start A is "
+                      "measured too"),
+])
+def test_find_of_a_figure_the_suite_lacks_or_of_one_commit_is_refused_before_measuring(tmp_path, capsys, own_home,
+                                                                                        find, range_, said):
+    """`--find bogus_fig` was refused only after a commit was measured (15 s); `--find` of one
+    commit measured nothing and printed `critpath history: error: 0`."""
+    repo, shas = _asv_repo(tmp_path)
+    out = tmp_path / "h"
+    assert main(["history", range_.format(*shas), "--repo", str(repo), "--case", NOOP, "--find", find,
+                 "--out", str(out)]) == 2
+    assert capsys.readouterr().err == f"critpath history: error: {said.format(*shas)}\n"
+    assert not out.exists() and list(own_home.iterdir()) == []
+
+
+def test_a_keyerror_of_a_bug_is_not_printed_as_a_usage_error_and_an_unknown_name_still_is(monkeypatch, capsys):
+    """A bug's KeyError (``values[0]``) was caught as a usage error: `critpath history: error: 0`."""
+    from harness.history import campaign
+
+    def bug(args):
+        return {}[0]
+
+    monkeypatch.setattr(campaign, "cmd_history", bug)
+    with pytest.raises(KeyError):
+        main(["history", "HEAD"])
+    assert main(["list", "--families", "nosuch"]) == 2
+    assert capsys.readouterr().err.startswith("critpath list: error: unknown family 'nosuch'; known: ")
+
+
+@pytest.mark.parametrize("where", ["below", "same"])
+def test_history_results_in_a_directory_another_process_holds_is_refused(tmp_path, capsys, own_home, live_script,
+                                                                         where):
+    """`history --results G3/res` while `run --out G3` ran: asv wrote res/benchmarks.json beside the
+    run's records; and two histories of different --out into one --results ran at once."""
+    repo, _ = _asv_repo(tmp_path)
+    held = tmp_path / "G3"
+    holder = live_script(HOLD, held, ready="held")
+    results = held / "res" if where == "below" else held
+    out = tmp_path / "h"
+    assert main(["history", "HEAD", "--repo", str(repo), "--case", NOOP, "--out", str(out),
+                 "--results", str(results)]) == 2
+    err = capsys.readouterr().err
+    what = f"{results} lies below another process's output: " if where == "below" else ""
+    assert err.startswith(f"critpath history: error: {what}{held} is in use: another process holds the lock on "
+                          f"{held / CLAIM_FILE}; the file names critpath run (pid {holder.pid} on "), err
+    assert err.rstrip().endswith("which is running; wait for it, or choose another --results"), err
+    assert [p.name for p in held.iterdir()] == [CLAIM_FILE]  # nothing of asv's beside the holder's
+    assert sorted(p.name for p in out.iterdir()) == [CLAIM_FILE]  # refused before it wrote its config
+    assert list(own_home.iterdir()) == []
+
+
+@pytest.mark.slow  # asv's own `asv machine` and a worktree, a few seconds
+def test_asvs_machine_file_is_the_historys_own_and_nothing_is_written_in_home(tmp_path, capsys, own_home):
+    """Every history ran `asv machine --yes`, which rewrites ~/.asv-machine.json without a lock: two
+    at once, one failed with `Error parsing JSON in file '/root/.asv-machine.json'`."""
+    repo, _ = _asv_repo(tmp_path)
+    out, results = tmp_path / "h", tmp_path / "res"
+    main(["history", "HEAD", "--repo", str(repo), "--case", NOOP, "--out", str(out), "--results", str(results),
+          "--machine", "ci-box"])  # the commit is no critpath tree: it fails, after asv recorded the machine
+    assert list(own_home.iterdir()) == []
+    assert "ci-box" in json.loads((out / "asv-home" / ".asv-machine.json").read_text())
+
+
+def test_asvs_home_is_never_a_link_out_of_out(tmp_path, capsys, own_home):
+    """asv writes its machine file into --out/asv-home: a link planted there would take it elsewhere."""
+    repo, _ = _asv_repo(tmp_path)
+    out, elsewhere = tmp_path / "h", tmp_path / "elsewhere"
+    out.mkdir()
+    elsewhere.mkdir()
+    (out / "asv-home").symlink_to(elsewhere)
+    assert main(["history", "HEAD", "--repo", str(repo), "--case", NOOP, "--out", str(out)]) == 2
+    assert f"{out / 'asv-home'} is a symbolic link" in capsys.readouterr().err
+    assert list(elsewhere.iterdir()) == [] and list(own_home.iterdir()) == []

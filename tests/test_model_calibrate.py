@@ -40,10 +40,10 @@ class _Run:
         self.cases.append(record.case_id)
         self.world = max(self.world, record.world)
         (self.path / "results.jsonl").write_text("\n".join(self.lines) + "\n")
-        atomic.write_json(self.path / "fingerprint.json", {**RUN_FINGERPRINT, "world": self.world})
+        atomic.write_json(self.path / "fingerprint.json", {**RUN_FINGERPRINT, "world": self.world}, run_writer=True)
         atomic.write_json(self.path / "run.json", {
             "schema": "critpath.run/1", "run_id": self.run_id, "state": "finished", "cases_total": len(self.cases),
-            "cases_planned_sha256": planned_digest(self.cases)})
+            "cases_planned_sha256": planned_digest(self.cases)}, run_writer=True)
 
 
 def _write_run(path, rng, noise=0.05, outliers=()):

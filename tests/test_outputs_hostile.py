@@ -44,15 +44,15 @@ sys.stdin.read()  # until the test closes it
 """
 
 
-def hostile_run(path, host="<script>alert(2)</script>", run_id="r1"):
-    """A finished run of two records, one failed with HOSTILE as its error, on a host so named."""
+def hostile_run(path, host="<script>alert(2)</script>", run_id="r1", error=HOSTILE):
+    """A finished run of two records, one failed with ``error`` (HOSTILE), on a host so named."""
     path.mkdir(parents=True, exist_ok=True)
     append_record(path / RESULTS, derived_record(OK_CASE, range(1000, 1200), run_id=run_id))
-    append_record(path / RESULTS, Record.failure(parse(BAD_CASE), run_id, ErrorInfo("failed", HOSTILE, 0, ""), "gloo",
+    append_record(path / RESULTS, Record.failure(parse(BAD_CASE), run_id, ErrorInfo("failed", error, 0, ""), "gloo",
                                                  "2026-01-01T00:00:00+00:00", 0.1))
-    atomic.write_json(path / "fingerprint.json", {**RUN_FINGERPRINT, "host": host})
+    atomic.write_json(path / "fingerprint.json", {**RUN_FINGERPRINT, "host": host}, run_writer=True)
     atomic.write_json(path / "run.json", {"schema": "critpath.run/1", "run_id": run_id, "state": "finished",
-                                          "cases_total": 2})
+                                          "cases_total": 2}, run_writer=True)
     return path
 
 
@@ -218,6 +218,31 @@ def test_export_refuses_an_output_that_is_one_of_its_inputs(tmp_path, capfd, how
     assert len(load_run(run).records) == 2
 
 
+MOE_SIM = ["moe-sim", "--worlds", "2", "--tokens", "64", "--json", "{out}"]  # a small model: seconds
+
+
+@pytest.mark.parametrize("name, argv", [
+    ("results.jsonl", ["export", "{r1}", "--format", "csv", "--out", "{out}"]),
+    ("run.json", ["diagnose", "{r1}", "--json", "{out}"]),
+    ("fingerprint.json", MOE_SIM),
+    ("fingerprint.json", [*MOE_SIM, "new"]),  # a run without one gains none either
+])
+def test_no_other_command_writes_a_file_of_a_run_that_is_not_its_input(tmp_path, capfd, name, argv):
+    """A run C2 that is not the command's input: `export r1 --out C2/results.jsonl`, `diagnose r1
+    --json C2/run.json` and `moe-sim --json C2/fingerprint.json` replaced its files, exit 0."""
+    r1, c2 = hostile_run(tmp_path / "r1"), hostile_run(tmp_path / "C2", run_id="c2")
+    if argv[-1] == "new":
+        argv = argv[:-1]
+        (c2 / name).unlink()
+    before = {p.name: p.read_bytes() for p in c2.iterdir()}
+    out = c2 / name
+    assert main([a.format(r1=r1, out=out) for a in argv]) == 2
+    assert capfd.readouterr().err.endswith(f"error: {out} is the {name} of the run in {c2}, which only that run "
+                                           "writes; choose another output path\n")
+    assert {p.name: p.read_bytes() for p in c2.iterdir()} == before
+    assert main(["export", str(r1), "--format", "csv", "--out", str(c2 / "r1.csv")]) == 0  # other names still go
+
+
 def test_an_export_that_fails_midway_leaves_the_old_file_whole(tmp_path, monkeypatch):
     run = hostile_run(tmp_path / "run")
     out = tmp_path / "x.csv"
@@ -294,7 +319,7 @@ def test_a_results_file_holding_two_runs_is_not_shown_as_one(tmp_path, capfd):
     append_record(run / RESULTS, derived_record(OK_CASE, range(1000, 1200), run_id="r1"))
     append_record(run / RESULTS, derived_record(OK_CASE, range(1000, 1200), run_id="r2"))
     atomic.write_json(run / "run.json", {"schema": "critpath.run/1", "run_id": "r2", "state": "finished",
-                                         "cases_total": 1})
+                                         "cases_total": 1}, run_writer=True)
     assert main(["show", str(run)]) == 1
     assert "mixed: records of 2 runs in one results file (r1, r2)" in capfd.readouterr().err
 
@@ -377,7 +402,7 @@ def test_a_newline_from_outside_starts_no_block_of_its_own(tmp_path, capsys):
     # a run ID is a plain token (harness/core/runid.py): one holding a newline is no run critpath wrote
     run = hostile_run(tmp_path / "forged")
     data = json.loads((run / "run.json").read_text())
-    atomic.write_json(run / "run.json", {**data, "run_id": fake})
+    atomic.write_json(run / "run.json", {**data, "run_id": fake}, run_writer=True)
     (run / RESULTS).write_text((run / RESULTS).read_text().replace('"r1"', json.dumps(fake)))
     assert main(["report", str(run), "--out", str(tmp_path / "forged-rep")]) == 2
     assert "run.json: field run_id: 'r1\\n\\n**INCOMPLETE RUN**" in capsys.readouterr().err
@@ -436,12 +461,14 @@ def _dead_pid() -> int:
     return proc.pid
 
 
-def test_a_sigterm_mid_write_leaves_no_temporary_and_no_claim(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])  # SIGHUP: a closed terminal, unwound alike
+def test_a_sigterm_mid_write_leaves_no_temporary_and_no_claim(tmp_path, sig):
     run, out = hostile_run(tmp_path / "run"), tmp_path / "rep"
     proc = _stalled(tmp_path, "report", str(run), "--out", str(out))
     assert _temps(out)  # the write is under way
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+    proc.send_signal(sig)
+    assert proc.wait(timeout=60) == 128 + sig
+    assert f"interrupted by {sig.name}" in proc.stderr.read()
     assert _temps(out) == [] and not (out / CLAIM_FILE).exists()
 
 
@@ -540,6 +567,17 @@ def test_rich_markup_and_escapes_in_a_host_are_text_and_rich_keeps_its_own_colou
     text = stream.raw.getvalue()
     assert "\x1b[31m" in text  # rich's colour, as it drew it
     assert "[bold]h\\x1b]0;x" in text and "\x07" not in text and text.count("\x1b") == 2  # (rich drops a BEL)
+
+
+def test_an_emoji_shortcode_in_a_label_or_an_error_is_text(tmp_path, capsys):
+    """`show r1 T2 --label ':smiley:x'` printed 😃x; an error holding `:smiley:` printed 😃."""
+    one = hostile_run(tmp_path / "one", error="boom :smiley:")
+    assert main(["show", str(one)]) == 1
+    two = hostile_run(tmp_path / "two", run_id="r2")
+    assert main(["show", str(one), str(two), "--label", ":smiley:x", "--label", "y"]) in (0, 1)
+    out = capsys.readouterr().out
+    assert "boom :smiley:" in out and ":smiley:x" in out
+    assert "\U0001f603" not in out
 
 
 def test_an_ascii_locale_gets_backslashes_not_a_traceback(tmp_path):

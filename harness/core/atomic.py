@@ -9,7 +9,8 @@ report, a gate's result) are written as a set (``write_set``): all written befor
 
 Before a byte is written the target is checked: it must not be a file this process read or
 declared as an input (``harness.core.inputfile``), by identity, so a symlink or hard link to an
-input is caught too; and an existing target must be a regular file, as ``os.replace`` over a FIFO
+input is caught too; it must not be a run's file unless the run writes it (``harness.core.runfiles``);
+and an existing target must be a regular file, as ``os.replace`` over a FIFO
 or ``/dev/null`` would put a file where the device or pipe was.
 
 A temporary is named ``.critpath-PID-RANDOM.tmp``: its length does not grow with the target's (a
@@ -37,6 +38,7 @@ from typing import IO, Callable, Iterable, Iterator, Mapping, Optional
 from harness.core.claim import held_above, refuse_links_below, writing_into
 from harness.core.inputfile import declare_inputs, input_at, kind
 from harness.core.options import CannotRun, UsageError
+from harness.core.runfiles import run_file_refusal
 from harness.core.temps import discard, new_temp, reserved, sweep_stale
 
 
@@ -54,10 +56,12 @@ def fit_name(name: str, max_bytes: int = NAME_MAX) -> str:
     return name.encode("utf-8", "surrogateescape")[:max_bytes].decode("utf-8", "ignore")
 
 
-def check_target(path: Path, updates: bool = False) -> None:
-    """UsageError when ``path`` may not be written: an input of this command, or an existing file
-    that is not a regular one. A missing path is fine. ``updates``: the command's own state
-    document, which it reads and writes back by design (gate-power's power.json), may be replaced."""
+def check_target(path: Path, updates: bool = False, run_writer: bool = False) -> None:
+    """UsageError when ``path`` may not be written: an input of this command, a file of a run
+    written by anything but that run (``runfiles``), or an existing file that is not a regular one.
+    A missing path is fine. ``updates``: the command's own state document, which it reads and
+    writes back by design (gate-power's power.json), may be replaced. ``run_writer``: the run's own
+    writer (``store.RunDir``) writes its run's files."""
     path = Path(path)
     if reserved(path.name):
         # Written over a live holder's claim file, it would let a second process claim the directory.
@@ -71,6 +75,7 @@ def check_target(path: Path, updates: bool = False) -> None:
     except (FileNotFoundError, NotADirectoryError):
         if os.path.islink(path):  # dangling: the rename would put a file where the link was
             raise UsageError(f"{path} is a symbolic link to nothing; give the path of a new or a regular file") from None
+        _refuse_run_file(path, run_writer)  # a new fingerprint.json beside a run's records is the run's too
         return
     except OSError as exc:
         raise _naming(exc, path) from None
@@ -86,6 +91,13 @@ def check_target(path: Path, updates: bool = False) -> None:
     if not stat.S_ISREG(st.st_mode):
         raise UsageError(f"{path} is {kind(st.st_mode)}, not a regular file, and writing it would replace it "
                          "with one; give the path of a new or a regular file")
+    _refuse_run_file(path, run_writer)
+
+
+def _refuse_run_file(path: Path, run_writer: bool) -> None:
+    refusal = "" if run_writer else run_file_refusal(path)
+    if refusal:
+        raise UsageError(refusal)
 
 
 def check_creatable(path: Path) -> None:
@@ -117,12 +129,12 @@ def check_targets(paths: Iterable[Path]) -> None:
 
 
 @contextmanager
-def atomic_file(path: Path, mode: str = "wb", updates: bool = False) -> Iterator[IO]:
+def atomic_file(path: Path, mode: str = "wb", updates: bool = False, run_writer: bool = False) -> Iterator[IO]:
     """A file object that becomes ``path`` when the block ends without an error; on an error the
     target is left as it was and the temporary removed. ``mode`` is "wb" or "w" (UTF-8 text);
-    ``updates`` as for ``check_target``."""
+    ``updates`` and ``run_writer`` as for ``check_target``."""
     path = Path(path)
-    check_target(path, updates)
+    check_target(path, updates, run_writer)
     with writing_into(path.parent) as confirm:
         sweep_stale(path.parent)
         tmp, fd = _temp_beside(path)
@@ -132,7 +144,7 @@ def atomic_file(path: Path, mode: str = "wb", updates: bool = False) -> Iterator
                 yield f
                 f.flush()
                 os.fsync(f.fileno())
-                _install(tmp, path, confirm, updates)
+                _install(tmp, path, confirm, updates, run_writer)
             _fsync_dir(path.parent)
         except OSError as exc:
             discard(tmp)
@@ -191,9 +203,10 @@ def _temp_beside(path: Path) -> tuple[Path, int]:
         raise _naming(exc, path) from None
 
 
-def _install(tmp: Path, path: Path, confirm: Callable[[], None], updates: bool = False) -> None:
+def _install(tmp: Path, path: Path, confirm: Callable[[], None], updates: bool = False,
+             run_writer: bool = False) -> None:
     """The written temporary ``tmp`` renamed to ``path``, checked once more just before."""
-    check_target(path, updates)  # an input read while it was written, or a FIFO made meanwhile
+    check_target(path, updates, run_writer)  # an input read while it was written, or a FIFO made meanwhile
     confirm()  # a claim of the directory made while it was written
     os.replace(tmp, path)
 
@@ -213,8 +226,8 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def write_bytes(path: Path, data: bytes, updates: bool = False) -> None:
-    with atomic_file(path, "wb", updates) as f:
+def write_bytes(path: Path, data: bytes, updates: bool = False, run_writer: bool = False) -> None:
+    with atomic_file(path, "wb", updates, run_writer) as f:
         f.write(data)
 
 
@@ -224,9 +237,10 @@ def write_text(path: Path, text: str, updates: bool = False) -> None:
     write_bytes(path, text.encode("utf-8"), updates)
 
 
-def write_json(path: Path, data, indent: int = 2, sort_keys: bool = True, updates: bool = False) -> None:
+def write_json(path: Path, data, indent: int = 2, sort_keys: bool = True, updates: bool = False,
+               run_writer: bool = False) -> None:
     """``data`` as strict JSON (``strict_json``) into ``path``."""
-    write_bytes(path, json_bytes(path, data, indent, sort_keys), updates)
+    write_bytes(path, json_bytes(path, data, indent, sort_keys), updates, run_writer)
 
 
 def json_bytes(path: Path, data, indent: int = 2, sort_keys: bool = True) -> bytes:

@@ -142,19 +142,21 @@ def _key(path: Path) -> str:
     return os.path.realpath(path)
 
 
-def claim_dir(path: Path, command: str) -> Claim:
+def claim_dir(path: Path, command: str, option: str = "--out") -> Claim:
     """Create ``path`` if it is missing and hold it until ``release`` (or the ``with`` block's end,
-    or the process's); DirectoryClaimed naming the holder when another live process holds it."""
+    or the process's); DirectoryClaimed naming the holder when another live process holds it.
+    ``option``: the command's option that named the directory, which a refusal says to change."""
     path = Path(path)
+    advice = f"choose another {option}"
     held = _HELD.get(_key(path))
     if held is not None:
         return replace(held, fresh=False)
     if reserved(path.name):
-        raise UsageError(f"{path}: {path.name} is a name critpath keeps for its own bookkeeping; choose another --out")
+        raise UsageError(f"{path}: {path.name} is a name critpath keeps for its own bookkeeping; {advice}")
     above = held_above(path.parent)
     if above is not None:
         refuse_links_below(above, path.parent)
-    _refuse_held_above(path, "choose another --out")  # before anything is made below it
+    _refuse_held_above(path, advice)  # before anything is made below it
     made = not path.exists()
     path.mkdir(parents=True, exist_ok=True)
     while True:
@@ -166,7 +168,7 @@ def claim_dir(path: Path, command: str) -> Claim:
             os.close(fd)
             if exc.errno not in (errno.EWOULDBLOCK, errno.EACCES):
                 raise
-            raise DirectoryClaimed(f"{refusal}; wait for it, or choose another --out") from None
+            raise DirectoryClaimed(f"{refusal}; wait for it, or {advice}") from None
         try:
             same = os.fstat(fd).st_ino == os.stat(path / CLAIM_FILE).st_ino
         except FileNotFoundError:
@@ -188,8 +190,8 @@ def claim_dir(path: Path, command: str) -> Claim:
     try:
         # Again now that it is held: a claim above made since the first look, or one below, is
         # refused here, and a claim made after this one's finds this one.
-        _refuse_held_above(path, "choose another --out")
-        _refuse_held_below(path)
+        _refuse_held_above(path, advice)
+        _refuse_held_below(path, advice)
     except DirectoryClaimed:
         claim.release()
         raise
@@ -212,6 +214,34 @@ def _open_claim(file: Path) -> int:
         what = "not a regular file" if not stat.S_ISREG(st.st_mode) else f"a file with {st.st_nlink} links"
         raise UsageError(f"{file} is {what}, not a claim critpath made; remove it")
     return fd
+
+
+def remove_abandoned(directory: Path) -> bool:
+    """Remove ``directory``'s claim file when no process holds its lock: one a SIGKILLed holder
+    left (a gate's worker, killed when the gate stops or gives up on it), which blocks nobody but
+    is clutter in what the killer keeps. Only a regular file of one link is removed, and only while
+    this call holds its lock, so a live holder's claim is never touched. True when one was."""
+    file = Path(directory) / CLAIM_FILE
+    try:
+        fd = os.open(file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False  # none there, or a link, which is not critpath's to remove
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return False  # held: its holder lives
+        if os.stat(file, follow_symlinks=False).st_ino != st.st_ino:
+            return False  # replaced meanwhile: a new claim's
+        file.unlink()
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def _in_use(directory: Path, fd: int) -> str:
@@ -368,13 +398,13 @@ def _refuse_held_above(path: Path, advice: str) -> None:
         _refuse_held(above, f"{path} lies below another process's output", advice)
 
 
-def _refuse_held_below(path: Path) -> None:
+def _refuse_held_below(path: Path, advice: str) -> None:
     """DirectoryClaimed when another live process holds a directory below ``path``, within
     BELOW_DEPTH levels and BELOW_DIRS directories (a larger tree is looked into that far)."""
     try:
         for directory, names in walk_bounded(path, "a claim", BELOW_DEPTH, BELOW_DIRS, prune=True):
             if CLAIM_FILE in names and directory != path:
-                _refuse_held(directory, f"{path} holds another process's output", "choose another --out")
+                _refuse_held(directory, f"{path} holds another process's output", advice)
     except WalkError:
         return  # past BELOW_DIRS: the rest is not looked into
 

@@ -7,6 +7,7 @@ side (``harness.core.streams``), so a host name holding ``\\x1b]0;...\\x07`` pri
 characters while a progress bar still redraws in place. Markup is another matter: a string given
 to ``print`` or to a table cell is read as rich markup, so a caller passes text from outside
 through ``rich.markup.escape`` (or ``markup=False``), as ``[bold]`` in a host name is no error.
+Emoji shortcodes are off in every console: ``:smiley:`` in a label or a case's error printed as 😃.
 """
 from __future__ import annotations
 
@@ -19,6 +20,11 @@ from harness.core.escape import for_terminal
 
 
 class Console(rich.console.Console):
+    def __init__(self, *args, **kwargs) -> None:
+        # rich reads `:name:` in every string it prints as an emoji; critpath's own text has none,
+        # so any there came from outside and is text.
+        super().__init__(*args, **{**kwargs, "emoji": False})
+
     @property
     def file(self):
         stream = rich.console.Console.file.fget(self)

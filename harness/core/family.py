@@ -45,6 +45,7 @@ from harness.core.escape import for_terminal
 from harness.core.figures import (N_TOO_SMALL, Figure, FigureUnavailable, TooFewSamples, is_sample_statistic,
                                   percentile_named, require_samples, sample_parts)
 from harness.core.figures import value as figure_value
+from harness.core.options import UnknownName
 from harness.core.sizes import MAX_RUN_SIZE_BYTES
 from harness.core.stats import Summary
 
@@ -378,7 +379,7 @@ class Family:
             return case.params[name]
         param = self.declared[name]  # KeyError for a key the family does not declare
         if param.default is None:
-            raise KeyError(f"{self.name} needs {name} ({param.doc}); it has no default")
+            raise UnknownName(f"{self.name} needs {name} ({param.doc}); it has no default")
         return param.default
 
     def check_case(self, case: Case, written: Optional[str] = None) -> Case:
@@ -396,7 +397,7 @@ class Family:
         declared = self.declared
         for key, value in params.items():
             if key not in declared:
-                raise KeyError(f"family {self.name!r} has no parameter {key!r}")
+                raise UnknownName(f"family {self.name!r} has no parameter {key!r}")
             want = declared[key].type
             if not isinstance(value, want) or isinstance(value, bool):
                 raise TypeError(f"{self.name}.{key} must be {want.__name__}, got {value!r}")

@@ -33,6 +33,16 @@ class UsageError(CannotRun):
     """Bad options or environment."""
 
 
+class UnknownName(KeyError):
+    """A name given to the command that names nothing known (a family, a parameter, an allocator,
+    a trace, a column): a KeyError for the lookups that catch one, and printed by the command line
+    as its message, exit 2. Any other KeyError is a bug, and shows as one: printed as a usage error
+    it said ``error: 0``, naming nothing."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""  # the message, not KeyError's repr of it
+
+
 def absolute(path: Optional[Path]) -> Optional[Path]:
     """A path option as the user meant it: against the directory the command was started in. Read
     once, when a request is built: below it, processes run in other directories (a tree's

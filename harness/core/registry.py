@@ -16,7 +16,7 @@ from typing import Callable, Iterable, Iterator
 from harness.core.case import Case, CaseIdError, parse_case_id
 from harness.core.escape import for_terminal
 from harness.core.family import GRID_FLAGS, Family, GridOptions, grid_reading
-from harness.core.options import refuse_given
+from harness.core.options import UnknownName, refuse_given
 
 # Order is the order of `critpath list` and of a run. Each family lives in its own module under
 # harness.families, which defines FAMILY.
@@ -92,7 +92,7 @@ def get(name: str) -> Family:
     try:
         return FAMILIES[name]
     except KeyError:
-        raise KeyError(f"unknown family {name!r}; known: {', '.join(FAMILIES)}") from None
+        raise UnknownName(f"unknown family {name!r}; known: {', '.join(FAMILIES)}") from None
 
 
 def select(names: Iterable[str] | None) -> list[Family]:

@@ -27,11 +27,11 @@ from harness.core.jsonfile import JsonFileError, JsonLimits, check_limits, loads
 from harness.core.escape import for_terminal
 from harness.core.options import CannotRun, UsageError
 from harness.core.records import UNKNOWN_START, ErrorInfo, Record, RecordError
+from harness.core.runfiles import FINGERPRINT, RESULTS, RUN_FILES, RUN_META, run_files
 from harness.core.runmeta import PLANNED, planned_digest
 from harness.core.scale import MAX_RUN_CASES
 from harness.core.verify import verify
 
-RESULTS = "results.jsonl"
 # The largest line a record can be: 20,000 samples (the full profile's cap) take about 0.3 MB.
 MAX_RECORD_BYTES = 64 << 20
 # What one record line may hold once parsed. A record's fields, parameters, figures and its
@@ -45,8 +45,6 @@ RECORD_LIMITS = JsonLimits(keys=100_000, values=4_000_000, depth=32)
 # twice the records a run holds is not a run's, whatever its lines are (20 MB of blank lines took
 # 26 s to be read as none).
 MAX_RESULTS_LINES = 2 * MAX_RUN_CASES
-FINGERPRINT = "fingerprint.json"
-RUN_META = "run.json"
 # run.json's states that say the run is over (whole, if its records are its cases), and the states
 # of an import, whose records are all imported ones
 ENDED = ("finished", "imported")
@@ -529,13 +527,6 @@ def _held_together(run: LoadedRun) -> LoadedRun:
     return run
 
 
-RUN_FILES = (RESULTS, RUN_META, FINGERPRINT)
-
-
-def run_files(path: Path) -> list[Path]:
-    """The files that make ``path`` a run directory (a failed start's temporaries do not): any
-    entry of one of their names, a symbolic link to nothing too, which a writer would follow."""
-    return [Path(path) / name for name in RUN_FILES if os.path.lexists(Path(path) / name)]
 
 
 def run_digests(path: Path) -> dict[str, Optional[str]]:
@@ -616,10 +607,10 @@ class RunDir:
         append_records(self.results, records)
 
     def write_fingerprint(self, data: dict) -> None:
-        atomic.write_json(self.path / FINGERPRINT, data)
+        atomic.write_json(self.path / FINGERPRINT, data, run_writer=True)
 
     def write_meta(self, data: dict) -> None:
-        atomic.write_json(self.path / RUN_META, data)
+        atomic.write_json(self.path / RUN_META, data, run_writer=True)
 
     def remove_start(self) -> None:
         """Remove what a start wrote (fingerprint.json, run.json), before any record: the directory

@@ -5,7 +5,6 @@ Exit codes: 0 pass, 1 regression, 2 could not run (see ``harness.gate.outputs``)
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 import time
 from contextlib import ExitStack
@@ -37,7 +36,7 @@ from harness.gate.stats import CaseInput, Outcome, Unit, verdicts
 from harness.gate.trees import (BASE, CANDIDATE, WORKTREE, TreeError, checkout, list_cases, probe, repo_root,
                                 sweep_orphans, worktree_ambiguity)
 from harness.gate.values import ITERATION_STATISTIC, failure_text, iteration_values, statistic_option
-from harness.run.lifetime import interrupt_signal, raise_on_sigterm
+from harness.run.lifetime import interrupt_signal, stop_signals_unwind
 
 DEFAULT_REPEATS = 10  # --against: processes of the candidate
 MAX_REPEATS = 1000  # --against: each is a fresh process; a thousand is hours
@@ -194,13 +193,13 @@ def gate(request: GateRequest) -> int:
 def _gate_into(request: GateRequest, out: Path) -> int:
     mode, config, outputs = request.mode, request.config, request.outputs
     start = time.perf_counter()
-    previous = signal.signal(signal.SIGTERM, raise_on_sigterm)
     interrupted = None
     try:
-        if request.against:
-            result = _run_against(request, out)
-        else:
-            result = _run_ab(request, out)
+        with stop_signals_unwind():
+            if request.against:
+                result = _run_against(request, out)
+            else:
+                result = _run_ab(request, out)
     except (TreeError, ConfigError) as exc:
         result = outputs.result(mode, config.statistic, config.policy, error=str(exc), **request.unmeasured())
     except Exception as exc:  # noqa: BLE001 -- whatever a tree does to the gate, it could not run; exit 1 is a regression
@@ -210,8 +209,6 @@ def _gate_into(request: GateRequest, out: Path) -> int:
         interrupted = interrupt_signal(exc)
         result = outputs.result(mode, config.statistic, config.policy, **request.unmeasured(),
                                 error=f"interrupted by {interrupted.name}; worktrees and processes were removed")
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     result.wall_s = time.perf_counter() - start
     code = outputs.finish(result, out)
     return 128 + int(interrupted) if interrupted is not None else code

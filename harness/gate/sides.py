@@ -26,6 +26,7 @@ from typing import Optional, Sequence
 
 from harness.gate.trees import Tree
 from harness.core import registry
+from harness.core.claim import remove_abandoned
 from harness.core.records import Record
 from harness.core.jsonfile import JsonFileError, loads_strict
 from harness.core.store import RESULTS, ResultsFileError, load_records
@@ -139,6 +140,7 @@ class WorkerSide:
             pass
         finally:
             _kill_group(self.proc)
+            remove_abandoned(self.out_dir)
             for stream in (self.proc.stdin, self.proc.stdout):
                 try:
                     stream.close()
@@ -150,6 +152,7 @@ class WorkerSide:
     def kill(self) -> None:
         if self.proc is not None:
             _kill_group(self.proc)
+            remove_abandoned(self.out_dir)  # the killed worker's claim: its lock died with it
 
     # -- the pipe ----------------------------------------------------------------------------
 
@@ -272,6 +275,7 @@ class RunSide:
                 error = f"{self.side} run exceeded {timeout_s:.0f} s and was killed"
             finally:
                 _kill_group(proc)
+                remove_abandoned(run_dir)  # a run killed at its limit or on an interrupt leaves its claim
                 self._procs.remove(proc)
         records, read_error = _read_records(run_dir, [c.case_id for c in cases])
         if not records and not error:

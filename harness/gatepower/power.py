@@ -58,7 +58,7 @@ from harness.gate.trees import BASE, CANDIDATE, Tree, TreeError, checkout, repo_
 from harness.gate.values import default_direction, statistic_option
 from harness.gatepower import inject, tools
 from harness.gatepower.resample import GATE_JSON_LIMITS, MAX_GATE_JSON_BYTES, MeasuredGate, resampled_rate
-from harness.run.lifetime import interrupt_signal, raise_on_sigterm, stop_with_parent
+from harness.run.lifetime import interrupt_signal, stop_signals_unwind, stop_with_parent
 
 SCHEMA = "critpath.gate-power/2"
 AA = "A/A"
@@ -926,9 +926,9 @@ def cmd_power(args) -> int:
     request = PowerRequest(tuple(args.case_ids), tuple(args.groups), tuple(args.slowdowns), args.trials, args.budget,
                            args.min_effect, args.statistic, args.rounds, tuple(args.rounds_sweep), tuple(args.tools),
                            args.tool_trials, absolute(args.out), args.resume)  # gates run from clones: absolute
-    previous = signal.signal(signal.SIGTERM, raise_on_sigterm)
     try:
-        doc = measure(request)
+        with stop_signals_unwind():
+            doc = measure(request)
     except (ValueError, TreeError, inject.InjectError, OSError, subprocess.CalledProcessError) as exc:
         print_error("gate-power", exc)
         return 2
@@ -937,10 +937,8 @@ def cmd_power(args) -> int:
         stored = request.out / "power.json"
         where = (f"the trials measured so far are in {stored} (--resume carries on)" if stored.is_file() else
                  f"it stopped before its first trial was stored: nothing to resume; remove {request.out} to start again")
-        print(f"critpath gate-power: interrupted by {signal.Signals(signum).name}; {where}", file=sys.stderr)
+        print(f"critpath gate-power: interrupted by {signum.name}; {where}", file=sys.stderr)
         return 128 + signum
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     text = table(doc)
     atomic.write_text(request.out / "power.md", text + "\n")
     print(text)

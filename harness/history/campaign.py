@@ -28,6 +28,7 @@ import math
 import os
 import re
 import signal
+import site
 import subprocess
 import sys
 import time
@@ -35,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-from harness.core import atomic
+from harness.core import atomic, registry
 from harness.core.claim import claim_dir, refuse_links_below
 from harness.core.escape import for_terminal
 from harness.core.git import git_env, over_repository, run_git
@@ -45,7 +46,7 @@ from harness.core.options import (EXIT_FAILED, EXIT_OK, EXIT_USAGE, absolute, ca
 from harness.core.store import RESULTS, ResultsFileError, load_records, run_incompleteness
 from harness.gate.trees import TreeError, checkout, probe, repo_root, resolve, sweep_orphans
 from harness.history.asvfiles import AsvDirectoryError, read_results, warn_skipped
-from harness.run.lifetime import interrupt_signal, raise_on_sigterm, stop_with_parent
+from harness.run.lifetime import interrupt_signal, stop_signals_unwind, stop_with_parent
 
 RUN_ENV = "CRITPATH_ASV_RUN"  # read by benchmarks/bench_families.py
 WORLD = 2
@@ -77,6 +78,7 @@ class HistoryRequest:
     results: Path  # asv's results directory
     machine: str  # asv's machine name
     out: Path  # run directories and logs
+    asv_home: dict  # the environment that gives asv a HOME of its own (``asv_home``)
 
 
 @dataclass
@@ -152,9 +154,8 @@ MAX_ASV_CONFIG_BYTES = 1 << 20
 ASV_CONFIG_DIRS = ("results_dir", "benchmark_dir", "html_dir")
 
 
-def asv_config(repo: Path, results: Optional[Path], out: Path) -> tuple[Path, Path]:
-    """A config for asv with absolute paths: the repo's own, with results where asked. Returns
-    (config path, results directory)."""
+def read_asv_config(repo: Path) -> dict:
+    """The repo's own asv config, checked where the history reads it."""
     import json5  # asv's parser of its config, which has comments (asv's dependency)
 
     source = repo / "asv.conf.json"
@@ -171,13 +172,22 @@ def asv_config(repo: Path, results: Optional[Path], out: Path) -> tuple[Path, Pa
     wrong = [k for k in ASV_CONFIG_DIRS if not isinstance(config.get(k, ""), str)]
     if wrong:
         raise HistoryRunError(f"{source}: field {wrong[0]}: expected a directory, got {config[wrong[0]]!r}")
-    results = (results or repo / config.get("results_dir", ".asv/results")).resolve()
-    config.update({"repo": str(repo), "benchmark_dir": str(repo / config.get("benchmark_dir", "benchmarks")),
-                   "results_dir": str(results), "html_dir": str(repo / config.get("html_dir", ".asv/html")),
-                   "env_dir": str(out / "env")})
+    return config
+
+
+def results_dir(repo: Path, config: dict, given: Optional[Path]) -> Path:
+    """asv's results directory: ``given`` (--results), else the one the repo's config names."""
+    return (given or repo / config.get("results_dir", ".asv/results")).resolve()
+
+
+def write_asv_config(repo: Path, config: dict, results: Path, out: Path) -> Path:
+    """The repo's config for asv with absolute paths and ``results``, written into ``out``."""
+    config = {**config, "repo": str(repo), "benchmark_dir": str(repo / config.get("benchmark_dir", "benchmarks")),
+              "results_dir": str(results), "html_dir": str(repo / config.get("html_dir", ".asv/html")),
+              "env_dir": str(out / "env")}
     path = out / "asv.conf.json"
     atomic.write_json(path, config, indent=1, sort_keys=False)
-    return path, results
+    return path
 
 
 def refuse_out_over_repo(repo: Path, out: Path) -> None:
@@ -193,17 +203,38 @@ def refuse_out_over_repo(repo: Path, out: Path) -> None:
     declare_inputs([repo / "asv.conf.json"])  # read by asv's own reader: never written over, by any path
 
 
-def _asv(args: Sequence[str], log, env: Optional[dict] = None, cwd: Optional[Path] = None) -> int:
+# asv keeps its machines in $HOME/.asv-machine.json (asv/machine.py, MachineCollection), which
+# every `asv machine` and `asv run` reads and rewrites, without a lock and with no option naming
+# another file: two histories at once had one fail on the other's half-written file, and every
+# history wrote outside its --out. So asv's HOME is this directory of the history's --out.
+ASV_HOME = "asv-home"
+
+
+def asv_home(out: Path) -> dict:
+    """The variables that give asv the HOME of the history writing ``out``, with what else lives
+    under HOME kept the user's: Python's user site-packages (where a ``pip install --user`` put
+    asv itself) and git's global settings (a ``safe.directory`` asv's git calls need)."""
+    home = out / ASV_HOME
+    home.mkdir(exist_ok=True)
+    env = {"HOME": str(home), "PYTHONUSERBASE": os.environ.get("PYTHONUSERBASE", site.getuserbase())}
+    git_global = Path.home() / ".gitconfig"
+    if "GIT_CONFIG_GLOBAL" not in os.environ and git_global.is_file():
+        env["GIT_CONFIG_GLOBAL"] = str(git_global)
+    return env
+
+
+def _asv(args: Sequence[str], log, home: dict, env: Optional[dict] = None, cwd: Optional[Path] = None) -> int:
+    """``python -m asv ARGS`` in its own session, output into ``log``, under ``home`` (``asv_home``)."""
     proc = subprocess.Popen([sys.executable, "-m", "asv", *args], stdout=log, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, env=git_env({**os.environ, **(env or {})}), cwd=cwd,
+                            stdin=subprocess.DEVNULL, env=git_env({**os.environ, **home, **(env or {})}), cwd=cwd,
                             start_new_session=True, preexec_fn=stop_with_parent)
     return _wait(proc)
 
 
-def machine_name(config: Path, given: Optional[str], log) -> str:
+def machine_name(config: Path, given: Optional[str], log, home: dict) -> str:
     """asv needs a machine recorded before it files results; ``asv machine --yes`` records this host."""
     args = ["machine", "--yes", "--config", str(config)] + ([f"--machine={given}"] if given else [])
-    if _asv(args, log) != 0:
+    if _asv(args, log, home) != 0:
         raise HistoryRunError(f"asv machine --yes failed; see {log.name}")
     if given:
         return given
@@ -325,7 +356,7 @@ def record_commit(request: HistoryRequest, commit: Commit, say) -> Filed:
                 code = _asv(["run", "--config", str(config), "--environment", f"existing:{sys.executable}",
                              "--set-commit-hash", commit.sha, "--bench", bench_regex({r.family for r in records}),
                              f"--machine={machine}",
-                             "--show-stderr"], log, env={**tree.asv_env(), RUN_ENV: str(run_dir)},
+                             "--show-stderr"], log, request.asv_home, env={**tree.asv_env(), RUN_ENV: str(run_dir)},
                             cwd=tree.path)
     except TreeError as exc:
         return Filed(commit, "failed", time.monotonic() - start, str(exc))
@@ -371,29 +402,39 @@ def _eta(done_s: list[float], left: int) -> str:
 
 
 def cmd_history(args) -> int:
-    signal.signal(signal.SIGTERM, raise_on_sigterm)
+    with stop_signals_unwind():  # SIGTERM and SIGHUP unwind as Ctrl-C: the commit's run stops, its tree goes
+        return _history(args)
+
+
+def _history(args) -> int:
     try:
         repo = repo_root(args.repo.resolve())
         for removed in sweep_orphans(repo):
             print(f"critpath history: {removed}", file=sys.stderr)
-        if args.find and len(args.case_ids) != 1:
-            raise HistoryRunError("--find bisects one case: give exactly one --case")
+        if args.find:
+            check_find(args.find, args.case_ids)
         commits = commits_in(repo, args.range, include_start=bool(args.find))
+        if args.find and len(commits) < 2:
+            raise HistoryRunError(f"--find: range {args.range!r} holds {len(commits)} commit; a step lies between "
+                                  "two: give A..B, whose start A is measured too")
         out = (args.out or repo / ".asv" / "history").resolve()
         refuse_out_over_repo(repo, out)
         claim_dir(out, "history")  # held while it measures: a second history into OUT is refused
-        for sub in ("runs", "logs"):  # written by children and by appends, which no write below checks
+        for sub in ("runs", "logs", ASV_HOME):  # written by children and by appends, which no write below checks
             refuse_links_below(out, out / sub)
-        results = absolute(args.results) or (out / "find-results" if args.find else None)
-        config, results = asv_config(repo, results, out)
+        settings = read_asv_config(repo)
+        results = results_dir(repo, settings, absolute(args.results) or (out / "find-results" if args.find else None))
+        claim_dir(results, "history", option="--results")  # asv files every commit there: held as --out is
+        config = write_asv_config(repo, settings, results, out)
+        home = asv_home(out)
         with (out / "asv-machine.log").open("a") as log:
-            machine = machine_name(config, args.machine, log)
+            machine = machine_name(config, args.machine, log, home)
     except (HistoryRunError, TreeError) as exc:
         print_error("history", exc)
         return EXIT_USAGE
 
     request = HistoryRequest(tuple(args.case_ids), args.families, args.timeout, args.rerun, args.find, repo, config,
-                             results, machine, out)
+                             results, machine, out, home)
 
     def say(text: str) -> None:
         print(for_terminal(text), flush=True)  # commit subjects and case errors are anyone's text
@@ -404,7 +445,7 @@ def cmd_history(args) -> int:
         return _record_range(request, commits, say)
     except KeyboardInterrupt as exc:
         signum = interrupt_signal(exc)
-        say(f"critpath history: interrupted by {signal.Signals(signum).name}; commits filed so far stay in "
+        say(f"critpath history: interrupted by {signum.name}; commits filed so far stay in "
             f"{results}, runs in {out / 'runs'}; the same command carries on")
         return 128 + signum
 
@@ -443,7 +484,8 @@ def _value(results: Path, machine: str, sha: str, case_id: str, figure: str) -> 
 def largest_step(n: int, measure) -> tuple[int, int]:
     """Indices (i, i + 1) of the adjacent pair of ``n`` commits with the largest step, found as
     ``asv find`` does: measure both ends, then keep the half whose ends differ more (as a ratio),
-    so about log2(n) + 2 commits are measured. ``measure(i)`` gives commit i's figure (> 0)."""
+    so about log2(n) + 2 commits are measured. ``measure(i)`` gives commit i's figure (> 0); ``n``
+    is at least 2."""
     def step(a: int, b: int) -> float:
         x, y = measure(a), measure(b)
         if x <= 0 or y <= 0:
@@ -451,10 +493,31 @@ def largest_step(n: int, measure) -> tuple[int, int]:
         return abs(math.log(y / x))
 
     lo, hi = 0, n - 1
+    step(lo, hi)  # both ends first: of two commits, the step is theirs, and nothing else measures them
     while hi - lo > 1:
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if step(lo, mid) >= step(mid, hi) else (mid, hi)
     return lo, hi
+
+
+# What benchmarks/bench_families.py tracks of every case, beside its family's headline figures (the
+# suite runs against older trees and cannot import this module: tests hold the two alike).
+SAMPLE_FIGURES = ("p50_us", "p99_us")
+
+
+def check_find(figure: str, case_ids: Sequence[str]) -> None:
+    """HistoryRunError unless ``--find FIGURE`` can be bisected: one --case, and a figure the suite
+    tracks for it, so a misspelt figure is refused before the first commit is measured. A family
+    this checkout does not define is the measured trees' to judge."""
+    if len(case_ids) != 1:
+        raise HistoryRunError("--find bisects one case: give exactly one --case")
+    family = registry.FAMILIES.get(case_ids[0].partition("/")[0])
+    if family is None:
+        return
+    tracked = [*SAMPLE_FIGURES, *(f.name for f in family.figures if f.headline)]
+    if figure not in tracked:
+        raise HistoryRunError(f"--find {figure}: asv tracks no such figure of a {family.name} case; "
+                              f"give one of {', '.join(tracked)}")
 
 
 def _find(request: HistoryRequest, commits, say) -> int:

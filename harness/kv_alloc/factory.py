@@ -1,6 +1,7 @@
 """Build an allocator model by name for a trace and policy (slab classes are fitted here)."""
 from __future__ import annotations
 
+from harness.core.options import UnknownName
 from harness.kv_alloc.bfc import BFCAllocator
 from harness.kv_alloc.caching import CachingAllocator
 from harness.kv_alloc.paged import PagedAllocator
@@ -39,4 +40,4 @@ def make_allocator(name: str, budget_bytes: int, *, bytes_per_token: int, block_
         classes = fit_size_classes(sizes, SLAB_CLASSES)
         return SlabAllocator(budget_bytes, classes,
                              presize_bytes=presize_plan(sizes, classes, int(budget_bytes * SLAB_PRESIZE_FRACTION)))
-    raise KeyError(f"unknown allocator {name!r}; known: {', '.join(ALLOCATORS)}")
+    raise UnknownName(f"unknown allocator {name!r}; known: {', '.join(ALLOCATORS)}")

@@ -18,6 +18,7 @@ from typing import Union
 import numpy as np
 
 from harness.core.inputfile import read_bounded
+from harness.core.options import UnknownName
 
 AZURE_TRACES = {"azure_code": "AzureLLMInferenceTrace_code.csv", "azure_conv": "AzureLLMInferenceTrace_conv.csv"}
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
@@ -131,7 +132,7 @@ def load_azure(name: str) -> Trace:
     try:
         filename = AZURE_TRACES[name]
     except KeyError:
-        raise KeyError(f"unknown trace {name!r}; known: {', '.join(AZURE_TRACES)}") from None
+        raise UnknownName(f"unknown trace {name!r}; known: {', '.join(AZURE_TRACES)}") from None
     ref = resources.files("harness").joinpath("data/azure_llm_2023", filename)
     with resources.as_file(ref) as path:
         return load_csv(path, name)

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from harness.core.options import UnknownName
+
 
 @dataclass(frozen=True)
 class ModelShape:
@@ -118,4 +120,4 @@ def make_policy(name: str, max_new_tokens: int = 2048, chunk_tokens: int = 256, 
         return GrowByChunk(chunk_tokens)
     if name == "per_block":
         return PerBlock(block_tokens)
-    raise KeyError(f"unknown policy {name!r}; known: reserve_max, grow_chunk, per_block")
+    raise UnknownName(f"unknown policy {name!r}; known: reserve_max, grow_chunk, per_block")

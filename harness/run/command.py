@@ -3,7 +3,6 @@ directory (harness.run.runner)."""
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from harness.core.options import (
 )
 from harness.core.records import MAX_SAMPLES
 from harness.core.scale import MAX_WORLD
-from harness.run.lifetime import raise_on_sigterm
+from harness.run.lifetime import stop_signals_unwind
 from harness.run.plan import MAX_LOCAL_WORLD, RUN_GRID_ONLY
 from harness.run.runner import RunOptions, run
 
@@ -89,10 +88,7 @@ def cmd_run(args) -> int:
         backend=args.backend, sizes_bytes=args.sizes_bytes, iters=args.iters, warmup=args.warmup,
         timeout_s=args.timeout, out=args.out, argv=tuple(sys.argv),
     )
-    # SIGTERM (CI cancellation, a Slurm time limit) unwinds as Ctrl-C does: run.json says
-    # interrupted, the ranks and their servers are killed, temporary directories removed.
-    previous = signal.signal(signal.SIGTERM, raise_on_sigterm)
-    try:
+    # SIGTERM (CI cancellation, a Slurm time limit) or SIGHUP unwinds as Ctrl-C does: run.json
+    # says interrupted, the ranks and their servers are killed, temporary directories removed.
+    with stop_signals_unwind():
         return run(opts)
-    finally:
-        signal.signal(signal.SIGTERM, previous)

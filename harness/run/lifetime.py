@@ -4,6 +4,9 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import threading
+from contextlib import contextmanager
+from typing import Iterator
 
 
 def die_with_parent(sig: int = signal.SIGKILL) -> None:
@@ -27,16 +30,50 @@ def stop_with_parent() -> None:
     die_with_parent(signal.SIGTERM)
 
 
+# The signals that ask a command to stop and that it unwinds from as from Ctrl-C: SIGTERM (a kill,
+# a CI cancellation, a Slurm time limit) and SIGHUP (the terminal or ssh session closed), which by
+# default ended a gate at once, exit 129, leaving its worktree, temporary directory and no gate.json.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
 class Terminated(KeyboardInterrupt):
-    """SIGTERM, delivered as an interrupt so that every context (worktrees, workers, child
-    processes) unwinds as it does on Ctrl-C."""
+    """A stop signal (``STOP_SIGNALS``), delivered as an interrupt so that every context
+    (worktrees, workers, child processes) unwinds as it does on Ctrl-C."""
+
+    def __init__(self, signum: int = signal.SIGTERM) -> None:
+        super().__init__(signum)
+        self.signum = signum
 
 
-def raise_on_sigterm(signum, frame) -> None:
-    """A SIGTERM handler: ``signal.signal(signal.SIGTERM, raise_on_sigterm)``."""
-    raise Terminated()
+def raise_terminated(signum, frame) -> None:
+    """The handler of every stop signal (``stop_signals_unwind``)."""
+    raise Terminated(signum)
 
 
-def interrupt_signal(exc: KeyboardInterrupt) -> int:
-    """The signal an interrupt came from: SIGTERM for ``Terminated``, else SIGINT (Ctrl-C)."""
-    return signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT
+def on_stop_signals(handler) -> dict:
+    """``handler`` for every stop signal this process does not ignore; the handlers before, by
+    signal. One ignored from the start stays so: under ``nohup`` a closed terminal is meant to
+    leave the command running."""
+    return {signum: signal.signal(signum, handler) for signum in STOP_SIGNALS
+            if signal.getsignal(signum) is not signal.SIG_IGN}
+
+
+@contextmanager
+def stop_signals_unwind() -> Iterator[None]:
+    """While the block runs, every stop signal raises ``Terminated``; the handlers before are put
+    back after it. Only the main thread may set one: elsewhere (a test calling a command from a
+    thread) the block runs as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = on_stop_signals(raise_terminated)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def interrupt_signal(exc: KeyboardInterrupt) -> signal.Signals:
+    """The signal an interrupt came from: the stop signal of a ``Terminated``, else SIGINT (Ctrl-C)."""
+    return signal.Signals(exc.signum) if isinstance(exc, Terminated) else signal.SIGINT

@@ -50,7 +50,7 @@ from harness.core.records import MAX_SAMPLES, ErrorInfo, Record, utc_now_iso
 from harness.core.store import RunDir, new_run_id, run_files
 from harness.run import fingerprint
 from harness.run.driver import Collectives, run_case
-from harness.run.lifetime import die_with_parent
+from harness.run.lifetime import die_with_parent, on_stop_signals
 from harness.run.protocol import MAX_WORKER_LINE_BYTES, WORKER_MESSAGE_LIMITS
 from harness.run.plan import LOCAL_WORLD_RULE, MAX_LOCAL_WORLD, PROFILE_POLICY
 from harness.run.timing import PlanPolicy
@@ -276,7 +276,7 @@ def _serve(out: Path, backend: str, timeout_s: float, commands: TextIO, replies:
 def cmd_worker(args: argparse.Namespace) -> int:
     # A gate killed outright must not leave its workers measuring (or their ranks and servers).
     die_with_parent(signal.SIGTERM)
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    on_stop_signals(lambda signum, frame: sys.exit(128 + signum))  # through atexit, which gives up its claims
     # Protocol lines get stdout to themselves: a family or library that prints would otherwise
     # corrupt them, so fd 1 becomes stderr for everything else in this process.
     replies = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)

@@ -24,6 +24,7 @@ from harness.core.comparable import CHECKED_FIELDS
 from harness.core.contention import RULE
 from harness.core.family import SOURCE_MARKS, Column, Family
 from harness.core.figures import N_TOO_SMALL, SAMPLE_BETTER, TIME_SCALE, is_sample_statistic, sample_parts, supports
+from harness.core.options import UnknownName
 from harness.core.sizes import format_size
 from harness.core.store import ResultsFileError
 from harness.nccltests.evidence import ranks_text
@@ -103,7 +104,7 @@ def figure_text(row: Mapping[str, Any], name: str, fmt: str = "{:.4g}", scale: f
     value = row.get(frame_column(name))
     # A statistic the frame does not hold (p95_us, p999_over_mean) would read "-" beside a real value.
     if (f"{parts[0]}_us" not in SUMMARY_COLUMNS) if parts else is_sample_statistic(name):
-        raise KeyError(f"{name}: the frame holds min, p50, p90, p99, p999, max and mean; no such column")
+        raise UnknownName(f"{name}: the frame holds min, p50, p90, p99, p999, max and mean; no such column")
     if parts:
         if row.get("mean_only") and parts[0] != "mean" and _missing(value):
             return MEAN_ONLY
