@@ -277,7 +277,7 @@ def _contention(data: Mapping[str, Any], samples: tuple[int, ...], where: str) -
         raise RecordError(f"field contention.ranks.{uneven}: {len(block['ranks'][uneven])} ranks' evidence in a "
                           f"record of world {data['world']}", where)
     contention = Contention.from_dict(block)
-    why = evidence_problem(contention, data["wall_s"]) or check_summary(contention, samples, block["summary"])
+    why = evidence_problem(contention) or check_summary(contention, samples, block["summary"])
     if why:
         raise RecordError(f"field contention.{why}", where)
     return contention

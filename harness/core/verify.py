@@ -23,6 +23,7 @@ import jsonschema
 
 from harness.core import registry
 from harness.core.case import Case, CaseIdError
+from harness.core.contention import window_problem
 from harness.core.family import BACKENDS, MAX_CHECKED_PER_RANK, Family
 from harness.core.imported import (
     IMPORTED_BACKEND,
@@ -177,6 +178,8 @@ def _check_how_measured(record: Record, case: Case, family: Family, where: str) 
         if windows_ns and timed_ns > sum(windows_ns):
             raise RecordError(f"field contention.ranks.window_ns: {sum(windows_ns)} ns{over}, less than the "
                               f"{sum(samples)} ns its samples add up to", where)
+    if record.contention is not None and (why := window_problem(record.contention, record.wall_s)):
+        raise RecordError(f"field contention.{why}", where)
     check = record.check
     if check is not None:
         # A bound of this family version's case: a record of another version is held to the general one.
