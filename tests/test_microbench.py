@@ -3,7 +3,7 @@
 In the test suite (pyproject's addopts carry ``--benchmark-disable``) each benchmarked call runs
 once and its result is checked: correctness, not time. Timed, with the table:
 
-    .venv/bin/python -m pytest tests/test_microbench.py --benchmark-enable --benchmark-only
+    .venv/bin/python -m pytest tests/test_microbench.py -n 0 --benchmark-enable --benchmark-only
 
 (docs/microbench.md: saving runs and comparing them.)
 """
