@@ -109,6 +109,19 @@ def test_a_contended_record_is_withheld_and_counted():
     assert c.withheld == 1 and c.runs_at[-1] == 2 and c.leads[-1] == crossover.NOT_ESTABLISHED
 
 
+def test_runs_withheld_below_three_ask_for_a_quiet_machine_not_for_more_runs():
+    rng = np.random.default_rng(6)
+    runs = [_run(f"r{k}", [2, 2, 2, 2, 0.5, 0.5, 0.5, 0.5], rng) for k in range(3)]
+    # Run r2 waited for a core throughout: every one of its records contended.
+    stalled = [TICK_NS] * 120 + list(_tight_ns(100.0, rng, 80))
+    runs[2] = LoadedRun(Path("r2"), "r2", tuple(_allreduce("r2", algo, size, stalled, contention=PRESSED)
+                                                for algo in ("ring", "tree") for size in SIZES),
+                        fingerprint={"host": "node-a"})
+    [cell] = [c["crossover"] for c in _cells(runs)]
+    assert cell.startswith("not established here (2 runs, fewer than 3 at every size")
+    assert "again on a quiet machine" in cell and "16 contended records withheld" in cell
+
+
 def test_runs_of_two_machines_are_not_pooled():
     rng = np.random.default_rng(9)
     factors = [2, 2, 2, 2, 0.5, 0.5, 0.5, 0.5]

@@ -277,6 +277,14 @@ def why_not_established(c: Crossover) -> str:
     return f"{_count(len(c.runs), 'run')}, fewer than {MIN_RUNS} at every size both algorithms measured"
 
 
+def _what_to_add(c: Crossover) -> str:
+    # Runs given but withheld as contended need a quieter machine, not more of the same runs.
+    if c.withheld:
+        return (f"measure the sweep again on a quiet machine (contended records never decide) and report "
+                f"{MIN_RUNS} or more runs together")
+    return ADD_RUNS
+
+
 def _descriptive(c: Crossover) -> str:
     crossings = ", ".join(f"~{human_bytes(x)}" for x in c.point_bytes)
     where = f"cross at {crossings}" if crossings else "do not cross in the measured sizes"
@@ -296,7 +304,7 @@ def _cell(c: Crossover) -> str:
             _withheld_text(c)
     if not c.established:
         descriptive = f"; {_descriptive(c)}" if c.runs else ""
-        return f"not established here ({why_not_established(c)}); {ADD_RUNS}{descriptive}{_withheld_text(c)}"
+        return f"not established here ({why_not_established(c)}); {_what_to_add(c)}{descriptive}{_withheld_text(c)}"
     crossings = ", ".join(f"~{human_bytes(x)}" for x in c.point_bytes)
     counts = ", ".join(f"{name} at {n}" for name in (RING, TREE, NEITHER, NOT_ESTABLISHED)
                        if (n := c.leads.count(name)))
