@@ -124,6 +124,34 @@ def test_a_markdown_in_a_closed_directory_is_refused(tmp_path, capsys, no_measur
     assert f"its directory {closed} is not writable by this user" in capsys.readouterr().err
 
 
+# Holds argv[1] as a live `critpath run --out` does, until the test closes its stdin.
+HOLD = """
+import sys
+from harness.core.claim import claim_dir
+
+claim_dir(sys.argv[1], "run")
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.mark.parametrize("command", ["gate", "compare"])
+def test_a_markdown_in_a_directory_another_live_process_holds_is_refused_before_anything(
+        tmp_path, capsys, live_script, no_measuring, command):
+    live = tmp_path / "live"
+    holder = live_script(HOLD, live, ready="held")
+    out, target = tmp_path / "gmA", live / "x.md"
+    if command == "gate":
+        argv = ["gate", "--repo", str(tmp_path), "--base", "HEAD", "--case", NOOP, "--budget", "3"]
+    else:
+        argv = ["compare", str(_run(tmp_path / "r1", "r-1")), str(_run(tmp_path / "r2", "r-2", seed=1))]
+    assert main([*argv, "--markdown", str(target), "--out", str(out)]) == EXIT_COULD_NOT_RUN
+    err = capsys.readouterr().err
+    assert f"--markdown {target} lies below another process's output: {live} is in use: " in err
+    assert f"the file names critpath run (pid {holder.pid} on " in err and "Traceback" not in err
+    assert not out.exists() and not target.exists()  # --out as it was: a retry is not refused as not empty
+
+
 def test_a_compare_whose_markdown_directory_is_missing_is_refused_and_leaves_nothing(tmp_path, capsys):
     base, cand = _run(tmp_path / "r1", "r-1"), _run(tmp_path / "r2", "r-2", seed=1)
     out, target = tmp_path / "cm5", tmp_path / "nodir" / "x.md"

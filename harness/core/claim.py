@@ -156,7 +156,7 @@ def claim_dir(path: Path, command: str, option: str = "--out") -> Claim:
     above = held_above(path.parent)
     if above is not None:
         refuse_links_below(above, path.parent)
-    _refuse_held_above(path, advice)  # before anything is made below it
+    refuse_held_above(path, advice)  # before anything is made below it
     made = not path.exists()
     path.mkdir(parents=True, exist_ok=True)
     while True:
@@ -190,7 +190,7 @@ def claim_dir(path: Path, command: str, option: str = "--out") -> Claim:
     try:
         # Again now that it is held: a claim above made since the first look, or one below, is
         # refused here, and a claim made after this one's finds this one.
-        _refuse_held_above(path, advice)
+        refuse_held_above(path, advice)
         _refuse_held_below(path, advice)
     except DirectoryClaimed:
         claim.release()
@@ -391,9 +391,12 @@ def _refuse_held(directory: Path, what: str, advice: str) -> None:
         os.close(fd)
 
 
-def _refuse_held_above(path: Path, advice: str) -> None:
+def refuse_held_above(path: Path, advice: str) -> None:
     """DirectoryClaimed when another live process holds a directory above ``path`` (resolved: the
-    parents where its files would land, up to the root) and did not start this one."""
+    parents where its files would land, up to the root) and did not start this one. The one rule
+    for "in or below another's claim": ``claim_dir`` and ``writing_into`` apply it, and so does a
+    command that checks a file's path before minutes of work (a gate's ``--markdown``), where a
+    refusal when the file is written would lose the work."""
     for above in Path(os.path.realpath(path)).parents:
         _refuse_held(above, f"{path} lies below another process's output", advice)
 
@@ -420,11 +423,11 @@ def writing_into(directory: Path) -> Iterator[Callable[[], None]]:
         refuse_links_below(above, directory)
         yield lambda: None
         return
-    _refuse_held_above(directory, "write elsewhere")
+    refuse_held_above(directory, "write elsewhere")
     fd = _shared(directory)
 
     def confirm() -> None:
-        _refuse_held_above(directory, "write elsewhere")
+        refuse_held_above(directory, "write elsewhere")
         if fd is None:
             late = _shared(directory)
             if late is not None:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Optional
 
 from harness.core import atomic
+from harness.core.claim import refuse_held_above
 from harness.core.escape import for_code_span, for_file, for_markdown, for_markdown_cell, for_xml
 from harness.core.options import UsageError
 from harness.gate.stats import Outcome, Policy, Verdict
@@ -299,7 +300,8 @@ def output_paths(out_dir: Path) -> dict[str, Path]:
 def check_markdown(markdown_path: Path, out_dir: Path) -> None:
     """UsageError naming ``--markdown`` when the summary could not be appended there: one of the
     gate's own files in ``out_dir`` (the append would make two documents in one), an input, not a
-    regular file, or in a directory that is missing or closed. Checked before a gate measures (a
+    regular file, in a directory that is missing or closed, or in a directory another live process
+    holds (its write would be refused at the end). Checked before a gate measures (a
     refusal at the end lost its whole result) and again before anything is written, so a refused
     --markdown leaves no outputs behind."""
     markdown_path = Path(markdown_path)
@@ -309,6 +311,7 @@ def check_markdown(markdown_path: Path, out_dir: Path) -> None:
     try:
         atomic.check_target(markdown_path)
         atomic.check_creatable(markdown_path)
+        refuse_held_above(markdown_path, "choose another --markdown")
     except UsageError as exc:
         raise UsageError(f"--markdown {exc}") from None
 
