@@ -259,3 +259,56 @@ def test_asvs_home_is_never_a_link_out_of_out(tmp_path, capsys, own_home):
     assert main(["history", "HEAD", "--repo", str(repo), "--case", NOOP, "--out", str(out)]) == 2
     assert f"{out / 'asv-home'} is a symbolic link" in capsys.readouterr().err
     assert list(elsewhere.iterdir()) == [] and list(own_home.iterdir()) == []
+
+
+@pytest.mark.parametrize("results, said", [
+    ("repo/tracked", "is inside the repository {repo} being measured|holds 1 file(s) of the repository being measured"),
+    ("o/h", "is --out {out}"),
+    ("o/h/runs", "lies inside --out {out}"),
+    ("o/h/asv-home", "lies inside --out {out}"),
+    ("o", "holds --out {out}"),
+])
+def test_results_over_the_repository_or_overlapping_out_is_refused_before_anything_runs(tmp_path, capsys, own_home,
+                                                                                        results, said):
+    """--results in the repository rewrote files git tracks; --results equal to --out failed with a
+    traceback after measuring; --results inside --out (or holding it) mixed asv's files with runs."""
+    repo, _ = _asv_repo(tmp_path)
+    tracked = repo / "tracked"
+    tracked.mkdir()
+    (tracked / "x.json").write_text("{}")
+    subprocess.run(["git", "-C", str(repo), "add", "tracked"], check=True)
+    out = tmp_path / "o" / "h"
+    assert main(["history", "HEAD", "--repo", str(repo), "--case", NOOP, "--out", str(out),
+                 "--results", str(tmp_path / results)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"critpath history: error: --results {(tmp_path / results).resolve()} "), err
+    assert any(s.format(repo=repo, out=out) in err for s in said.split("|")), err
+    assert not out.exists() and list(own_home.iterdir()) == []
+
+
+@pytest.mark.parametrize("link", ["asv-home/.asv-machine.json", "asv-machine.log"])
+def test_a_file_history_writes_below_out_is_never_a_link_out_of_out(tmp_path, capsys, own_home, link):
+    """A link at OUT/asv-home/.asv-machine.json or OUT/asv-machine.log had asv and the log write to its target."""
+    repo, _ = _asv_repo(tmp_path)
+    out, target = tmp_path / "h", tmp_path / "elsewhere.json"
+    (out / "asv-home").mkdir(parents=True)
+    (out / link).symlink_to(target)
+    assert main(["history", "HEAD", "--repo", str(repo), "--case", NOOP, "--out", str(out)]) == 2
+    assert f"{out / link} is a symbolic link" in capsys.readouterr().err
+    assert not target.exists() and list(own_home.iterdir()) == []
+
+
+def test_a_log_planted_as_a_link_mid_run_is_refused_not_written_through(tmp_path):
+    """OUT/logs/<sha>.log planted as a link: the commit's asv output went to the link's target."""
+    from harness.core.options import UsageError
+    from harness.history.campaign import open_log
+
+    out, target = tmp_path / "h", tmp_path / "elsewhere.log"
+    (out / "logs").mkdir(parents=True)
+    (out / "logs" / "abc.log").symlink_to(target)
+    with pytest.raises(UsageError, match=re.escape(f"{out / 'logs' / 'abc.log'} is a symbolic link")):
+        open_log(out, out / "logs" / "abc.log")
+    assert not target.exists()
+    with open_log(out, out / "logs" / "def.log") as log:
+        log.write("kept\n")
+    assert (out / "logs" / "def.log").read_text() == "kept\n"
