@@ -312,3 +312,17 @@ def test_a_log_planted_as_a_link_mid_run_is_refused_not_written_through(tmp_path
     with open_log(out, out / "logs" / "def.log") as log:
         log.write("kept\n")
     assert (out / "logs" / "def.log").read_text() == "kept\n"
+
+
+def test_the_env_history_gives_asv_names_a_tmpdir_that_goes_with_the_tree(tmp_path):
+    """asv ran with the user's TMPDIR: a SIGTERM of history left its result.json and forkserver
+    socket there, where no clean-up of the tree reaches."""
+    from harness.gate.trees import checkout
+    from harness.history.campaign import asv_run_env
+
+    repo, shas = _repo(tmp_path / "repo", 1)
+    with checkout(repo, shas[0], "history", "critpath history") as tree:
+        env = asv_run_env(tree, tmp_path / "run")
+        assert Path(env["TMPDIR"]) == tree.temp_dir and tree.temp_dir.is_dir()
+        assert tree.temp_dir.parent == tree.path.parent  # removed with the tree
+    assert not tree.temp_dir.exists()

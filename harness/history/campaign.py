@@ -354,6 +354,12 @@ def _run_args(request: HistoryRequest, run_dir: Path) -> list[str]:
     return argv
 
 
+def asv_run_env(tree, run_dir: Path) -> dict:
+    """What `asv run` of a commit gets beside the history's: the tree's (``Tree.asv_env``, its
+    TMPDIR with it) and the run directory the suite reads its figures from."""
+    return {**tree.asv_env(), RUN_ENV: str(run_dir)}
+
+
 def _finished(run_dir: Path) -> Optional[list]:
     """The records of a run that finished every case, or None (missing, interrupted, unreadable)."""
     if not (run_dir / RESULTS).exists():
@@ -402,7 +408,7 @@ def record_commit(request: HistoryRequest, commit: Commit, say) -> Filed:
                 code = _asv(["run", "--config", str(config), "--environment", f"existing:{sys.executable}",
                              "--set-commit-hash", commit.sha, "--bench", bench_regex({r.family for r in records}),
                              f"--machine={machine}",
-                             "--show-stderr"], log, request.asv_home, env={**tree.asv_env(), RUN_ENV: str(run_dir)},
+                             "--show-stderr"], log, request.asv_home, env=asv_run_env(tree, run_dir),
                             cwd=tree.path)
     except TreeError as exc:
         return Filed(commit, "failed", time.monotonic() - start, str(exc))
