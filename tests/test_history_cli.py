@@ -7,6 +7,7 @@ import dataclasses
 import json
 import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -326,3 +327,21 @@ def test_the_env_history_gives_asv_names_a_tmpdir_that_goes_with_the_tree(tmp_pa
         assert Path(env["TMPDIR"]) == tree.temp_dir and tree.temp_dir.is_dir()
         assert tree.temp_dir.parent == tree.path.parent  # removed with the tree
     assert not tree.temp_dir.exists()
+
+
+def test_a_finished_run_of_another_commit_is_set_aside_by_its_state_and_the_commit_measured(tmp_path):
+    """`cp -r R OUT/runs/<sha>` of a run made from another commit was filed as <sha>'s measurement
+    without measuring; and a finished run set aside by --rerun was named `.interrupted-N`."""
+    from harness.history.campaign import _set_aside, earlier_run
+
+    made_from = json.loads((FIXTURE_RUN / "fingerprint.json").read_text())["git"]["commit"]
+    other = "f" * 40
+    run_dir = tmp_path / "runs" / other
+    shutil.copytree(FIXTURE_RUN, run_dir)
+    foreign = earlier_run(run_dir, other)
+    assert foreign.records is None and foreign.state == "other-commit"
+    assert foreign.why == f"its fingerprint.json names git commit {made_from}, not {other}"
+    own = earlier_run(run_dir, made_from)
+    assert own.records and own.state == "finished"
+    assert _set_aside(run_dir, own.state).name == f"{other}.finished-1"
+    assert earlier_run(run_dir, other).state == "interrupted"  # nothing there now

@@ -45,7 +45,8 @@ from harness.core.inputfile import InputFileError, declare_inputs, read_bounded
 from harness.core.options import (EXIT_FAILED, EXIT_OK, EXIT_USAGE, absolute, case_id_option, families_option,
                                   machine_option, print_error, seconds)
 from harness.core.options import UsageError
-from harness.core.store import RESULTS, ResultsFileError, load_records, run_incompleteness
+from harness.core.store import (FINGERPRINT, RESULTS, ResultsFileError, load_records, read_fingerprint,
+                                 run_incompleteness)
 from harness.gate.trees import TreeError, checkout, probe, repo_root, resolve, sweep_orphans
 from harness.history.asvfiles import AsvDirectoryError, read_results, warn_skipped
 from harness.run.lifetime import interrupt_signal, stop_signals_unwind, stop_with_parent
@@ -371,9 +372,39 @@ def _finished(run_dir: Path) -> Optional[list]:
     return None if run_incompleteness(run_dir, records) else records
 
 
-def _set_aside(run_dir: Path) -> Path:
+def _run_commit(run_dir: Path) -> Optional[str]:
+    """The git commit a run's fingerprint names (None: none named, or the file unreadable)."""
+    try:
+        return read_fingerprint(run_dir / FINGERPRINT).get("git", {}).get("commit")
+    except ResultsFileError:
+        return None
+
+
+@dataclass(frozen=True)
+class EarlierRun:
+    """What OUT/runs/<sha> holds before the commit is measured: ``records`` when it is a finished
+    run of that commit (filed without measuring again), else None; ``state`` names it when set
+    aside (its directory is <sha>.<state>-N) and ``why`` says so to the user."""
+    records: Optional[list]
+    state: str
+    why: str = ""
+
+
+def earlier_run(run_dir: Path, sha: str) -> EarlierRun:
+    """The run ``run_dir`` holds for commit ``sha``: a finished run whose fingerprint names
+    another commit (copied there, or from another repository) is no measurement of ``sha``."""
+    records = _finished(run_dir)
+    if records is None:
+        return EarlierRun(None, "interrupted")
+    made_from = _run_commit(run_dir)
+    if made_from != sha:
+        return EarlierRun(None, "other-commit", f"its fingerprint.json names git commit {made_from}, not {sha}")
+    return EarlierRun(records, "finished")
+
+
+def _set_aside(run_dir: Path, state: str) -> Path:
     n = 1
-    while (aside := run_dir.with_name(f"{run_dir.name}.interrupted-{n}")).exists():
+    while (aside := run_dir.with_name(f"{run_dir.name}.{state}-{n}")).exists():
         n += 1
     run_dir.rename(aside)
     return aside
@@ -390,12 +421,14 @@ def record_commit(request: HistoryRequest, commit: Commit, say) -> Filed:
     try:
         with checkout(repo, commit.sha, "history", "critpath history") as tree:
             probe(tree, [])
-            records = _finished(run_dir)
+            earlier = earlier_run(run_dir, commit.sha)
+            records = earlier.records
             if records is not None and not request.rerun:
                 say(f"  {run_dir} finished before; filing it without measuring again")
             else:
                 if run_dir.exists():
-                    say(f"  kept the earlier run as {_set_aside(run_dir)}")
+                    why = f" ({earlier.why}); measuring the commit" if earlier.why else ""
+                    say(f"  kept the earlier run as {_set_aside(run_dir, earlier.state)}{why}")
                 run_dir.parent.mkdir(parents=True, exist_ok=True)
                 proc = subprocess.Popen(_run_args(request, run_dir), cwd=tree.path, env=tree.env(),
                                         stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=stop_with_parent)
@@ -438,7 +471,7 @@ def _already(request: HistoryRequest, commit: Commit) -> bool:
     if request.case_ids:
         return set(request.case_ids) <= held
     # Without --case, the finished run this command made for the commit says what was asked for.
-    records = _finished(request.out / "runs" / commit.sha)
+    records = earlier_run(request.out / "runs" / commit.sha, commit.sha).records
     return records is not None and {r.case_id for r in records} <= held and _same_families(request, records)
 
 
