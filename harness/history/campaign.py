@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from harness.core import atomic, registry
-from harness.core.claim import claim_dir, refuse_links_below
+from harness.core.claim import claim_dir, link_refused, refuse_links_below
 from harness.core.escape import for_terminal
 from harness.core.git import git_env, over_repository, run_git
 from harness.core.inputfile import InputFileError, declare_inputs, read_bounded
@@ -249,8 +249,7 @@ def open_log(out: Path, path: Path):
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            raise UsageError(f"{path} is a symbolic link (to {os.readlink(path)}); critpath writes below {out} "
-                             "only into files of its own, never through a link to elsewhere: remove it") from None
+            raise UsageError(link_refused(path, out)) from None
         raise
     return os.fdopen(fd, "a")
 
