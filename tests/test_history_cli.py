@@ -7,6 +7,7 @@ import dataclasses
 import json
 import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -259,3 +260,88 @@ def test_asvs_home_is_never_a_link_out_of_out(tmp_path, capsys, own_home):
     assert main(["history", "HEAD", "--repo", str(repo), "--case", NOOP, "--out", str(out)]) == 2
     assert f"{out / 'asv-home'} is a symbolic link" in capsys.readouterr().err
     assert list(elsewhere.iterdir()) == [] and list(own_home.iterdir()) == []
+
+
+@pytest.mark.parametrize("results, said", [
+    ("repo/tracked", "is inside the repository {repo} being measured|holds 1 file(s) of the repository being measured"),
+    ("o/h", "is --out {out}"),
+    ("o/h/runs", "lies inside --out {out}"),
+    ("o/h/asv-home", "lies inside --out {out}"),
+    ("o", "holds --out {out}"),
+])
+def test_results_over_the_repository_or_overlapping_out_is_refused_before_anything_runs(tmp_path, capsys, own_home,
+                                                                                        results, said):
+    """--results in the repository rewrote files git tracks; --results equal to --out failed with a
+    traceback after measuring; --results inside --out (or holding it) mixed asv's files with runs."""
+    repo, _ = _asv_repo(tmp_path)
+    tracked = repo / "tracked"
+    tracked.mkdir()
+    (tracked / "x.json").write_text("{}")
+    subprocess.run(["git", "-C", str(repo), "add", "tracked"], check=True)
+    out = tmp_path / "o" / "h"
+    assert main(["history", "HEAD", "--repo", str(repo), "--case", NOOP, "--out", str(out),
+                 "--results", str(tmp_path / results)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"critpath history: error: --results {(tmp_path / results).resolve()} "), err
+    assert any(s.format(repo=repo, out=out) in err for s in said.split("|")), err
+    assert not out.exists() and list(own_home.iterdir()) == []
+
+
+@pytest.mark.parametrize("link", ["asv-home/.asv-machine.json", "asv-machine.log"])
+def test_a_file_history_writes_below_out_is_never_a_link_out_of_out(tmp_path, capsys, own_home, link):
+    """A link at OUT/asv-home/.asv-machine.json or OUT/asv-machine.log had asv and the log write to its target."""
+    repo, _ = _asv_repo(tmp_path)
+    out, target = tmp_path / "h", tmp_path / "elsewhere.json"
+    (out / "asv-home").mkdir(parents=True)
+    (out / link).symlink_to(target)
+    assert main(["history", "HEAD", "--repo", str(repo), "--case", NOOP, "--out", str(out)]) == 2
+    assert f"{out / link} is a symbolic link" in capsys.readouterr().err
+    assert not target.exists() and list(own_home.iterdir()) == []
+
+
+def test_a_log_planted_as_a_link_mid_run_is_refused_not_written_through(tmp_path):
+    """OUT/logs/<sha>.log planted as a link: the commit's asv output went to the link's target."""
+    from harness.core.options import UsageError
+    from harness.history.campaign import open_log
+
+    out, target = tmp_path / "h", tmp_path / "elsewhere.log"
+    (out / "logs").mkdir(parents=True)
+    (out / "logs" / "abc.log").symlink_to(target)
+    with pytest.raises(UsageError, match=re.escape(f"{out / 'logs' / 'abc.log'} is a symbolic link")):
+        open_log(out, out / "logs" / "abc.log")
+    assert not target.exists()
+    with open_log(out, out / "logs" / "def.log") as log:
+        log.write("kept\n")
+    assert (out / "logs" / "def.log").read_text() == "kept\n"
+
+
+def test_the_env_history_gives_asv_names_a_tmpdir_that_goes_with_the_tree(tmp_path):
+    """asv ran with the user's TMPDIR: a SIGTERM of history left its result.json and forkserver
+    socket there, where no clean-up of the tree reaches."""
+    from harness.gate.trees import checkout
+    from harness.history.campaign import asv_run_env
+
+    repo, shas = _repo(tmp_path / "repo", 1)
+    with checkout(repo, shas[0], "history", "critpath history") as tree:
+        env = asv_run_env(tree, tmp_path / "run")
+        assert Path(env["TMPDIR"]) == tree.temp_dir and tree.temp_dir.is_dir()
+        assert tree.temp_dir.parent == tree.path.parent  # removed with the tree
+    assert not tree.temp_dir.exists()
+
+
+def test_a_finished_run_of_another_commit_is_set_aside_by_its_state_and_the_commit_measured(tmp_path):
+    """`cp -r R OUT/runs/<sha>` of a run made from another commit was filed as <sha>'s measurement
+    without measuring; and a finished run set aside by --rerun was named `.interrupted-N`."""
+    from harness.history.campaign import _set_aside, earlier_run
+
+    made_from = json.loads((FIXTURE_RUN / "fingerprint.json").read_text())["git"]["commit"]
+    other = "f" * 40
+    run_dir = tmp_path / "runs" / other
+    shutil.copytree(FIXTURE_RUN, run_dir)
+    foreign = earlier_run(run_dir, other)
+    assert foreign.records is None and foreign.state == "other-commit"
+    assert foreign.why == f"its fingerprint.json names git commit {made_from}, not {other}"
+    own = earlier_run(run_dir, made_from)
+    assert own.records and own.state == "finished"
+    assert _set_aside(run_dir, own.state).name == f"{other}.finished-1"
+    assert earlier_run(run_dir, other).state == "interrupted"  # nothing there now

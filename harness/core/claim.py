@@ -299,6 +299,12 @@ def held_above(directory: Path) -> Optional[Path]:
     return next((a for a in (at, *at.parents) if _key(a) in _HELD), None)
 
 
+def link_refused(path: Path, top: Path) -> str:
+    """Why a symbolic link at ``path`` below ``top`` is not written through."""
+    return (f"{path} is a symbolic link (to {os.readlink(path)}); critpath writes below {top} only into files and "
+            "directories of its own, never through a link to elsewhere: remove it")
+
+
 def refuse_links_below(top: Path, directory: Path) -> None:
     """UsageError naming the first symbolic link between ``top`` (a directory this process holds)
     and ``directory``: what is written there would land outside the directory that was claimed."""
@@ -306,8 +312,7 @@ def refuse_links_below(top: Path, directory: Path) -> None:
     for part in Path(os.path.abspath(directory)).relative_to(at).parts:
         at = at / part
         if os.path.islink(at):
-            raise UsageError(f"{at} is a symbolic link (to {os.readlink(at)}); critpath writes below {top} only "
-                             "into directories, never through a link to elsewhere: remove it")
+            raise UsageError(link_refused(at, top))
 
 
 def _lock_shared(directory: Path) -> tuple[Optional[int], bool]:

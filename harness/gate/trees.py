@@ -74,14 +74,18 @@ class Tree:
         env = dict(os.environ if base_env is None else base_env)
         env["PYTHONPATH"] = self.python_path(env.get("PYTHONPATH"))
         env[TREE_ENV] = str(self.path)
-        if self.temp_dir is not None:
-            env["TMPDIR"] = str(self.temp_dir)
+        env.update(self._temp_env())
         return env
 
     def asv_env(self) -> dict:
         """What asv's benchmark processes need to run this tree's code: its path, and the tree that
-        ``benchmarks/__init__.py`` checks ``harness`` is imported from."""
-        return {"ASV_PYTHONPATH": self.python_path(), TREE_ENV: str(self.path)}
+        ``benchmarks/__init__.py`` checks ``harness`` is imported from; and the tree's TMPDIR, so
+        that asv's own temporaries (its forkserver socket, a benchmark's result.json) go with the
+        tree when a signal stops asv before it cleans up."""
+        return {"ASV_PYTHONPATH": self.python_path(), TREE_ENV: str(self.path), **self._temp_env()}
+
+    def _temp_env(self) -> dict:
+        return {} if self.temp_dir is None else {"TMPDIR": str(self.temp_dir)}
 
     def to_dict(self) -> dict:
         return {"label": self.label, "ref": self.ref, "path": str(self.path), "commit": self.commit, "dirty": self.dirty}

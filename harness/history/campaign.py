@@ -24,6 +24,7 @@ results directory of its own (a one-case measurement must not overwrite a commit
 """
 from __future__ import annotations
 
+import errno
 import math
 import os
 import re
@@ -37,13 +38,15 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from harness.core import atomic, registry
-from harness.core.claim import claim_dir, refuse_links_below
+from harness.core.claim import claim_dir, link_refused, refuse_links_below
 from harness.core.escape import for_terminal
 from harness.core.git import git_env, over_repository, run_git
 from harness.core.inputfile import InputFileError, declare_inputs, read_bounded
 from harness.core.options import (EXIT_FAILED, EXIT_OK, EXIT_USAGE, absolute, case_id_option, families_option,
                                   machine_option, print_error, seconds)
-from harness.core.store import RESULTS, ResultsFileError, load_records, run_incompleteness
+from harness.core.options import UsageError
+from harness.core.store import (FINGERPRINT, RESULTS, ResultsFileError, load_records, read_fingerprint,
+                                 run_incompleteness)
 from harness.gate.trees import TreeError, checkout, probe, repo_root, resolve, sweep_orphans
 from harness.history.asvfiles import AsvDirectoryError, read_results, warn_skipped
 from harness.run.lifetime import interrupt_signal, stop_signals_unwind, stop_with_parent
@@ -97,7 +100,7 @@ def register(sub) -> None:
     p.add_argument("--case", dest="case_ids", action="append", default=[], metavar="ID", type=case_id_option,
                    help="record exactly this case (repeatable); overrides --families")
     p.add_argument("--results", type=Path, help="asv results directory (default: the repo's asv.conf.json "
-                   "results_dir; with --find, OUT/find-results)")
+                   "results_dir; with --find, OUT/find-results; never inside --out or the repository's tracked files)")
     p.add_argument("--out", type=Path, help="run directories and logs (default: REPO/.asv/history)")
     p.add_argument("--machine", type=machine_option, help="asv machine name (default: asv's, this host's)")
     p.add_argument("--timeout", type=seconds, default=120.0, metavar="SECONDS", help="per-case limit (default 120)")
@@ -203,11 +206,52 @@ def refuse_out_over_repo(repo: Path, out: Path) -> None:
     declare_inputs([repo / "asv.conf.json"])  # read by asv's own reader: never written over, by any path
 
 
+def refuse_results_where(repo: Path, out: Path, results: Path) -> None:
+    """HistoryRunError when --results ``results`` may not be asv's results directory: over the
+    measured repository (asv rewrites its files there, as --out's would be), or overlapping --out
+    ``out`` (a run directory or asv's HOME below --out would be read as asv's results, and asv's
+    results would lie among the history's runs and logs)."""
+    repo, out, results = repo.resolve(), out.resolve(), results.resolve()
+    why = over_repository(repo, results)
+    if why:
+        raise HistoryRunError(f"--results {results} {why}; choose a directory outside it, or one inside that git "
+                              f"tracks nothing in (default {repo / '.asv' / 'results'})")
+    if results == out:
+        overlap = f"is --out {out}"
+    elif results.is_relative_to(out):
+        overlap = f"lies inside --out {out}"
+    elif out.is_relative_to(results):
+        overlap = f"holds --out {out}"
+    else:
+        return
+    raise HistoryRunError(f"--results {results} {overlap}; asv's results and the history's runs and logs must not "
+                          "overlap: choose a --results outside --out")
+
+
 # asv keeps its machines in $HOME/.asv-machine.json (asv/machine.py, MachineCollection), which
 # every `asv machine` and `asv run` reads and rewrites, without a lock and with no option naming
 # another file: two histories at once had one fail on the other's half-written file, and every
 # history wrote outside its --out. So asv's HOME is this directory of the history's --out.
 ASV_HOME = "asv-home"
+ASV_MACHINE_FILE = ".asv-machine.json"  # asv's machine file, in its HOME
+MACHINE_LOG = "asv-machine.log"  # what `asv machine` says
+FIND_RESULTS = "find-results"  # --find's results directory, of its own in --out
+# What a history and its children write below --out, each refused when it is a link (a run's own
+# directory is `critpath run`'s to check; the logs below logs/ are opened with open_log).
+OUT_WRITTEN = ("runs", "logs", ASV_HOME, f"{ASV_HOME}/{ASV_MACHINE_FILE}", MACHINE_LOG)
+
+
+def open_log(out: Path, path: Path):
+    """``path`` below --out ``out``, opened to append: a link there, planted before or during the
+    history, is refused (UsageError naming it), never written through to its target."""
+    refuse_links_below(out, path.parent)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UsageError(link_refused(path, out)) from None
+        raise
+    return os.fdopen(fd, "a")
 
 
 def asv_home(out: Path) -> dict:
@@ -225,6 +269,8 @@ def asv_home(out: Path) -> dict:
 
 def _asv(args: Sequence[str], log, home: dict, env: Optional[dict] = None, cwd: Optional[Path] = None) -> int:
     """``python -m asv ARGS`` in its own session, output into ``log``, under ``home`` (``asv_home``)."""
+    asv_home_dir = Path(home["HOME"])
+    refuse_links_below(asv_home_dir.parent, asv_home_dir / ASV_MACHINE_FILE)  # asv rewrites it, following a link
     proc = subprocess.Popen([sys.executable, "-m", "asv", *args], stdout=log, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, env=git_env({**os.environ, **home, **(env or {})}), cwd=cwd,
                             start_new_session=True, preexec_fn=stop_with_parent)
@@ -308,6 +354,12 @@ def _run_args(request: HistoryRequest, run_dir: Path) -> list[str]:
     return argv
 
 
+def asv_run_env(tree, run_dir: Path) -> dict:
+    """What `asv run` of a commit gets beside the history's: the tree's (``Tree.asv_env``, its
+    TMPDIR with it) and the run directory the suite reads its figures from."""
+    return {**tree.asv_env(), RUN_ENV: str(run_dir)}
+
+
 def _finished(run_dir: Path) -> Optional[list]:
     """The records of a run that finished every case, or None (missing, interrupted, unreadable)."""
     if not (run_dir / RESULTS).exists():
@@ -319,9 +371,39 @@ def _finished(run_dir: Path) -> Optional[list]:
     return None if run_incompleteness(run_dir, records) else records
 
 
-def _set_aside(run_dir: Path) -> Path:
+def _run_commit(run_dir: Path) -> Optional[str]:
+    """The git commit a run's fingerprint names (None: none named, or the file unreadable)."""
+    try:
+        return read_fingerprint(run_dir / FINGERPRINT).get("git", {}).get("commit")
+    except ResultsFileError:
+        return None
+
+
+@dataclass(frozen=True)
+class EarlierRun:
+    """What OUT/runs/<sha> holds before the commit is measured: ``records`` when it is a finished
+    run of that commit (filed without measuring again), else None; ``state`` names it when set
+    aside (its directory is <sha>.<state>-N) and ``why`` says so to the user."""
+    records: Optional[list]
+    state: str
+    why: str = ""
+
+
+def earlier_run(run_dir: Path, sha: str) -> EarlierRun:
+    """The run ``run_dir`` holds for commit ``sha``: a finished run whose fingerprint names
+    another commit (copied there, or from another repository) is no measurement of ``sha``."""
+    records = _finished(run_dir)
+    if records is None:
+        return EarlierRun(None, "interrupted")
+    made_from = _run_commit(run_dir)
+    if made_from != sha:
+        return EarlierRun(None, "other-commit", f"its fingerprint.json names git commit {made_from}, not {sha}")
+    return EarlierRun(records, "finished")
+
+
+def _set_aside(run_dir: Path, state: str) -> Path:
     n = 1
-    while (aside := run_dir.with_name(f"{run_dir.name}.interrupted-{n}")).exists():
+    while (aside := run_dir.with_name(f"{run_dir.name}.{state}-{n}")).exists():
         n += 1
     run_dir.rename(aside)
     return aside
@@ -338,12 +420,14 @@ def record_commit(request: HistoryRequest, commit: Commit, say) -> Filed:
     try:
         with checkout(repo, commit.sha, "history", "critpath history") as tree:
             probe(tree, [])
-            records = _finished(run_dir)
+            earlier = earlier_run(run_dir, commit.sha)
+            records = earlier.records
             if records is not None and not request.rerun:
                 say(f"  {run_dir} finished before; filing it without measuring again")
             else:
                 if run_dir.exists():
-                    say(f"  kept the earlier run as {_set_aside(run_dir)}")
+                    why = f" ({earlier.why}); measuring the commit" if earlier.why else ""
+                    say(f"  kept the earlier run as {_set_aside(run_dir, earlier.state)}{why}")
                 run_dir.parent.mkdir(parents=True, exist_ok=True)
                 proc = subprocess.Popen(_run_args(request, run_dir), cwd=tree.path, env=tree.env(),
                                         stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=stop_with_parent)
@@ -352,14 +436,16 @@ def record_commit(request: HistoryRequest, commit: Commit, say) -> Filed:
                 if code not in (0, 1) or records is None:
                     return Filed(commit, "failed", time.monotonic() - start,
                                  f"critpath run exited {code}" + ("" if records else "; no finished run"))
-            with log_path.open("a") as log:
+            with open_log(out, log_path) as log:
                 code = _asv(["run", "--config", str(config), "--environment", f"existing:{sys.executable}",
                              "--set-commit-hash", commit.sha, "--bench", bench_regex({r.family for r in records}),
                              f"--machine={machine}",
-                             "--show-stderr"], log, request.asv_home, env={**tree.asv_env(), RUN_ENV: str(run_dir)},
+                             "--show-stderr"], log, request.asv_home, env=asv_run_env(tree, run_dir),
                             cwd=tree.path)
     except TreeError as exc:
         return Filed(commit, "failed", time.monotonic() - start, str(exc))
+    except UsageError:  # a link planted below --out: the range's, not one commit's
+        raise
     except Exception as exc:  # noqa: BLE001 -- one commit that breaks the tooling is that commit's failure, not the range's
         return Filed(commit, "failed", time.monotonic() - start, f"{type(exc).__name__}: {exc}")
     wanted = {r.case_id for r in records}
@@ -384,7 +470,7 @@ def _already(request: HistoryRequest, commit: Commit) -> bool:
     if request.case_ids:
         return set(request.case_ids) <= held
     # Without --case, the finished run this command made for the commit says what was asked for.
-    records = _finished(request.out / "runs" / commit.sha)
+    records = earlier_run(request.out / "runs" / commit.sha, commit.sha).records
     return records is not None and {r.case_id for r in records} <= held and _same_families(request, records)
 
 
@@ -419,15 +505,18 @@ def _history(args) -> int:
                                   "two: give A..B, whose start A is measured too")
         out = (args.out or repo / ".asv" / "history").resolve()
         refuse_out_over_repo(repo, out)
-        claim_dir(out, "history")  # held while it measures: a second history into OUT is refused
-        for sub in ("runs", "logs", ASV_HOME):  # written by children and by appends, which no write below checks
-            refuse_links_below(out, out / sub)
         settings = read_asv_config(repo)
-        results = results_dir(repo, settings, absolute(args.results) or (out / "find-results" if args.find else None))
+        find_results = out / FIND_RESULTS if args.find and args.results is None else None
+        results = results_dir(repo, settings, absolute(args.results) or find_results)
+        if results != find_results:  # the --find default is the history's own, inside --out on purpose
+            refuse_results_where(repo, out, results)
+        claim_dir(out, "history")  # held while it measures: a second history into OUT is refused
+        for written in OUT_WRITTEN:  # by children and by appends, which no write below checks
+            refuse_links_below(out, out / written)
         claim_dir(results, "history", option="--results")  # asv files every commit there: held as --out is
         config = write_asv_config(repo, settings, results, out)
         home = asv_home(out)
-        with (out / "asv-machine.log").open("a") as log:
+        with open_log(out, out / MACHINE_LOG) as log:
             machine = machine_name(config, args.machine, log, home)
     except (HistoryRunError, TreeError) as exc:
         print_error("history", exc)
