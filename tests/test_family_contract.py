@@ -118,6 +118,17 @@ def test_a_run_of_an_invalid_case_id_exits_2_before_anything_runs(tmp_path, caps
     assert not out.exists()  # no run directory: nothing started
 
 
+def test_a_case_for_another_backend_than_the_run_exits_2_before_anything_runs(tmp_path, capsys):
+    from harness.cli import main
+
+    out = tmp_path / "run"
+    nccl = "allreduce/algo=ring,backend=nccl,dtype=float32,size_bytes=8,world=2"
+    assert main(["run", "--case", nccl, "--backend", "gloo", "--out", str(out)]) == 2
+    assert (f"critpath run: error: case {nccl} is for backend 'nccl' but this run uses 'gloo': give --backend nccl, "
+            "with only cases for nccl (one backend per run)") in capsys.readouterr().err
+    assert not out.exists()  # refused as a plan, not a failed record of a run
+
+
 def test_a_left_out_key_reads_as_its_declared_default():
     rpc = registry.get("rpc")
     case = registry.parse("rpc/payload_bytes=64,transport=uds")
