@@ -163,7 +163,7 @@ class TestModelOptionsThatDoNothing:
 
     def test_a_calibrate_tier_without_calibrate_is_refused(self, tmp_path, capsys):
         code, err = self._model(tmp_path, capsys, "--calibrate-tier", "nosuch")
-        assert code == 2 and "--calibrate-tier shape the fit of --calibrate; give --calibrate RUN_DIR too" in err, err
+        assert code == 2 and "--calibrate-tier shapes the fit of --calibrate; give --calibrate RUN_DIR too" in err, err
         assert not (tmp_path / "m").exists()
 
     def test_a_statistic_or_loss_without_calibrate_is_refused(self, tmp_path, capsys):

@@ -910,8 +910,8 @@ def table(doc: dict) -> str:
 
 def cmd_power(args) -> int:
     if args.report:
-        refuse_given(given_flags(args, MEASURE_ONLY, args.measure_defaults),
-                     "shape a measurement, and --report prints one stored")
+        given = given_flags(args, MEASURE_ONLY, args.measure_defaults)
+        refuse_given(given, f"{'shapes' if len(given) == 1 else 'shape'} a measurement, and --report prints one stored")
         try:
             # --resample writes into the measurement's directory: held, as a measurement holds it,
             # before the document is read, so a live measurement or --resume is refused up front.

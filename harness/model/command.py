@@ -169,7 +169,9 @@ def cmd_model(args) -> int:
                              f"{MAX_MODEL_CELLS} (fewer sizes, scales or algorithms)")
         return 2
     if not args.calibrate:  # each shapes a fit: without one it would do nothing
-        refuse_given(given_flags(args, CALIBRATE_ONLY), "shape the fit of --calibrate; give --calibrate RUN_DIR too")
+        given = given_flags(args, CALIBRATE_ONLY)
+        refuse_given(given, f"{'shapes' if len(given) == 1 else 'shape'} the fit of --calibrate; give --calibrate "
+                            "RUN_DIR too")
     statistic = args.statistic or DEFAULT_STATISTIC
     loss = args.loss or DEFAULT_LOSS
     try:
