@@ -90,7 +90,19 @@ def test_declared_defaults_are_values_the_param_admits(family):
 
 @pytest.mark.parametrize("case_id, why", [
     ("allreduce/algo=foo,backend=gloo,dtype=float32,size_bytes=8,world=2", "algo must be one of native, ring, tree"),
-    ("allreduce/algo=tree,backend=gloo,dtype=float32,size_bytes=2,world=2", "holds no float32 element"),
+    ("allreduce/algo=tree,backend=gloo,dtype=float32,size_bytes=2,world=2",
+     "size_bytes=2 is not a multiple of float32's 4 bytes; write 4"),
+    # A size between whole elements: the buffer held the elements below, the figures divided the
+    # bytes named, and the ID was a second one of the case below.
+    ("allreduce/algo=native,backend=gloo,dtype=float32,size_bytes=6,world=1",
+     "size_bytes=6 is not a multiple of float32's 4 bytes; write 4 or 8"),
+    ("allreduce/algo=native,backend=gloo,dtype=float16,size_bytes=7,world=1",
+     "size_bytes=7 is not a multiple of float16's 2 bytes; write 6 or 8"),
+    ("sendrecv/backend=gloo,size_bytes=6,world=2", "size_bytes=6 is not a multiple of float32's 4 bytes; write 4 or 8"),
+    ("allreduce_tiers/backend=gloo,size_bytes=10,tier=intra,world=2",
+     "size_bytes=10 is not a multiple of float32's 4 bytes; write 8 or 12"),
+    ("p2p_tiers/backend=gloo,size_bytes=6,tier=intra,world=2",
+     "size_bytes=6 is not a multiple of float32's 4 bytes; write 4 or 8"),
     ("sendrecv/backend=gloo,size_bytes=4096,world=1", "world must be >= 2"),
     ("pipeline/act_bytes=65536,backend=gloo,compute=sleep,compute_us=100,die_stage=2,microbatches=8,rtt_us=0,"
      "scenario=x,schedule=sync,world=2", "die_stage=2 is not a stage of a 2-stage pipeline"),
@@ -116,6 +128,29 @@ def test_a_run_of_an_invalid_case_id_exits_2_before_anything_runs(tmp_path, caps
                  "--out", str(out)]) == 2
     assert "algo must be one of native, ring, tree" in capsys.readouterr().err
     assert not out.exists()  # no run directory: nothing started
+
+
+@pytest.mark.parametrize("families", ["allreduce", "sendrecv", "allreduce_tiers", "p2p_tiers"])
+@pytest.mark.parametrize("sizes", ["6,7", "1K:1040:+3"])
+def test_sizes_that_are_not_whole_elements_are_refused_not_rounded_onto_one_case(families, sizes, tmp_path, capsys):
+    from harness.cli import main
+
+    out = tmp_path / "run"
+    assert main(["run", "--families", families, "--sizes", sizes, "--out", str(out)]) == 2
+    assert f"critpath run: error: --sizes: {families} cases hold whole float32 elements, and size_bytes=" \
+        in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_a_case_for_another_backend_than_the_run_exits_2_before_anything_runs(tmp_path, capsys):
+    from harness.cli import main
+
+    out = tmp_path / "run"
+    nccl = "allreduce/algo=ring,backend=nccl,dtype=float32,size_bytes=8,world=2"
+    assert main(["run", "--case", nccl, "--backend", "gloo", "--out", str(out)]) == 2
+    assert (f"critpath run: error: case {nccl} is for backend 'nccl' but this run uses 'gloo': give --backend nccl, "
+            "with only cases for nccl (one backend per run)") in capsys.readouterr().err
+    assert not out.exists()  # refused as a plan, not a failed record of a run
 
 
 def test_a_left_out_key_reads_as_its_declared_default():

@@ -173,6 +173,26 @@ def test_bad_input_is_named_and_nothing_stored_is_overwritten(tmp_path, capsys):
     assert corrupt.read_text() == "{"  # the other file is untouched
 
 
+def test_report_refuses_every_measuring_option_and_reads_nothing(tmp_path, capsys):
+    import json
+
+    from harness.cli import main
+
+    stored = tmp_path / "power.json"
+    stored.write_text(json.dumps({**_doc([], []), "branches": {}}))
+    argv = ["gate-power", "--report", str(stored), "--case", RPC, "--trials", "3", "--budget", "5",
+            "--out", str(tmp_path / "elsewhere"), "--tools", "bogus"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert ("--case, --trials, --budget, --tools and --out shape a measurement, and --report prints one stored; "
+            "leave --case, --trials, --budget, --tools and --out out") in err, err
+    assert not (tmp_path / "elsewhere").exists()
+    # And the other way: --resample, which replays a stored measurement, without --report.
+    assert main(["gate-power", "--case", RPC, "--resample", "5", "--out", str(tmp_path / "elsewhere")]) == 2
+    assert "--resample replays the gates of a stored measurement; give --report POWER_JSON too" in capsys.readouterr().err
+    assert not (tmp_path / "elsewhere").exists()
+
+
 def test_resume_carries_on_the_named_cells_and_refuses_a_name_it_does_not_hold(tmp_path, capsys):
     import json
 

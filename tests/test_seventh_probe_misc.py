@@ -163,7 +163,14 @@ class TestModelOptionsThatDoNothing:
 
     def test_a_calibrate_tier_without_calibrate_is_refused(self, tmp_path, capsys):
         code, err = self._model(tmp_path, capsys, "--calibrate-tier", "nosuch")
-        assert code == 2 and "--calibrate-tier 'nosuch' names the tier a fit replaces; give --calibrate" in err, err
+        assert code == 2 and "--calibrate-tier shapes the fit of --calibrate; give --calibrate RUN_DIR too" in err, err
+        assert not (tmp_path / "m").exists()
+
+    def test_a_statistic_or_loss_without_calibrate_is_refused(self, tmp_path, capsys):
+        code, err = self._model(tmp_path, capsys, "--statistic", "mean", "--loss", "cauchy")
+        assert code == 2, err
+        assert ("--statistic and --loss shape the fit of --calibrate; give --calibrate RUN_DIR too; "
+                "leave --statistic and --loss out") in err, err
         assert not (tmp_path / "m").exists()
 
     def test_the_default_profile_still_models(self, tmp_path, capsys):

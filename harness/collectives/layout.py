@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from harness.core.case import Needs, Param
-from harness.core.family import BACKEND, bytes_param, world_param
+from harness.core.family import BACKEND, bytes_param, grid_sizes, world_param
 from harness.core.sizes import parse_sizes
 from harness.run.fingerprint import node_key
 
@@ -146,5 +146,5 @@ def tier_cases(family, options) -> list:
     if options.world < 2:
         return []  # no tier has a pair of ranks
     sizes = options.sizes_bytes or parse_sizes(FULL_SIZES if options.profile == "full" else QUICK_SIZES)
-    return [family.case(tier=tier, backend=options.backend, size_bytes=size - size % 4, world=options.world)
-            for size in sizes if size >= 4 for tier in TIERS]
+    return [family.case(tier=tier, backend=options.backend, size_bytes=size, world=options.world)
+            for size in grid_sizes(family.name, sizes, family.element_dtype) for tier in TIERS]

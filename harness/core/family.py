@@ -45,7 +45,7 @@ from harness.core.escape import for_terminal
 from harness.core.figures import (N_TOO_SMALL, Figure, FigureUnavailable, TooFewSamples, is_sample_statistic,
                                   percentile_named, require_samples, sample_parts)
 from harness.core.figures import value as figure_value
-from harness.core.options import UnknownName
+from harness.core.options import UnknownName, UsageError
 from harness.core.sizes import MAX_RUN_SIZE_BYTES
 from harness.core.stats import Summary
 
@@ -60,6 +60,35 @@ BACKENDS = ("gloo", "nccl")
 # (``Family.checked_per_rank``): a check counts results it holds, and a rank holds at most a case's
 # largest allocation, one result a byte at the least.
 MAX_CHECKED_PER_RANK = MAX_RUN_SIZE_BYTES
+
+# Bytes of one element of each dtype a case's buffer holds, declared here without torch, so that
+# parsing, listing or verifying a case does not import it.
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+
+def whole_elements(size_bytes: int, dtype: str) -> str:
+    """Why ``size_bytes`` is not whole ``dtype`` elements, "" when it is. A buffer holds whole
+    elements: a size between two would move the bytes of the one below while its figures divide
+    the bytes named, and it would be a second ID of that case."""
+    element_bytes = DTYPE_BYTES[dtype]
+    below = size_bytes - size_bytes % element_bytes
+    if below == size_bytes:
+        return ""
+    nearest = f"{below} or {below + element_bytes}" if below else f"{below + element_bytes}"
+    return f"size_bytes={size_bytes} is not a multiple of {dtype}'s {element_bytes} bytes; write {nearest}"
+
+
+def grid_sizes(family: str, sizes: Iterable[int], dtype: str) -> list[int]:
+    """The sizes of a grid (its own or --sizes) whose cases hold ``dtype`` elements: one that is not
+    whole elements is refused naming --sizes, never rounded onto a size beside it (two of a sweep
+    would round to one case, recorded twice)."""
+    sizes = list(sizes)
+    for size in sizes:
+        why = whole_elements(size, dtype)
+        if why:
+            raise UsageError(f"--sizes: {family} cases hold whole {dtype} elements, and {why}")
+    return sizes
+
 
 # Parameters many families share, declared once.
 BACKEND = Param("backend", str, "gloo or nccl", choices=BACKENDS, required=True)
@@ -298,6 +327,10 @@ class Family:
     # Rules that join parameters (a mode that needs a key, a world too small for the case), checked
     # with each Param's own bounds when a case is parsed or built: raise ValueError saying why.
     validate: Optional[Callable[[Case], None]] = None
+    # The dtype whose elements a size_bytes key counts in bytes, for a family whose cases name no
+    # dtype key (a float32 buffer): with one, or with a dtype key, check_case holds each size_bytes
+    # to whole elements.
+    element_dtype: Optional[str] = None
     # Why a record's figures are distorted (oversubscribed cores, stretched compute), "" when they
     # are clean: the claims check withholds a flagged record instead of drawing a verdict from it.
     flags: Optional[Callable[[Any], str]] = None
@@ -384,13 +417,21 @@ class Family:
 
     def check_case(self, case: Case, written: Optional[str] = None) -> Case:
         """The joined rules of ``validate``, as a CaseIdError naming the case (as ``written``, where
-        it was read from an ID)."""
-        if self.validate is not None:
-            try:
+        it was read from an ID), after the rule every family with a size_bytes key shares."""
+        try:
+            self._check_whole_elements(case)
+            if self.validate is not None:
                 self.validate(case)
-            except ValueError as exc:
-                raise CaseIdError(f"case ID {written or case.id!r}: {exc}") from None
+        except ValueError as exc:
+            raise CaseIdError(f"case ID {written or case.id!r}: {exc}") from None
         return case
+
+    def _check_whole_elements(self, case: Case) -> None:
+        dtype = case.params.get("dtype", self.element_dtype)
+        if "size_bytes" in case.params and dtype is not None:
+            why = whole_elements(case.params["size_bytes"], dtype)
+            if why:
+                raise ValueError(why)
 
     def case(self, **params) -> Case:
         """Build a case, checking keys, value types and bounds against the declaration."""

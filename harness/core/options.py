@@ -126,10 +126,12 @@ def case_id_option(text: str) -> str:
     return text
 
 
-def given_flags(args, flags: Mapping[str, str]) -> list[str]:
-    """The flags of ``flags`` (an argparse dest -> its flag) the command line set: an option whose
-    default is None was given when its value is not."""
-    return [flag for dest, flag in flags.items() if getattr(args, dest) is not None]
+def given_flags(args, flags: Mapping[str, str], defaults: Optional[Mapping[str, object]] = None) -> list[str]:
+    """The flags of ``flags`` (an argparse dest -> its flag) the command line set: an option was
+    given when its value is not its default, None unless ``defaults`` (dest -> default) says
+    otherwise. (With a default other than None, the default itself given is not told apart.)"""
+    defaults = defaults or {}
+    return [flag for dest, flag in flags.items() if getattr(args, dest) != defaults.get(dest)]
 
 
 def refuse_given(given: Sequence[str], why: str) -> None:

@@ -19,8 +19,8 @@ from typing import Any, Callable
 from harness.core.bandwidth import BANDWIDTH_COLUMNS, algbw_gbps, bandwidth_figures, busbw_gbps, busbw_p50_figure
 from harness.core.case import Case, Param
 from harness.collectives import crossover, plots
-from harness.core.family import (BACKEND, CheckResult, Column, Family, Finding, GridOptions, Plot, RankContext,
-                                 bytes_param, world_param)
+from harness.core.family import (BACKEND, DTYPE_BYTES, CheckResult, Column, Family, Finding, GridOptions, Plot,
+                                 RankContext, bytes_param, grid_sizes, world_param)
 from harness.core.sizes import format_size, parse_sizes
 from harness.core.stats import Summary
 
@@ -28,9 +28,6 @@ QUICK_SIZES = "8:1M:x2"
 FULL_SIZES = "8:64M:x2"
 ALGOS = ("native", "ring", "tree")
 NCCL_ALGO_NAMES = {"ring": "Ring", "tree": "Tree"}
-# Element bytes by dtype name: torch itself is imported by setup, so that listing, reading or
-# verifying allreduce cases does not pay its import.
-DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 IMPL = {
     ("gloo", "native"): "torch.distributed.all_reduce on gloo (gloo's own algorithm)",
@@ -50,24 +47,11 @@ def grid(options: GridOptions) -> list[Case]:
         dtypes += ["bfloat16", "float16"]
     cases = []
     for dtype in dtypes:
-        elem = DTYPE_BYTES[dtype]
-        for size in sizes:
-            if size < elem:
-                continue  # fewer bytes than one element: nothing to reduce
+        for size in grid_sizes(FAMILY.name, sizes, dtype):
             for algo in ALGOS:
-                cases.append(
-                    FAMILY.case(
-                        algo=algo, backend=options.backend, dtype=dtype,
-                        size_bytes=size - size % elem, world=options.world,
-                    )
-                )
+                cases.append(FAMILY.case(algo=algo, backend=options.backend, dtype=dtype, size_bytes=size,
+                                         world=options.world))
     return cases
-
-
-def validate(case: Case) -> None:
-    p = case.params
-    if p["size_bytes"] < DTYPE_BYTES[p["dtype"]]:
-        raise ValueError(f"size_bytes={p['size_bytes']} holds no {p['dtype']} element")
 
 
 @contextmanager
@@ -205,7 +189,6 @@ FAMILY = Family(
         bytes_param("size_bytes", "buffer size in bytes (count x element size)", low=1),
         world_param(),
     ),
-    validate=validate,
     figures=(*bandwidth_figures("allreduce"), busbw_p50_figure("allreduce")),
     grid=grid,
     setup=setup,

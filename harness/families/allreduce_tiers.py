@@ -172,6 +172,7 @@ FAMILY = Family(
     params=tier_params("intra (ranks of one node), inter (one rank per node, same local index) or pairs "
                        "(every node against several partners, in rounds, all ranks of both nodes)",
                        "float32 buffer size in bytes"),
+    element_dtype="float32",  # the buffer setup allocates
     figures=(
         *bandwidth_figures("allreduce", "the ranks of the tier's group"),
         Figure("group_size", "ranks", "neither", "ranks in the largest group of the tier"),

@@ -173,6 +173,7 @@ FAMILY = Family(
     params=tier_params("intra (two ranks of one node), inter (first ranks of nodes 0 and 1) or pairs "
                        "(every node against several partners, in rounds, on every rail)",
                        "float32 message size in bytes"),
+    element_dtype="float32",  # the buffer setup allocates
     figures=(
         Figure("time_us", "us", "lower", "mean round trip (ping-pong) between the tier's pair"),
         Figure("rtt_p50_us", "us", "lower", "median round trip between the tier's pair"),

@@ -14,25 +14,23 @@ from typing import Any, Callable, Optional
 
 from harness.core.bandwidth import BANDWIDTH_COLUMNS, algbw_gbps, bandwidth_figures, busbw_gbps, busbw_p50_figure
 from harness.core.case import Case
-from harness.core.family import (BACKEND, CheckResult, Column, Family, GridOptions, RankContext, bytes_param,
-                                 world_param)
+from harness.core.family import (BACKEND, DTYPE_BYTES, CheckResult, Column, Family, GridOptions, RankContext, bytes_param,
+                                 grid_sizes, world_param)
 from harness.core.sizes import format_size, parse_sizes
 from harness.core.stats import Summary
 
 QUICK_SIZES = "4K:16M:x4"
 FULL_SIZES = "1K:64M:x2"
-ELEMENT_BYTES = 4  # float32
+ELEMENT_DTYPE = "float32"
+ELEMENT_BYTES = DTYPE_BYTES[ELEMENT_DTYPE]
 
 
 def grid(options: GridOptions) -> list[Case]:
     if options.world < 2:
         return []  # send/recv needs a peer
     sizes = options.sizes_bytes or parse_sizes(FULL_SIZES if options.profile == "full" else QUICK_SIZES)
-    return [
-        FAMILY.case(backend=options.backend, size_bytes=size - size % ELEMENT_BYTES, world=options.world)
-        for size in sizes
-        if size >= ELEMENT_BYTES
-    ]
+    return [FAMILY.case(backend=options.backend, size_bytes=size, world=options.world)
+            for size in grid_sizes(FAMILY.name, sizes, FAMILY.element_dtype)]
 
 
 @dataclass
@@ -120,6 +118,7 @@ FAMILY = Family(
         bytes_param("size_bytes", "bytes each rank sends (float32 elements)", low=ELEMENT_BYTES),
         world_param(2, "number of ranks (a peer each)"),
     ),
+    element_dtype=ELEMENT_DTYPE,
     figures=(*bandwidth_figures("sendrecv"), busbw_p50_figure("sendrecv")),
     grid=grid,
     setup=setup,

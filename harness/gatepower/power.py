@@ -47,7 +47,16 @@ from harness.core.git import run_git
 from harness.core.inputfile import read_bounded
 from harness.core.jsonfile import JsonFileError, JsonLimits, loads_strict
 from harness.core.numbers import NumberError, parse_float
-from harness.core.options import absolute, at_least, comma_separated, number_in, positive, print_error
+from harness.core.options import (
+    absolute,
+    at_least,
+    comma_separated,
+    given_flags,
+    number_in,
+    positive,
+    print_error,
+    refuse_given,
+)
 from harness.core.schema import strict_validator
 from harness.gate.config import MAX_MIN_EFFECT
 from harness.gate.outputs import EXIT_COULD_NOT_RUN, EXIT_REGRESSION, fails_build
@@ -226,7 +235,15 @@ def register(sub) -> None:
     p.add_argument("--resample", type=at_least(0, MAX_TRIALS), default=0, metavar="GATES",
                    help="with --report: also replay GATES gates per cell from the pairs its real gates measured "
                         "(labelled resampled) and store them in POWER_JSON")
-    p.set_defaults(func=cmd_power)
+    p.set_defaults(func=cmd_power, measure_defaults={dest: p.get_default(dest) for dest in MEASURE_ONLY})
+
+
+# The options that shape a measurement (argparse dest -> flag): --report prints one stored, and
+# would leave each of them unread.
+MEASURE_ONLY = {"case_ids": "--case", "groups": "--group", "slowdowns": "--slowdowns", "trials": "--trials",
+                "budget": "--budget", "min_effect": "--min-effect", "statistic": "--statistic", "rounds": "--rounds",
+                "rounds_sweep": "--rounds-sweep", "tools": "--tools", "tool_trials": "--tool-trials", "out": "--out",
+                "resume": "--resume"}
 
 
 # -- the measurement -------------------------------------------------------------------------------
@@ -893,6 +910,8 @@ def table(doc: dict) -> str:
 
 def cmd_power(args) -> int:
     if args.report:
+        given = given_flags(args, MEASURE_ONLY, args.measure_defaults)
+        refuse_given(given, f"{'shapes' if len(given) == 1 else 'shape'} a measurement, and --report prints one stored")
         try:
             # --resample writes into the measurement's directory: held, as a measurement holds it,
             # before the document is read, so a live measurement or --resume is refused up front.
@@ -909,6 +928,8 @@ def cmd_power(args) -> int:
             return 2
         print(table(doc))
         return 0
+    refuse_given(["--resample"] if args.resample > 0 else [],
+                 "replays the gates of a stored measurement; give --report POWER_JSON too")
     unknown = [t for t in args.tools if t not in TOOLS]
     if unknown:
         print_error("gate-power", f"unknown tool {unknown[0]!r}; expected {', '.join(TOOLS)}")

@@ -25,9 +25,11 @@ from harness.core.console import Console
 from harness.core.echo import shown
 from harness.core.options import (
     comma_separated,
+    given_flags,
     model_size_sweep,
     name_option,
     print_error,
+    refuse_given,
 )
 from harness.core.progression import parse_progression
 from harness.core.scale import MAX_WORLD
@@ -78,6 +80,12 @@ def _algos_arg(text: str) -> tuple[str, ...]:
     return algos
 
 
+DEFAULT_STATISTIC = "p50"
+DEFAULT_LOSS = "soft_l1"
+# The options that shape the fit of --calibrate (argparse dest -> flag).
+CALIBRATE_ONLY = {"calibrate_tier": "--calibrate-tier", "statistic": "--statistic", "loss": "--loss"}
+
+
 def register(sub) -> None:
     p = sub.add_parser("model", help="modelled allreduce time at scale (alpha-beta and NCCL's tuning model)")
     p.add_argument("--ranks", type=_ranks_arg, default=parse_ranks(DEFAULT_RANKS), metavar="LIST",
@@ -94,9 +102,12 @@ def register(sub) -> None:
                         "(repeat for several runs, e.g. one per world)")
     p.add_argument("--calibrate-tier", metavar="TIER", type=name_option,
                    help="profile tier the fit replaces (default: the profile's intra-node tier; with --calibrate only)")
-    p.add_argument("--statistic", choices=("p50", "mean"), default="p50", help="measured statistic to fit")
-    p.add_argument("--loss", choices=("soft_l1", "linear", "huber", "cauchy"), default="soft_l1",
-                   help="least-squares loss of the fit (default soft_l1, robust to time-slice outliers)")
+    # Defaults None, so that one given without --calibrate (a fit that never runs) is told apart.
+    p.add_argument("--statistic", choices=("p50", "mean"), default=None,
+                   help=f"measured statistic to fit (default {DEFAULT_STATISTIC}; with --calibrate only)")
+    p.add_argument("--loss", choices=("soft_l1", "linear", "huber", "cauchy"), default=None,
+                   help=f"least-squares loss of the fit (default {DEFAULT_LOSS}, robust to time-slice outliers; "
+                        "with --calibrate only)")
     p.add_argument("--claims", action="store_true", help="also print the A1.tree and A2.allreduce reproductions")
     p.add_argument("--out", type=Path, help="directory for model.json, modelled_times.csv and plots "
                                              "(default reports/model-<time>)")
@@ -157,17 +168,19 @@ def cmd_model(args) -> int:
                              f"{len(algos)} algorithms is {cells} modelled times; at most MAX_MODEL_CELLS = "
                              f"{MAX_MODEL_CELLS} (fewer sizes, scales or algorithms)")
         return 2
-    if args.calibrate_tier is not None and not args.calibrate:  # a tier no fit replaces would do nothing
-        print_error("model", f"--calibrate-tier {shown(args.calibrate_tier)} names the tier a fit replaces; "
-                             "give --calibrate RUN_DIR too, or leave it out")
-        return 2
+    if not args.calibrate:  # each shapes a fit: without one it would do nothing
+        given = given_flags(args, CALIBRATE_ONLY)
+        refuse_given(given, f"{'shapes' if len(given) == 1 else 'shape'} the fit of --calibrate; give --calibrate "
+                            "RUN_DIR too")
+    statistic = args.statistic or DEFAULT_STATISTIC
+    loss = args.loss or DEFAULT_LOSS
     try:
         profile = load_profile(args.profile or DEFAULT_PROFILE) if (args.profile or not args.calibrate) else None
         fits: list = []
         extrapolated: list = []
         if args.calibrate:
-            fits = fit_run(args.calibrate, args.statistic, loss=args.loss)
-            extrapolated = extrapolations(args.calibrate, args.statistic, loss=args.loss)
+            fits = fit_run(args.calibrate, statistic, loss=loss)
+            extrapolated = extrapolations(args.calibrate, statistic, loss=loss)
             profile, links_by_algo = _calibrated_profile(fits, profile, args.calibrate_tier, args.calibrate)
         else:
             links_by_algo = {a: ab.Links.from_profile(profile) for a in algos}

@@ -97,6 +97,7 @@ class RunPlan:
 def plan_run(opts: RunOptions, world: int, backend: str) -> RunPlan:
     """The plan of a run on ``world`` ranks over ``backend``: the cases the options select there."""
     cases = select_cases(opts, GridOptions(opts.profile, world, backend, opts.sizes_bytes))
+    refuse_other_backends(cases, backend)
     options = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(opts).items()}
     return RunPlan(tuple(cases), backend, opts.policy(), opts.timeout_s, opts.out, options, tuple(opts.argv))
 
@@ -108,6 +109,16 @@ def refuse_unavailable(opts: RunOptions, backend: str, why: str) -> None:
         named = f"--backend {backend}" if opts.backend else f"backend {backend}"
         other = "; --backend gloo runs on any host" if backend == "nccl" else ""
         raise UsageError(f"{named} cannot run here: {why}{other}")
+
+
+def refuse_other_backends(cases: list[Case], backend: str) -> None:
+    """Refuse, before any case runs, a case ID naming a process-group backend other than the run's:
+    a run has one process group, so each such case would only fail, as a record of the run."""
+    other = next((case for case in cases if case.params.get("backend", backend) != backend), None)
+    if other is not None:
+        wanted = other.params["backend"]
+        raise UsageError(f"case {other.id} is for backend {wanted!r} but this run uses {backend!r}: give "
+                         f"--backend {wanted}, with only cases for {wanted} (one backend per run)")
 
 
 def select_cases(opts: RunOptions, grid: GridOptions) -> list[Case]:
