@@ -245,6 +245,7 @@ def _spin_evidence(neighbours: int) -> cn.RankEvidence:
             proc.wait(timeout=10)
 
 
+@pytest.mark.alone  # beside another test worker its quiet runs are contended already, and it skips
 @pytest.mark.integration
 def test_a_cpu_bound_neighbour_raises_the_recorded_pressure_and_switches():
     """Two busy processes on this machine's CPUs during the timed loop: the fields the rule reads

@@ -29,10 +29,12 @@ def test_ci_runs_the_slow_tier_that_the_readme_command_leaves_out():
     import tomllib
 
     addopts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["addopts"]
-    assert "-m 'not slow'" in addopts
+    assert "-m 'not slow and not alone'" in addopts
     ci = (ROOT / ".ci" / "run").read_text()
     assert re.search(r"^\.venv/bin/python -m pytest -m slow$", ci, re.MULTILINE)
+    assert re.search(r"^\.venv/bin/python -m pytest -n 0 -m alone$", ci, re.MULTILINE)
     assert ci.index("pytest -m slow") > ci.index(_readme_commands()[1])
+    assert ci.index("pytest -n 0 -m alone") > ci.index("pytest -m slow")
 
 
 def test_asv_check_passes():
