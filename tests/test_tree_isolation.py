@@ -768,7 +768,7 @@ def test_asv_under_history_and_gate_power_does_not_see_a_hooks_git_dir(tmp_path,
     monkeypatch.setattr(campaign.subprocess, "Popen", Popen)
     monkeypatch.setattr(campaign, "_wait", lambda proc: 0)
     with open(tmp_path / "log", "w") as log:
-        campaign._asv(["machine", "--yes"], log, {}, env={"ASV_PYTHONPATH": "x"})
+        campaign._asv(["machine", "--yes"], log, campaign.asv_home(tmp_path), env={"ASV_PYTHONPATH": "x"})
     monkeypatch.setattr(tools, "_run", lambda args, cwd, env: seen.append(env) or "")
     (tmp_path / "scratch" / "asv_benchmarks").mkdir(parents=True)  # what _asv_config makes
     monkeypatch.setattr(tools, "_asv_config", lambda scratch, repo: scratch / "asv.conf.json")
