@@ -287,6 +287,21 @@ def test_results_over_the_repository_or_overlapping_out_is_refused_before_anythi
     assert not out.exists() and list(own_home.iterdir()) == []
 
 
+@pytest.mark.parametrize("results, said", [("run", "is the run directory"), ("run/asv", "lies inside the run directory")])
+def test_results_in_a_run_directory_is_refused_before_anything_runs(tmp_path, capsys, own_home, results, said):
+    """--results naming a finished run's directory added asv's machine and result files beside its records."""
+    repo, _ = _asv_repo(tmp_path)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "results.jsonl").write_text("")
+    out = tmp_path / "h"
+    assert main(["history", "HEAD", "--repo", str(repo), "--case", NOOP, "--out", str(out),
+                 "--results", str(tmp_path / results)]) == 2
+    err = capsys.readouterr().err
+    assert f"{said} {run.resolve()} (it holds results.jsonl)" in err, err
+    assert sorted(p.name for p in run.iterdir()) == ["results.jsonl"] and not out.exists()
+
+
 @pytest.mark.parametrize("link", ["asv-home/.asv-machine.json", "asv-machine.log"])
 def test_a_file_history_writes_below_out_is_never_a_link_out_of_out(tmp_path, capsys, own_home, link):
     """A link at OUT/asv-home/.asv-machine.json or OUT/asv-machine.log had asv and the log write to its target."""

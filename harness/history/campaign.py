@@ -45,6 +45,7 @@ from harness.core.inputfile import InputFileError, declare_inputs, read_bounded
 from harness.core.options import (EXIT_FAILED, EXIT_OK, EXIT_USAGE, absolute, case_id_option, families_option,
                                   machine_option, print_error, seconds)
 from harness.core.options import UsageError
+from harness.core.runfiles import run_files
 from harness.core.store import (FINGERPRINT, RESULTS, ResultsFileError, load_records, read_fingerprint,
                                  run_incompleteness)
 from harness.gate.trees import TreeError, checkout, probe, repo_root, resolve, sweep_orphans
@@ -216,6 +217,12 @@ def refuse_results_where(repo: Path, out: Path, results: Path) -> None:
     if why:
         raise HistoryRunError(f"--results {results} {why}; choose a directory outside it, or one inside that git "
                               f"tracks nothing in (default {repo / '.asv' / 'results'})")
+    for where in (results, results.parent):  # a run's directory, or a folder of its own in one
+        held = run_files(where)
+        if held:
+            raise HistoryRunError(f"--results {results} {'is' if where == results else 'lies inside'} the run "
+                                  f"directory {where} (it holds {held[0].name}); asv's results would lie among "
+                                  "that run's files: choose a --results outside every run directory")
     if results == out:
         overlap = f"is --out {out}"
     elif results.is_relative_to(out):
