@@ -264,3 +264,19 @@ def test_a_compare_of_repeats_compares_the_statistic_asked(tmp_path):
     main(["compare", str(base), str(cand), "--statistic", "p99_ns", "--out", str(out)])
     data = json.loads((out / "gate.json").read_text())
     assert data["statistic"] == "p99_ns" and "statistic_asked" not in data["extra"]
+
+
+# -- 7: a run directory linked into a side of repeats is refused, naming the link -------------------
+
+def test_a_run_directory_linked_into_a_side_of_repeats_is_refused_naming_the_link(tmp_path, capsys):
+    base, cand, elsewhere = tmp_path / "a", tmp_path / "b", tmp_path / "elsewhere"
+    for i in range(2):
+        _run(base / f"r{i}", f"a-{i}", seed=i)
+    _run(cand / "r0", "b-0", seed=10)
+    _run(elsewhere / "r1", "b-1", seed=11)
+    (cand / "r1").symlink_to(elsewhere / "r1")
+    out = tmp_path / "cm"
+    assert main(["compare", str(base), str(cand), "--out", str(out)]) == EXIT_COULD_NOT_RUN
+    named = f"{cand / 'r1'} is a symbolic link to a directory ({elsewhere / 'r1'}); a compare side does not follow links"
+    assert named in capsys.readouterr().err
+    assert named in json.loads((out / "gate.json").read_text())["error"]

@@ -358,7 +358,8 @@ def _side_runs(path: Path) -> list[Path]:
     if (path / RESULTS).exists() or path.is_file():
         return [path]
     try:
-        runs = [d for d, names in walk_bounded(path, "a compare side", SIDE_DEPTH, MAX_SIDE_DIRS) if RESULTS in names]
+        runs = [d for d, names in walk_bounded(path, "a compare side", SIDE_DEPTH, MAX_SIDE_DIRS,
+                                                 refuse_links=True) if RESULTS in names]
     except WalkError as exc:
         raise ResultsFileError(str(exc)) from None
     if len(runs) > MAX_REPEATS:
