@@ -142,6 +142,17 @@ def test_sizes_that_are_not_whole_elements_are_refused_not_rounded_onto_one_case
     assert not out.exists()
 
 
+@pytest.mark.parametrize("families", [["--families", "allreduce"], []])  # []: the default families
+def test_list_of_sizes_that_are_not_whole_elements_says_why_as_run_does(families, capsys):
+    from harness.cli import main
+
+    assert main(["list", *families, "--sizes", "1,2,3"]) == 2
+    err = capsys.readouterr().err
+    assert ("critpath list: error: --sizes: allreduce cases hold whole float32 elements, and size_bytes=1 is not a "
+            "multiple of float32's 4 bytes; write 4") in err
+    assert "no cases selected" not in err
+
+
 def test_a_case_for_another_backend_than_the_run_exits_2_before_anything_runs(tmp_path, capsys):
     from harness.cli import main
 

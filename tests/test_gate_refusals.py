@@ -264,3 +264,57 @@ def test_a_compare_of_repeats_compares_the_statistic_asked(tmp_path):
     main(["compare", str(base), str(cand), "--statistic", "p99_ns", "--out", str(out)])
     data = json.loads((out / "gate.json").read_text())
     assert data["statistic"] == "p99_ns" and "statistic_asked" not in data["extra"]
+
+
+def test_a_compare_whose_samples_support_no_statistic_asked_names_that_statistic_only(tmp_path, capsys):
+    # 200 samples hold no p999: no case is compared, so nothing says p50_ns was.
+    base, cand = _run(tmp_path / "r1", "r-1"), _run(tmp_path / "r2", "r-2", seed=1)
+    out = tmp_path / "cm"
+    assert main(["compare", str(base), str(cand), "--statistic", "p999_ns", "--out", str(out)]) == EXIT_COULD_NOT_RUN
+    data = json.loads((out / "gate.json").read_text())
+    assert data["statistic"] == "p999_ns" and "statistic_asked" not in data["extra"]
+    note = data["cases"][0]["reason"]
+    assert "p999_ns asked: n too small: p999 needs at least 1000 samples, this record has 200" in note
+    gate_md = (out / "gate.md").read_text()
+    assert "statistic `p999_ns`, unit" in gate_md
+    assert "p50_ns" not in gate_md and "p50_ns" not in capsys.readouterr().err
+
+
+# -- 6: a compare of uneven sides says which side has one run -------------------------------------
+
+@pytest.mark.parametrize("single", ["base", "candidate"])
+def test_a_compare_of_two_runs_against_one_names_the_side_of_one_run(tmp_path, capsys, single):
+    two, one = tmp_path / "two", tmp_path / "one"
+    _run(two / "r0", "t-0", seed=0)
+    _run(two / "r1", "t-1", seed=1)
+    _run(one, "o-0", seed=2)
+    other = "candidate" if single == "base" else "base"
+    sides = [one, two] if single == "base" else [two, one]
+    out = tmp_path / "cm"
+    main(["compare", *map(str, sides), "--statistic", "p99_ns", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert "one run per side" not in err
+    assert (f"warning: the {single} side has one run, the {other} 2: with one run on a side there is no spread "
+            f"between processes to test against, so the unit is per-iteration samples, of the {single}'s run and "
+            f"of the {other}'s first run only ({two / 'r0'})") in err
+    assert f"compared p50_ns, not p99_ns: the {single} side's one run has one p99_ns, nothing to test" in err
+    data = json.loads((out / "gate.json").read_text())
+    assert data["unit"] == "iteration" and not any("one run per side" in w for w in data["warnings"])
+    runs = {"base": 1, "candidate": 2} if single == "base" else {"base": 2, "candidate": 1}
+    assert f"{runs['base']} runs of the base and {runs['candidate']} of the candidate" in (out / "gate.md").read_text()
+
+
+# -- 7: a run directory linked into a side of repeats is refused, naming the link -------------------
+
+def test_a_run_directory_linked_into_a_side_of_repeats_is_refused_naming_the_link(tmp_path, capsys):
+    base, cand, elsewhere = tmp_path / "a", tmp_path / "b", tmp_path / "elsewhere"
+    for i in range(2):
+        _run(base / f"r{i}", f"a-{i}", seed=i)
+    _run(cand / "r0", "b-0", seed=10)
+    _run(elsewhere / "r1", "b-1", seed=11)
+    (cand / "r1").symlink_to(elsewhere / "r1")
+    out = tmp_path / "cm"
+    assert main(["compare", str(base), str(cand), "--out", str(out)]) == EXIT_COULD_NOT_RUN
+    named = f"{cand / 'r1'} is a symbolic link to a directory ({elsewhere / 'r1'}); a compare side does not follow links"
+    assert named in capsys.readouterr().err
+    assert named in json.loads((out / "gate.json").read_text())["error"]

@@ -19,14 +19,16 @@ class WalkError(ValueError):
 
 
 def walk_bounded(root: Path, what: str, max_depth: int, max_dirs: int,
-                 prune: bool = False) -> Iterator[tuple[Path, list[str]]]:
+                 prune: bool = False, refuse_links: bool = False) -> Iterator[tuple[Path, list[str]]]:
     """(directory, the names of its non-directories, sorted) for ``root`` and every directory
     below it, ``root`` first, breadth-first and without recursion. ``max_depth`` counts the levels
     of directories below ``root`` (0: ``root`` alone); a directory below the last level, or more
     than ``max_dirs`` directories in all, is refused with WalkError. Links to directories are not
     followed (as ``os.walk`` and ``rglob`` do not): a link cannot make a tree endless. ``prune``:
     a directory below the last level is left unread instead of refused (a reader that looks only
-    so deep, and has nothing to refuse deeper)."""
+    so deep, and has nothing to refuse deeper). ``refuse_links``: a link to a directory below
+    ``root`` is refused with WalkError naming it, for a reader that would otherwise miss what lies
+    there without a word (a compare side's run linked in among its repeats)."""
     root = Path(root)
     queue = deque([(root, 0)])
     seen = 0
@@ -47,6 +49,11 @@ def walk_bounded(root: Path, what: str, max_depth: int, max_dirs: int,
             except OSError:
                 is_dir = False
             if not is_dir:
+                if refuse_links and entry.is_symlink() and os.path.isdir(entry.path):
+                    raise WalkError(f"{Path(entry.path)} is a symbolic link to a directory "
+                                    f"({os.readlink(entry.path)}); {what} does not follow links below {root} "
+                                    "(one could name a run twice or make the tree endless): copy what it "
+                                    "links to in instead")
                 names.append(entry.name)
                 continue
             if depth >= max_depth:

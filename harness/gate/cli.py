@@ -358,7 +358,8 @@ def _side_runs(path: Path) -> list[Path]:
     if (path / RESULTS).exists() or path.is_file():
         return [path]
     try:
-        runs = [d for d, names in walk_bounded(path, "a compare side", SIDE_DEPTH, MAX_SIDE_DIRS) if RESULTS in names]
+        runs = [d for d, names in walk_bounded(path, "a compare side", SIDE_DEPTH, MAX_SIDE_DIRS,
+                                                 refuse_links=True) if RESULTS in names]
     except WalkError as exc:
         raise ResultsFileError(str(exc)) from None
     if len(runs) > MAX_REPEATS:
@@ -419,10 +420,9 @@ def _compare_into(request: CompareRequest, out: Path) -> int:
     unit = Unit.PROCESS if min(len(s) for s in sides) >= 2 else Unit.ITERATION
     warnings = ["these runs were not measured interleaved in one job: differences between jobs, machines or "
                 "times count as change. This is not an A/B; use critpath gate for a verdict you can trust."]
-    if unit == Unit.ITERATION:
-        warnings.append("one run per side: per-iteration samples are the unit, and they are not independent "
-                        "draws (they share one process), so p-values are optimistic; the minimum effect is "
-                        "the only real guard")
+    single = _single_runs(request, sides) if unit == Unit.ITERATION else ""
+    if single:
+        warnings.append(single)
     case_ids = list(dict.fromkeys(r.case_id for side in sides for run in side for r in run))
     inputs = []
     for case_id in case_ids:
@@ -458,7 +458,10 @@ def _compare_into(request: CompareRequest, out: Path) -> int:
                 values.append([])
         inputs.append(CaseInput(case_id, values[0], values[1], config.min_effect(case_id), case_direction,
                                 problem="; ".join(problems)))
-    compared, instead = _compared_statistic(unit, config.statistic)
+    # Named as compared only where some case was: a statistic no case's samples support is the
+    # statistic asked, and each case says why it could not run.
+    compared, instead = _compared_statistic(unit, config.statistic, _single_side(sides),
+                                            any(not case.problem for case in inputs))
     result = outputs.result("compare", compared, config.policy, unit, verdicts=verdicts(inputs, config.policy),
                             base={"ref": str(request.run_a), "runs": len(sides[0])},
                             candidate={"ref": str(request.run_b), "runs": len(sides[1])},
@@ -468,17 +471,43 @@ def _compare_into(request: CompareRequest, out: Path) -> int:
     return outputs.finish(result, out)
 
 
-def _compared_statistic(unit: str, asked: str) -> tuple[str, str]:
+def _single_side(sides: list) -> str:
+    """Which side has the one run of an uneven compare ("" when both have one)."""
+    base, cand = (len(side) for side in sides)
+    return "" if base == cand else "base" if base == 1 else "candidate"
+
+
+def _single_runs(request: CompareRequest, sides: list) -> str:
+    """The warning of a compare with one run on a side: per-iteration samples are its unit, and a
+    side of several runs gives only its first (``_compare_into`` compares ``records[0]``)."""
+    guard = ("they are not independent draws (they share one process), so p-values are optimistic; the "
+             "minimum effect is the only real guard")
+    single = _single_side(sides)
+    if not single:
+        return f"one run per side: per-iteration samples are the unit, and {guard}"
+    other, path = ("candidate", request.run_b) if single == "base" else ("base", request.run_a)
+    runs = len(sides[single == "base"])
+    return (f"the {single} side has one run, the {other} {runs}: with one run on a side there is no spread between "
+            f"processes to test against, so the unit is per-iteration samples, of the {single}'s run and of the "
+            f"{other}'s first run only ({_side_runs(path)[0]}); {guard}. Give two or more runs on each side to "
+            "compare processes")
+
+
+def _compared_statistic(unit: str, asked: str, single: str = "", compared: bool = True) -> tuple[str, str]:
     """The statistic a compare in ``unit`` compares for ``asked``, and what the result says when it
-    is another one ("" when not). One run per side has one ``p99_ns`` each, nothing to test: its
-    per-iteration samples are compared, by their medians (``ITERATION_STATISTIC``), and gate.json,
-    gate.md and stderr name that, never the statistic asked. A figure with no per-iteration samples
-    is refused per case instead (``iteration_values``)."""
-    if unit != Unit.ITERATION or asked == ITERATION_STATISTIC or not is_sample_statistic(asked):
+    is another one ("" when not). A side of one run (each side, or the ``single`` one) has one
+    ``p99_ns``, nothing to test: its per-iteration samples are compared, by their medians
+    (``ITERATION_STATISTIC``), and gate.json, gate.md and stderr name that, never the statistic
+    asked. A figure with no per-iteration samples is refused per case instead
+    (``iteration_values``), as is a sample too short for ``asked``; with no case ``compared`` the
+    statistic is the one asked, and each case says why it could not run."""
+    if (unit != Unit.ITERATION or asked == ITERATION_STATISTIC or not is_sample_statistic(asked)
+            or not compared):
         return asked, ""
-    return ITERATION_STATISTIC, (f"compared {ITERATION_STATISTIC}, not {asked}: one run per side has one {asked} "
-                                 "each, nothing to test, so its per-iteration samples are compared by their medians; "
-                                 f"give two or more runs per side to compare {asked}")
+    one = f"the {single} side's one run has one {asked}" if single else f"one run per side has one {asked} each"
+    return ITERATION_STATISTIC, (f"compared {ITERATION_STATISTIC}, not {asked}: {one}, nothing to test, so "
+                                 "per-iteration samples are compared by their medians; give two or more runs per "
+                                 f"side to compare {asked}")
 
 
 def _recheck_gate(request: CompareRequest, out: Path, start: float) -> int:

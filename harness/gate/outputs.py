@@ -247,6 +247,14 @@ def _side_text(side: dict) -> str:
     return str(commit)[:SHORT_COMMIT] if commit else str(side.get("ref", "?"))
 
 
+def _repeats_text(result: GateResult) -> str:
+    """How many repeats gate.md says each side had: a compare of uneven sides names each count."""
+    runs = (result.base.get("runs"), result.candidate.get("runs"))
+    if runs[0] != runs[1]:
+        return f", {runs[0]} runs of the base and {runs[1]} of the candidate"
+    return f", {result.repeats} repeats per side" if result.repeats else ""
+
+
 def markdown(result: GateResult) -> str:
     """A summary for a CI step summary (GitHub's $GITHUB_STEP_SUMMARY renders it)."""
     lines = [f"### critpath gate: {for_markdown(result.headline)}", ""]
@@ -259,7 +267,7 @@ def markdown(result: GateResult) -> str:
         asked = result.extra.get("statistic_asked")
         how = (f"; statistic `{result.statistic}`" + (f" ({for_code_span(asked)} was asked; see the warning)" if asked else "")
                + f", unit of replication: {result.unit}"
-               + (f", {result.repeats} repeats per side" if result.repeats else "")
+               + _repeats_text(result)
                + f"; Holm-adjusted {TESTS.get(result.mode, TESTS['compare'])} at alpha {result.policy.alpha:g}; "
                f"{result.wall_s:.0f} s.")
     base, cand = (for_code_span(_side_text(side)) for side in (result.base, result.candidate))

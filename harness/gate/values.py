@@ -17,7 +17,7 @@ import numpy as np
 
 from harness.core import figures
 from harness.core.declarations import better
-from harness.core.figures import FigureUnavailable, is_sample_statistic
+from harness.core.figures import FigureUnavailable, TooFewSamples, is_sample_statistic
 from harness.core.records import Record
 
 
@@ -55,8 +55,12 @@ def iteration_values(record: Record, statistic: str) -> np.ndarray:
     if not is_sample_statistic(statistic):
         raise FigureUnavailable(f"{record.case_id}: metric {statistic!r} has one value per run; "
                              "comparing single runs needs repeats (critpath gate)")
-    # A gate on p999 compares medians, but only samples that support a p999 stand for one.
-    figures.require_samples(statistic, len(record.samples_ns))
+    # A gate on p999 compares medians, but only samples that support a p999 stand for one; the
+    # refusal names the statistic asked, as the result does when no case is compared.
+    try:
+        figures.require_samples(statistic, len(record.samples_ns))
+    except TooFewSamples as exc:
+        raise TooFewSamples(f"{statistic} asked: {exc}") from None
     return np.asarray(record.samples_ns, dtype=np.float64)
 
 
