@@ -96,6 +96,19 @@ def test_an_asv_results_directory_as_asv_writes_it_is_still_read(tmp_path):
     assert main(["report", "--asv-results", str(results), "--out", str(tmp_path / "out")]) == 0
 
 
+def test_a_machine_directory_linked_into_asv_results_is_refused_naming_the_link(tmp_path, capsys):
+    """A machine's directory linked into --asv-results was passed over without a word: its
+    commits were missing from the report, which said nothing of them."""
+    results, elsewhere = tmp_path / "results", tmp_path / "elsewhere"
+    shutil.copytree(ASV, elsewhere)
+    results.mkdir()
+    machine = next(p for p in elsewhere.iterdir() if p.is_dir())
+    (results / machine.name).symlink_to(machine)
+    assert main(["report", "--asv-results", str(results), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert f"{results / machine.name} is a symbolic link to a directory ({machine})" in err, err
+
+
 def test_a_compare_side_nested_past_the_recursion_limit_is_refused_naming_the_depth(tmp_path, capsys, deep_tree):
     base = _run(tmp_path / "base", "base-0")
     deep = tmp_path / "cmpdeep"

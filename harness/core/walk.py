@@ -28,7 +28,8 @@ def walk_bounded(root: Path, what: str, max_depth: int, max_dirs: int,
     a directory below the last level is left unread instead of refused (a reader that looks only
     so deep, and has nothing to refuse deeper). ``refuse_links``: a link to a directory below
     ``root`` is refused with WalkError naming it, for a reader that would otherwise miss what lies
-    there without a word (a compare side's run linked in among its repeats)."""
+    there without a word (a compare side's run linked in among its repeats, a machine's
+    directory linked into asv's results)."""
     root = Path(root)
     queue = deque([(root, 0)])
     seen = 0
@@ -52,7 +53,7 @@ def walk_bounded(root: Path, what: str, max_depth: int, max_dirs: int,
                 if refuse_links and entry.is_symlink() and os.path.isdir(entry.path):
                     raise WalkError(f"{Path(entry.path)} is a symbolic link to a directory "
                                     f"({os.readlink(entry.path)}); {what} does not follow links below {root} "
-                                    "(one could name a run twice or make the tree endless): copy what it "
+                                    "(a link could name one directory twice or make the tree endless): copy what it "
                                     "links to in instead")
                 names.append(entry.name)
                 continue

@@ -298,7 +298,7 @@ def _machine_dirs(results_dir: Path) -> Iterator[tuple[Path, list[Path]]]:
     as asv walks them; AsvDirectoryError past MAX_RESULT_FILES, or deeper than RESULTS_DEPTH or
     wider than MAX_RESULT_DIRS."""
     count = 0
-    walk = walk_bounded(results_dir, "an asv results directory", RESULTS_DEPTH, MAX_RESULT_DIRS)
+    walk = walk_bounded(results_dir, "an asv results directory", RESULTS_DEPTH, MAX_RESULT_DIRS, refuse_links=True)
     while True:
         try:
             root, names = next(walk)
