@@ -187,6 +187,20 @@ def _h100_profile() -> dict:
     return profile
 
 
+def test_every_pin_a_profile_can_give_has_a_rule_and_a_pin_without_one_says_it_is_a_broken_invariant():
+    from harness.accept.pins import DEVICE_PINS, MACHINE_PINS, _machine_value
+    from harness.accept.profile import PROFILE_SCHEMA
+
+    fingerprint_keys = set(PROFILE_SCHEMA["properties"]["fingerprint"]["properties"])
+    assert fingerprint_keys == (set(MACHINE_PINS) - {"world", "backend", "nodes", "ranks_per_node"}) | {
+        pin.key for pin in DEVICE_PINS}
+    for key in MACHINE_PINS:
+        have, why = _machine_value(key, {})  # each has a rule: nothing recorded, and why
+        assert have is None and why, key
+    with pytest.raises(AssertionError, match="internal invariant broken: machine pin 'zzz' has no rule"):
+        _machine_value("zzz", {})
+
+
 def test_pins_pass_fail_and_name_what_differs():
     profile = _h100_profile()
     assert {o.verdict for o in pin_outcomes(profile, _h100_fp())} == {PASS}

@@ -363,8 +363,8 @@ def test_gate_bookkeeping():
     assert again["b"].looks == 2 and again["b"].test_boundary < first["b"].test_boundary
     with pytest.raises(ValueError):
         gate.look(0.8, {"b": b[:10]})  # pairs only accumulate
-    with pytest.raises(KeyError):
-        gate.look(0.8, {"zzz": b})
+    with pytest.raises(AssertionError, match="internal invariant broken: pairs of zzz, which this gate was not built"):
+        gate.look(0.8, {"zzz": b})  # no caller passes a case the gate was not built with
     final = gate.look(0.9, {}, final=True)  # an open case without pairs at the end
     assert final["b"].outcome == Outcome.INCONCLUSIVE and "no pairs at the final look" in final["b"].reason
     with pytest.raises(ValueError):

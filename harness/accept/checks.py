@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from harness.accept.pins import fact_outcome, pin_outcomes
-from harness.accept.profile import case_parts
+from harness.accept.match import MEASURED, case_parts, means
 from harness.accept.verdicts import FAIL, PASS, UNVERIFIED, Outcome, exit_code, word
 from harness.claims.check import matches
 from harness.core.comparable import mismatch
@@ -25,7 +25,7 @@ from harness.core.records import Record
 
 def record_source(record: Record) -> str:
     imported = (record.extra or {}).get("imported")
-    return str(imported.get("source", "imported")) if isinstance(imported, Mapping) else "critpath"
+    return str(imported.get("source", "imported")) if isinstance(imported, Mapping) else MEASURED
 
 
 def _where(record: Record) -> str:
@@ -37,18 +37,7 @@ def _where(record: Record) -> str:
 
 
 def _matches(record: Record, check: Mapping[str, Any]) -> bool:
-    """The record is of the check's case (or family and select), in one of its data types."""
-    dtypes = check.get("dtypes")
-    if "case" in check:
-        family, want = case_parts(check["case"])
-        have = case_parts(record.case_id)[1]
-        if dtypes:
-            want, have = ({k: v for k, v in d.items() if k != "dtype"} for d in (want, have))
-        if record.family != family or have != want:
-            return False
-    elif record.family != check["family"] or not matches(record, check.get("select", {})):
-        return False
-    return not dtypes or record.params.get("dtype") in dtypes
+    return means(record, record.case_id, check)
 
 
 def _spread(values: Sequence[str]) -> str:

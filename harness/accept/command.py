@@ -14,11 +14,11 @@ and nothing failed, or acceptance could not start (bad profile, unreadable run).
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from harness.accept.checks import Acceptance, accept
+from harness.accept.coverage import run_options
 from harness.accept.profile import ProfileError, load_profile
 from harness.accept.verdicts import EXIT_UNVERIFIED, FAIL, PASS, UNVERIFIED, line, show_value, word
 from harness.core import atomic
@@ -29,7 +29,7 @@ from harness.core.store import LoadedRun, ResultsFileError, load_run, new_run_id
 from harness.document.blocks import Heading, Para, Table
 from harness.report.cli import make_report, write_report
 from harness.run.joined import position
-from harness.run.runner import RunOptions, run
+from harness.run.runner import run
 
 
 def acceptance_blocks(result: Acceptance) -> list:
@@ -58,14 +58,9 @@ def register(sub) -> None:
 
 
 def _run_cases(profile: Mapping[str, Any], out: Optional[Path]) -> tuple[Path, int]:
-    spec = profile.get("run")
-    if not spec:
-        raise ProfileError(f"profile {profile['name']!r} has no run.cases; pass --run RUN_DIR")
+    """The profile's run.cases (load_profile(measuring=True) held each check to them)."""
     out = out or Path("reports") / f"accept-{new_run_id()}"
-    opts = RunOptions(case_ids=tuple(spec["cases"]), world=profile["world"], backend=profile.get("backend"),
-                      iters=spec.get("iters"), warmup=spec.get("warmup"), timeout_s=spec.get("timeout_s", 60.0),
-                      out=out, argv=tuple(sys.argv))
-    code = run(opts)  # failed cases become records; the checks judge them
+    code = run(run_options(profile, out))  # failed cases become records; the checks judge them
     return out, code
 
 
@@ -88,7 +83,7 @@ def _load_judged(run_dir: Path) -> tuple[LoadedRun, dict]:
 
 def cmd_accept(args) -> int:
     try:
-        profile = load_profile(args.profile)
+        profile = load_profile(args.profile, measuring=not args.run)  # refused before anything is measured
         if args.run:
             run_dir = args.run
         else:

@@ -141,7 +141,10 @@ def _machine_value(key: str, fp: Mapping[str, Any]) -> tuple[Any, str]:
         if isinstance(per_node, list):  # a joined job records each node's count
             per_node = per_node[0] if len(set(per_node)) == 1 else per_node
         return per_node, _not_recorded(fp, "ranks per node")
-    raise KeyError(key)
+    # pin_outcomes asks only for MACHINE_PINS' keys, from its own fixed lists (the profile's schema
+    # admits no other fingerprint key): a key here without a rule is a pin added half-way.
+    raise AssertionError(f"internal invariant broken: machine pin {key!r} has no rule in _machine_value; "
+                         "every key of MACHINE_PINS needs one")
 
 
 # key -> (unit, where the profile pins it)

@@ -14,6 +14,8 @@ from typing import Any, Mapping, Optional
 
 import jsonschema
 
+from harness.accept.coverage import planned_cases, unmeasured, unreachable
+from harness.accept.match import MEASURED, case_parts
 from harness.claims.baselines import (  # as baselines
     SELECTOR_SCHEMA,
     line_of_field,
@@ -24,14 +26,14 @@ from harness.core import registry, yamlfile
 from harness.core.case import CaseIdError
 from harness.core.declarations import declared
 from harness.core.figures import is_sample_statistic, misspelt_percentile
-from harness.core.options import MAX_SECONDS
+from harness.core.options import MAX_SECONDS, UsageError
 from harness.core.records import MAX_SAMPLES
 from harness.core.scale import MAX_WORLD
 from harness.core.schema import strict_validator
 from harness.run.nodefacts import FACT_NAMES
 
 # Where a record came from: critpath measured it, or it was imported (extra.imported.source).
-RECORD_SOURCES = ("critpath", "nccl-tests")
+RECORD_SOURCES = (MEASURED, "nccl-tests")
 _BOUND = {"oneOf": [{"required": ["max"]}, {"required": ["min"]}]}
 
 PROFILE_SCHEMA = {
@@ -118,12 +120,6 @@ class ProfileError(ValueError):
     """A profile that cannot be used; the message names file, line and field."""
 
 
-def case_parts(case_id: str) -> tuple[str, dict[str, str]]:
-    """``allreduce/algo=ring,dtype=float32`` -> ("allreduce", {"algo": "ring", "dtype": "float32"}), as text."""
-    family, _, body = case_id.partition("/")
-    return family, dict(item.partition("=")[::2] for item in body.split(",") if item)
-
-
 def _select_problems(family: str, check: Mapping[str, Any]) -> list[tuple[str, str]]:
     """What no record of the family can have, by the rule a claim's select is held to
     (``selector_faults``): a key it does not declare, 1024.0 for an int key (Python's 1024.0 == 1024,
@@ -194,7 +190,10 @@ def _refuse_names_given_twice(path: Path, root, data: dict) -> None:
             first[entry["name"]] = i
 
 
-def load_profile(path: Path) -> dict:
+def load_profile(path: Path, measuring: bool = False) -> dict:
+    """The profile at ``path``, every check held to what a record could be. ``measuring``: the
+    profile's own run will give the records (``accept`` without ``--run``), so a check no case of
+    ``run.cases`` could satisfy is refused here, before anything is measured."""
     path = Path(path)
     try:
         data, root = yamlfile.load(path)
@@ -221,7 +220,25 @@ def load_profile(path: Path) -> dict:
             where = ["checks", i, *(int(p) if p.isdigit() else p for p in key.split("."))]
             raise ProfileError(f"{path}:{line_of_field(root, where)}: field checks.{i}.{key}: {message}")
     _check_run_world(path, root, data)
+    problems = unreachable(data)
+    if measuring:
+        problems += unmeasured(data, _planned(path, root, data))
+    if problems:
+        i, (at, message) = min(problems, key=lambda problem: problem[0])  # the first check's, in file order
+        where = ["checks", i, *at]
+        raise ProfileError(f"{path}:{line_of_field(root, where)}: field {'.'.join(map(str, where))}: {message}")
     return data
+
+
+def _planned(path: Path, root, data: Mapping[str, Any]) -> list:
+    """The cases the profile's run measures, or why it runs none."""
+    if not data.get("run"):
+        raise ProfileError(f"{path}:1: field run: profile {data['name']!r} has no run.cases, so accept has "
+                           "nothing to measure; give run.cases, or judge a stored run with --run RUN_DIR")
+    try:
+        return planned_cases(data)
+    except UsageError as exc:
+        raise ProfileError(f"{path}:{line_of_field(root, ['run', 'cases'])}: field run.cases: {exc}") from None
 
 
 def _check_run_world(path: Path, root, data: Mapping[str, Any]) -> None:

@@ -570,7 +570,10 @@ class SequentialGate:
         over, nothing is kept for later), and every open case gets an outcome."""
         unknown = sorted(set(pairs) - set(self._tracks))
         if unknown:
-            raise KeyError(f"unknown cases: {', '.join(unknown)}")
+            # Every caller (the schedule, compare's recheck, the microbenchmark) builds its pairs
+            # from the specs it built this gate with; user input never names a case here.
+            raise AssertionError(f"internal invariant broken: pairs of {', '.join(unknown)}, which this gate was not "
+                                 "built with; the pairs looked at and the gate's specs must come from one list of cases")
         if not final and not 0.0 < tau <= 1.0:
             raise ValueError(f"tau must be in (0, 1], got {tau}")
         for case_id, values in pairs.items():  # check every case before changing any
