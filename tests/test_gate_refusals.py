@@ -14,6 +14,7 @@ from conftest import RUN_FINGERPRINT, derived_record
 
 import harness.gate.cli as gate_cli
 from harness.cli import main
+from harness.core.options import given_flags
 from harness.core.store import RunDir
 from harness.gate.outputs import EXIT_COULD_NOT_RUN, GateResult, markdown
 from harness.gate import request
@@ -78,6 +79,25 @@ def test_full_without_families_is_refused(tmp_path, capsys):
                  "--out", str(tmp_path / "G")])
     assert code == EXIT_COULD_NOT_RUN
     assert "--full selects the full grid of --families" in capsys.readouterr().err
+
+
+def test_the_gate_tells_its_mode_options_by_the_one_given_flags_rule(tmp_path, capsys, table, monkeypatch):
+    # One rule for "given" across commands (options.given_flags), fed the parser's own defaults:
+    # a store_true option left out is False, not None, and is not counted as given.
+    seen = []
+
+    def spy(args, flags, defaults=None):
+        seen.append((dict(flags), dict(defaults or {})))
+        return given_flags(args, flags, defaults)
+
+    monkeypatch.setattr(gate_cli, "given_flags", spy)
+    code = main(["gate", "--repo", str(tmp_path), "--against", str(table), "--allow-inconclusive",
+                 "--out", str(tmp_path / "G")])
+    assert code == EXIT_COULD_NOT_RUN
+    assert "--allow-inconclusive does not apply with --against FILE" in capsys.readouterr().err
+    [(flags, defaults)] = seen
+    assert sorted(flags.values()) == sorted(request.MODE_ONLY)
+    assert defaults["full"] is False and defaults["allow_inconclusive"] is False and defaults["rounds"] is None
 
 
 def test_every_option_of_one_mode_is_an_option_of_the_gate(capsys):
