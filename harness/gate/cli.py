@@ -182,7 +182,10 @@ def gate(request: GateRequest) -> int:
     out = outputs.out_dir("gate")
     with claim_dir(out, "gate") as claim:  # before looking in: two gates into one --out cannot both find it empty
         if claim.contents():
-            # Not written into: the directory holds something else.
+            # Not written into: the directory holds something else, often what a killed gate
+            # measured, kept as `critpath run` keeps a killed run's directory. The worktrees that
+            # gate left go all the same, as this gate would have removed them had it run.
+            _sweep(request)
             print_error("gate", f"{out} is not empty; choose another --out")
             return EXIT_COULD_NOT_RUN
         return _gate_into(request, out)
@@ -228,6 +231,15 @@ def _repo(request: GateRequest) -> Path:
     for removed in sweep_orphans(repo):
         print(f"critpath gate: {removed}", file=sys.stderr)
     return repo
+
+
+def _sweep(request: GateRequest) -> None:
+    """The sweep of ``_repo``, for a gate refused before it measures; nothing where the repository
+    is no checkout (the refusal is what the user is told)."""
+    try:
+        _repo(request)
+    except TreeError:
+        pass
 
 
 def _run_ab(request: GateRequest, out: Path) -> GateResult:
