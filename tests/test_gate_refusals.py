@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -14,10 +15,13 @@ from conftest import RUN_FINGERPRINT, derived_record
 
 import harness.gate.cli as gate_cli
 from harness.cli import main
+from harness.core.options import given_flags
 from harness.core.store import RunDir
 from harness.gate.outputs import EXIT_COULD_NOT_RUN, GateResult, markdown
 from harness.gate import request
+from harness.gate.owned import Owner
 from harness.gate.stats import Policy
+from test_tree_isolation import _dead_pid, _marked_worktree, _one_commit_repo, _ours, _worktrees
 
 NOOP = "selftest/fault_rank=0,mode=noop,world=1"
 
@@ -78,6 +82,25 @@ def test_full_without_families_is_refused(tmp_path, capsys):
                  "--out", str(tmp_path / "G")])
     assert code == EXIT_COULD_NOT_RUN
     assert "--full selects the full grid of --families" in capsys.readouterr().err
+
+
+def test_the_gate_tells_its_mode_options_by_the_one_given_flags_rule(tmp_path, capsys, table, monkeypatch):
+    # One rule for "given" across commands (options.given_flags), fed the parser's own defaults:
+    # a store_true option left out is False, not None, and is not counted as given.
+    seen = []
+
+    def spy(args, flags, defaults=None):
+        seen.append((dict(flags), dict(defaults or {})))
+        return given_flags(args, flags, defaults)
+
+    monkeypatch.setattr(gate_cli, "given_flags", spy)
+    code = main(["gate", "--repo", str(tmp_path), "--against", str(table), "--allow-inconclusive",
+                 "--out", str(tmp_path / "G")])
+    assert code == EXIT_COULD_NOT_RUN
+    assert "--allow-inconclusive does not apply with --against FILE" in capsys.readouterr().err
+    [(flags, defaults)] = seen
+    assert sorted(flags.values()) == sorted(request.MODE_ONLY)
+    assert defaults["full"] is False and defaults["allow_inconclusive"] is False and defaults["rounds"] is None
 
 
 def test_every_option_of_one_mode_is_an_option_of_the_gate(capsys):
@@ -318,3 +341,48 @@ def test_a_run_directory_linked_into_a_side_of_repeats_is_refused_naming_the_lin
     named = f"{cand / 'r1'} is a symbolic link to a directory ({elsewhere / 'r1'}); a compare side does not follow links"
     assert named in capsys.readouterr().err
     assert named in json.loads((out / "gate.json").read_text())["error"]
+
+
+# -- a gate refused for a non-empty --out sweeps what a killed gate left ------------------------
+
+@pytest.mark.parametrize("against", [False, True])
+def test_a_gate_refused_for_a_non_empty_out_still_sweeps_what_a_killed_gate_left(tmp_path, monkeypatch, capsys,
+                                                                                  against):
+    # A gate killed outright, then retried into the same --out: the retry was refused for a
+    # non-empty --out before it swept, so the killed gate's worktree outlived it until some other
+    # gate ran in the repository.
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    tiny_repo = _one_commit_repo(tmp_path / "tiny")
+    temp_dir = tmp_path / "tmp"  # where the gate makes its worktrees, and the sweep looks: this test's own
+    temp_dir.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp_dir))
+    dead = Owner("critpath gate", _dead_pid(), Owner.me("x").host, "0")
+    tree = _marked_worktree(tiny_repo, _ours(temp_dir, "base"), dead)
+    out = tmp_path / "G"
+    (out / "gen-000" / "base").mkdir(parents=True)
+    (out / "gen-000" / "base" / "worker.log").write_text("what the killed gate's worker wrote\n")
+    if against:
+        table = tmp_path / "T.yaml"
+        table.write_text(f'baselines:\n  - case_id: "{NOOP}"\n    statistic: p50_ns\n    value: 110\n')
+        mode = ["--against", str(table), "--candidate", "HEAD"]
+    else:
+        mode = ["--base", "HEAD", "--case", NOOP]
+
+    code = main(["gate", "--repo", str(tiny_repo), *mode, "--budget", "8", "--out", str(out)])
+
+    assert code == EXIT_COULD_NOT_RUN
+    err = capsys.readouterr().err
+    assert f"{out} is not empty; choose another --out" in err
+    assert f"removed the worktree {tree}, left by {dead.describe()}, which is no longer running" in err
+    assert _worktrees(tiny_repo) == [str(tiny_repo)] and not tree.parent.exists()
+    assert (out / "gen-000" / "base" / "worker.log").exists()  # what the killed gate measured is kept
+
+
+def test_a_gate_refused_for_a_non_empty_out_outside_a_checkout_says_only_that(tmp_path, capsys):
+    out = tmp_path / "G"
+    out.mkdir()
+    (out / "x").write_text("x\n")
+    code = main(["gate", "--repo", str(tmp_path), "--base", "HEAD", "--case", NOOP, "--out", str(out)])
+    assert code == EXIT_COULD_NOT_RUN
+    assert capsys.readouterr().err.strip() == f"critpath gate: error: {out} is not empty; choose another --out"

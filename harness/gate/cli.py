@@ -18,8 +18,8 @@ from harness.core.escape import for_terminal
 from harness.core.figures import FigureUnavailable, is_sample_statistic
 from harness.core.git import over_repository
 from harness.core.inputfile import declare_inputs
-from harness.core.options import (absolute, at_least, case_id_option, families_option, number_in, positive,
-                                  print_error, seconds)
+from harness.core.options import (absolute, at_least, case_id_option, families_option, given_flags, number_in,
+                                  positive, print_error, seconds)
 from harness.core.records import MAX_SAMPLES, Record
 from harness.core.store import RESULTS, LoadedRun, ResultsFileError, distinct_run_ids, load_whole, run_inputs
 from harness.core.walk import WalkError, walk_bounded
@@ -58,6 +58,10 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fail-on-inconclusive", action="store_true", help="exit 1 when any case is inconclusive")
 
 
+# The options of one gate mode (request.MODE_ONLY) by their argparse dest, as given_flags reads them.
+_MODE_ONLY_FLAGS = {option.lstrip("-").replace("-", "_"): option for option in MODE_ONLY}
+
+
 def register(sub) -> None:
     p = sub.add_parser("gate", help="A/B regression gate: base vs candidate, interleaved, in this job",
                        description="Measure base and candidate in pairs of fresh processes, interleaved A B / B A, "
@@ -89,7 +93,8 @@ def register(sub) -> None:
     p.add_argument("--timeout", type=seconds, default=60.0, metavar="SECONDS", help="per-case limit in one round")
     p.add_argument("--repo", type=Path, default=Path.cwd(), help="the git checkout (default: the current directory)")
     _common(p)
-    p.set_defaults(func=cmd_gate)
+    # given_flags tells an option given from one left out by its parser default (False for --full)
+    p.set_defaults(func=cmd_gate, mode_only_defaults={dest: p.get_default(dest) for dest in _MODE_ONLY_FLAGS})
 
     c = sub.add_parser("compare", help="the gate's statistics on two stored runs (not an A/B: see the warning)")
     c.add_argument("run_a", type=Path, help="base: a run directory, or a directory of run directories (repeats)")
@@ -135,15 +140,8 @@ def cmd_gate(args) -> int:
     plan = Plan(budget_s=args.budget, case_timeout_s=args.timeout, **{k: v for k, v in measuring.items() if v is not None})
     return gate(GateRequest(args.base, args.candidate or WORKTREE, absolute(args.against), absolute(args.repo),
                             tuple(args.case or ()), args.families, "full" if args.full else "quick", plan,
-                            args.repeats or DEFAULT_REPEATS, config, outputs, _given(args)))
-
-
-def _given(args) -> frozenset[str]:
-    """The options of one gate mode (``MODE_ONLY``) this command line gave, each read by its
-    argparse dest: each defaults to None (or False), so one given at its default value is told
-    apart from one left out."""
-    return frozenset(option for option in MODE_ONLY
-                     if getattr(args, option.lstrip("-").replace("-", "_")) not in (None, False))
+                            args.repeats or DEFAULT_REPEATS, config, outputs,
+                            frozenset(given_flags(args, _MODE_ONLY_FLAGS, args.mode_only_defaults))))
 
 
 def _outputs_over_repo(repo: Path, outputs: GateOutputs) -> str:
@@ -184,7 +182,10 @@ def gate(request: GateRequest) -> int:
     out = outputs.out_dir("gate")
     with claim_dir(out, "gate") as claim:  # before looking in: two gates into one --out cannot both find it empty
         if claim.contents():
-            # Not written into: the directory holds something else.
+            # Not written into: the directory holds something else, often what a killed gate
+            # measured, kept as `critpath run` keeps a killed run's directory. The worktrees that
+            # gate left go all the same, as this gate would have removed them had it run.
+            _sweep(request)
             print_error("gate", f"{out} is not empty; choose another --out")
             return EXIT_COULD_NOT_RUN
         return _gate_into(request, out)
@@ -230,6 +231,15 @@ def _repo(request: GateRequest) -> Path:
     for removed in sweep_orphans(repo):
         print(f"critpath gate: {removed}", file=sys.stderr)
     return repo
+
+
+def _sweep(request: GateRequest) -> None:
+    """The sweep of ``_repo``, for a gate refused before it measures; nothing where the repository
+    is no checkout (the refusal is what the user is told)."""
+    try:
+        _repo(request)
+    except TreeError:
+        pass
 
 
 def _run_ab(request: GateRequest, out: Path) -> GateResult:

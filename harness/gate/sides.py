@@ -120,7 +120,14 @@ class WorkerSide:
         try:
             self._send({"cmd": "round", "round": number, "cases": [{"id": c.case_id, "iters": c.iters} for c in cases],
                         "warmup": self.run_args.get("warmup"), "target_s": self.run_args.get("target_s")})
-            self._expect("round", timeout_s)
+            reply = self._expect("round", timeout_s)
+            answered = reply.get("round")
+            if type(answered) is not int or answered != number:  # True == 1 in Python: no bool passes
+                # Another round's reply: what the round directory holds is not known to be this
+                # round's, and counting it would count some pair twice or pair the wrong rounds.
+                return RoundResult(self.side, self.generation, number, run_dir, time.perf_counter() - start, {},
+                                   f"{self.side} worker answered round {answered!r} where round "
+                                   f"{number} was asked (a protocol error; log: {self._log_path})")
         except SideError as exc:
             error = str(exc)
         records, read_error = _read_records(run_dir, [c.case_id for c in cases])

@@ -22,6 +22,8 @@ the process prints goes to stderr, which the gate keeps as the worker's log.
     gate   -> {"cmd": "round", "round": 0, "cases": [{"id": ..., "iters": 3000 | null}],
                "warmup": 20 | null, "target_s": 0.3}
     worker -> {"event": "round", "round": 0, "run_dir": ..., "records": [{"case_id", "status", "iters"}]}
+               (each round numbered above the last one served: a number served already, or one
+               below it, is refused, so no round's records are appended twice or counted twice)
     gate   -> {"cmd": "stop"}
     worker -> {"event": "bye"}
 
@@ -85,6 +87,16 @@ class RoundServer:
         self.run_id = new_run_id()
         self._pools: dict[int, Any] = {}
         self._solo_group = False
+        self.served_rounds: set[int] = set()
+
+    def check_order(self, number: int) -> None:
+        """A round numbered at or below the last one served is refused: served again, its records
+        would join the same round directory and the gate would count one pair twice."""
+        last = max(self.served_rounds, default=None)
+        if last is not None and number <= last:
+            again = "was served already" if number in self.served_rounds else "is out of order"
+            raise ProtocolError(f"field round: round {number} {again}; the last round served was "
+                                f"{last}, and each round must be numbered above it")
 
     def close(self) -> None:
         for pool in self._pools.values():
@@ -258,6 +270,8 @@ def _serve(out: Path, backend: str, timeout_s: float, commands: TextIO, replies:
                 if cmd not in ("round", "prepare"):
                     raise ProtocolError(f"unknown cmd {cmd!r}; expected prepare, round or stop")
                 number, cases, warmup, target_s = _parse_round({"round": 0, **message})
+                if cmd == "round":
+                    server.check_order(number)
             except (JsonFileError, ProtocolError) as exc:
                 _send(replies, {"event": "error", "message": str(exc)})
                 return 2
@@ -266,6 +280,7 @@ def _serve(out: Path, backend: str, timeout_s: float, commands: TextIO, replies:
                 _send(replies, {"event": "prepared"})
                 continue
             run_dir, summary = server.run_round(number, cases, warmup, target_s)
+            server.served_rounds.add(number)
             _send(replies, {"event": "round", "round": number, "run_dir": str(run_dir), "records": summary})
     finally:
         server.close()
