@@ -69,6 +69,22 @@ def test_an_a_b_option_given_with_a_table_is_refused_naming_it(tmp_path, capsys,
     assert named in json.loads((out / "gate.json").read_text())["error"]
 
 
+@pytest.mark.parametrize("case_id, said", [
+    ("selftest/mode=nosuch", "mode"),
+    ("nosuchfamily/size_bytes=8", "nosuchfamily"),
+])
+def test_a_table_entry_naming_no_case_is_refused_at_load_before_any_worktree(tmp_path, capsys, no_measuring,
+                                                                            case_id, said):
+    """An unknown case ID in a --against table became could_not_run only after the candidate's
+    worktree was made and probed; min_effect.cases was already refused when the config loaded."""
+    table = tmp_path / "T.yaml"
+    table.write_text(f'baselines:\n  - case_id: "{NOOP}"\n    value: 110\n  - case_id: "{case_id}"\n    value: 5\n')
+    out = tmp_path / "G"
+    assert main(["gate", "--repo", str(tmp_path), "--against", str(table), "--out", str(out)]) == EXIT_COULD_NOT_RUN
+    err = capsys.readouterr().err
+    assert f"{table}:4: field baselines[1].case_id: " in err and said in err, err
+
+
 @pytest.mark.parametrize("repeats", ["2", "10"])  # 10: the default, given
 def test_repeats_given_to_an_a_b_gate_is_refused_naming_it(tmp_path, capsys, repeats):
     code = main(["gate", "--repo", str(tmp_path), "--base", "HEAD", "--case", NOOP, "--repeats", repeats,

@@ -130,6 +130,8 @@ def cmd_gate(args) -> int:
         config = load_config(absolute(args.config)).overridden(args.alpha, args.min_effect, args.statistic, args.direction)
         for case_id in [] if args.against else args.case or []:
             config.direction(case_id)  # a statistic with no direction for a named case: refused before any worktree
+        if args.against:
+            load_baselines(absolute(args.against))  # its errors before any worktree, as the config's
     except (ConfigError, ValueError) as exc:
         return outputs.error("against" if args.against else "ab", str(exc))
     ambiguous = _ambiguous_worktree(args)

@@ -229,6 +229,9 @@ def load_baselines(path: Path) -> list[Baseline]:
         case_id = entry.get("case_id")
         if not isinstance(case_id, str) or "/" not in case_id:
             raise ConfigError(f"{at('case_id')}: expected a case ID, got {case_id!r}")
+        problem = _case_problem(case_id)  # as min_effect.cases: refused here, not after the candidate runs
+        if problem:
+            raise ConfigError(f"{at('case_id')}: {problem}")
         case_id = _canonical(case_id)
         try:
             statistic = validate_statistic(str(entry.get("statistic", "p50_ns")))
