@@ -25,7 +25,7 @@ from harness.claims.baselines import (  # as baselines
 from harness.core import registry, yamlfile
 from harness.core.case import CaseIdError
 from harness.core.declarations import declared
-from harness.core.figures import is_sample_statistic, misspelt_percentile
+from harness.core.figures import is_sample_statistic, statistic_fault
 from harness.core.options import MAX_SECONDS, UsageError
 from harness.core.records import MAX_SAMPLES
 from harness.core.scale import MAX_WORLD
@@ -154,8 +154,8 @@ def _semantic_problems(check: Mapping[str, Any]) -> list[tuple[str, str]]:
             problems.append(("dtypes", "give the data types once: in dtypes, or in select.dtype, not both"))
         problems += _select_problems(family, check)
     stat = check["statistic"]
-    if misspelt_percentile(stat):
-        problems.append(("statistic", misspelt_percentile(stat)))
+    if statistic_fault(stat):
+        problems.append(("statistic", statistic_fault(stat)))
     elif family in registry.FAMILIES and not is_sample_statistic(stat) and declared(family, stat) is None:
         names = ", ".join(f.name for f in registry.get(family).figures)
         problems.append(("statistic", f"family {family!r} declares no figure {stat!r}; it declares {names}, "

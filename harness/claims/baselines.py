@@ -24,6 +24,7 @@ from harness.core import registry, yamlfile
 from harness.core.case import CaseIdError
 from harness.core.echo import shown
 from harness.core.numbers import NumberError, check_float, check_int
+from harness.core.figures import statistic_fault
 from harness.core.options import print_error
 from harness.core.schema import strict_validator
 from harness.core.scale import MAX_WORLD
@@ -264,6 +265,8 @@ def _mapping_faults(measure: Mapping[str, Any]) -> list[tuple[list, str]]:
     if measure["status"] == "not_measurable":
         return []
     faults: list[tuple[list, str]] = []
+    if isinstance(measure.get("statistic"), str) and (fault := statistic_fault(measure["statistic"])):
+        faults.append((["statistic"], f"statistic {fault}"))
     if measure.get("case") is not None:
         try:
             registry.parse(measure["case"])

@@ -30,13 +30,14 @@ import html
 import re
 
 # Lone surrogates: what a str can hold and UTF-8 cannot.
-_SURROGATES = r"\ud800-\udfff"
-_BIDI = r"\u202a-\u202e\u2066-\u2069"
-_TERMINAL = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f{_BIDI}{_SURROGATES}]")
+SURROGATES = r"\ud800-\udfff"
+# The bidirectional overrides and isolates: invisible, they reorder what a reader sees.
+BIDI_CONTROLS = r"\u202a-\u202e\u2066-\u2069"
+_TERMINAL = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f{BIDI_CONTROLS}{SURROGATES}]")
 # XML 1.0 Char: #x9 | #xA | #xD | [#x20-#xD7FF] | [#xE000-#xFFFD] | [#x10000-#x10FFFF]; C1 are legal
 # but a terminal showing the file would act on them, so they are escaped too.
-_XML = re.compile(f"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f{_SURROGATES}\ufffe\uffff]")
-_FILE = re.compile(f"[{_SURROGATES}]")
+_XML = re.compile(f"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f{SURROGATES}\ufffe\uffff]")
+_FILE = re.compile(f"[{SURROGATES}]")
 _MARKDOWN_LT = re.compile(r"<(?=[A-Za-z/!?])")
 _MARKDOWN_AMP = re.compile(r"&(?=#?\w+;)")
 # What opens inline markup anywhere in a line: an escape, a code span, emphasis, a link or image

@@ -25,6 +25,8 @@ from typing import Any, Mapping, Optional
 
 import numpy as np
 
+from harness.core.echo import shown
+from harness.core.scale import MAX_SAMPLES
 from harness.core.stats import PERCENTILE_METHOD
 
 BETTER = ("lower", "higher", "neither")  # neither: context (a count, a setting), never gated
@@ -38,11 +40,28 @@ NON_NEGATIVE_UNITS = frozenset({*TIME_SCALE, "GB/s", "msg/s", "tokens/s", "micro
                                 "ratio", "index", "load", "flag"})
 SAMPLE_BETTER = "lower"  # a sample statistic is a time, or a tail ratio of times
 
+# The finest percentile a name may write. A percentile to d decimals (p99.9999: d = 4) can cut a
+# tail of 10^-(d+2), which needs 10^(d+2) samples (samples_needed); a record holds at most
+# MAX_SAMPLES = 10^6, so 4 decimals is the most at which every percentile named is one some record
+# can give. A fifth names percentiles no record supports, and thousands of digits name nothing
+# (Fraction of 5,000 digits raised ValueError in every reader).
+QUANTILE_DECIMALS = max(d for d in range(16) if 10 ** (d + 2) <= MAX_SAMPLES)
+# How long a statistic name may be: more than twice the longest figure a family declares (34 characters),
+# and enough for any sample statistic the grammar admits (p99.9999_over_mean).
+MAX_STATISTIC_CHARS = 64
+# p0 and p100 cut no tail: they are the smallest and the largest sample, which min_ and max_ name.
+# Two names of one statistic would be two gate keys, so the percentile spelling is refused (with
+# leading zeros and trailing ".0"s too), the message saying which to write.
+_EXTREME = r"0*(?:0|100)(?:\.0*)?"
 # pNN, pNN.N, and Summary's own p999 (99.9) / p9999 (99.99); ASCII digits only (a bare \d takes
 # 'p٩٩_ns', which Fraction reads as p99: a statistic nobody wrote named one). No leading zero, as
 # Summary's own names have none (p50, p99): p05 and p5 would be two names of one statistic, two gate keys;
-# p0 and p0.5 are the zero and the fraction, not a leading zero.
-_Q = r"((?:0|[1-9][0-9]?)(?:\.[0-9]+)?|99[0-9]{1,2})"
+# p0.5 is the fraction, not a leading zero. At most QUANTILE_DECIMALS decimals; no p0 or p100.
+_Q = (rf"((?!0(?:\.0+)?(?![0-9.]))(?:0|[1-9][0-9]?)(?:\.[0-9]{{1,{QUANTILE_DECIMALS}}})?"
+      r"|99[0-9]{1,2})")
+# A number written where a percentile is named (p, digits, an optional fraction, then _ or the
+# end), to say what is wrong with one the grammar refuses.
+_WRITTEN = re.compile(r"(?:^|_)p([0-9]+(?:\.[0-9]*)?)(?=_|$)")
 # The other spelling, refused with the one to write instead.
 _LEADING_ZERO = re.compile(r"(?:^|_)p(0[0-9]+(?:\.[0-9]+)?)(?=_|$)")
 _SAMPLE = re.compile(rf"^(min|max|mean|p{_Q})_(ns|us|ms|s)$")
@@ -50,13 +69,28 @@ _OVER_MEAN = re.compile(rf"^p{_Q}_over_mean$")
 # A percentile inside a declared figure's name (rtt_p999_us, send_lag_p99_us, step_p50_us): the
 # family computed it from the record's samples, so it holds to the same sample rule.
 _NAMED_PERCENTILE = re.compile(rf"(?:^|_)(p{_Q})(?:_|$)")
+# The shape of a declared figure's name (busbw_gbps, rtt_p999_us).
+_FIGURE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
 
 N_TOO_SMALL = "n too small"  # what a reader shows where the samples do not support a percentile
 
 
 def misspelt_percentile(name: str) -> Optional[str]:
-    """Why ``name`` names no figure where it spells a percentile with a leading zero (``p05_ns``,
-    ``p00_ns``): the one spelling to write instead; None for any other name."""
+    """Why ``name`` names no figure where it writes a percentile the grammar refuses: more than
+    QUANTILE_DECIMALS decimals (or as many digits with no point), p0 or p100 (min and max), or a
+    leading zero (``p05_ns``), saying what to write instead; None for any other name."""
+    for match in _WRITTEN.finditer(name):
+        digits = match.group(1)
+        whole, _, decimals = digits.partition(".")
+        if len(decimals) > QUANTILE_DECIMALS or len(whole) > 2 + QUANTILE_DECIMALS:
+            written = f"to {len(decimals)} decimals" if decimals else f"of {len(whole)} digits"
+            return (f"{shown(name)} writes a percentile {written}; a percentile has at most {QUANTILE_DECIMALS} "
+                    f"decimals (p99.9999 needs {MAX_SAMPLES:,} samples, the most a record holds)")
+        if re.fullmatch(_EXTREME, digits):
+            which, sample = ("min", "smallest") if Fraction(digits) == 0 else ("max", "largest")
+            instead = name.replace(f"p{digits}", which, 1)
+            write = repr(instead) if _SAMPLE.match(instead) else f"the {which} figure the family declares, if it declares one"
+            return f"{name!r} writes p{digits}, the {sample} sample, which {which} names; write {write}"
     match = _LEADING_ZERO.search(name)
     if match is None:
         return None
@@ -65,6 +99,21 @@ def misspelt_percentile(name: str) -> Optional[str]:
     one = "0" + one if not one or one.startswith(".") else one
     return (f"{name!r} writes p{digits} with a leading zero; write p{one} "
             f"({name.replace('p' + digits, 'p' + one, 1)!r}), the one spelling of each percentile")
+
+
+def statistic_fault(name: str) -> Optional[str]:
+    """Why ``name`` is no statistic's name, or None: one grammar for every reader of one (the
+    commands' --statistic, a gate or compare config, a gate's baseline table, an acceptance
+    profile, a baselines claim). A sample statistic (p99_us, min_ns, p999_over_mean) or a name of
+    the shape a family declares its figures in, at most MAX_STATISTIC_CHARS long; whether the
+    family declares it is for the reader that knows the family."""
+    if misspelt := misspelt_percentile(name):
+        return misspelt
+    if len(name) > MAX_STATISTIC_CHARS:
+        return f"{shown(name)}: a statistic name is at most {MAX_STATISTIC_CHARS} characters"
+    if is_sample_statistic(name) or _FIGURE_NAME.fullmatch(name):
+        return None
+    return f"{shown(name)}: expected p50_ns, p99_us, pNN_ns, min_ns, mean_ms or a declared figure"
 
 
 def _exact_quantile(text: str) -> Fraction:

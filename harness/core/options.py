@@ -13,6 +13,7 @@ from typing import Mapping, Optional, Sequence
 from harness.core.echo import shown
 from harness.core.escape import for_terminal
 from harness.core.numbers import NumberError, parse_float, parse_int
+from harness.core.labels import label_fault
 from harness.core.runid import run_id_fault
 from harness.core.sizes import MAX_MODEL_SIZE_BYTES, MAX_RUN_SIZE_BYTES, parse_sizes
 
@@ -140,6 +141,20 @@ def refuse_given(given: Sequence[str], why: str) -> None:
     if given:
         named = " and ".join(given) if len(given) < 3 else f"{', '.join(given[:-1])} and {given[-1]}"
         raise UsageError(f"{named} {why}; leave {named} out")
+
+
+def label_option(text: str) -> str:
+    """A run's label, by the one label grammar (harness.core.labels)."""
+    if why := label_fault(text):
+        raise argparse.ArgumentTypeError(why)
+    return text
+
+
+def add_label_option(parser: argparse.ArgumentParser) -> None:
+    """``--label``, repeated, as every command that shows runs side by side takes it (show, report);
+    ``check_labels`` holds the labels to the runs."""
+    parser.add_argument("--label", action="append", default=[], type=label_option,
+                        help="label per run, in order (default: the run ID)")
 
 
 def check_labels(labels: Sequence[str], runs: int) -> None:

@@ -10,7 +10,6 @@ from the declaration (``harness.core.declarations.better``), never from a name's
 from __future__ import annotations
 
 import argparse
-import re
 from typing import Sequence
 
 import numpy as np
@@ -27,12 +26,10 @@ def default_direction(case_id: str, statistic: str) -> str:
 
 
 def validate_statistic(name: str) -> str:
-    misspelt = figures.misspelt_percentile(name)
-    if misspelt:
-        raise FigureUnavailable(f"statistic {misspelt}")
-    if is_sample_statistic(name) or re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
-        return name
-    raise FigureUnavailable(f"statistic {name!r}: expected p50_ns, p99_us, pNN_ns, min_ns, mean_ms or a declared figure")
+    """``name`` where it is a statistic's name by the one grammar (``figures.statistic_fault``)."""
+    if fault := figures.statistic_fault(name):
+        raise FigureUnavailable(f"statistic {fault}")
+    return name
 
 
 def statistic_option(text: str) -> str:

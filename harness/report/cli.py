@@ -14,7 +14,7 @@ from harness.claims import baselines
 from harness.core import atomic, registry
 from harness.core.claim import claim_dir
 from harness.core.inputfile import declare_inputs
-from harness.core.options import EXIT_OK, EXIT_USAGE, check_labels, print_error
+from harness.core.options import EXIT_OK, EXIT_USAGE, add_label_option, check_labels, print_error
 from harness.core.store import (
     distinct_run_ids,
     distinct_runs,
@@ -39,7 +39,7 @@ def register(sub) -> None:
     p.add_argument("run_dirs", type=Path, nargs="*", metavar="RUN_DIR",
                    help="stored runs (none: a history report of --asv-results alone)")
     p.add_argument("--out", type=Path, help="output directory (default: the run directory; for several runs reports/compare-...)")
-    p.add_argument("--label", action="append", default=[], help="label per run, in order (default: the run ID)")
+    add_label_option(p)
     p.add_argument("--baselines", type=Path, default=baselines.DEFAULT_DIR, help="directory of baselines YAML")
     p.add_argument("--asv-results", type=Path, metavar="DIR", help="asv results directory (.asv/results) for history plots")
     p.set_defaults(func=cmd_report)

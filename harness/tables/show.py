@@ -8,7 +8,7 @@ from pathlib import Path
 
 from harness.core.contention import tally
 from harness.core.escape import for_terminal
-from harness.core.options import EXIT_FAILED, EXIT_OK, check_labels
+from harness.core.options import EXIT_FAILED, EXIT_OK, add_label_option, check_labels
 from harness.core.store import (
     distinct_run_ids,
     distinct_runs,
@@ -24,7 +24,7 @@ def register(sub) -> None:
     p_show = sub.add_parser("show", help="print the tables of a stored run, or of several side by side")
     p_show.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR",
                         help="one run: its tables; several: one table per family, a column per run and a ratio column")
-    p_show.add_argument("--label", action="append", default=[], help="label per run, in order (default: the run ID)")
+    add_label_option(p_show)
     p_show.add_argument("--skip-invalid", action="store_true", help="show the valid records and list the invalid lines")
     p_show.set_defaults(func=cmd_show)
 
