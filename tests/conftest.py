@@ -127,6 +127,17 @@ def derived_record(case_id: str, samples_ns, run_id: str = "t", reports=None, **
     return Record(**base)
 
 
+def start_of(run_id: str) -> str:
+    """An instant of its own for the records of run ``run_id``, within a day of 2026-01-01: fixtures
+    that give runs measured apart the same samples give them starts apart, or each would be the
+    other's copy (``harness.core.measurement``)."""
+    import datetime as dt
+    import zlib
+
+    seconds = zlib.crc32(run_id.encode()) % 86_400
+    return (dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(seconds=seconds)).isoformat()
+
+
 def run_with_an_unverified_figure(path: Path, busbw_gbps: float = 9999.0, run_id: str = "t",
                                   started_at: str = "2026-01-01T00:00:00+00:00") -> Path:
     """A finished run of two allreduce records as the driver writes them, the second's busbw then
