@@ -127,17 +127,31 @@ def derived_record(case_id: str, samples_ns, run_id: str = "t", reports=None, **
     return Record(**base)
 
 
-def run_with_an_unverified_figure(path: Path, busbw_gbps: float = 9999.0, run_id: str = "t") -> Path:
+def start_of(run_id: str) -> str:
+    """An instant of its own for the records of run ``run_id``, within a day of 2026-01-01: fixtures
+    that give runs measured apart the same samples give them starts apart, or each would be the
+    other's copy (``harness.core.measurement``)."""
+    import datetime as dt
+    import zlib
+
+    seconds = zlib.crc32(run_id.encode()) % 86_400
+    return (dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(seconds=seconds)).isoformat()
+
+
+def run_with_an_unverified_figure(path: Path, busbw_gbps: float = 9999.0, run_id: str = "t",
+                                  started_at: str = "2026-01-01T00:00:00+00:00") -> Path:
     """A finished run of two allreduce records as the driver writes them, the second's busbw then
     rewritten to ``busbw_gbps`` and its per-rank reports dropped: verification reads that figure
-    but cannot recompute it, and lists it in ``Record.unverifiable``."""
+    but cannot recompute it, and lists it in ``Record.unverifiable``. Its samples are the same in
+    every such run: a second run beside it is one of another ``started_at``."""
     import dataclasses
 
     from harness.core.store import RunDir, planned_digest
 
     reports = [{"impl": "gloo allreduce", "nccl_algo_env": None}] * 2
     cases = [f"allreduce/algo=native,backend=gloo,dtype=float32,size_bytes={n},world=2" for n in (1024, 4096)]
-    honest, edited = (derived_record(c, [30000 + i for i in range(200)], run_id=run_id, reports=reports) for c in cases)
+    honest, edited = (derived_record(c, [30000 + i for i in range(200)], run_id=run_id, reports=reports,
+                                     started_at=started_at) for c in cases)
     run = RunDir(path, run_id)
     run.append_many([honest, dataclasses.replace(edited, metrics={**edited.metrics, "busbw_gbps": busbw_gbps}, extra={})])
     run.write_fingerprint({**RUN_FINGERPRINT, "world": 2})  # its records' two ranks
@@ -147,16 +161,26 @@ def run_with_an_unverified_figure(path: Path, busbw_gbps: float = 9999.0, run_id
 
 
 def another_run(source: Path, path: Path, run_id: str) -> Path:
-    """``source``'s records, fingerprint and run.json as a second run of ID ``run_id``: two runs to
-    put side by side where a copy of one is refused as the same run given twice."""
+    """``source``'s records, fingerprint and run.json as a second run of ID ``run_id``, a day later:
+    two runs to put side by side where a copy of one is refused as the same run given twice. The
+    start of each record moves with the run, as a copy's cannot (``harness.core.measurement``)."""
+    import dataclasses
+    import datetime as dt
     import json
 
     from harness.core import atomic
+    from harness.core.records import UNKNOWN_START
     from harness.core.store import append_records, load_records
 
+    def later(instant):
+        return instant if instant in (None, UNKNOWN_START) else \
+            (dt.datetime.fromisoformat(instant) + dt.timedelta(days=1)).isoformat()
+
     path.mkdir(parents=True)
-    append_records(path / "results.jsonl", [r.with_run_id(run_id) for r in load_records(source)])
+    append_records(path / "results.jsonl", [dataclasses.replace(r, run_id=run_id, started_at=later(r.started_at))
+                                            for r in load_records(source)])
     shutil.copyfile(source / "fingerprint.json", path / "fingerprint.json")
-    atomic.write_json(path / "run.json", {**json.loads((source / "run.json").read_text()), "run_id": run_id},
-                      run_writer=True)
+    meta = json.loads((source / "run.json").read_text())
+    times = {name: later(meta[name]) for name in ("started_at", "finished_at") if name in meta}
+    atomic.write_json(path / "run.json", {**meta, **times, "run_id": run_id}, run_writer=True)
     return path

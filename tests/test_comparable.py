@@ -7,7 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest import RUN_FINGERPRINT, derived_record
+from conftest import RUN_FINGERPRINT, derived_record, start_of
 
 from harness.cli import main
 from harness.core.comparable import CHECKED_FIELDS, mismatch
@@ -31,7 +31,8 @@ def test_mismatch_names_the_field_and_both_values(field, other):
 def _runs(root: Path, n: int, **fields) -> Path:
     for i in range(n):
         run = RunDir(root / f"run-{i}", f"{root.name}-run-{i}")
-        run.append(derived_record(NOOP, [s + i for s in SAMPLES], run_id=run.run_id, **fields))
+        run.append(derived_record(NOOP, [s + i for s in SAMPLES], run_id=run.run_id, started_at=start_of(run.run_id),
+                                  **fields))
         run.write_fingerprint(RUN_FINGERPRINT)  # a run writes one before its first case
         run.write_meta({"schema": "critpath.run/1", "state": "finished", "cases_total": 1})
     return root

@@ -3,6 +3,8 @@ on record sets built through the families' own report and metrics code (a slow n
 a slow rail, failures); and the pairing schedule it relies on."""
 from __future__ import annotations
 
+import datetime as dt
+import itertools
 import json
 import math
 
@@ -146,19 +148,23 @@ def test_one_case_flagging_a_subject_is_not_enough_under_min_cases(tmp_path):
     assert any("flagged in 1 case(s), fewer than min_cases 2" in n for n in result.notes.lines())
 
 
+_STARTS = itertools.count()  # each node's run starts at a time of its own, as runs measured apart do
+
+
 def _node_run(path, host, mean_us, failed=None, run_id=None):
     """One node's own run: two ranks of allreduce on ``host``."""
     run_id = run_id or f"run-{host}"
     run = RunDir(path, run_id)
+    started_at = (dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(seconds=next(_STARTS))).isoformat()
     for size in (65536, 1048576):
         case_id = f"allreduce/algo=ring,backend=gloo,dtype=float32,size_bytes={size},world=2"
         if failed is not None and size == 65536:
             from harness.core import registry
 
-            run.append(Record.failure(registry.parse(case_id), run_id, failed, "gloo", "2026-01-01T00:00:00+00:00"))
+            run.append(Record.failure(registry.parse(case_id), run_id, failed, "gloo", started_at))
             continue
         samples = np.full(200, mean_us * 1e3 * size / 65536, dtype=np.int64)
-        run.append(derived_record(case_id, samples, run_id=run_id, reports=[{}, {}]))
+        run.append(derived_record(case_id, samples, run_id=run_id, reports=[{}, {}], started_at=started_at))
     run.write_fingerprint({"host": host, "launch": "joined", "world": 2, "layout": {"nodes": 1, "node_keys": [host], "hosts": [host],
                                                     "node_of_rank": [0, 0]}})
     run.write_meta({"schema": "critpath.run/1", "state": "finished", "cases_total": 2})

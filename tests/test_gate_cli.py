@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import xmlschema
-from conftest import RUN_FINGERPRINT, derived_record, git as _git, processes_mentioning
+from conftest import RUN_FINGERPRINT, derived_record, git as _git, start_of, processes_mentioning
 
 from harness.cli import main
 from harness.core.claim import CLAIM_FILE
@@ -92,7 +92,8 @@ def test_worktree_ab_end_to_end_with_a_failing_case(tmp_repo, tmp_path):
 # -- compare on stored runs (records written through the store, no processes) -------------------
 
 def _record(case_id: str, samples, run_id: str, ok: bool = True) -> Record:
-    record = derived_record(case_id, samples, run_id=run_id, plan={"warmup": 1, "iters": len(samples)})
+    record = derived_record(case_id, samples, run_id=run_id, plan={"warmup": 1, "iters": len(samples)},
+                            started_at=start_of(run_id))  # one seed on both sides: their own starts
     if not ok:
         return replace(record, status="failed", error=ErrorInfo("InjectedFault", "boom", 0), samples_ns=(), plan=None,
                        metrics={}, check=None)

@@ -208,3 +208,63 @@ def test_p2p_tiers_fit_sets_intra_and_inter_tiers(tmp_path):
     assert tiers["nvlink"]["alpha_us"] == pytest.approx(2.0, rel=0.1)
     assert tiers["roce"]["alpha_us"] == pytest.approx(8.0, rel=0.1)
     assert tiers["roce"]["bandwidth_gbytes_s"] == pytest.approx(20.0, rel=0.1)
+
+
+# -- contended records are withheld from the fit and counted ------------------------------------
+
+CONTENDED_SIZES = SIZES[:18]  # 8 B .. 1 MiB
+
+
+def _contended_run(path, rng, contended):
+    """``_write_run``'s sweep, with the records of ``contended`` ((algo, world, size) or "all") timed
+    while the loop waited for a core: most iterations a scheduler tick long, under pressure. Sizes up
+    to 1 MiB: above, a tree iteration at world 4 lasts a tick of its own, and the rule cannot judge."""
+    from harness.core import contention as cn
+
+    run = _Run(path, "contended")
+    for algo in ("ring", "tree"):
+        for world in (2, 4):
+            for n in CONTENDED_SIZES:
+                samples = _true_s(algo, world, n) * 1e9 * rng.lognormal(0.0, 0.05, size=64)
+                fields = {}
+                if contended == "all" or (algo, world, n) in contended:
+                    samples = np.concatenate([np.full(48, cn.tick_ns(250)), samples[:16]])
+                    rank = cn.RankEvidence(window_ns=int(samples.sum()), pressure_source=cn.PSI, pressure_share=0.5,
+                                           nivcsw=3, cpus_allowed="0-1", cpu_last=0, tick_hz=250, tick_source="assumed")
+                    fields = {"contention": cn.Contention((rank,) * world)}  # each rank's evidence
+                run.append(derived_record(
+                    f"allreduce/algo={algo},backend=gloo,dtype=float32,size_bytes={n},world={world}", samples,
+                    run_id="contended", **fields))
+    return path
+
+
+def test_contended_records_are_withheld_from_the_fit_and_counted(tmp_path, capsys):
+    stalled = {("ring", 2, SIZES[3]), ("ring", 2, SIZES[7]), ("ring", 4, SIZES[5])}
+    run = _contended_run(tmp_path / "run", np.random.default_rng(4), stalled)
+    fits = {(f.algo, f.worlds): f for f in cal.fit_run(run)}
+    ring, ring2, tree = fits["ring", (2, 4)], fits["ring", (2,)], fits["tree", (2, 4)]
+    assert (ring.n_withheld_contended, ring2.n_withheld_contended, tree.n_withheld_contended) == (3, 2, 0)
+    assert len(ring.residuals) == 2 * len(CONTENDED_SIZES) - 3 and len(tree.residuals) == 2 * len(CONTENDED_SIZES)
+    assert ring.alpha_us == pytest.approx(ALPHA_US, rel=0.05)  # ticks of 4 ms would drag it
+    assert ring.beta_ns_per_byte == pytest.approx(BETA_NS, rel=0.05)
+    out = tmp_path / "m"
+    assert main(["model", "--ranks", "2,4", "--sizes", "8:1M:x4", "--no-plots", "--calibrate", str(run),
+                 "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "3 contended records withheld from the fit (ring world 2: 2, ring world 4: 1)" in err, err
+    assert "measure on a quiet machine" in err
+    doc = json.loads((out / "model.json").read_text())
+    assert [f["n_withheld_contended"] for f in doc["calibration"] if f["algo"] == "ring"] == [3, 2, 1]
+
+
+def test_a_run_whose_every_record_is_contended_is_not_fitted(tmp_path, capsys):
+    run = _contended_run(tmp_path / "run", np.random.default_rng(4), "all")
+    with pytest.raises(cal.CalibrationError, match="every one of the 72 records to fit is contended"):
+        cal.fit_run(run)
+    out = tmp_path / "m"
+    assert main(["model", "--ranks", "2,4", "--sizes", "8:1M:x4", "--no-plots", "--calibrate", str(run),
+                 "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"{run}: every one of the 72 records to fit is contended" in err
+    assert "measure on a quiet machine (nothing else running) and calibrate from that run" in err
+    assert not out.exists()

@@ -11,7 +11,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 import xmlschema
-from conftest import ROOT, RUN_FINGERPRINT, derived_record, run_cli
+from conftest import ROOT, RUN_FINGERPRINT, derived_record, run_cli, start_of
 
 from harness.cli import main
 from harness.core import atomic, escape, temps
@@ -47,9 +47,9 @@ sys.stdin.read()  # until the test closes it
 def hostile_run(path, host="<script>alert(2)</script>", run_id="r1", error=HOSTILE):
     """A finished run of two records, one failed with ``error`` (HOSTILE), on a host so named."""
     path.mkdir(parents=True, exist_ok=True)
-    append_record(path / RESULTS, derived_record(OK_CASE, range(1000, 1200), run_id=run_id))
+    append_record(path / RESULTS, derived_record(OK_CASE, range(1000, 1200), run_id=run_id, started_at=start_of(run_id)))
     append_record(path / RESULTS, Record.failure(parse(BAD_CASE), run_id, ErrorInfo("failed", error, 0, ""), "gloo",
-                                                 "2026-01-01T00:00:00+00:00", 0.1))
+                                                 start_of(run_id), 0.1))
     atomic.write_json(path / "fingerprint.json", {**RUN_FINGERPRINT, "host": host}, run_writer=True)
     atomic.write_json(path / "run.json", {"schema": "critpath.run/1", "run_id": run_id, "state": "finished",
                                           "cases_total": 2}, run_writer=True)

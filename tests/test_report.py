@@ -215,7 +215,8 @@ def test_an_unverified_figure_is_marked_and_captioned_in_the_report(tmp_path):
     assert len(rows) == 2 and [UNVERIFIED in line for line in rows] == [False, True], rows
     assert f"{edited.metrics['busbw_gbps']:.3f} {UNVERIFIED}" in rows[1]
     # side by side: shown marked in both runs, and no ratio taken of it
-    again = run_with_an_unverified_figure(tmp_path / "again", run_id="t2")  # a second run, not a copy
+    again = run_with_an_unverified_figure(tmp_path / "again", run_id="t2",  # a second run, not a copy
+                                          started_at="2026-01-02T00:00:00+00:00")
     text = to_markdown(make_report([run, again], labels=["a", "b"]).blocks)
     edited_row = next(line for line in text.splitlines() if line.startswith("| size_bytes=4096 |"))
     cells = edited_row.split(" | ")

@@ -8,7 +8,7 @@ algorithm is faster: what decides varies between runs (between processes). The r
 give, per size both algorithms measured in it, one paired log ratio ``d = ln(ring) - ln(tree)``
 (p50s; means for imported records, which have nothing else). Runs are pooled per machine, dtype,
 world and backend, never across machines; a contended record (harness.core.contention) is withheld
-and counted. At a size measured in ``MIN_RUNS`` runs or more, a Student-t interval of the mean d
+and counted, and a copy of another run given (``store.run_copies``) counts once and is named. At a size measured in ``MIN_RUNS`` runs or more, a Student-t interval of the mean d
 over runs says which algorithm, if either, is significantly faster; a crossover is where that
 changes, and its interval comes from resampling whole runs (``RESAMPLES`` times, a fixed seed so a
 report is the same every time it is built). The rule is ``RULE``, stated once here and quoted by
@@ -17,7 +17,7 @@ the report and the docs; ``ring_tree_finding`` is what the allreduce family conc
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any, Optional, Sequence
 
 import numpy as np
@@ -26,6 +26,7 @@ from harness.core.family import Concluded
 from harness.core.figures import is_mean_only
 from harness.core.plotting import human_bytes
 from harness.core.records import Record
+from harness.core.store import run_copies
 
 RESAMPLES = 1000
 SEED = 20260117  # fixed: the same runs give the same interval in every report
@@ -104,6 +105,7 @@ class Crossover:
     changes: tuple  # the significant crossovers (Change), ascending
     withheld: int = 0  # contended records left out
     imported: bool = False  # some ratio is of means (imported records have no samples)
+    copies: tuple = ()  # labels of the runs given that were copies of another, counted once
 
     @property
     def significant(self) -> bool:
@@ -213,17 +215,31 @@ class _Pool:
     ratios: dict  # run ID -> {size: d}
     withheld: int = 0
     imported: bool = False
+    copies: list = field(default_factory=list)  # labels of the runs counted once as copies of another
+
+
+def _pooled(record: Record) -> bool:
+    """Whether ``record`` is one a pool reads: a passing ring or tree record with its summary."""
+    return record.ok and record.params.get("algo") in (RING, TREE) and record.summary is not None
+
+
+def _group(run: Any, record: Record) -> Group:
+    return Group(machine_of(run), record.params.get("dtype", ""), record.world, record.backend)
+
+
+def _groups(run: Any) -> list[Group]:
+    """The groups whose pools ``run``'s records would go to."""
+    return list(dict.fromkeys(_group(run, r) for r in run.records if _pooled(r)))
 
 
 def _add_run(pools: dict, run: Any) -> None:
     """One run's paired ratios into its groups' pools. A size measured more than once in the run
     gives one d, from the mean log latency of each algorithm: the records share its processes."""
     logs: dict[tuple, list[float]] = {}
-    machine = machine_of(run)
     for r in run.records:
-        if not r.ok or r.params.get("algo") not in (RING, TREE) or r.summary is None:
+        if not _pooled(r):
             continue
-        group = Group(machine, r.params.get("dtype", ""), r.world, r.backend)
+        group = _group(run, r)
         pool = pools.setdefault(group, _Pool({}))
         if r.contention_verdict.contended:
             pool.withheld += 1
@@ -238,19 +254,28 @@ def _add_run(pools: dict, run: Any) -> None:
 
 def ring_tree_crossovers(runs: Sequence[Any]) -> list[Crossover]:
     """One Crossover per group (machine, dtype, world, backend) whose runs measured both ring and
-    tree at two sizes or more, or that had records withheld; runs with one run ID count once."""
+    tree at two sizes or more, or that had records withheld. A copy of another of ``runs`` (its run
+    ID, or its measurements under another run ID: ``store.run_copies``) counts once, and is named
+    in its groups' ``copies``: pooled as a second run it would be a replicate that agrees by
+    construction. (The commands refuse a copy before this: ``store.distinct_run_ids``.)"""
     pools: dict[Group, _Pool] = {}
+    copies = {id(copy): copy for copy, _original, _how in run_copies(runs)}
     for run in runs:
-        _add_run(pools, run)
+        if id(run) in copies:
+            for group in _groups(run):
+                pools.setdefault(group, _Pool({})).copies.append(run.label)
+        else:
+            _add_run(pools, run)
     out = []
     for group, pool in sorted(pools.items(), key=lambda gp: gp[0]):
         sizes = sorted({s for per_size in pool.ratios.values() for s in per_size})
-        if len(sizes) < 2 and not pool.withheld:
+        if len(sizes) < 2 and not pool.withheld and not pool.copies:
             continue
         run_ids = sorted(pool.ratios)
         ratios = np.array([[pool.ratios[run].get(s, np.nan) for s in sizes] for run in run_ids]).reshape(
             len(run_ids), len(sizes))
-        out.append(crossover_of_runs(group, run_ids, sizes, ratios, pool.withheld, pool.imported))
+        out.append(replace(crossover_of_runs(group, run_ids, sizes, ratios, pool.withheld, pool.imported),
+                           copies=tuple(pool.copies)))
     return out
 
 
@@ -264,14 +289,18 @@ def _measured(c: Crossover) -> str:
     return "the measured p50s" + (f" ({'; '.join(how)})" if how else "")
 
 
-def _withheld_text(c: Crossover) -> str:
-    return f"; {_count(c.withheld, 'contended record')} withheld" if c.withheld else ""
+def _left_out_text(c: Crossover) -> str:
+    """What the pool left out: contended records withheld, and copies of a run counted once."""
+    copies = (f"; {'one run' if len(c.copies) == 1 else f'{len(c.copies)} runs'} given that "
+              f"{'is a copy' if len(c.copies) == 1 else 'are copies'} of another counted once "
+              f"({', '.join(c.copies)})") if c.copies else ""
+    return (f"; {_count(c.withheld, 'contended record')} withheld" if c.withheld else "") + copies
 
 
 def why_not_established(c: Crossover) -> str:
     """Why no size had enough runs to decide, in a short phrase."""
     if not c.runs:
-        return "every record withheld as contended"
+        return "every record withheld as contended" if c.withheld else "every run given a copy of another"
     if len(c.runs) == 1:
         return "one run: one record per size, whose iterations share one process"
     return f"{_count(len(c.runs), 'run')}, fewer than {MIN_RUNS} at every size both algorithms measured"
@@ -301,16 +330,16 @@ def _change_text(ch: Change) -> str:
 def _cell(c: Crossover) -> str:
     if c.significant:
         return "; ".join(_change_text(ch) for ch in c.changes) + f"; from {_count(len(c.runs), 'run')}" + \
-            _withheld_text(c)
+            _left_out_text(c)
     if not c.established:
         descriptive = f"; {_descriptive(c)}" if c.runs else ""
-        return f"not established here ({why_not_established(c)}); {_what_to_add(c)}{descriptive}{_withheld_text(c)}"
+        return f"not established here ({why_not_established(c)}); {_what_to_add(c)}{descriptive}{_left_out_text(c)}"
     crossings = ", ".join(f"~{human_bytes(x)}" for x in c.point_bytes)
     counts = ", ".join(f"{name} at {n}" for name in (RING, TREE, NEITHER, NOT_ESTABLISHED)
                        if (n := c.leads.count(name)))
     return (f"no significant crossover ({_count(len(c.runs), 'run')}; "
             + (f"{_measured(c)} cross at {crossings}; " if crossings else "")
-            + f"which is significantly faster, of {len(c.sizes)} sizes: {counts}){_withheld_text(c)}")
+            + f"which is significantly faster, of {len(c.sizes)} sizes: {counts}){_left_out_text(c)}")
 
 
 def _bytes_or_dash(x) -> str:

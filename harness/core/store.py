@@ -24,6 +24,7 @@ from typing import Iterable, Iterator, Mapping, Optional, Sequence
 from harness.core import atomic, fingerprintfile, runheld, runmeta
 from harness.core.inputfile import InputFileError, kind, open_regular, read_bounded
 from harness.core.jsonfile import JsonFileError, JsonLimits, check_limits, loads_strict
+from harness.core.measurement import measurement_key
 from harness.core.escape import for_terminal
 from harness.core.options import CannotRun, UsageError
 from harness.core.records import UNKNOWN_START, ErrorInfo, Record, RecordError
@@ -554,7 +555,7 @@ def distinct_runs(paths: Iterable[Path], why: str = "each run counts once") -> l
     """``paths`` as given, refused with ResultsFileError when two name one run: the same directory
     (through a link, a trailing ``/.``, or as its results.jsonl) given twice would count one run's
     records twice, in a pooled fit, a table or a diagnosis. Copies of one run in two directories are
-    caught once read, by their run ID (``distinct_run_ids``). ``why`` ends the refusal: what
+    caught once read, by their run ID or their measurements (``distinct_run_ids``). ``why`` ends the refusal: what
     counting it twice would do."""
     paths = [Path(p) for p in paths]
     first: dict[str, Path] = {}
@@ -566,15 +567,43 @@ def distinct_runs(paths: Iterable[Path], why: str = "each run counts once") -> l
     return paths
 
 
-def distinct_run_ids(runs: Sequence["LoadedRun"], why: str = "a copy of a run counts once") -> Sequence["LoadedRun"]:
-    """``runs``, refused with ResultsFileError when two directories hold one run ID: a copy of a
-    run is the same process's evidence, not a second run. ``why`` as for ``distinct_runs``."""
-    first: dict[str, Path] = {}
+def run_copies(runs: Sequence["LoadedRun"]) -> Iterator[tuple["LoadedRun", "LoadedRun", str]]:
+    """Each of ``runs`` that is an earlier one's copy, as (copy, original, how it is known): it holds
+    the original's run ID, or one of its measurements under another run ID
+    (``measurement.measurement_key``: a copy whose run ID was rewritten in every record). The one
+    rule by which every command that counts runs knows a run given twice."""
+    first: dict[str, "LoadedRun"] = {}
+    measured: dict[tuple, tuple["LoadedRun", Record]] = {}
     for run in runs:
-        for run_id in dict.fromkeys(r.run_id for r in run.records):
+        found = None
+        ids = dict.fromkeys(r.run_id for r in run.records)
+        for run_id in ids:
             if run_id in first:
-                raise ResultsFileError(f"run {for_terminal(run_id)} is in {first[run_id]} and in {run.path}; {why}")
-            first[run_id] = run.path
+                found = first[run_id], f"run {for_terminal(run_id)} is in {first[run_id].path} and in {run.path}"
+                break
+        keyed = {key: record for record in run.records if (key := measurement_key(record)) is not None}
+        if found is None:
+            for key, record in keyed.items():
+                if key in measured:
+                    original, theirs = measured[key]
+                    found = original, (
+                        f"run {for_terminal(record.run_id)} in {run.path} is run {for_terminal(theirs.run_id)} in "
+                        f"{original.path} under another run ID: their records of {for_terminal(record.case_id)} "
+                        f"started at {for_terminal(record.started_at)} hold the same samples")
+                    break
+        if found is not None:
+            yield run, *found
+            continue
+        first.update(dict.fromkeys(ids, run))
+        measured.update({key: (run, record) for key, record in keyed.items()})
+
+
+def distinct_run_ids(runs: Sequence["LoadedRun"], why: str = "a copy of a run counts once") -> Sequence["LoadedRun"]:
+    """``runs``, refused with ResultsFileError when two directories hold one run (``run_copies``): a
+    copy of a run is the same process's evidence, not a second run. ``why`` as for
+    ``distinct_runs``."""
+    for _copy, _original, how in run_copies(runs):
+        raise ResultsFileError(f"{how}; {why}")
     return runs
 
 

@@ -35,8 +35,8 @@ _SELF = "a run compared with itself (or a copy of it) shows no change by constru
 
 def disjoint_sides(paths: Sequence[Path] = (), runs: Sequence[LoadedRun] = ()) -> None:
     """ResultsFileError naming both places when the base and the candidate of a compare hold one
-    run: the same directory by any path (``distinct_runs`` of the two sides' paths), or one run
-    ID in both (``distinct_run_ids`` of the two sides' runs: a copy)."""
+    run: the same directory by any path (``distinct_runs`` of the two sides' paths), or a copy: one
+    run ID, or one measurement under two (``distinct_run_ids`` of the two sides' runs)."""
     try:
         distinct_runs(paths, _SELF)
         distinct_run_ids(runs, _SELF)

@@ -14,13 +14,20 @@ Validation: the sizes of each world are split into fitting and held-out points (
 the latter is the model's own validation on this machine. A fit across several worlds at once
 also tests how the model scales with p, not only with n.
 
+A record judged contended (``harness.core.contention``: its loop waited for a core) is withheld
+from the fit and counted (``Fit.n_withheld_contended``, ``Points.withheld``), as the ring/tree
+crossover withholds it: its time is the machine's load as much as the algorithm's, and a robust
+loss does not undo a sweep whose every size was slowed. Where every record to fit is contended
+there is no fit (``CalibrationError``): measure on a quiet machine.
+
 beta absorbs the local reduction (gamma) here: at a fixed p the two are both proportional to n
 and a size sweep cannot tell them apart.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from collections import Counter
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
@@ -93,6 +100,7 @@ class Fit:
     max_abs_rel_error_heldout: float
     median_abs_rel_error_heldout: float
     residuals: tuple[Residual, ...] = field(repr=False, default=())
+    n_withheld_contended: int = 0  # records of this algo and these worlds judged contended, not fitted
 
     @property
     def bandwidth_gbytes_s(self) -> float:
@@ -110,35 +118,55 @@ class Fit:
         return out
 
 
+@dataclass(frozen=True)
+class Points:
+    """The points of one or more runs to fit, and what was withheld from them."""
+    points: list[Point]
+    withheld: dict = field(default_factory=dict)  # (algo, world) -> contended records left out
+
+    def withheld_of(self, algo: str, worlds: Iterable[int]) -> int:
+        return sum(self.withheld.get((algo, w), 0) for w in worlds)
+
+
 def points_from_run(run_dir: Path, statistic: str = "p50", holdout_every: int = 3,
                     backend: Optional[str] = None) -> list[Point]:
-    """The usable allreduce points of a run directory (ok records of a modelled algorithm)."""
-    return points_of(load_records(Path(run_dir)), statistic, holdout_every, backend)
+    """The usable allreduce points of a run directory (ok, uncontended records of a modelled algorithm)."""
+    return points_of(load_records(Path(run_dir)), statistic, holdout_every, backend).points
 
 
-def _points_of_runs(run_dir, statistic: str, holdout_every: int) -> tuple[list[Path], list[Point]]:
+def _points_of_runs(run_dir, statistic: str, holdout_every: int) -> tuple[list[Path], Points]:
     """The directories ``run_dir`` names (one, or a list) and their points pooled: each run whole,
     and each once (given twice, or copied into a second directory, it would weigh its points twice
     in the fit)."""
     dirs = distinct_runs([run_dir] if isinstance(run_dir, (str, Path)) else list(run_dir))
     runs = distinct_run_ids([load_whole(d) for d in dirs])  # a killed run's sweep is no run's fit
-    return dirs, [pt for run in runs for pt in points_of(run.records, statistic, holdout_every)]
+    each = [points_of(run.records, statistic, holdout_every) for run in runs]
+    withheld: Counter = Counter()
+    for one in each:
+        withheld.update(one.withheld)
+    return dirs, Points([pt for one in each for pt in one.points], dict(withheld))
 
 
-def points_of(records, statistic: str = "p50", holdout_every: int = 3, backend: Optional[str] = None) -> list[Point]:
-    """The usable allreduce points of one run's records."""
+def points_of(records, statistic: str = "p50", holdout_every: int = 3, backend: Optional[str] = None) -> Points:
+    """The usable allreduce points of one run's records, and the contended ones withheld."""
     if statistic not in STATISTICS:
         raise CalibrationError(f"statistic must be one of {STATISTICS}, got {statistic!r}")
     points = []
     by_group: dict[tuple[str, int], list] = {}
+    withheld: Counter = Counter()
     for r in records:
         if not r.ok or (backend is not None and r.backend != backend):
             continue
         if r.family == "allreduce" and r.params.get("algo") in COEFFICIENTS:
-            by_group.setdefault((r.params["algo"], int(r.params["world"])), []).append(r)
+            group = (r.params["algo"], int(r.params["world"]))
         elif r.family == "p2p_tiers" and r.params["tier"] in ("intra", "inter"):  # pairs: a round sweep
-            tier = r.params["tier"]
-            by_group.setdefault(("p2p_" + tier, 2), []).append(r)  # a pair of ranks
+            group = ("p2p_" + r.params["tier"], 2)  # a pair of ranks
+        else:
+            continue
+        if r.contention_verdict.contended:
+            withheld[group] += 1
+        else:
+            by_group.setdefault(group, []).append(r)
     for (algo, world), group in sorted(by_group.items()):
         group.sort(key=lambda r: r.params["size_bytes"])
         for i, r in enumerate(group):
@@ -148,7 +176,17 @@ def points_of(records, statistic: str = "p50", holdout_every: int = 3, backend: 
             # Hold out interior points only, so the fit spans the whole size range.
             held = holdout_every > 0 and 0 < i < len(group) - 1 and i % holdout_every == 1
             points.append(Point(algo, world, int(r.params["size_bytes"]), value_ns * 1e-9, held))
-    return points
+    return Points(points, dict(withheld))
+
+
+def withheld_text(withheld: dict) -> str:
+    """How many contended records were withheld from a fit, and of what; "" when none were."""
+    total = sum(withheld.values())
+    if not total:
+        return ""
+    parts = ", ".join(f"{algo} world {world}: {n}" for (algo, world), n in sorted(withheld.items()))
+    return (f"{total} contended record{'' if total == 1 else 's'} withheld from the fit ({parts}): a contended "
+            "record's time is the machine's load as much as the algorithm's; measure on a quiet machine to fit them")
 
 
 LOSSES = ("soft_l1", "linear", "huber", "cauchy")
@@ -196,7 +234,17 @@ def fit(points: Sequence[Point], algo: str, worlds: Optional[Iterable[int]] = No
 def fit_run(run_dir, statistic: str = "p50", holdout_every: int = 3, loss: str = "soft_l1") -> list[Fit]:
     """One fit per measured algorithm over every world in the run(s), plus one per (algo, world).
     ``run_dir`` is one run directory or a list of them (e.g. one per world)."""
-    dirs, points = _points_of_runs(run_dir, statistic, holdout_every)
+    return _fits(*_points_of_runs(run_dir, statistic, holdout_every), statistic, loss)
+
+
+def _fits(dirs: Sequence[Path], found: Points, statistic: str, loss: str) -> list[Fit]:
+    points = found.points
+    if not points and found.withheld:
+        total = sum(found.withheld.values())
+        raise CalibrationError(
+            f"{', '.join(map(str, dirs))}: every one of the {total} record{'' if total == 1 else 's'} to fit is "
+            "contended (its timed loop waited for a core: harness.core.contention), and contended records are not "
+            "fitted; measure on a quiet machine (nothing else running) and calibrate from that run")
     if not points:
         raise CalibrationError(
             f"{', '.join(map(str, dirs))}: no ok allreduce records with algo ring or tree, nor p2p_tiers records, to fit "
@@ -204,9 +252,9 @@ def fit_run(run_dir, statistic: str = "p50", holdout_every: int = 3, loss: str =
     fits = []
     for algo in sorted({pt.algo for pt in points}):
         worlds = sorted({pt.world for pt in points if pt.algo == algo})
-        fits.append(fit(points, algo, worlds, statistic, loss))
-        if len(worlds) > 1:
-            fits.extend(fit(points, algo, [w], statistic, loss) for w in worlds)
+        for chosen in [worlds] + ([[w] for w in worlds] if len(worlds) > 1 else []):
+            fits.append(replace(fit(points, algo, chosen, statistic, loss),
+                                n_withheld_contended=found.withheld_of(algo, chosen)))
     return fits
 
 
@@ -224,7 +272,30 @@ class Extrapolation:
 
 def extrapolations(run_dir, statistic: str = "p50", loss: str = "soft_l1") -> list[Extrapolation]:
     """For each algorithm measured at 2+ worlds: fit on all but the largest world, predict it."""
-    _, points = _points_of_runs(run_dir, statistic, holdout_every=0)
+    return _extrapolations(_points_of_runs(run_dir, statistic, holdout_every=0)[1].points, statistic, loss)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What ``critpath model --calibrate`` fits from its runs, read once."""
+    fits: list[Fit]
+    extrapolated: list[Extrapolation]
+    withheld: dict  # (algo, world) -> contended records left out of every fit
+
+    @property
+    def withheld_text(self) -> str:
+        return withheld_text(self.withheld)
+
+
+def calibrate(run_dir, statistic: str = "p50", loss: str = "soft_l1", holdout_every: int = 3) -> Calibration:
+    """``fit_run`` and ``extrapolations`` of the run(s), and the contended records both withheld."""
+    dirs, found = _points_of_runs(run_dir, statistic, holdout_every)
+    fits = _fits(dirs, found, statistic, loss)
+    whole = [replace(pt, heldout=False) for pt in found.points]  # an extrapolation holds out a world, not sizes
+    return Calibration(fits, _extrapolations(whole, statistic, loss), found.withheld)
+
+
+def _extrapolations(points: Sequence[Point], statistic: str, loss: str) -> list[Extrapolation]:
     out = []
     for algo in sorted({pt.algo for pt in points}):
         worlds = sorted({pt.world for pt in points if pt.algo == algo})

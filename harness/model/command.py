@@ -158,7 +158,7 @@ def _calibrated_profile(fits: "list[Fit]", profile: Optional[HardwareProfile], t
 
 
 def cmd_model(args) -> int:
-    from harness.model.calibrate import CalibrationError, extrapolations, fit_run  # scipy: as above
+    from harness.model.calibrate import CalibrationError, calibrate  # scipy: as above
 
     console = Console(soft_wrap=True)
     algos = args.algos
@@ -178,9 +178,10 @@ def cmd_model(args) -> int:
         profile = load_profile(args.profile or DEFAULT_PROFILE) if (args.profile or not args.calibrate) else None
         fits: list = []
         extrapolated: list = []
+        withheld = ""
         if args.calibrate:
-            fits = fit_run(args.calibrate, statistic, loss=loss)
-            extrapolated = extrapolations(args.calibrate, statistic, loss=loss)
+            calibration = calibrate(args.calibrate, statistic, loss=loss)
+            fits, extrapolated, withheld = calibration.fits, calibration.extrapolated, calibration.withheld_text
             profile, links_by_algo = _calibrated_profile(fits, profile, args.calibrate_tier, args.calibrate)
         else:
             links_by_algo = {a: ab.Links.from_profile(profile) for a in algos}
@@ -202,6 +203,8 @@ def cmd_model(args) -> int:
     for name in plots.PLOT_NAMES:
         if out / name not in plotted:
             _remove_plot(out / name)
+    if withheld:
+        print(f"critpath model: {withheld}", file=sys.stderr)
     _print_summary(console, profile, scales, sizes, algos, times_s, crossover, nccl, fits)
     for e in extrapolated:
         console.print(f"extrapolation in p: {e.algo} fitted on worlds {','.join(map(str, e.train_worlds))} predicts "
