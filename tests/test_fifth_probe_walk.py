@@ -238,13 +238,15 @@ def test_an_import_whose_time_has_no_zone_records_its_start_as_unknown(tmp_path)
 
 def _fingerprinted(tmp_path: Path, edit, worlds=(2,), launch: str = "local") -> Path:
     """A whole run of one record per world in ``worlds``, its fingerprint as ``critpath run``
-    writes it (world: the widest case) and then changed by ``edit``."""
+    writes it (world: the widest case) and then changed by ``edit``; for a worker, one of its rounds
+    with the worker's fingerprint beside it, and no run.json, which a worker does not write."""
     run = RunDir(tmp_path / "run", "run-f")
     samples = np.random.default_rng(0).normal(1000, 10, 200).clip(1)
     for world in worlds:
         case_id = f"selftest/fault_rank=0,mode=noop,world={world}"
         run.append(derived_record(case_id, samples, run_id="run-f", plan={"warmup": 1, "iters": len(samples)}))
-    run.write_meta({"schema": "critpath.run/1", "state": "finished", "cases_total": len(worlds)})
+    if launch != "worker":
+        run.write_meta({"schema": "critpath.run/1", "state": "finished", "cases_total": len(worlds)})
     data = fingerprint.collect("gloo", 1 if launch == "worker" else max(worlds), launch)  # a worker is one process
     edit(data)
     run.write_fingerprint(data)

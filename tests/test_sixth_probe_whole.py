@@ -113,7 +113,7 @@ def test_a_killed_runs_records_copied_out_of_its_directory_are_judged_as_their_d
     assert "incomplete: 1 cases and no run.json" in by_dir and "incomplete: 1 cases and no run.json" in by_file
 
 
-@pytest.mark.parametrize("fingerprint,lacks", [({"junk": 1}, "launch, world"),
+@pytest.mark.parametrize("fingerprint,lacks", [({"host": "h"}, "launch, world"),
                                                ({"launch": "local", "world": None}, "world")])
 def test_a_fingerprint_without_the_fields_every_run_writes_is_none(tmp_path, capsys, fingerprint, lacks):
     run = _copy(tmp_path, "junk")

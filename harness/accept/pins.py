@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
 from harness.accept.verdicts import FAIL, PASS, UNVERIFIED, Outcome, show_value
+from harness.core.fingerprintfile import LOCAL
 from harness.run import nodefacts
 
 
@@ -134,7 +135,7 @@ def _machine_value(key: str, fp: Mapping[str, Any]) -> tuple[Any, str]:
     if key == "backend":
         return fp.get("backend"), _not_recorded(fp, "the backend")
     if key == "nodes":
-        nodes = layout.get("nodes", 1 if fp.get("launch") == "local" else None)
+        nodes = layout.get("nodes", 1 if fp.get("launch") == LOCAL else None)
         return nodes, _not_recorded(fp, "the node layout")
     if key == "ranks_per_node":
         per_node = layout.get("ranks_per_node")

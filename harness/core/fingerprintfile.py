@@ -11,8 +11,15 @@ type below. Integers go through ``harness.core.numbers.check_int``: a bool is no
 most ``MAX_TEXT_CHARS`` long, and tighter where its source is (a kernel's name and release, a git
 commit's hex digits). A GPU's fields are its identity (text: name, uuid, host, pci, and a
 ``<field>_reason`` for one NVML could not give) and its node facts and counts, each a non-negative
-integer as the writer records them; GPUs are present exactly where devices are listed. Fields
-critpath does not read are left as they are.
+integer as the writer records them; GPUs are present exactly where devices are listed.
+
+As with run.json (``harness.core.runmeta``), a fingerprint of another schema version (or a null
+one) is not read as this one, and its mappings of fixed fields (the top level, ``git``, ``layout``,
+``gpus``) hold the fields its writers give and no other: ``"schema": "nonsense"`` or a key ``zzz``
+is not a fingerprint critpath wrote. A rank's identity and a GPU's fields are the launcher's and NVML's, left open. Its
+``launch`` is one its writers give (``LAUNCHES``), and a worker's fingerprint is its own process's,
+one rank: ``launch: worker`` beside world 16 switched off the check of the world against the records.
+Which launch a run directory may carry is held to its run.json in ``harness.core.runheld``.
 """
 from __future__ import annotations
 
@@ -61,7 +68,11 @@ class _Device:
     """A GPU of ``gpus.devices``: text for its identity and reasons, a count for everything else."""
 
 
-_Spec = Union[type, _Count, _Text, _List, _Values, _Device, Mapping[str, Any]]
+class _Open:
+    """A mapping of its writer's own fields, unchecked: a rank's identity, as its launcher gave it."""
+
+
+_Spec = Union[type, _Count, _Text, _List, _Values, _Device, _Open, Mapping[str, Any]]
 
 # Any text a fingerprint holds (``str`` below): at most Linux's MAX_ARG_STRLEN, the longest string an
 # environment variable or a command's argument can be; a 2 MB kernel name is no machine's.
@@ -73,6 +84,17 @@ UTS_CHARS = 64
 COMMIT = _Text(64, re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?"), "a git commit (40 or 64 lowercase hex digits)")
 
 
+# The fingerprint.json this release writes and reads.
+SCHEMA = "critpath.fingerprint/1"
+# How the process that wrote a fingerprint was started, one value per writer: ``critpath run`` spawning
+# its ranks on this host (harness.run.local) or joined as a rank of torchrun or Slurm (harness.run.
+# joined), the gate's worker (harness.run.rounds), an import of nccl-tests output (harness.nccltests).
+LOCAL, JOINED, WORKER, IMPORTED = "local", "joined", "worker", "imported"
+LAUNCHES = (LOCAL, JOINED, WORKER, IMPORTED)
+# A worker's fingerprint is its own process's, written before any round: one rank, whatever the
+# worlds of the cases its rounds spawn.
+WORKER_WORLD = 1
+
 COUNT = _Count(0)
 # A job's ranks, nodes and ranks per node: 1 to the largest job critpath runs; a rank's index or
 # node index below it; a host's CPUs as Linux counts them. 2**63-1 was a world that passed.
@@ -82,14 +104,16 @@ _WANT = {str: "a string", bool: "true or false"}
 
 LAYOUT = {"nodes": WORLD, "ranks_per_node": (WORLD, _List(WORLD)), "uniform": bool, "node_major": bool,
           "hosts": _List(str), "node_keys": _List(str), "node_of_rank": _List(INDEX), "local_ranks": _List(INDEX),
-          "ranks": _List({})}
+          "ranks": _List(_Open())}
 GPUS = {"present": bool, "reason": str, "count": COUNT, "count_reason": str, "driver_version": str,
         "driver_version_reason": str, "listed": str, "devices": _List(_Device())}
 FINGERPRINT = {"schema": str, "host": str, "cpu_model": str, "cpu_count": CPUS, "cpu_usable": CPUS,
                "kernel": _Text(2 * UTS_CHARS + 1), "machine": _Text(UTS_CHARS), "python": str, "torch": str,
                "critpath": str, "backend": _Text(max(map(len, BACKENDS)), re.compile("|".join(BACKENDS)),
                                                  f"a backend critpath runs ({', '.join(BACKENDS)})"),
-               "world": WORLD, "launch": str, "nccl_version": str, "imported_from": str, "layout": LAYOUT, "gpus": GPUS,
+               "world": WORLD, "launch": _Text(max(map(len, LAUNCHES)), re.compile("|".join(LAUNCHES)),
+                                               f"a launch critpath writes ({', '.join(LAUNCHES)})"),
+               "nccl_version": str, "imported_from": str, "layout": LAYOUT, "gpus": GPUS,
                "git": {"commit": COMMIT, "dirty": bool, "reason": str}, "libraries": _Values(str), "env": _Values(str)}
 
 # The fields every writer of a fingerprint gives a value (harness.run.fingerprint.collect for a
@@ -128,7 +152,7 @@ def _fits(value: Any, spec) -> bool:
         return isinstance(value, str)
     if spec is str or spec is bool:
         return isinstance(value, spec)
-    return isinstance(value, dict)  # a mapping, _Values or a _Device
+    return isinstance(value, dict)  # a mapping, _Values, a _Device or _Open
 
 
 def _check(value: Any, spec, name: str) -> None:
@@ -158,6 +182,11 @@ def _check(value: Any, spec, name: str) -> None:
                 text = key in _DEVICE_TEXT or str(key).endswith("_reason")
                 _check(item, str if text else _List(str) if key == "clocks_event_reasons" else COUNT, f"{name}.{key}")
     elif isinstance(spec, dict):
+        unknown = next((key for key in value if key not in spec), None)
+        if unknown is not None:
+            whose = f"a {SCHEMA} fingerprint.json" if not name else name
+            raise FingerprintError(f"field {shown(f'{name}.{unknown}' if name else unknown)}: not a field of {whose} "
+                                   f"(it has {', '.join(spec)})")
         for key, sub in spec.items():
             if value.get(key) is not None:
                 _check(value[key], sub, f"{name}.{key}" if name else key)
@@ -173,8 +202,18 @@ def _check_text(value: str, spec: _Text, name: str) -> None:
 def check(fingerprint: Mapping[str, Any]) -> None:
     """FingerprintError naming the first field critpath reads that is of the wrong type, a
     layout.node_of_rank that names a node layout.node_keys does not have, a layout whose fields
-    disagree with one another or with world, and CPU counts that cannot both hold."""
+    disagree with one another or with world, and CPU counts that cannot both hold; one of another
+    schema, holding a field its writers do not write, or of a worker that says it is more than its
+    own process."""
+    schema = fingerprint.get("schema", SCHEMA)
+    if schema != SCHEMA:
+        raise FingerprintError(f"field schema: {shown(schema)} is not {SCHEMA!r}, the fingerprint.json this "
+                               "release reads")
     _check(fingerprint, FINGERPRINT, "")
+    launch, world = fingerprint.get("launch"), fingerprint.get("world")
+    if launch == WORKER and world not in (None, WORKER_WORLD):
+        raise FingerprintError(f"field launch: {shown(launch)}, a worker's own process of {WORKER_WORLD} rank, "
+                               f"but field world is {world} ranks")
     layout = fingerprint.get("layout") or {}
     keys, ranks = layout.get("node_keys") or [], layout.get("node_of_rank") or []
     if keys and any(r >= len(keys) for r in ranks):

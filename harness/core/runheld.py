@@ -3,9 +3,10 @@
 Each document's fields are checked on their own where it is read (``harness.core.fingerprintfile``,
 ``harness.core.runmeta``); what only the records can say is checked here, once the run is read
 whole (``harness.core.store.run_of``): the fingerprint's world and backend, and the options run.json
-keeps of the command that made the run. Acceptance pins the fingerprint's world and backend, and the
-report prints the options, so a field edited to contradict the records is refused naming its file
-and field rather than passed or printed.
+keeps of the command that made the run, and the fingerprint's launch, which says which world rule
+holds and must be one the writer of the directory's run.json gives. Acceptance pins the
+fingerprint's world and backend, and the report prints the options, so a field edited to contradict
+the records is refused naming its file and field rather than passed or printed.
 
 The options say what ``critpath run`` was asked for (``harness.run.plan.RunOptions``); what each can
 be held to follows from how the plan reads it:
@@ -30,15 +31,32 @@ from typing import Callable, Optional
 from harness.core import registry
 from harness.core.case import CaseIdError
 from harness.core.echo import shown
-from harness.core.runmeta import PLANNED, planned_digest
+from harness.core.fingerprintfile import IMPORTED, JOINED, LOCAL, WORKER
+from harness.core.runmeta import PLANNED, is_import, planned_digest
 
-# A worker's fingerprint is its own process's (world 1), written before any round: each round's
-# cases spawn their own ranks, so its world says nothing of theirs.
-_OWN_WORLD_LAUNCHES = ("worker",)
 # One job whose every case runs on all its ranks: no record holds a world other than the job's. A
 # local run's cases each spawn their own ranks, and critpath run before its RunPlan wrote --world
-# (2) however wide a case (4): there a narrower fingerprint is how such runs read.
-_ONE_JOB_LAUNCHES = ("joined", "imported")
+# (2) however wide a case (4): there a narrower fingerprint is how such runs read, and so is a
+# worker's, its own process's one rank (harness.core.fingerprintfile.WORKER_WORLD) whatever the
+# worlds of its rounds' cases.
+_ONE_JOB_LAUNCHES = (JOINED, IMPORTED)
+# The launches beside each writer's run.json: ``critpath run``'s, local or joined, and an import's.
+# A worker writes no run.json (its directory holds its fingerprint and its rounds), so its launch
+# beside one is a fingerprint from elsewhere, and would hold the world to a rule not the run's.
+_RUN_LAUNCHES, _IMPORT_LAUNCHES = (LOCAL, JOINED), (IMPORTED,)
+
+
+def fingerprint_launch(run) -> str:
+    """Why the fingerprint's launch is not one the writer of the run's run.json gives."""
+    launch = run.fingerprint.get("launch")
+    if launch is None or not run.meta:
+        return ""
+    imported = is_import(run.meta)
+    if launch not in (_IMPORT_LAUNCHES if imported else _RUN_LAUNCHES):
+        writer, launches = ("an import", _IMPORT_LAUNCHES) if imported else ("a critpath run", _RUN_LAUNCHES)
+        return (f"{shown(launch)}, but run.json is {writer}'s, whose launch is {' or '.join(map(repr, launches))}"
+                f"{'; a worker writes no run.json' if launch == WORKER else ''}")
+    return ""
 
 
 def fingerprint_world(run) -> str:
@@ -46,7 +64,7 @@ def fingerprint_world(run) -> str:
     job's: a whole run holds a case of that many ranks (a world wider than every record, even
     2**63-1, passed as healthy), and a joined or imported one no other."""
     world = run.fingerprint.get("world")
-    if world is None or not run.records or run.fingerprint.get("launch") in _OWN_WORLD_LAUNCHES:
+    if world is None or not run.records:
         return ""
     widest = max(run.records, key=lambda r: r.world)
     one_job = run.fingerprint.get("launch") in _ONE_JOB_LAUNCHES
@@ -105,10 +123,10 @@ def options_world(run) -> str:
     if world is None:
         return ""
     launch = run.fingerprint.get("launch")
-    if launch == "joined" and run.fingerprint.get("world") not in (None, world):
+    if launch == JOINED and run.fingerprint.get("world") not in (None, world):
         return f"{world}, but the run's fingerprint says its job is {run.fingerprint['world']} ranks, which --world must be"
     worlds = [w for w in _named_cases(run).values() if isinstance(w, int)]
-    if launch != "joined" and worlds and max(worlds) != world:
+    if launch != JOINED and worlds and max(worlds) != world:
         return (f"{world}, but the widest of the cases it names (field options.case_ids) is world {max(worlds)}, "
                 "the world of a run of named cases")
     return ""
@@ -156,8 +174,10 @@ def options_families(run) -> str:
 # The run's documents, as LoadedRun holds them (the store names their files).
 FINGERPRINT, META = "fingerprint", "meta"
 # (the document, its field, why the run's records refute it): in the order a reader is told, the
-# fingerprint first (acceptance pins it), then run.json's options.
+# fingerprint first (acceptance pins it; its launch before the world its rule is read by), then
+# run.json's options.
 HELD: tuple[tuple[str, str, Callable[..., str]], ...] = (
+    (FINGERPRINT, "launch", fingerprint_launch),
     (FINGERPRINT, "world", fingerprint_world),
     (FINGERPRINT, "backend", fingerprint_backend),
     (META, "options.backend", options_backend),

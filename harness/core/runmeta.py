@@ -186,6 +186,13 @@ def _check_argv(meta: Mapping) -> None:
                        "command line that made the run")
 
 
+def is_import(meta: Mapping) -> bool:
+    """Whether ``meta`` is an import's run.json: it holds the fields only an import writes, from its
+    first write on (harness.nccltests.importer). Its state is not asked: a state its records do not
+    fit leaves the run not whole (``harness.core.store.incompleteness``)."""
+    return any(key in meta for key in IMPORT_FIELDS)
+
+
 def planned_digest(case_ids: Iterable[str]) -> str:
     """The digest run.json keeps of the cases a run plans (``PLANNED``): of their IDs, sorted, one a
     line. A digest rather than the list: run.json is rewritten after every case, and 10,000 IDs

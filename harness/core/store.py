@@ -412,7 +412,7 @@ def incompleteness(meta: dict, records: Sequence, directory: bool = True, finger
         lacks = fingerprintfile.lacking(fingerprint) if fingerprint is not None else ()
         if lacks and not fingerprint:  # all it claims holds, and nothing says where it ran
             return f"incomplete: {len(records)} cases and no {FINGERPRINT}, which a run writes before its first case"
-        if lacks:  # {"junk": 1} says no more of where it ran than none
+        if lacks:  # {"host": "h"} says no more of where it ran than none
             return (f"incomplete: {len(records)} cases and a {FINGERPRINT} without field {', '.join(lacks)}, "
                     f"which every run's holds")
         return _counts_contradiction(meta, records)

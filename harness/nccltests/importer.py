@@ -36,6 +36,7 @@ from typing import Iterator, Optional
 
 from harness.core.claim import claim_dir
 from harness.core.family import CheckResult
+from harness.core.fingerprintfile import IMPORTED, SCHEMA
 from harness.core.imported import (
     IMPORTED_BACKEND,
     IMPORTED_TIMER,
@@ -164,8 +165,8 @@ def fingerprint_of(parsed: Parsed, source: str) -> dict:
     listed = ({} if parsed.fmt == "text" or len(parsed.devices) == parsed.ranks else
               {"listed": "one device per process (nccl-tests JSON lists the first GPU of each)"})
     return {
-        "schema": "critpath.fingerprint/1", "imported_from": f"nccl-tests {parsed.fmt} output {source}",
-        "host": ",".join(hosts) or None, "backend": "nccl", "world": parsed.ranks, "launch": "imported",
+        "schema": SCHEMA, "imported_from": f"nccl-tests {parsed.fmt} output {source}",
+        "host": ",".join(hosts) or None, "backend": "nccl", "world": parsed.ranks, "launch": IMPORTED,
         "nccl_version": parsed.nccl_version,
         "layout": {"nodes": len(hosts), "ranks_per_node": max(per_node.values())}
         if hosts and not listed else {},

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Optional
 
 import harness
+from harness.core.fingerprintfile import LOCAL, SCHEMA
 from harness.core.git import run_git
 from harness.core.scale import MAX_WORLD
 from harness.run import nodefacts
@@ -256,7 +257,7 @@ def collect(backend: str, world: int, launch: str, layout: Optional[dict] = None
     except AttributeError:
         usable = os.cpu_count()
     return {
-        "schema": "critpath.fingerprint/1",
+        "schema": SCHEMA,
         "host": socket.gethostname(),
         "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
@@ -285,4 +286,4 @@ if __name__ == "__main__":
     # local rank, gloo), GPUs and their node facts included.
     import json
 
-    print(json.dumps(collect("gloo", 1, "local"), indent=2))
+    print(json.dumps(collect("gloo", 1, LOCAL), indent=2))

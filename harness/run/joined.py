@@ -14,6 +14,7 @@ from typing import NamedTuple, Optional
 from rich.console import Console
 
 from harness.core import registry
+from harness.core.fingerprintfile import JOINED
 from harness.core.options import UsageError
 from harness.core.records import UNKNOWN_START, ErrorInfo, Record, utc_now_iso
 from harness.core.scale import MAX_WORLD
@@ -202,7 +203,7 @@ def run_joined(plan: RunPlan, me, console: Console) -> int:
     reporter = None
     if journal is not None:
         layout = fingerprint.node_layout(identities)
-        journal.start(fingerprint.collect(plan.backend, me.world, "joined", layout))
+        journal.start(fingerprint.collect(plan.backend, me.world, JOINED, layout))
         announce(console, journal, f"world {me.world} on {layout['nodes']} node(s) "
                                    f"({', '.join(map(str, layout['ranks_per_node']))} ranks)")
         reporter = Reporter(console, len(plan.cases))

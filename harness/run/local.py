@@ -8,6 +8,7 @@ import os
 from rich.console import Console
 
 from harness.core.family import BACKENDS
+from harness.core.fingerprintfile import LOCAL
 from harness.core.options import UsageError
 from harness.core.records import Record
 from harness.run import fingerprint
@@ -49,7 +50,7 @@ def run_local(plan: RunPlan, console: Console) -> int:
     from harness.run.launcher import Supervisor  # imports torch: see local_plan
 
     journal = RunJournal.open(plan)
-    journal.start(fingerprint.collect(plan.backend, max(plan.worlds), "local"))
+    journal.start(fingerprint.collect(plan.backend, max(plan.worlds), LOCAL))
     announce(console, journal, f"world {'/'.join(map(str, plan.worlds))}")
     state = "interrupted"
     with Reporter(console, len(plan.cases)) as reporter:

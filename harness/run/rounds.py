@@ -45,6 +45,7 @@ import harness
 from harness.core import registry
 from harness.core.claim import Claim, claim_dir
 from harness.core.family import BACKENDS, RankContext
+from harness.core.fingerprintfile import WORKER, WORKER_WORLD
 from harness.core.jsonfile import JsonFileError, loads_strict
 from harness.core.numbers import check_float, check_int
 from harness.core.options import MAX_SECONDS, UsageError, seconds
@@ -109,7 +110,7 @@ class RoundServer:
             self._solo_group = False
 
     def write_fingerprint(self) -> None:
-        RunDir(self.out, self.run_id).write_fingerprint(fingerprint.collect(self.backend, 1, "worker"))
+        RunDir(self.out, self.run_id).write_fingerprint(fingerprint.collect(self.backend, WORKER_WORLD, WORKER))
 
     def run_round(self, number: int, cases: Sequence[tuple[Any, Optional[int]]], warmup: Optional[int],
                   target_s: Optional[float]) -> tuple[Path, list[dict]]:
