@@ -154,6 +154,8 @@ def _make_suite(family, stored: list):
 
     for name, unit in tracked_figures(family).items():
         setattr(Suite, f"track_{name}", _tracker(name, unit))
+    # The name critpath reads a row's family by (harness.history.asvfiles.suite_class, which this
+    # suite cannot import from an older tree; a test holds the two alike).
     Suite.__name__ = Suite.__qualname__ = "".join(part.title() for part in family.name.split("_"))
     return Suite
 

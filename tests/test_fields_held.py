@@ -105,8 +105,15 @@ def _case_ids(ids):
     (_case_ids([NOOP, 5]), "options.case_ids.1: 5 is not a string"),
     (_case_ids(["nosuch/x=1"]), "options.case_ids: names no case: case ID 'nosuch/x=1': unknown family 'nosuch'"),
     (lambda d: d["options"].update(case_ids=[], families=["rpc"]), "options.families: 'rpc', and not 'selftest'"),
+    (lambda d: d["options"].update(case_ids=[], families=["selftest", "selftest"]),
+     "options.families.1: 'selftest' is given twice, which --families refuses"),
+    (lambda d: d.update(cases_ok="1"), "cases_ok: expected an integer, got '1'"),
+    (lambda d: d.update(cases_failed=0.0), "cases_failed: expected an integer, got 0.0"),
+    (lambda d: d.update(cases_total=True), "cases_total: expected an integer, got True"),
+    (lambda d: d.update(cases_ok=-1), "cases_ok: "),
 ], ids=["profile", "backend", "families", "option-key", "top-key", "state", "argv", "world", "backend-held",
-        "case-ids-other", "case-ids-more", "case-ids-type", "case-ids-none", "families-held"])
+        "case-ids-other", "case-ids-more", "case-ids-type", "case-ids-none", "families-held", "families-twice",
+        "cases-ok-text", "cases-failed-float", "cases-total-bool", "cases-ok-negative"])
 def test_a_run_json_field_critpath_would_not_write_is_refused_naming_it(noop_run, tmp_path, capsys, edit, field):
     run = _copy(noop_run, tmp_path, RUN_META, edit)
     field = field.format(last=len(json.loads((run / RUN_META).read_text())["argv"]) - 1)

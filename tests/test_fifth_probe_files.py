@@ -76,6 +76,23 @@ def test_a_rule_count_written_as_a_float_is_refused(tmp_path, old, new, line, fi
     assert "expected an integer, got" in str(refused.value)
 
 
+@pytest.mark.parametrize("old, new, line, field, why", [
+    ("min_fleet: 2", "min_fleet: 9223372036854775807", 9, "rules.busbw_low.min_fleet", "MAX_WORLD = 65536"),
+    ("min_fleet: 2", "min_fleet: 65537", 9, "rules.busbw_low.min_fleet", "MAX_WORLD = 65536"),
+    ("min_cases: 1", "min_cases: 9223372036854775807", 10, "rules.busbw_low.min_cases", "MAX_RUN_CASES = 10000")])
+def test_a_rule_count_no_fleet_reaches_is_refused(tmp_path, old, new, line, field, why):
+    """A count above any fleet's is a rule never judged, so it is refused, not loaded idle."""
+    path = tmp_path / "rules.yaml"
+    path.write_text(RULES.replace(old, new))
+    with pytest.raises(rules.RuleFileError) as refused:
+        rules.load(path)
+    message = str(refused.value)
+    assert message.startswith(f"{path}:{line}: field {field}: ") and why in message, message
+    assert "never be judged" in message
+    path.write_text(RULES.replace(old, old.replace(" 2", " 65536").replace(" 1", " 10000")))
+    assert rules.load(path)  # at the bound, it loads
+
+
 def _power_doc(**trial) -> dict:
     cell = {"name": "c", "case_ids": [NOOP], "condition": "A/A", "candidate": "a", "target": None}
     row = {"cell": "c", "trial": 0, "exit_code": 0, "wall_s": 1.0, "cases": {}, **trial}

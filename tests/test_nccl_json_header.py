@@ -221,3 +221,26 @@ def test_an_unalign_nccl_tests_cannot_run_with_is_refused(tmp_path, capsys, unal
 def test_an_unalign_nccl_tests_runs_with_imports(tmp_path):
     # -u 99: each buffer starts 99 elements in, its allocation padded by 8 x 99 bytes (common.cu)
     assert _import(tmp_path, _text(tmp_path, "unalign: 0", "unalign: 99")) == 0
+
+
+# 4: a -J file is known by its first character, past a byte order mark and white space
+
+BOM = b"\xef\xbb\xbf"
+
+
+@pytest.mark.parametrize("source", [H100_JSON, H100_TEXT], ids=["json", "text"])
+def test_an_output_after_a_byte_order_mark_imports_as_it_does_without_one(tmp_path, source):
+    marked = tmp_path / f"marked{source.suffix}"
+    marked.write_bytes(BOM + b"\n " + source.read_bytes())
+    assert _import(tmp_path / "plain", source) == 0
+    assert _import(tmp_path / "marked", marked) == 0
+    plain, with_bom = (_records(tmp_path / side) for side in ("plain", "marked"))
+    assert [r["summary"] for r in with_bom] == [r["summary"] for r in plain] and len(plain) == 9
+
+
+@pytest.mark.parametrize("text", ["[]", "\n  [1, 2]\n", "\ufeff[]"])
+def test_a_json_array_gets_the_json_readers_word_not_the_text_logs(tmp_path, capsys, text):
+    path = tmp_path / "all_reduce.json"
+    path.write_text(text, encoding="utf-8")
+    err = _refused(tmp_path, capsys, path)
+    assert f"{path}:1: the JSON output of nccl-tests is an object" in err and "nThread" not in err, err

@@ -118,7 +118,7 @@ class TestAsvResultsAreWhatTheySay:
         assert "(in us)" in err
 
     def test_a_negative_bandwidth_is_skipped_by_its_declared_unit(self, tmp_path):
-        busbw = "bench_families.AllreduceBandwidth.track_busbw_gbps"
+        busbw = "bench_families.Allreduce.track_busbw_gbps"
         results, path = self._results(tmp_path, lambda d: d["results"][busbw][0].__setitem__(1, -1.1))
         _, skipped = self._series(results)
         assert [s.path for s in skipped] == [path] and f"results.{busbw}.result[1]" in skipped[0].message

@@ -40,6 +40,9 @@ RUN_FIELDS = ("schema", "run_id", "state", "argv", "options", *TIME_FIELDS, "cas
               "cases_ok", "cases_failed")
 IMPORT_FIELDS = ("source", "source_sha256", "format", "collective", "collective_from", "evidence", "ranks", "trailer",
                  "checked", "contradicted")
+# run.json's counts of cases, each a whole number of the cases a run or an import holds: a count
+# of another type would be read as a count the records contradict, not as the fault it is.
+COUNT_FIELDS = ("cases_total", "cases_ok", "cases_failed")
 # The states a run's writer leaves: a local run interrupted (Ctrl-C, SIGTERM), a joined one aborted
 # (a rank failed), an import under way or done.
 STATES = ("running", "finished", "interrupted", "aborted", "importing", "imported")
@@ -112,6 +115,10 @@ def _check_selection(options: Mapping) -> None:
         if other is not None:
             raise RunMetaError(f"field options.families: {shown(other)} is not a critpath family "
                                f"({', '.join(FAMILY_MODULES)})")
+        again = next((i for i, f in enumerate(families) if f in families[:i]), None)
+        if again is not None:  # the command line refuses a family given twice (options.comma_separated)
+            raise RunMetaError(f"field options.families.{again}: {shown(families[again])} is given twice, "
+                               "which --families refuses")
     if options.get("case_ids") is not None:
         _check_texts(options["case_ids"], "options.case_ids", MAX_RUN_CASES)
     if options.get("argv") is not None:
@@ -163,6 +170,12 @@ def check(meta: Mapping) -> None:
         raise RunMetaError(f"field state: {shown(meta['state'])} is not a state a run is left in ({', '.join(STATES)})")
     if "run_id" in meta and (why := run_id_fault(meta["run_id"])):
         raise RunMetaError(f"field run_id: {why}")
+    for name in COUNT_FIELDS:
+        if meta.get(name) is not None:
+            try:
+                check_int(meta[name], f"field {name}", 0, MAX_RUN_CASES)
+            except NumberError as exc:
+                raise RunMetaError(str(exc)) from None
     started, finished = (check_time(name, meta.get(name)) for name in TIME_FIELDS)
     if started and finished and (started.tzinfo is None) == (finished.tzinfo is None) and finished < started:
         raise RunMetaError(f"field finished_at: {meta['finished_at']} is before field started_at "

@@ -41,6 +41,7 @@ except ImportError:  # 3.10
 from harness.claims.baselines import line_of_field, load_checked
 from harness.core.echo import shown
 from harness.core.numbers import NumberError, parse_float
+from harness.core.scale import MAX_RUN_CASES, MAX_WORLD
 from harness.core.schema import strict_validator
 
 SCHEMA_ID = "critpath.diagnose/1"
@@ -63,6 +64,11 @@ MAX_MATCHED_CHARS = 1024
 _REPEATS = {"MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"}
 # A relative rule needs this many subjects to have a median worth comparing with (default).
 MIN_FLEET = 3
+# The most a count may ask for: a fleet has at most MAX_WORLD ranks (so as many nodes), and a run
+# at most MAX_RUN_CASES cases. A rule asking for more is never judged, so it is refused, not kept
+# silently idle.
+MAX_COUNT = {"min_fleet": (MAX_WORLD, f"subjects than a fleet has (MAX_WORLD = {MAX_WORLD} ranks)"),
+             "min_cases": (MAX_RUN_CASES, f"cases than a run holds (MAX_RUN_CASES = {MAX_RUN_CASES})")}
 
 _ABSENT = {"not": {}}  # a setting this function does not have (False would lose the field's path in jsonschema 4)
 _RULE_SCHEMA = {
@@ -77,8 +83,8 @@ _RULE_SCHEMA = {
         "metrics": {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}},
         "rules": {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}},
         "at_least": {"type": "integer", "minimum": 1},
-        "min_fleet": {"type": "integer", "minimum": 2},
-        "min_cases": {"type": "integer", "minimum": 1},
+        "min_fleet": {"type": "integer", "minimum": 2, "maximum": MAX_COUNT["min_fleet"][0]},
+        "min_cases": {"type": "integer", "minimum": 1, "maximum": MAX_COUNT["min_cases"][0]},
         "description": {"type": "string"},
     },
     "allOf": [
@@ -237,6 +243,8 @@ def load(path: Path) -> list[Rule]:
         key = list(error.absolute_path)[-1:]
         if error.validator == "pattern" and key == ["criteria"]:
             return f"{error.instance!r} is not a comparison like \"< 0.9\" or \">= 2\""
+        if error.validator == "maximum" and key and key[0] in MAX_COUNT:
+            return f"{error.instance} asks for more {MAX_COUNT[key[0]][1]}: the rule would never be judged"
         if error.validator == "not" and key and key[0] in SETTING_OF:  # a setting the rule's function has not
             return f"a setting of {SETTING_OF[key[0]]} only"
         return None

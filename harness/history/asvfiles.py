@@ -9,10 +9,12 @@ from many commits and machines over months: a file that is not one is skipped, n
 and counted (``AsvFiles.skipped``), never taken for a figure and never silently dropped. A file
 is what it says: its commit and environment the ones its name gives, its case IDs ones a family
 means (read as their canonical IDs, each case once), its figures ones the family declares, its
-values at or above zero where the figure's unit is a magnitude. A row of a figure the family does
-not declare is skipped alone, the rest of its file read. A history is one value a commit on each
-machine: a commit asv ran in two environments there is skipped in every file of it, as which one is
-meant is not known.
+values at or above zero where the figure's unit is a magnitude. A row is the suite's
+(``bench_families.<Class>.track_<figure>``, its class the one its cases' family is tracked in) of a
+figure the family declares, or it is skipped alone, the rest of its file read. A history is one
+value a commit on each machine: a commit a machine holds in two files (asv ran it in two
+environments, or the machine's results are in two directories) is skipped in every file of it, as
+which one is meant is not known.
 """
 from __future__ import annotations
 
@@ -153,6 +155,31 @@ def benchmark_units(path: Path) -> dict[str, str]:
 _CASE_ID = re.compile(r"[a-z0-9_]+/\S+", re.ASCII)
 
 
+# The module of the asv suite that tracks the families (benchmarks/bench_families.py): a tracked
+# figure is the row ``bench_families.<its family's class>.track_<figure>``.
+SUITE_MODULE = "bench_families"
+
+
+def suite_class(family: str) -> str:
+    """The class the suite tracks ``family`` in: its words in title case (``moe_a2a`` -> ``MoeA2a``).
+    The suite runs against older trees and cannot import this module; a test holds the two alike."""
+    return "".join(part.title() for part in family.split("_"))
+
+
+def _suite_class_of(benchmark: str, where: str) -> str:
+    """The class of ``benchmark``, a row the suite writes (``bench_families.<Class>.track_<figure>``,
+    the class one a family is tracked in); AsvRowError otherwise: the row is no family's figure."""
+    parts = benchmark.split(".")
+    if len(parts) != 3 or parts[0] != SUITE_MODULE:
+        raise AsvRowError(f"{where}: {shown(benchmark)} is no benchmark of the families' suite, which names "
+                          f"each {SUITE_MODULE}.<Class>.track_<figure>: the row is skipped")
+    classes = {suite_class(name) for name in registry.FAMILIES}
+    if parts[1] not in classes:
+        raise AsvRowError(f"{where}: {shown(parts[1])} is no family's class in {SUITE_MODULE} (it has "
+                          f"{', '.join(sorted(classes))}): the row is skipped")
+    return parts[1]
+
+
 def figure_name(benchmark: str) -> str:
     """The figure a tracked benchmark records: ``bench_families.Rpc.track_p50_us`` -> ``p50_us``."""
     return benchmark.rsplit(".", 1)[-1].removeprefix("track_")
@@ -206,6 +233,7 @@ def _check_sign(number: float, unit: str, figure: str, family: str, where: str) 
 def _figures(name: str, row, columns: dict[str, int], where: str) -> Iterator[Figure]:
     """The figures of one tracked benchmark's row: one per case asv holds. Tracked figures are
     parameterised by case ID alone; asv keeps each parameter as its repr, quotes included."""
+    cls = _suite_class_of(name, where)
     if not isinstance(row, list):
         raise AsvFileError(f"{where}: expected a list of the columns result_columns names, got {type(row).__name__}")
 
@@ -231,6 +259,11 @@ def _figures(name: str, row, columns: dict[str, int], where: str) -> Iterator[Fi
         raise AsvFileError(f"{where}.result: expected a value for each of its {len(cases)} cases, got {got}")
     seen: dict[str, int] = {}
     ids = [_case_id(text, f"{where}.params[0][{i}]") for i, text in enumerate(cases)]
+    for i, case_id in enumerate(ids):  # a case's figure is in its family's class, never another's
+        family = case_id.partition("/")[0]
+        if suite_class(family) != cls:
+            raise AsvRowError(f"{where}.params[0][{i}]: {case_id} is a case of family {family!r}, which the suite "
+                              f"tracks in class {suite_class(family)}, not {cls}: the row is skipped")
     units = {family: _declared_unit(figure_name(name), family, where)
              for family in dict.fromkeys(case_id.partition("/")[0] for case_id in ids)}
     for i, (text, case_id, value) in enumerate(zip(cases, ids, values)):
@@ -319,6 +352,7 @@ def read_results(results_dir: Path, machine: Optional[str] = None, commit: Optio
     """Every results file under ``results_dir`` (only ``machine``'s, only ``commit``'s: asv names
     a file by the first 8 digits of its commit), each file that is not one skipped with why."""
     out = AsvFiles()
+    read: list[AsvResult] = []
     for directory, files in _machine_dirs(Path(results_dir)):
         if machine is not None and directory != Path(results_dir) / machine:
             continue
@@ -329,37 +363,39 @@ def read_results(results_dir: Path, machine: Optional[str] = None, commit: Optio
         except (AsvFileError, InputFileError) as exc:
             out.skipped += [Skipped(f, f"{f}: its directory's machine.json cannot be read: {exc}") for f in files]
             continue
-        read = []
         for path in files:
             try:
                 read.append(read_result(path, name))
             except (AsvFileError, InputFileError) as exc:
                 out.skipped.append(Skipped(path, str(exc)))
-        kept, twice = one_environment_a_commit(read)
-        out.results += kept
-        out.skipped += twice + [s for result in kept for s in result.skipped_rows]
+    kept, twice = one_value_a_commit(read)
+    out.results += kept
+    out.skipped += twice + [s for result in kept for s in result.skipped_rows]
     return out
 
 
-def one_environment_a_commit(results: list[AsvResult]) -> tuple[list[AsvResult], list[Skipped]]:
-    """One machine's results, less every file of a commit asv ran there in more than one environment
-    (the files' names differ after the commit): a history has one value a commit, and which
-    environment's is meant is not known, so none is taken."""
-    by_commit: dict[str, list[AsvResult]] = defaultdict(list)
+def one_value_a_commit(results: list[AsvResult]) -> tuple[list[AsvResult], list[Skipped]]:
+    """The results, less every file of a commit that a machine holds in more than one file: asv ran
+    it there in two environments (the files' names differ after the commit), or the machine's
+    results are in two directories (each machine.json naming it). A history has one value a case,
+    figure and commit on a machine, and which file's is meant is not known, so none is taken."""
+    by_commit: dict[tuple[str, str], list[AsvResult]] = defaultdict(list)
     for result in results:
-        by_commit[result.commit].append(result)
+        by_commit[(result.machine, result.commit)].append(result)
     kept, skipped = [], []
-    for commit, same in by_commit.items():
+    for (machine, commit), same in by_commit.items():
         if len(same) == 1:
             kept += same
             continue
-        envs = ", ".join(repr(r.env) for r in same)
+        envs = list(dict.fromkeys(r.env for r in same))
+        why = (f"asv ran it in {len(envs)} environments ({', '.join(map(repr, envs))})" if len(envs) > 1 else
+               f"the machine's results are in {len(same)} directories")
         for result in same:
-            others = ", ".join(r.path.name for r in same if r is not result)
-            skipped.append(Skipped(result.path, f"{result.path}: commit {commit[:8]} on machine {result.machine!r} is "
-                                                f"also in {others}: asv ran it in {len(same)} environments ({envs}), and "
-                                                "a history holds one value a commit (give a results directory of one "
-                                                "environment)"))
+            others = ", ".join(r.path.name if r.path.parent == result.path.parent else str(r.path)
+                               for r in same if r is not result)
+            skipped.append(Skipped(result.path, f"{result.path}: commit {commit[:8]} on machine {machine!r} is also "
+                                                f"in {others}: {why}, and a history holds one value a commit (give a "
+                                                "results directory of one environment and one directory a machine)"))
     return kept, skipped
 
 

@@ -49,7 +49,7 @@ from harness.core.runfiles import run_files
 from harness.core.store import (FINGERPRINT, RESULTS, ResultsFileError, load_records, read_fingerprint,
                                  run_incompleteness)
 from harness.gate.trees import TreeError, checkout, probe, repo_root, resolve, sweep_orphans
-from harness.history.asvfiles import AsvDirectoryError, read_results, warn_skipped
+from harness.history.asvfiles import SUITE_MODULE, AsvDirectoryError, read_results, suite_class, warn_skipped
 from harness.run.lifetime import interrupt_signal, stop_signals_unwind, stop_with_parent
 
 RUN_ENV = "CRITPATH_ASV_RUN"  # read by benchmarks/bench_families.py
@@ -341,11 +341,10 @@ def _wait(proc: subprocess.Popen) -> int:
 
 def bench_regex(families: Sequence[str]) -> str:
     """asv --bench for the classes of ``families`` only (not the start-up or model suites, nor a
-    family this run did not measure, whose earlier figures must stay). The suite names a class by
-    its family's words in title case (``moe_a2a`` -> ``MoeA2a``), so case-insensitively it is the
-    name without underscores."""
-    names = "|".join(sorted(re.escape(f.replace("_", "")) for f in families))
-    return rf"(?i)^bench_families\.({names})\."
+    family this run did not measure, whose earlier figures must stay), by the class the suite
+    tracks each in (``asvfiles.suite_class``)."""
+    names = "|".join(sorted(re.escape(suite_class(f)) for f in families))
+    return rf"^{SUITE_MODULE}\.({names})\."
 
 
 def _run_args(request: HistoryRequest, run_dir: Path) -> list[str]:

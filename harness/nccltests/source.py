@@ -65,12 +65,26 @@ def _text_lines(reader: _Reader) -> Iterator[str]:
             yield line
 
 
+# A UTF-8 byte order mark, which some editors and Windows tools put first. The text log reader
+# reads past it (its header is found on any line), so the JSON reader does too.
+BOM = b"\xef\xbb\xbf"
+# The characters a JSON document's value can open with that no text log of nccl-tests starts with
+# (its first line is "# nThread ..."): an object, as -J writes, or an array, which is JSON still
+# and gets the JSON reader's word on what it is.
+JSON_OPENERS = b"{["
+
+
 def _is_json(f: BinaryIO) -> bool:
-    """The first byte that is not white space is "{" (the file is regular, so it can be read again)."""
+    """The first byte after a byte order mark that is not white space opens a JSON value (the file
+    is regular, so it can be read again)."""
+    first = True
     while chunk := f.read(1 << 16):
+        if first:
+            chunk, first = chunk.removeprefix(BOM), False
         if chunk.strip():
             f.seek(0)
-            return chunk.lstrip().startswith(b"{")
+            opener = chunk.lstrip()[:1]
+            return opener in JSON_OPENERS
     f.seek(0)
     return False
 
@@ -91,7 +105,8 @@ def read_output(path: Path) -> tuple[Parsed, str]:
                                        f"most {limit} bytes (harness/nccltests/limits.py)")
         reader = _Reader(f, path)
         if json_file:
-            parsed = parse_json(reader.rest(MAX_JSON_BYTES).decode("utf-8", errors="replace"), str(path))
+            whole = reader.rest(MAX_JSON_BYTES).removeprefix(BOM)  # hashed as read, mark and all
+            parsed = parse_json(whole.decode("utf-8", errors="replace"), str(path))
         else:
             parsed = parse_text(_text_lines(reader), str(path))
         return parsed, reader.digest
