@@ -167,16 +167,20 @@ def test_config_errors_name_file_and_field(tmp_path, text, field):
     assert str(path.name) in str(err.value) and field in str(err.value)
 
 
+NOOP = "selftest/fault_rank=0,mode=noop,world=1"
+AR8 = "allreduce/algo=tree,backend=gloo,dtype=float32,size_bytes=8,world=2"
+
+
 def test_baselines_load_and_errors_name_the_entry(tmp_path):
     path = tmp_path / "base.yaml"
-    path.write_text("baselines:\n  - {case_id: 'selftest/mode=noop', statistic: p50_ns, value: 120, direction: lower, min_effect: 0.1}\n"
-                    "  - {case_id: 'allreduce/size_bytes=8', statistic: busbw_gbps, value: 2.5, direction: higher}\n")
+    path.write_text(f"baselines:\n  - {{case_id: '{NOOP}', statistic: p50_ns, value: 120, direction: lower, min_effect: 0.1}}\n"
+                    f"  - {{case_id: '{AR8}', statistic: busbw_gbps, value: 2.5, direction: higher}}\n")
     entries = load_baselines(path)
     assert [(b.statistic, b.direction, b.min_effect) for b in entries] == [("p50_ns", "lower", 0.1), ("busbw_gbps", "higher", None)]
-    path.write_text("baselines:\n  - {case_id: 'selftest/mode=noop', value: 120}\n  - {case_id: 'x/y=1', value: 1, direction: up}\n")
+    path.write_text(f"baselines:\n  - {{case_id: '{NOOP}', value: 120}}\n  - {{case_id: '{AR8}', value: 1, direction: up}}\n")
     with pytest.raises(ConfigError, match=r"base.yaml:3: field baselines\[1\].direction"):
         load_baselines(path)
-    path.write_text("baselines:\n  - {case_id: 'selftest/mode=noop'}\n")
+    path.write_text(f"baselines:\n  - {{case_id: '{NOOP}'}}\n")
     with pytest.raises(ConfigError, match=r"baselines\[0\].value: missing"):
         load_baselines(path)
     with pytest.raises(ConfigError, match="cannot read"):

@@ -9,7 +9,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from harness.core.figures import is_mean_only, samples_needed, supports
+from harness.core.figures import is_mean_only, samples_needed
 from harness.core.plotting import LINESTYLES, Drawn, legend, palette, passed, pyplot, run_label, subplots
 from harness.core.records import Record
 from harness.core.stats import PERCENTILE_METHOD
@@ -72,7 +72,9 @@ def rpc_panels(transports: Sequence[str], runs: int = 1) -> list[tuple[str, list
 def percentile_spectrum(samples_ns: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
     """(percentiles, us) of raw samples, up to the highest percentile their count supports."""
     n = len(samples_ns)
-    qs = np.array([q for q in _SPECTRUM_Q if supports(f"p{q:.6f}".rstrip("0").rstrip("."), n)])
+    # The support rule on each point's exact percentile, not on a figure name: a name holds at most
+    # QUANTILE_DECIMALS decimals, and the spectrum's points are finer than that.
+    qs = np.array([q for q in _SPECTRUM_Q if n >= samples_needed(Fraction(repr(float(q))))])
     return qs, np.percentile(np.asarray(samples_ns, dtype=np.float64), qs, method=PERCENTILE_METHOD) / 1e3
 
 
