@@ -148,3 +148,19 @@ def test_imported_runs_are_runs_too():
     assert "the measured p50s (means, for imported records) cross at ~" in one["crossover"]
     [three] = _cells([run("i1", 1.0), run("i2", 1.1), run("i3", 0.9)])
     assert three["crossover"].startswith("between 1 KiB and 64 KiB (tree faster below)")
+
+
+def test_the_report_header_says_how_many_of_each_runs_records_were_contended():
+    from harness.document.blocks import to_markdown
+    from harness.report.build import build
+
+    rng = np.random.default_rng(7)
+    quiet = _run("r1", [2, 2, 2, 2, 0.5, 0.5, 0.5, 0.5], rng)
+    stalled = [TICK_NS] * 120 + list(_tight_ns(100.0, rng, 80))
+    bad = _allreduce("r2", "tree", SIZES[-1], stalled, contention=PRESSED)
+    busy = _run("r2", [2, 2, 2, 2, 0.5, 0.5, 0.5, 0.5], rng)
+    busy = LoadedRun(Path("r2"), "r2", tuple(r for r in busy.records if r.case_id != bad.case_id) + (bad,),
+                     fingerprint={"host": "node-a"})
+    header = to_markdown(build([quiet, busy], []).blocks).split("\n\n")[1]
+    assert "(r1: 0 of 16 records contended (16 without evidence to judge), " \
+           "r2: 1 of 16 records contended (15 without evidence to judge))" in header, header

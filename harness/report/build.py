@@ -13,6 +13,7 @@ from typing import Mapping, Optional, Sequence
 from harness.core import registry
 from harness.claims.baselines import Claim, articles
 from harness.core.family import Concluded, Family
+from harness.core.contention import tally
 from harness.claims.check import NOT_MEASURABLE, ClaimResult, check_claims, counts_text
 from harness.tables.frame import records_of
 from harness.core.records import Record
@@ -336,7 +337,8 @@ def build(runs: Sequence[LoadedRun], claims: Sequence[Claim], extra: Sequence[Bl
     report.blocks.append(Heading(1, title))
     incomplete = [f"{r.label}: {r.incomplete}" for r in runs if r.incomplete]
     report.blocks.append(Para(
-        "Built from the stored records only (" + ", ".join(f"{r.label}: {len(r.records)} records" for r in runs)
+        "Built from the stored records only (" + ", ".join(f"{r.label}: {tally(x.contention_verdict for x in r.records)}"
+                                                           for r in runs)
         + "). Latencies are per operation; for collectives an iteration's time is the slowest rank's."
         + ("".join(f" INCOMPLETE RUN ({note}): its tables are not a whole run." for note in incomplete))))
     if len(runs) > 1:
