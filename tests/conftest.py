@@ -184,3 +184,13 @@ def another_run(source: Path, path: Path, run_id: str) -> Path:
     times = {name: later(meta[name]) for name in ("started_at", "finished_at") if name in meta}
     atomic.write_json(path / "run.json", {**meta, **times, "run_id": run_id}, run_writer=True)
     return path
+
+
+def finished_gate(gate_dir: Path, error: str = "") -> Path:
+    """The gate.json a gate writes into its ``--out`` when it ends (``error``: why it stopped as a
+    whole), beside fixture side directories: compare rechecks only a gate that finished."""
+    from harness.gate.outputs import GateResult, write_outputs
+    from harness.gate.stats import Policy
+
+    write_outputs(GateResult("ab", "mean_ns", "process", Policy(), error=error), gate_dir)
+    return gate_dir

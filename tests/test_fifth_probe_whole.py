@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import derived_record
+from conftest import derived_record, finished_gate
 
 from harness.cli import main
 from harness.core.store import (
@@ -163,6 +163,7 @@ def _gate_side(root: Path, side: str, center_ns: int, generations: int = 8) -> P
         round_dir.mkdir(parents=True)
         samples = [center_ns + 10 * gen + i for i in range(50)]
         append_record(round_dir / RESULTS, derived_record(NOOP, samples, run_id=f"{side}-{gen}"))
+    finished_gate(root)
     return root / side
 
 

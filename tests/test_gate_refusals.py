@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import RUN_FINGERPRINT, derived_record
+from conftest import RUN_FINGERPRINT, derived_record, finished_gate
 
 import harness.gate.cli as gate_cli
 from harness.cli import main
@@ -247,6 +247,7 @@ def test_a_run_on_both_sides_of_repeats_is_refused(tmp_path, capsys):
 def _gate_side(root: Path, run_id: str, seed: int) -> Path:
     for r in range(2):
         _run(root / "gen-000" / f"round-{r:03d}", run_id, seed=seed + r)
+    finished_gate(root.parent)
     return root
 
 
@@ -254,6 +255,7 @@ def test_a_gate_side_compared_with_its_copy_is_refused(tmp_path, capsys):
     base = _gate_side(tmp_path / "G" / "base", "w-base", 0)
     copy = tmp_path / "G2" / "candidate"
     shutil.copytree(base, copy)
+    finished_gate(copy.parent)
     assert main(["compare", str(base), str(copy), "--out", str(tmp_path / "cm")]) == EXIT_COULD_NOT_RUN
     assert f"share a run: run w-base is in {base / 'gen-000'} and in {copy / 'gen-000'}" in capsys.readouterr().err
 

@@ -341,9 +341,11 @@ class Schedule:
 
     def _blame(self, ids: Sequence[str], result: RoundResult) -> None:
         """A process that died or hung mid-round: its records show how far it got, and the first
-        case without a record was running. That case cannot run; the others try again."""
-        self._check_records([c for c in ids if c in result.records], result)
-        missing = [c for c in ids if c not in result.records]
+        case without a record was running (``in_flight``, whose failure the side recorded). That
+        case cannot run; the others try again."""
+        done = [c for c in ids if c in result.records and c != result.in_flight]
+        self._check_records(done, result)
+        missing = [c for c in ids if c not in done]
         if missing:
             self.tracks[missing[0]].problem = f"{result.error} (while running this case; {result.run_dir})"
 

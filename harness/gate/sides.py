@@ -27,16 +27,23 @@ from typing import Optional, Sequence
 from harness.gate.trees import Tree
 from harness.core import registry
 from harness.core.claim import remove_abandoned
-from harness.core.records import Record
+from harness.core.records import ErrorInfo, Record, utc_now_iso
 from harness.core.jsonfile import JsonFileError, loads_strict
-from harness.core.store import RESULTS, ResultsFileError, load_records
+from harness.core.store import RESULTS, ResultsFileError, append_record, load_records, new_run_id
 from harness.run.protocol import MAX_WORKER_LINE_BYTES, WORKER_MESSAGE_LIMITS
 
 STOP_GRACE_S = 10.0
+# The backend of a worker's records: the gate starts it without --backend, so at the worker's default.
+WORKER_BACKEND = "gloo"
 
 
 class SideError(RuntimeError):
-    """A side's process that died, hung or spoke out of turn; the message says which and why."""
+    """A side's process that died, hung or spoke out of turn; the message says which and why, and
+    ``kind`` is the error kind a record of its case in flight gets ("timeout" for a hung one)."""
+
+    def __init__(self, message: str, kind: str = "exit") -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 @dataclass(frozen=True)
@@ -54,6 +61,7 @@ class RoundResult:
     wall_s: float
     records: dict[str, Record] = field(default_factory=dict)
     error: str = ""  # why some case of the round has no record, when one has none
+    in_flight: str = ""  # the case a dead or hung process was running: its failure is a record the side wrote
 
 
 def _read_records(run_dir: Path, asked: Sequence[str]) -> tuple[dict[str, Record], str]:
@@ -93,6 +101,7 @@ class WorkerSide:
         self.proc: Optional[subprocess.Popen] = None
         self._buffer = bytearray()  # appended in place: a long line is not copied per chunk
         self._log = None
+        self._run_id: Optional[str] = None  # the worker's, from its records: a generation is one run
 
     def start(self) -> None:
         self.out_dir.mkdir(parents=True, exist_ok=True)
@@ -116,7 +125,7 @@ class WorkerSide:
     def run_round(self, number: int, cases: Sequence[RoundCase], timeout_s: float) -> RoundResult:
         run_dir = self.out_dir / f"round-{number:03d}"
         start = time.perf_counter()
-        error = ""
+        error, kind = "", ""
         try:
             self._send({"cmd": "round", "round": number, "cases": [{"id": c.case_id, "iters": c.iters} for c in cases],
                         "warmup": self.run_args.get("warmup"), "target_s": self.run_args.get("target_s")})
@@ -129,10 +138,35 @@ class WorkerSide:
                                    f"{self.side} worker answered round {answered!r} where round "
                                    f"{number} was asked (a protocol error; log: {self._log_path})")
         except SideError as exc:
-            error = str(exc)
+            error, kind = str(exc), exc.kind
+            _kill_group(self.proc)  # dead or hung: nothing more of it may reach the round's records
         records, read_error = _read_records(run_dir, [c.case_id for c in cases])
+        self._run_id = self._run_id or next((r.run_id for r in records.values()), None)
+        in_flight = ""
+        if kind and not read_error:
+            in_flight, error = self._record_in_flight(run_dir, cases, records, error, kind)
         return RoundResult(self.side, self.generation, number, run_dir, time.perf_counter() - start, records,
-                           error or read_error)
+                           error or read_error, in_flight)
+
+    def _record_in_flight(self, run_dir: Path, cases: Sequence[RoundCase], records: dict, error: str,
+                          kind: str) -> tuple[str, str]:
+        """The case a dead or hung worker was running (the first asked without a record: it runs
+        them in order) and the error, once its failure is a record in the round's results: the
+        worker left none, and a reader of the gate's directories would otherwise find only the
+        rounds it finished. Added to ``records``; ("", error) when every case has one."""
+        case_id = next((c.case_id for c in cases if c.case_id not in records), "")
+        if not case_id:
+            return "", error
+        record = Record.failure(registry.parse(case_id), self._run_id or new_run_id(), ErrorInfo(kind, error),
+                                next((r.backend for r in records.values()), WORKER_BACKEND), utc_now_iso())
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            append_record(run_dir / RESULTS, record)
+        except OSError as exc:
+            return case_id, f"{error} (and its failure could not be recorded in {run_dir / RESULTS}: {exc})"
+        self._run_id = record.run_id
+        records[case_id] = record
+        return case_id, error
 
     def stop(self) -> None:
         """Ask the worker to leave; kill it (and its session) if it does not within the grace."""
@@ -196,7 +230,7 @@ class WorkerSide:
                 if left <= 0:
                     _kill_group(self.proc)
                     raise SideError(f"{self.side} worker did not answer within {timeout_s:.0f} s; killed it "
-                                    f"(log: {self._log_path})")
+                                    f"(log: {self._log_path})", kind="timeout")
                 if not sel.select(left):
                     continue
                 chunk = os.read(fd, 65536)
