@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 import re
 import sys
 from collections import defaultdict
@@ -324,6 +325,28 @@ def read_result(path: Path, machine: str) -> AsvResult:
         except AsvRowError as exc:
             skipped.append(Skipped(path, str(exc), row=name))
     return AsvResult(path, machine, commit, date_ms, tuple(figures), env, tuple(skipped))
+
+
+def unreadable(path: Path) -> Optional[str]:
+    """Why the results file ``path`` cannot be read as JSON at all, or None where it can (or is
+    gone). asv writes a results file in place, not beside and renamed, so a full disk leaves it
+    empty or cut short; asv then refuses every later filing of that commit over it (``Error
+    parsing JSON in file``). A file that is JSON but not asv's format is not this: asv reads it."""
+    try:
+        _json(path, "results file of asv", MAX_RESULT_BYTES, RESULT_LIMITS)
+    except (AsvFileError, InputFileError) as exc:
+        return str(exc) if os.path.lexists(path) else None
+    return None
+
+
+def unreadable_files(results_dir: Path, machine: str, commit: str) -> list[tuple[Path, str]]:
+    """(file, why) for each results file of ``commit`` in ``machine``'s directory that cannot be
+    read as JSON (``unreadable``): asv names them ``<commit[:8]>-<env>.json``."""
+    directory = Path(results_dir) / machine
+    if not directory.is_dir():
+        return []
+    found = ((path, unreadable(path)) for path in sorted(directory.glob(f"{commit[:8]}-*.json")))
+    return [(path, why) for path, why in found if why is not None]
 
 
 def _machine_dirs(results_dir: Path) -> Iterator[tuple[Path, list[Path]]]:

@@ -49,7 +49,8 @@ from harness.core.runfiles import run_files
 from harness.core.store import (FINGERPRINT, RESULTS, ResultsFileError, load_records, read_fingerprint,
                                  run_incompleteness)
 from harness.gate.trees import TreeError, checkout, probe, repo_root, resolve, sweep_orphans
-from harness.history.asvfiles import SUITE_MODULE, AsvDirectoryError, read_results, suite_class, warn_skipped
+from harness.history.asvfiles import (SUITE_MODULE, AsvDirectoryError, read_results, suite_class, unreadable_files,
+                                      warn_skipped)
 from harness.run.lifetime import interrupt_signal, stop_signals_unwind, stop_with_parent
 
 RUN_ENV = "CRITPATH_ASV_RUN"  # read by benchmarks/bench_families.py
@@ -415,6 +416,35 @@ def _set_aside(run_dir: Path, state: str) -> Path:
     return aside
 
 
+def set_aside_unreadable(results: Path, machine: str, sha: str, say) -> None:
+    """Each results file of ``sha`` that cannot be read as JSON (a full disk cut asv's write of it
+    short) renamed to ``<name>.unreadable-N``, which neither asv nor critpath reads, and said:
+    asv refuses to file the commit over it, so without this the commit could never be filed
+    again. Renamed, never deleted: what it held is the user's to look at."""
+    for path, why in unreadable_files(results, machine, sha):
+        aside = _set_aside(path, "unreadable")
+        say(f"  {why}: asv cannot file the commit over it; kept as {aside} and the commit filed anew")
+
+
+# asv's output when a write of its found the disk full: Python's words for ENOSPC
+# (`OSError: [Errno 28] No space left on device`).
+DISK_FULL = os.strerror(errno.ENOSPC)
+# The end of one asv run's output searched for DISK_FULL: asv stops at the write that failed, so its
+# traceback is last; a run of every family prints some hundred kB before it.
+MAX_LOG_TAIL_BYTES = 1 << 20
+
+
+def said_disk_full(log_path: Path, since: int) -> bool:
+    """Whether the output asv wrote into ``log_path`` from byte ``since`` on says the disk was full."""
+    try:
+        fd = os.open(log_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False
+    with os.fdopen(fd, "rb") as log:
+        log.seek(max(since, os.fstat(fd).st_size - MAX_LOG_TAIL_BYTES))
+        return DISK_FULL.encode() in log.read(MAX_LOG_TAIL_BYTES)
+
+
 def record_commit(request: HistoryRequest, commit: Commit, say) -> Filed:
     """Measure one commit and file it with asv; a commit that cannot be measured is a Filed that
     says why, and the range goes on."""
@@ -442,7 +472,9 @@ def record_commit(request: HistoryRequest, commit: Commit, say) -> Filed:
                 if code not in (0, 1) or records is None:
                     return Filed(commit, "failed", time.monotonic() - start,
                                  f"critpath run exited {code}" + ("" if records else "; no finished run"))
+            set_aside_unreadable(results, machine, commit.sha, say)
             with open_log(out, log_path) as log:
+                log_start = os.fstat(log.fileno()).st_size  # this run's output follows the earlier runs'
                 code = _asv(["run", "--config", str(config), "--environment", f"existing:{sys.executable}",
                              "--set-commit-hash", commit.sha, "--bench", bench_regex({r.family for r in records}),
                              f"--machine={machine}",
@@ -457,8 +489,10 @@ def record_commit(request: HistoryRequest, commit: Commit, say) -> Filed:
     wanted = {r.case_id for r in records}
     missing = wanted - recorded_cases(results, machine, commit.sha)
     if missing:
+        full = (f"disk full: asv could not write its results ({DISK_FULL}); free space and run the same command "
+                "again; " if said_disk_full(log_path, log_start) else "")
         return Filed(commit, "failed", time.monotonic() - start,
-                     f"asv run exited {code} and filed {len(wanted) - len(missing)} of {len(wanted)} cases; "
+                     f"{full}asv run exited {code} and filed {len(wanted) - len(missing)} of {len(wanted)} cases; "
                      f"see {log_path}")
     failed = [r for r in records if not r.ok]
     detail = f"{len(records)} cases filed" + (f", {len(failed)} failed (asv shows them as failed, with the reason): "
