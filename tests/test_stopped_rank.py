@@ -84,3 +84,25 @@ def test_the_one_rank_that_gives_no_stack_dump_is_named(tmp_path, monkeypatch):
         for proc in (deaf, deaf_too, waiting):
             proc.kill()
             proc.wait()
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc")
+def test_a_rank_stopped_while_the_pool_starts_is_held_by_the_start_limit_and_named():
+    """A pool's start is bounded by start_timeout_s, not the case's --timeout; the record says so,
+    and names the stopped rank."""
+    from harness.core import registry
+    from harness.run.timing import PlanPolicy
+
+    records = []
+    supervisor = launcher.Supervisor(world=2, backend="gloo", policy=PlanPolicy(warmup=0, iters=1), run_id="r",
+                                     case_timeout_s=60, start_timeout_s=3, on_record=records.append)
+    with supervisor:
+        supervisor.start()
+        os.kill(supervisor._pool.procs[1].pid, signal.SIGSTOP)  # before it could join the group
+        supervisor.run([registry.parse(FIRST)])
+    (record,) = records
+    assert record.status == "timeout" and record.error.rank == 1, record.error
+    assert record.error.message.startswith(
+        "ranks did not start within 3 s (a pool's start, which --timeout does not bound); "
+        "rank 1 was stopped (state T) and gave no stack dump"), record.error.message

@@ -27,7 +27,7 @@ from typing import Any, Callable, Optional, Sequence
 from harness.core.case import Case
 from harness.core.procstat import state_of
 from harness.core.records import ErrorInfo, Record, utc_now_iso
-from harness.run.limit import overran_by
+from harness.run.limit import POOL_START_TIMEOUT_S, overran_by
 from harness.run.timing import PlanPolicy
 from harness.run.worker import STACK_FILE, Rank, SpawnSpec, spawned_main
 
@@ -157,7 +157,7 @@ class Supervisor:
     policy: PlanPolicy
     run_id: str
     case_timeout_s: float
-    start_timeout_s: float = 120.0
+    start_timeout_s: float = POOL_START_TIMEOUT_S
     threads_per_rank: int = 1
     on_start: Callable[[str], None] = lambda case_id: None
     on_record: Callable[[Record], None] = lambda record: None
@@ -264,10 +264,13 @@ class Supervisor:
         for commands in pool.commands:
             commands.put((tuple(pending), policy))
         # The first batch of a pool includes spawning and joining the group.
-        limit_s = self.start_timeout_s if pool.batches == 0 else self.case_timeout_s
+        # That is start_timeout_s, not case_timeout_s (--timeout): ranks import torch and rendezvous
+        # before the first case, which on a loaded machine takes longer than a short --timeout.
+        starting = pool.batches == 0
+        limit_s = self.start_timeout_s if starting else self.case_timeout_s
         pool.batches += 1
         state = _PoolState(deadline=time.monotonic() + limit_s, procs=pool.procs, early=pool.early, inbox=pool.events,
-                           pool_dir=pool.dir)
+                           pool_dir=pool.dir, starting=starting)
         procs, events = pool.procs, pool.events
         outcome: Optional[int] = None
         try:
@@ -306,6 +309,8 @@ class Supervisor:
         if time.monotonic() > state.deadline:
             if state.current:
                 what = f"case did not finish within {self.case_timeout_s:g} s"
+            elif state.starting and state.completed == 0:
+                what = f"ranks did not start within {self.start_timeout_s:g} s (a pool's start, which --timeout does not bound)"
             else:
                 what = "ranks did not reach the next case in time"
             waiting = sorted(set(range(self.world)) - state.finished)
@@ -463,5 +468,6 @@ class _PoolState:
     early: list = field(default_factory=list)
     inbox: Optional[_Inbox] = None
     pool_dir: str = ""  # where each rank dumps its stack when asked (which rank hung)
+    starting: bool = False  # the pool's first batch: its ranks start and join the group in it
 
 
