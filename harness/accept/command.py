@@ -27,7 +27,7 @@ from harness.core.escape import for_terminal
 from harness.core.options import print_error
 from harness.core.store import LoadedRun, ResultsFileError, load_run, new_run_id, run_digests
 from harness.document.blocks import Heading, Para, Table
-from harness.report.cli import make_report, write_report
+from harness.report.cli import make_report, report_targets, write_report
 from harness.run.joined import position
 from harness.run.runner import run
 
@@ -101,7 +101,36 @@ def cmd_accept(args) -> int:
         # results file that does not read: nothing in the run can be judged.
         print(for_terminal(f"acceptance {profile['name']}: {word(EXIT_UNVERIFIED)} ({run_dir})\n  the run: {exc}"))
         return EXIT_UNVERIFIED
-    result = accept(profile, run.records, run.fingerprint, run.incomplete)
+    out = args.out if args.run and args.out else Path(run_dir)
+    # Every output claimed and checked before the verdict is printed: a directory that cannot be
+    # written (read-only, held by another process, a planted link) is refused first, so the log
+    # never says PASS and then that nothing was written.
+    with claim_dir(out, "accept"):
+        report = None
+        verdict = out / "acceptance.json"
+        targets = [verdict]
+        if not args.no_report:
+            report = make_report([run_dir])
+            targets += report_targets(report, out)
+        atomic.check_targets(targets)
+        result = accept(profile, run.records, run.fingerprint, run.incomplete)
+        _print_verdict(profile, run_dir, result, judged)
+        if report is not None:
+            report.blocks[2:2] = acceptance_blocks(result)  # after the title and preamble
+        # acceptance.json and the report are one set: every output checked before the first is
+        # written (a report path refused, the profile itself or a planted link, leaves no
+        # acceptance.json), and a full disk leaves the previous set whole, never a new verdict
+        # beside the previous report.
+        document = {verdict: atomic.json_bytes(verdict, {**result.to_dict(), JUDGED: judged}, sort_keys=False)}
+        if report is None:
+            atomic.write_set(document)
+        else:
+            md, _ = write_report(report, out, beside=document)
+            print(f"report: {md}")
+    return result.exit_code
+
+
+def _print_verdict(profile: Mapping[str, Any], run_dir: Path, result: Acceptance, judged: Mapping[str, Any]) -> None:
     print(f"acceptance {profile['name']}: {result.verdict} ({run_dir})")
     if result.incomplete:
         print(for_terminal(f"  {word(EXIT_UNVERIFIED):16}  the run: {result.incomplete}"))
@@ -112,21 +141,3 @@ def cmd_accept(args) -> int:
     counts = result.counts()
     print(f"{counts[PASS]} pass, {counts[FAIL]} fail, {counts[UNVERIFIED]} could not verify: "
           f"{result.verdict}, exit {result.exit_code}")
-    out = args.out if args.run and args.out else Path(run_dir)
-    report = None
-    if not args.no_report:
-        report = make_report([run_dir])
-        report.blocks[2:2] = acceptance_blocks(result)  # after the title and preamble
-    with claim_dir(out, "accept"):
-        # acceptance.json and the report are one set: every output checked before the first is
-        # written (a report path refused, the profile itself or a planted link, leaves no
-        # acceptance.json), and a full disk leaves the previous set whole, never a new verdict
-        # beside the previous report.
-        verdict = out / "acceptance.json"
-        document = {verdict: atomic.json_bytes(verdict, {**result.to_dict(), JUDGED: judged}, sort_keys=False)}
-        if report is None:
-            atomic.write_set(document)
-        else:
-            md, _ = write_report(report, out, beside=document)
-            print(f"report: {md}")
-    return result.exit_code

@@ -66,6 +66,7 @@ from typing import Callable, Iterator, Optional
 
 from harness.core.jsonfile import JsonFileError, JsonLimits, loads_strict
 from harness.core.options import UsageError
+from harness.core.procstat import PPID_FIELD, stat_fields
 from harness.core.scale import PID_MAX
 from harness.core.temps import CLAIM_FILE, is_abandoned_temp, reserved, sweep_stale
 from harness.core.walk import WalkError, walk_bounded
@@ -84,7 +85,6 @@ BELOW_DIRS = 4096
 # How many parents of this process may be the holder above it that started it: gate-power, its
 # gate, a worker are three; a shell, a terminal, a session manager and init a few more.
 MAX_ANCESTRY = 64
-STAT_BYTES = 4096  # /proc/PID/stat: a few hundred bytes, its command name at most 64
 
 
 class DirectoryClaimed(UsageError):
@@ -354,11 +354,10 @@ def _ancestry() -> Iterator[int]:
         if pid <= 1:
             return
         yield pid
+        fields = stat_fields(pid)
         try:
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                fields = f.read(STAT_BYTES)
-            pid = int(fields[fields.rindex(b")") + 1:].split()[1])  # after the command name, which may hold ")"
-        except (OSError, ValueError, IndexError):
+            pid = int(fields[PPID_FIELD])
+        except (TypeError, ValueError, IndexError):
             return  # no /proc (or the process just ended): the parent was all there is to know
 
 

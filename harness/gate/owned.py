@@ -22,6 +22,7 @@ from typing import Optional, Union
 
 from harness.core.inputfile import InputFileError, read_bounded
 from harness.core.jsonfile import JsonFileError, JsonLimits, loads_strict
+from harness.core.procstat import STARTTIME_FIELD, STATE_FIELD, stat_fields
 from harness.core.scale import PID_MAX
 
 OWNER_FILE = "critpath-owner.json"  # beside the worktree, in the temporary directory that holds it
@@ -34,12 +35,10 @@ OWNER_LIMITS = JsonLimits(keys=4, values=4, depth=1)
 def _proc_stat(pid: int) -> Optional[tuple[str, str]]:
     """(state, start time in clock ticks since boot) of ``pid`` from /proc, or None where there is
     no /proc or no such process."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+    fields = stat_fields(pid)
+    if fields is None:
         return None
-    fields = text.rpartition(")")[2].split()  # the command name may hold spaces and ')'
-    return fields[0], fields[19]  # stat fields 3 and 22
+    return fields[STATE_FIELD], fields[STARTTIME_FIELD]
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ import sys
 from pathlib import Path
 from typing import Iterator, Optional
 
+from harness.core import taken
 from harness.core.claim import claim_dir
 from harness.core.family import CheckResult
 from harness.core.fingerprintfile import IMPORTED, SCHEMA
@@ -211,8 +212,9 @@ def _import(path: Path, out: Path, collective: Optional[str], run_id: Optional[s
     run_id = default_run_id(path, digest) if run_id is None else run_id
     if why := run_id_fault(run_id):
         raise NcclTestsFormatError(f"--run-id: {why}")
-    if claim_dir(out, "import-nccl-tests").contents():
-        raise NcclTestsFormatError(f"{out} already holds a run; choose another --out")
+    refused = taken.refusal(out, claim_dir(out, "import-nccl-tests").contents())
+    if refused:
+        raise NcclTestsFormatError(refused)
     trailer = trailer_checks(parsed)
     detection = parsed.detection
     meta = {"schema": RUN_SCHEMA, "run_id": run_id, "source": str(path), "source_sha256": digest,

@@ -20,6 +20,7 @@ from harness.core.options import (
 from harness.core.records import MAX_SAMPLES
 from harness.core.scale import MAX_WORLD
 from harness.run.lifetime import stop_signals_unwind
+from harness.run.limit import POOL_START_TIMEOUT_S
 from harness.run.plan import MAX_LOCAL_WORLD, RUN_GRID_ONLY
 from harness.run.runner import RunOptions, run
 
@@ -41,7 +42,8 @@ def register(sub) -> None:
                             "what a record holds)")
     p_run.add_argument("--warmup", type=at_least(0, MAX_SAMPLES), help="warm-up iterations per case")
     p_run.add_argument("--timeout", type=seconds, default=60.0, metavar="SECONDS",
-                       help="per-case limit from set-up to check (default 60)")
+                       help="per-case limit from set-up to check (default 60); a pool of ranks' start has a "
+                            f"limit of its own ({POOL_START_TIMEOUT_S:g} s)")
     p_run.add_argument("--out", type=Path, help="run directory (default reports/<run-id>)")
     p_run.set_defaults(func=cmd_run)
 

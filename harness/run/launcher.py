@@ -25,8 +25,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
 from harness.core.case import Case
+from harness.core.procstat import state_of
 from harness.core.records import ErrorInfo, Record, utc_now_iso
-from harness.run.limit import overran_by
+from harness.run.limit import POOL_START_TIMEOUT_S, overran_by
 from harness.run.timing import PlanPolicy
 from harness.run.worker import STACK_FILE, Rank, SpawnSpec, spawned_main
 
@@ -47,13 +48,17 @@ def _describe_exit(code: int) -> str:
 
 POOL_DIR_PREFIX = "critpath-run-"
 STACK_WAIT_S = 0.5
+# /proc/PID/stat states of a process that cannot run until it is continued: by a signal, by a tracer.
+STOPPED_STATES = ("T", "t")
 _FRAME = re.compile(r'File "([^"]+)", line (\d+) in (\S+)')
 
 
 def hung_ranks(procs, pool_dir: str) -> tuple[list[int], str]:
-    """Which ranks are stuck in their own code rather than waiting in torch.distributed for a
-    peer: each live rank dumps its main thread's stack (faulthandler, SIGUSR1) before it is
-    killed. Returns those ranks and a sentence naming where each one is."""
+    """Which ranks hold the case up rather than waiting in torch.distributed for a peer: each
+    live rank dumps its main thread's stack (faulthandler, SIGUSR1) before it is killed. A rank
+    stuck in its own code is named where it is; where none is, a rank that could not answer (stopped
+    by a signal, state T in /proc, or giving no dump at all) is the one the others wait for, named
+    when it is the only one. Returns the ranks blamed and a sentence naming what each one did."""
     if not pool_dir:
         return [], ""
     live = [(rank, p) for rank, p in enumerate(procs) if p.exitcode is None and p.pid]
@@ -65,14 +70,15 @@ def hung_ranks(procs, pool_dir: str) -> tuple[list[int], str]:
         except OSError:
             pass
     time.sleep(STACK_WAIT_S)
-    hung, notes, waiting = [], [], []
+    hung, notes, waiting, silent = [], [], [], []
     for rank, _ in live:
         try:
             text = open(os.path.join(pool_dir, STACK_FILE.format(rank=rank))).read()
         except OSError:
-            continue
+            text = ""
         frames = _FRAME.findall(text.split("\n\n")[0])  # the main thread: the first block
         if not frames:
+            silent.append(rank)
             continue
         if any("torch/distributed" in f for f, _, _ in frames):
             waiting.append(rank)
@@ -80,9 +86,24 @@ def hung_ranks(procs, pool_dir: str) -> tuple[list[int], str]:
         path, line, function = next((f for f in frames if "/harness/" in f[0]), frames[0])
         hung.append(rank)
         notes.append(f"rank {rank} hung in {function} (harness/{path.split('/harness/')[-1]}:{line})")
+    if not hung:
+        hung, notes = _unanswering(silent, dict(live))
     if waiting and notes:
         notes.append(f"ranks {waiting} were waiting for it in torch.distributed")
     return hung, "; ".join(notes)
+
+
+def _unanswering(silent: list[int], procs: dict) -> tuple[list[int], list[str]]:
+    """Of the ranks that gave no stack dump, the one blamed, with why: a stopped rank cannot run its
+    SIGUSR1 handler, so of several silent ranks the one stopped is named; one silent rank alone is
+    named as silent. None where that is not one rank."""
+    stopped = [(rank, state) for rank in silent if (state := state_of(procs[rank].pid)) in STOPPED_STATES]
+    if len(stopped) == 1:
+        rank, state = stopped[0]
+        return [rank], [f"rank {rank} was stopped (state {state}) and gave no stack dump"]
+    if not stopped and len(silent) == 1:
+        return silent, [f"rank {silent[0]} gave no stack dump"]
+    return [], []
 
 
 def remove_stale_pool_dirs(root: Optional[str] = None) -> None:
@@ -136,7 +157,7 @@ class Supervisor:
     policy: PlanPolicy
     run_id: str
     case_timeout_s: float
-    start_timeout_s: float = 120.0
+    start_timeout_s: float = POOL_START_TIMEOUT_S
     threads_per_rank: int = 1
     on_start: Callable[[str], None] = lambda case_id: None
     on_record: Callable[[Record], None] = lambda record: None
@@ -243,10 +264,13 @@ class Supervisor:
         for commands in pool.commands:
             commands.put((tuple(pending), policy))
         # The first batch of a pool includes spawning and joining the group.
-        limit_s = self.start_timeout_s if pool.batches == 0 else self.case_timeout_s
+        # That is start_timeout_s, not case_timeout_s (--timeout): ranks import torch and rendezvous
+        # before the first case, which on a loaded machine takes longer than a short --timeout.
+        starting = pool.batches == 0
+        limit_s = self.start_timeout_s if starting else self.case_timeout_s
         pool.batches += 1
         state = _PoolState(deadline=time.monotonic() + limit_s, procs=pool.procs, early=pool.early, inbox=pool.events,
-                           pool_dir=pool.dir)
+                           pool_dir=pool.dir, starting=starting)
         procs, events = pool.procs, pool.events
         outcome: Optional[int] = None
         try:
@@ -285,6 +309,8 @@ class Supervisor:
         if time.monotonic() > state.deadline:
             if state.current:
                 what = f"case did not finish within {self.case_timeout_s:g} s"
+            elif state.starting and state.completed == 0:
+                what = f"ranks did not start within {self.start_timeout_s:g} s (a pool's start, which --timeout does not bound)"
             else:
                 what = "ranks did not reach the next case in time"
             waiting = sorted(set(range(self.world)) - state.finished)
@@ -442,5 +468,6 @@ class _PoolState:
     early: list = field(default_factory=list)
     inbox: Optional[_Inbox] = None
     pool_dir: str = ""  # where each rank dumps its stack when asked (which rank hung)
+    starting: bool = False  # the pool's first batch: its ranks start and join the group in it
 
 

@@ -7,6 +7,10 @@ Its end is therefore held to the limit too, on the same monotonic clock that sta
 """
 from __future__ import annotations
 
+# A pool of local ranks' start (spawning them, importing torch, joining the group), bounded apart
+# from --timeout: a short --timeout is a case's limit, and a loaded machine's start can take longer.
+POOL_START_TIMEOUT_S = 120.0
+
 
 def overran_by(elapsed_s: float, limit_s: float) -> str:
     """Why a case that ran ``elapsed_s`` is no ok case under a limit of ``limit_s``; "" within it."""

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from harness.core import registry
+from harness.core import registry, taken
 from harness.core.case import Case
 from harness.core.claim import Claim, claim_dir
 from harness.core.escape import for_terminal
@@ -21,7 +21,7 @@ from harness.core.family import GridOptions
 from harness.core.options import UsageError
 from harness.core.records import Record, utc_now_iso
 from harness.core.runmeta import RUN_SCHEMA
-from harness.core.store import MAX_RUN_CASES, PLANNED, RunDir, new_run_id, planned_digest, run_files
+from harness.core.store import MAX_RUN_CASES, PLANNED, RunDir, new_run_id, planned_digest
 from harness.run.timing import PlanPolicy
 
 PROFILE_POLICY = {
@@ -169,10 +169,10 @@ class RunJournal:
         run_id = new_run_id()
         path = plan.out or Path("reports") / run_id
         claim = claim_dir(path, "run")
-        taken = run_files(path)
-        if taken:
+        refused = taken.refusal(path)
+        if refused:
             claim.release()
-            raise UsageError(f"{path} already holds a run ({taken[0]}); choose another --out")
+            raise UsageError(refused)
         return cls(plan, RunDir(path, run_id), claim)
 
     @property
