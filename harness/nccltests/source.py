@@ -13,7 +13,7 @@ from typing import BinaryIO, Iterator
 
 from harness.core.inputfile import open_regular
 from harness.nccltests.limits import MAX_JSON_BYTES, MAX_LINE_BYTES, MAX_TEXT_BYTES, MAX_TEXT_LINES
-from harness.nccltests.parse import Parsed, parse_json, parse_text
+from harness.nccltests.parse import Parsed, is_log_line, parse_json, parse_text
 from harness.nccltests.values import NcclTestsFormatError
 
 WHAT = "nccl-tests output"
@@ -68,9 +68,10 @@ def _text_lines(reader: _Reader) -> Iterator[str]:
 # A UTF-8 byte order mark, which some editors and Windows tools put first. The text log reader
 # reads past it (its header is found on any line), so the JSON reader does too.
 BOM = b"\xef\xbb\xbf"
-# The characters a JSON document's value can open with that no text log of nccl-tests starts with
-# (its first line is "# nThread ..."): an object, as -J writes, or an array, which is JSON still
-# and gets the JSON reader's word on what it is.
+# The characters a JSON document's value can open with: an object, as -J writes, or an array,
+# which is JSON still and gets the JSON reader's word on what it is. A text log's first line is
+# "# nThread ...", or opens with "[" under a launcher's tag (Open MPI's "[1,0]<stdout>:") or
+# UCX's warnings ("[1712345678.123] [host]"): those are told from an array by the line itself.
 JSON_OPENERS = b"{["
 
 
@@ -83,8 +84,9 @@ def _is_json(f: BinaryIO) -> bool:
             chunk, first = chunk.removeprefix(BOM), False
         if chunk.strip():
             f.seek(0)
-            opener = chunk.lstrip()[:1]
-            return opener in JSON_OPENERS
+            text = chunk.lstrip()
+            first_line = text.split(b"\n", 1)[0].decode("utf-8", errors="replace")
+            return text[:1] in JSON_OPENERS and not is_log_line(first_line)
     f.seek(0)
     return False
 
