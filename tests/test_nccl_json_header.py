@@ -244,3 +244,17 @@ def test_a_json_array_gets_the_json_readers_word_not_the_text_logs(tmp_path, cap
     path.write_text(text, encoding="utf-8")
     err = _refused(tmp_path, capsys, path)
     assert f"{path}:1: the JSON output of nccl-tests is an object" in err and "nThread" not in err, err
+
+
+@pytest.mark.parametrize("first", [
+    "[bm-h100-01:29250] 15 more processes have sent help message help-mpi-btl-base.txt / btl:no-nics\n",
+    "[1712345678.123456] [bm-h100-01:29250:0]          parser.c:2033 UCX  WARN  unused environment variable\n",
+], ids=["open-mpi-message", "ucx-warning"])
+def test_a_text_log_whose_first_line_opens_with_a_bracket_is_read_as_the_log_it_is(tmp_path, first):
+    # Open MPI prints "[host:pid] ..." before the program's output: a first character of "[" is an
+    # array only when the whole file parses as JSON.
+    log = tmp_path / "first.txt"
+    log.write_text(first + H100_TEXT.read_text())
+    assert _import(tmp_path / "plain", H100_TEXT) == 0
+    assert _import(tmp_path / "first", log) == 0
+    assert [r["summary"] for r in _records(tmp_path / "first")] == [r["summary"] for r in _records(tmp_path / "plain")]

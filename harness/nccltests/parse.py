@@ -98,12 +98,6 @@ _LABELLED = re.compile(r"^\s*\d+: ", re.ASCII)
 _NCCL_LOG = re.compile(r"^(?:\S+:\d+:\d+ \[\d+\] )?NCCL (?:INFO|WARN|TRACE|ABORT)\b|^NCCL version \S+$"
                        r"|^\[\d+\.\d+\] \[\S+\] +\S+ UCX +[A-Z]+ ", re.ASCII)
 _ROW_START = re.compile(r"[0-9]+", re.ASCII)
-
-
-def is_log_line(line: str) -> bool:
-    """Whether a line that opens with ``[`` is a log's (a launcher's tag, NCCL's or UCX's words),
-    not a JSON array."""
-    return bool(_TAGGED.match(line) or _NCCL_LOG.match(line))
 _NUMBER = re.compile(r"-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?", re.ASCII)
 _ROOT = re.compile(r"-?(\d+)", re.ASCII)
 _SIDE_FIGURES = ("algbw", "busbw")

@@ -7,13 +7,14 @@ are read: the digest names the import's run (``nccl-tests-<stem>-<digest>``) wit
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
 from harness.core.inputfile import open_regular
 from harness.nccltests.limits import MAX_JSON_BYTES, MAX_LINE_BYTES, MAX_TEXT_BYTES, MAX_TEXT_LINES
-from harness.nccltests.parse import Parsed, is_log_line, parse_json, parse_text
+from harness.nccltests.parse import Parsed, parse_json, parse_text
 from harness.nccltests.values import NcclTestsFormatError
 
 WHAT = "nccl-tests output"
@@ -68,27 +69,38 @@ def _text_lines(reader: _Reader) -> Iterator[str]:
 # A UTF-8 byte order mark, which some editors and Windows tools put first. The text log reader
 # reads past it (its header is found on any line), so the JSON reader does too.
 BOM = b"\xef\xbb\xbf"
-# The characters a JSON document's value can open with: an object, as -J writes, or an array,
-# which is JSON still and gets the JSON reader's word on what it is. A text log's first line is
-# "# nThread ...", or opens with "[" under a launcher's tag (Open MPI's "[1,0]<stdout>:") or
-# UCX's warnings ("[1712345678.123] [host]"): those are told from an array by the line itself.
-JSON_OPENERS = b"{["
+# -J writes an object, so "{" opens JSON. "[" opens a JSON array (JSON still, which gets the JSON
+# reader's word on what it is) or a text log's first line: a launcher's tag (Open MPI's
+# "[1,0]<stdout>:"), Open MPI's own "[host:pid] ..." messages, UCX's "[1712345678.123] [host]".
+# No rule on the line tells them all apart, so such a file is JSON only if it parses as JSON.
+JSON_OBJECT, JSON_ARRAY = b"{", b"["
 
 
 def _is_json(f: BinaryIO) -> bool:
-    """The first byte after a byte order mark that is not white space opens a JSON value (the file
-    is regular, so it can be read again)."""
+    """The first byte after a byte order mark that is not white space opens a JSON object, or an
+    array that the whole file is (the file is regular, so it can be read again)."""
     first = True
     while chunk := f.read(1 << 16):
         if first:
             chunk, first = chunk.removeprefix(BOM), False
         if chunk.strip():
+            opener = chunk.lstrip()[:1]
             f.seek(0)
-            text = chunk.lstrip()
-            first_line = text.split(b"\n", 1)[0].decode("utf-8", errors="replace")
-            return text[:1] in JSON_OPENERS and not is_log_line(first_line)
+            if opener == JSON_ARRAY:
+                opener = JSON_OBJECT if _parses(f.read(MAX_JSON_BYTES + 1).removeprefix(BOM)) else b""
+                f.seek(0)
+            return opener == JSON_OBJECT
     f.seek(0)
     return False
+
+
+def _parses(data: bytes) -> bool:
+    """Whether ``data`` is one JSON document (more than MAX_JSON_BYTES is read cut short: not)."""
+    try:
+        json.loads(data)
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        return False
+    return True
 
 
 def read_output(path: Path) -> tuple[Parsed, str]:
