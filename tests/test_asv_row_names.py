@@ -95,3 +95,22 @@ def test_the_suite_names_each_familys_class_as_the_reader_does():
         assert bench_families._make_suite(family, []).__name__ == suite_class(family.name), family.name
     for name in bench_families.TRACKED:
         assert getattr(bench_families, suite_class(name)).__name__ == suite_class(name)
+
+
+@pytest.mark.parametrize("change, why", [
+    ("p50_ns", "the suite tracks no 'p50_ns' (of the samples it tracks p50_us, p99_us)"),
+    ("quotes", "is no case ID"),
+])
+def test_a_row_the_suite_never_writes_is_skipped_naming_it(tmp_path, capsys, change, why):
+    """A sample statistic the suite does not track (track_p50_ns) was read as a series; a case ID
+    inside any number of quotes was read as the case (asv keeps one pair, its repr's)."""
+    row = json.loads((ASV / "ci-runner" / SECOND).read_text())["results"][P50]
+    if change == "p50_ns":
+        name = "bench_families.Allreduce.track_p50_ns"
+    else:
+        row[1][0] = ["'''" + case + "'''" for case in row[1][0]]
+        name = "bench_families.Allreduce.track_p99_us"
+    results, path = _results(tmp_path, name, row)
+    err, md = _report(tmp_path, results, capsys)
+    assert f"warning: skipped {path}" in err and why in err, err
+    assert not any(s.benchmark == name for s in load_history(results))

@@ -49,7 +49,7 @@ from harness.core.runfiles import run_files
 from harness.core.store import (FINGERPRINT, RESULTS, ResultsFileError, load_records, read_fingerprint,
                                  run_incompleteness)
 from harness.gate.trees import TreeError, checkout, probe, repo_root, resolve, sweep_orphans
-from harness.history.asvfiles import (SUITE_MODULE, AsvDirectoryError, read_results, suite_class, unreadable_files,
+from harness.history.asvfiles import (SAMPLE_FIGURES, SUITE_MODULE, AsvDirectoryError, read_results, suite_class, unreadable_files,
                                       warn_skipped)
 from harness.run.lifetime import interrupt_signal, stop_signals_unwind, stop_with_parent
 
@@ -627,11 +627,6 @@ def largest_step(n: int, measure) -> tuple[int, int]:
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if step(lo, mid) >= step(mid, hi) else (mid, hi)
     return lo, hi
-
-
-# What benchmarks/bench_families.py tracks of every case, beside its family's headline figures (the
-# suite runs against older trees and cannot import this module: tests hold the two alike).
-SAMPLE_FIGURES = ("p50_us", "p99_us")
 
 
 def check_find(figure: str, case_ids: Sequence[str]) -> None:
