@@ -395,6 +395,11 @@ def test_a_name_longer_than_any_case_id_matches_no_rule():
      "MASTER_PORT='99999999': expected an integer in [1, 65535]"),
     ({"RANK": "3", "WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "1"}, "RANK='3': expected an integer in [0, 1]"),
     ({"RANK": "0", "WORLD_SIZE": "0"}, "WORLD_SIZE='0': expected an integer in [1, 65536]"),
+    # torch's env:// waited out its timeout on a MASTER_ADDR that names no host, without a word
+    ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "-oProxy", "MASTER_PORT": "1"},
+     "MASTER_ADDR='-oProxy': expected a host name or an IP address"),
+    ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "a b", "MASTER_PORT": "1"}, "MASTER_ADDR='a b': expected a host"),
+    ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "[::1", "MASTER_PORT": "1"}, "MASTER_ADDR='[::1': expected a host"),
 ])
 def test_a_garbage_launcher_environment_is_one_line_naming_the_variable(env, expected):
     from harness.run.joined import joined_rank
@@ -402,6 +407,13 @@ def test_a_garbage_launcher_environment_is_one_line_naming_the_variable(env, exp
     with pytest.raises(UsageError) as err:
         joined_rank(env)
     assert str(err.value).startswith(expected.split(":")[0]) and expected in str(err.value)
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "::1", "[::1]", "node-01", "node-01.cluster.local.", "h", "10.0.0.2"])
+def test_a_master_addr_that_is_a_host_is_taken(host):
+    from harness.run.launchenv import env_host
+
+    assert env_host({"MASTER_ADDR": host}, "MASTER_ADDR") == host
 
 
 @pytest.mark.parametrize("value,expected", [

@@ -19,7 +19,7 @@ from harness.core.options import UsageError
 from harness.core.records import UNKNOWN_START, ErrorInfo, Record, utc_now_iso
 from harness.core.scale import MAX_WORLD
 from harness.run import fingerprint
-from harness.run.launchenv import env_int
+from harness.run.launchenv import env_host, env_int
 from harness.run.limit import overran_by
 from harness.run.plan import RunJournal, RunOptions, RunPlan, plan_run, refuse_unavailable
 from harness.run.reporter import Reporter, announce, finish
@@ -33,6 +33,7 @@ def _rendezvous(env) -> None:
     if missing:
         raise UsageError(f"set {' and '.join(missing)} (torchrun sets them; under Slurm see README: Slurm) "
                          "so ranks can meet")
+    env_host(env, "MASTER_ADDR")
     env_int(env, "MASTER_PORT", 1, MAX_PORT)
 
 

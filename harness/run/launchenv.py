@@ -1,9 +1,11 @@
-"""The integers a launcher (torchrun, Slurm) puts in a process's environment, read by the one number
-grammar (harness.core.numbers) within each variable's range: a launcher's typo is one line naming
-the variable (exit 2), not a traceback from inside torch.distributed, and '٣', '+1', ' 1' or '01'
-is no rank."""
+"""The integers and the host a launcher (torchrun, Slurm) puts in a process's environment, read by
+the one number grammar (harness.core.numbers) within each variable's range: a launcher's typo is
+one line naming the variable (exit 2), not a traceback from inside torch.distributed, and '٣',
+'+1', ' 1' or '01' is no rank."""
 from __future__ import annotations
 
+import ipaddress
+import re
 from typing import Mapping, Optional
 
 from harness.core.echo import shown
@@ -23,3 +25,28 @@ def env_int(env: Mapping[str, str], name: str, low: int, high: int, default: Opt
         return parse_int(text, name, low, high)
     except NumberError:
         raise UsageError(f"{name}={shown(text)}: expected an integer in [{low}, {high}]") from None
+
+
+# A host name as RFC 1123 spells one: dot-separated labels of letters, digits and inner hyphens,
+# at most 253 characters. torch's env:// resolves MASTER_ADDR itself and waits out its timeout on
+# a name it cannot reach, so a value that is no host at all ("-oProxy") is refused up front.
+_HOST_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?", re.ASCII)
+MAX_HOST_CHARS = 253
+
+
+def env_host(env: Mapping[str, str], name: str) -> str:
+    """The host the launcher put in ``name``: a host name or an IPv4/IPv6 address (``[::1]`` too),
+    or UsageError naming the variable."""
+    text = env.get(name)
+    if text is None:
+        raise UsageError(f"{name} is not set; the launcher (torchrun, Slurm) sets it")
+    bare = text[1:-1] if text.startswith("[") and text.endswith("]") else text
+    try:
+        ipaddress.ip_address(bare)
+        return text
+    except ValueError:
+        pass
+    labels = text.removesuffix(".").split(".")
+    if len(text) <= MAX_HOST_CHARS and all(_HOST_LABEL.fullmatch(label) for label in labels):
+        return text
+    raise UsageError(f"{name}={shown(text)}: expected a host name or an IP address (where rank 0 listens)")
