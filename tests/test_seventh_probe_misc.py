@@ -117,6 +117,13 @@ class TestAsvResultsAreWhatTheySay:
         assert f"warning: skipped {path}: field results.{P50}.result[0]: -214.2 is below zero" in err, err
         assert "(in us)" in err
 
+    def test_a_latency_longer_than_a_case_may_run_is_skipped_naming_the_field(self, tmp_path, capsys):
+        # 1e308 us was read and drawn: matplotlib's log axis overflowed, with a raw RuntimeWarning
+        results, path = self._results(tmp_path, lambda d: d["results"][P50][0].__setitem__(0, 1e308))
+        err = self._report(tmp_path, results, capsys)
+        assert f"warning: skipped {path}: field results.{P50}.result[0]: 1e+308 us is longer than a case may run" in err
+        assert "RuntimeWarning" not in err, err
+
     def test_a_negative_bandwidth_is_skipped_by_its_declared_unit(self, tmp_path):
         busbw = "bench_families.Allreduce.track_busbw_gbps"
         results, path = self._results(tmp_path, lambda d: d["results"][busbw][0].__setitem__(1, -1.1))

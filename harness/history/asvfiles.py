@@ -33,7 +33,8 @@ from harness.core.case import CaseIdError
 from harness.core.declarations import unit_of
 from harness.core.echo import shown
 from harness.core.escape import for_terminal
-from harness.core.figures import NON_NEGATIVE_UNITS, is_sample_statistic
+from harness.core.figures import NON_NEGATIVE_UNITS, TIME_SCALE, is_sample_statistic
+from harness.core.options import MAX_SECONDS
 from harness.core.inputfile import InputFileError, read_bounded
 from harness.core.jsonfile import JsonFileError, JsonLimits, loads_strict
 from harness.core.numbers import NumberError, check_float, check_int
@@ -236,10 +237,15 @@ def _declared_unit(figure: str, family: str, where: str) -> str:
     return unit
 
 
-def _check_sign(number: float, unit: str, figure: str, family: str, where: str) -> None:
+def _check_range(number: float, unit: str, figure: str, family: str, where: str) -> None:
+    """AsvFileError for a value its unit rules out: below zero for a magnitude, or a time longer
+    than any case may run (its --timeout is at most MAX_SECONDS): 1e308 us is no measurement."""
     if unit in NON_NEGATIVE_UNITS and number < 0:
         raise AsvFileError(f"{where}: {shown(number)} is below zero, which {family}'s {figure} (in {unit}) "
                            "never is")
+    if unit in TIME_SCALE and number * TIME_SCALE[unit] > MAX_SECONDS * 1e9:
+        raise AsvFileError(f"{where}: {shown(number)} {unit} is longer than a case may run (at most "
+                           f"{MAX_SECONDS:g} s), which {family}'s {figure} never is")
 
 
 def _figures(name: str, row, columns: dict[str, int], where: str) -> Iterator[Figure]:
@@ -290,7 +296,7 @@ def _figures(name: str, row, columns: dict[str, int], where: str) -> Iterator[Fi
             raise AsvFileError(str(exc)) from None
         if number is not None:
             family = case_id.partition("/")[0]
-            _check_sign(number, units[family], figure_name(name), family, f"{where}.result[{i}]")
+            _check_range(number, units[family], figure_name(name), family, f"{where}.result[{i}]")
         yield Figure(name, version or "", case_id, number)
 
 
