@@ -72,6 +72,8 @@ _NAMED_PERCENTILE = re.compile(rf"(?:^|_)(p{_Q})(?:_|$)")
 # The shape of a declared figure's name (busbw_gbps, rtt_p999_us).
 _FIGURE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
 
+# What a file's statistic field must be, said where it is something else (true, null, 1e2).
+STATISTIC_TEXT = "a statistic's name"
 N_TOO_SMALL = "n too small"  # what a reader shows where the samples do not support a percentile
 
 
