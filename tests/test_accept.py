@@ -297,7 +297,7 @@ def test_profile_errors_name_file_line_and_field(tmp_path):
     select_dtype = base.replace("select: {size_bytes: 1048576,", "select: {dtype: float32, size_bytes: 1048576,")
     cases = [  # (profile text, text on the line named, field, what the message says)
         (base.replace("statistic: busbw_gbps", "statistic: [busbw_gbps]"), "[busbw_gbps]", "checks.1.statistic",
-         "is not of type 'string'"),
+         "expected a string (a statistic's name), got a list"),
         (base.replace("    min: 0.01\n", "    min: 0.01\n    sources: [nccl_tests]\n"), "sources:", "checks.1.sources.0",
          "'nccl_tests' is not one of ['critpath', 'nccl-tests']"),
         (select_dtype.replace("    min: 0.01\n", "    min: 0.01\n    dtypes: [float32]\n"), "dtypes:", "checks.1.dtypes",

@@ -120,3 +120,25 @@ def test_a_label_of_the_most_characters_in_any_script_is_shown(tmp_path, capsys)
     longest = "é" * MAX_LABEL_CHARS
     main(["show", str(one), str(two), "--label", longest, "--label", "before fix"])
     assert "before fix" in capsys.readouterr().out
+
+
+UNSEEN_LABELS = {"zero-width-space": "\u200b", "bom": "\ufeff", "trailing-space": "x ", "leading-space": " x",
+                 "line-separator": "a\u2028b", "paragraph-separator": "a\u2029b", "joiner": "a\u200db",
+                 "soft-hyphen": "a\u00adb", "nbsp-end": "x\u00a0"}
+
+
+@pytest.mark.parametrize("label", UNSEEN_LABELS.values(), ids=UNSEEN_LABELS.keys())
+def test_a_label_that_shows_as_nothing_or_as_another_is_refused_naming_the_option(tmp_path, capsys, label):
+    run = _run(tmp_path / "r1", "r-1")
+    with pytest.raises(SystemExit) as refused:
+        main(["show", str(run), "--label", label])
+    assert refused.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --label: " in err and "shows as nothing" in err and "no control or format character" in err
+
+
+def test_spaces_inside_a_label_and_letters_of_any_script_are_labels():
+    from harness.core.labels import label_fault
+
+    for label in ("before fix", "a  b", "präzise Läufe", "基线 运行", "x\u00a0y", "ε"):
+        assert label_fault(label) is None, label

@@ -21,6 +21,7 @@ from harness.claims.baselines import (  # as baselines
     line_of_field,
     refuse_unknown_key,
     selector_faults,
+    statistic_type_fault,
 )
 from harness.core import registry, yamlfile
 from harness.core.case import CaseIdError
@@ -206,7 +207,7 @@ def load_profile(path: Path, measuring: bool = False) -> dict:
         refuse_unknown_key(path, root, error, ProfileError)
         where = list(error.absolute_path)
         field = ".".join(str(p) for p in where) or "(profile)"
-        raise ProfileError(f"{path}:{line_of_field(root, where)}: field {field}: {_explain(error) or error.message}")
+        raise ProfileError(f"{path}:{line_of_field(root, where)}: field {field}: {_explain(error) or statistic_type_fault(root, error) or error.message}")
     _refuse_names_given_twice(path, root, data)
     for section in ("facts", "checks"):
         for i, entry in enumerate(data.get(section, ())):

@@ -24,7 +24,7 @@ from harness.core import registry, yamlfile
 from harness.core.case import CaseIdError
 from harness.core.echo import shown
 from harness.core.numbers import NumberError, check_float, check_int
-from harness.core.figures import statistic_fault
+from harness.core.figures import STATISTIC_TEXT, statistic_fault
 from harness.core.options import print_error
 from harness.core.schema import strict_validator
 from harness.core.scale import MAX_WORLD
@@ -179,6 +179,15 @@ def _num(x: Optional[float]) -> str:
 _node_at, line_of_field = yamlfile.node_at, yamlfile.line_of
 
 
+def statistic_type_fault(root: yaml.Node, error) -> Optional[str]:
+    """A schema's type error on a ``statistic`` field worded as every reader of a statistic words
+    it (``yamlfile.string_fault``: the value as the file writes it, true, not True); None otherwise."""
+    where = list(error.absolute_path)
+    if error.validator != "type" or not where or where[-1] != "statistic":
+        return None
+    return yamlfile.string_fault(root, where, error.instance, STATISTIC_TEXT)
+
+
 def refuse_unknown_key(path: Path, root: yaml.Node, error, raise_as: type) -> None:
     """A schema's ``additionalProperties`` error worded as every critpath reader words an unknown
     key (``yamlfile.refuse_unknown``: its line, the keys known, the nearest); nothing otherwise."""
@@ -211,7 +220,7 @@ def load_checked(path: Path, validator, error: type, what: str,
         if found.validator == "required" and isinstance(found.instance, dict):
             missing = [k for k in found.validator_value if k not in found.instance]
             field_name = ".".join(str(p) for p in [*where, missing[0]]) if missing else field_name
-        raise error(f"{path}:{line}: field {field_name}: {(explain and explain(found)) or found.message}")
+        raise error(f"{path}:{line}: field {field_name}: {(explain and explain(found)) or statistic_type_fault(root, found) or found.message}")
     return data, root
 
 

@@ -50,18 +50,26 @@ QUANTILE_DECIMALS = max(d for d in range(16) if 10 ** (d + 2) <= MAX_SAMPLES)
 # and enough for any sample statistic the grammar admits (p99.9999_over_mean).
 MAX_STATISTIC_CHARS = 64
 # p0 and p100 cut no tail: they are the smallest and the largest sample, which min_ and max_ name.
-# Two names of one statistic would be two gate keys, so the percentile spelling is refused (with
-# leading zeros and trailing ".0"s too), the message saying which to write.
+# Two names of one statistic would be two gate keys (a baseline table's "listed twice" check, an
+# acceptance check, a gate's result are keyed on the name as written), so every percentile has one
+# spelling and any other is refused, the message saying which to write (``canonical_percentile``):
+# min/max for p0 and p100, no leading zero (p05), no trailing zero after the point (p99.0, p99.90),
+# and 99.9 and 99.99 only as Summary names them, p999 and p9999 (not p99.9).
 _EXTREME = r"0*(?:0|100)(?:\.0*)?"
 # pNN, pNN.N, and Summary's own p999 (99.9) / p9999 (99.99); ASCII digits only (a bare \d takes
 # 'p٩٩_ns', which Fraction reads as p99: a statistic nobody wrote named one). No leading zero, as
-# Summary's own names have none (p50, p99): p05 and p5 would be two names of one statistic, two gate keys;
-# p0.5 is the fraction, not a leading zero. At most QUANTILE_DECIMALS decimals; no p0 or p100.
+# Summary's own names have none (p50, p99); p0.5 is the fraction, not a leading zero. At most
+# QUANTILE_DECIMALS decimals; no p0 or p100. The compact form is only for the nines: p995 would be a
+# second name of p99.5.
 _Q = (rf"((?!0(?:\.0+)?(?![0-9.]))(?:0|[1-9][0-9]?)(?:\.[0-9]{{1,{QUANTILE_DECIMALS}}})?"
-      r"|99[0-9]{1,2})")
+      r"|9999?)")
+# The percentiles Summary names without their point (p999_ns is a record's own summary field).
+_COMPACT = {Fraction("99.9"): "999", Fraction("99.99"): "9999"}
 # A number written where a percentile is named (p, digits, an optional fraction, then _ or the
 # end), to say what is wrong with one the grammar refuses.
 _WRITTEN = re.compile(r"(?:^|_)p([0-9]+(?:\.[0-9]*)?)(?=_|$)")
+# Digits that write a percentile, in its one spelling or another (p99.90, p995), as _exact_quantile reads them.
+_PERCENTILE_DIGITS = re.compile(r"[0-9]{1,2}(?:\.[0-9]*)?|99[0-9]{1,2}")
 # The other spelling, refused with the one to write instead.
 _LEADING_ZERO = re.compile(r"(?:^|_)p(0[0-9]+(?:\.[0-9]+)?)(?=_|$)")
 _SAMPLE = re.compile(rf"^(min|max|mean|p{_Q})_(ns|us|ms|s)$")
@@ -72,6 +80,8 @@ _NAMED_PERCENTILE = re.compile(rf"(?:^|_)(p{_Q})(?:_|$)")
 # The shape of a declared figure's name (busbw_gbps, rtt_p999_us).
 _FIGURE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
 
+# What a file's statistic field must be, said where it is something else (true, null, 1e2).
+STATISTIC_TEXT = "a statistic's name"
 N_TOO_SMALL = "n too small"  # what a reader shows where the samples do not support a percentile
 
 
@@ -92,13 +102,47 @@ def misspelt_percentile(name: str) -> Optional[str]:
             write = repr(instead) if _SAMPLE.match(instead) else f"the {which} figure the family declares, if it declares one"
             return f"{name!r} writes p{digits}, the {sample} sample, which {which} names; write {write}"
     match = _LEADING_ZERO.search(name)
-    if match is None:
-        return None
-    digits = match.group(1)
-    one = digits.lstrip("0")
-    one = "0" + one if not one or one.startswith(".") else one
-    return (f"{name!r} writes p{digits} with a leading zero; write p{one} "
-            f"({name.replace('p' + digits, 'p' + one, 1)!r}), the one spelling of each percentile")
+    if match is not None:
+        digits = match.group(1)
+        one = digits.lstrip("0")
+        one = "0" + one if not one or one.startswith(".") else one
+        return (f"{name!r} writes p{digits} with a leading zero; write p{one} "
+                f"({name.replace('p' + digits, 'p' + one, 1)!r}), the one spelling of each percentile")
+    for match in _WRITTEN.finditer(name):
+        digits = match.group(1)
+        if not _PERCENTILE_DIGITS.fullmatch(digits):
+            continue  # no percentile's digits (p2p, p1000): a declared figure's name may hold them
+        one = canonical_percentile(digits)
+        if one != digits:
+            if digits.endswith("."):
+                why = "with a point and no decimals"
+            elif "." in digits and digits.endswith("0"):
+                why = "with a trailing zero after the point"
+            elif "." in digits:
+                why = "with its point, where the nines are written without one (as a record's summary writes p999_ns)"
+            else:
+                why = "in the compact form, which only p999 and p9999 take"
+            return (f"{name!r} writes p{digits} {why}; write p{one} "
+                    f"({name[:match.start(1)] + one + name[match.end(1):]!r}), the one spelling of each percentile")
+    return None
+
+
+def canonical_percentile(digits: str) -> str:
+    """The one spelling of the percentile ``digits`` write (after the p): "99.0" -> "99", "99.90" ->
+    "999", "99.9" -> "999", "995" -> "99.5", "50.0000" -> "50". What every statistic name a reader
+    accepts already writes, so a name is its own key."""
+    q = _exact_quantile(digits.rstrip(".") if "." in digits else digits)
+    if q in _COMPACT:
+        return _COMPACT[q]
+    if q.denominator == 1:
+        return str(q.numerator)
+    whole, rest = divmod(q, 1)
+    decimals = ""
+    while rest:  # a finite decimal: its digits were written, so this ends within QUANTILE_DECIMALS
+        rest *= 10
+        digit, rest = divmod(rest, 1)
+        decimals += str(digit)
+    return f"{whole}.{decimals}"
 
 
 def statistic_fault(name: str) -> Optional[str]:

@@ -229,6 +229,27 @@ def line_of(node: Optional[yaml.Node], path: Sequence[Any]) -> int:
     return node_at(node, path).start_mark.line + 1
 
 
+def written(root: Optional[yaml.Node], where: Sequence[Any]) -> str:
+    """The value at ``where`` as its file writes it: a scalar's own text (``true``, ``null``,
+    ``1e2``), else what kind of node it is. A message quoting the value Python read would say
+    True, None and 100.0, which the file does not hold."""
+    node = node_at(root, where) if root is not None else None
+    if isinstance(node, yaml.ScalarNode):
+        if not node.value:
+            return "nothing (null)"
+        text = shown(node.value)  # escaped, and unquoted where it can be: got true, not got 'true'
+        return text[1:-1] if text[:1] in "'\"" and text[-1:] == text[:1] else text
+    return {yaml.MappingNode: "a mapping", yaml.SequenceNode: "a list"}.get(type(node), "no value")
+
+
+def string_fault(root: Optional[yaml.Node], where: Sequence[Any], value: Any, what: str) -> Optional[str]:
+    """Why ``value`` (at ``where``) is not the string a field needs, or None: str() of it would
+    turn ``true`` into the text 'True' and ``1e2`` into '100.0', names nobody wrote."""
+    if isinstance(value, str):
+        return None
+    return f"expected a string ({what}), got {written(root, where)}"
+
+
 def field_at(path: Path, root: Optional[yaml.Node], where: Sequence[Any]) -> str:
     """``FILE:LINE: field A.B.C``: how every reader names the field it refuses."""
     return f"{path}:{line_of(root, where)}: field {'.'.join(str(p) for p in where)}"

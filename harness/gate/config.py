@@ -29,7 +29,7 @@ from typing import Any, Mapping, Optional
 
 from harness.core import registry, yamlfile
 from harness.core.case import CaseIdError
-from harness.core.figures import FigureUnavailable
+from harness.core.figures import STATISTIC_TEXT, FigureUnavailable
 from harness.core.numbers import NumberError, check_float, check_int
 from harness.gate.stats import DIRECTIONS, MIN_CONFIDENCE, MIN_N_RESAMPLES, Policy
 from harness.gate.values import default_direction, validate_statistic
@@ -169,10 +169,13 @@ def load_config(path: Optional[Path], base: GateConfig = GateConfig()) -> GateCo
         policy = replace(policy, n_resamples=_integer(path, root, ["n_resamples"], data["n_resamples"], *N_RESAMPLES_RANGE))
     statistic = base.statistic
     if "statistic" in data:
+        where = f"{path}:{yamlfile.line_of(root, ['statistic'])}: field statistic"
+        if fault := yamlfile.string_fault(root, ["statistic"], data["statistic"], STATISTIC_TEXT):
+            raise ConfigError(f"{where}: {fault}")
         try:
-            statistic = validate_statistic(str(data["statistic"]))
+            statistic = validate_statistic(data["statistic"])
         except FigureUnavailable as exc:
-            raise ConfigError(f"{path}:{yamlfile.line_of(root, ['statistic'])}: field statistic: {exc}") from None
+            raise ConfigError(f"{where}: {exc}") from None
     families: dict[str, float] = dict(base.family_min_effect)
     cases: dict[str, float] = dict(base.case_min_effect)
     effects = data.get("min_effect")
@@ -233,8 +236,11 @@ def load_baselines(path: Path) -> list[Baseline]:
         if problem:
             raise ConfigError(f"{at('case_id')}: {problem}")
         case_id = _canonical(case_id)
+        statistic = entry.get("statistic", "p50_ns")
+        if fault := yamlfile.string_fault(root, ["baselines", i, "statistic"], statistic, STATISTIC_TEXT):
+            raise ConfigError(f"{at('statistic')}: {fault}")
         try:
-            statistic = validate_statistic(str(entry.get("statistic", "p50_ns")))
+            statistic = validate_statistic(statistic)
         except FigureUnavailable as exc:
             raise ConfigError(f"{at('statistic')}: {exc}") from None
         if "value" not in entry:
