@@ -12,9 +12,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from harness.accept.pins import fact_outcome, pin_outcomes
-from harness.accept.match import MEASURED, case_parts, means
+from harness.accept.match import MEASURED, canonical_parts, case_parts, means, selects, value_of
 from harness.accept.verdicts import FAIL, PASS, UNVERIFIED, Outcome, exit_code, word
-from harness.claims.check import matches
 from harness.core.comparable import mismatch
 from harness.core.declarations import declared
 from harness.core.family import SOURCE_MARKS
@@ -51,7 +50,7 @@ def why_no_record(check: Mapping[str, Any], records: Sequence[Record]) -> str:
     """What the run lacks for this check, parameter by parameter: ``no allreduce record with
     dtype=bfloat16 (the run has float32)``."""
     if "case" in check:
-        family, want = case_parts(check["case"])
+        family, want = canonical_parts(check["case"])
     else:
         family, want = check["family"], {k: v for k, v in check.get("select", {}).items() if v is not None}
     same = [r for r in records if r.family == family]
@@ -64,7 +63,7 @@ def why_no_record(check: Mapping[str, Any], records: Sequence[Record]) -> str:
     hint = ""
     for key, value in want.items():
         options = [str(v) for v in value] if isinstance(value, list) else [str(value)]
-        have = sorted({str(r.params.get(key)) for r in same})
+        have = sorted({str(value_of(r, key)) for r in same})
         if not set(options) & set(have):
             gaps.append(f"{key}={'|'.join(options)} (the run has {_spread(have)})")
             if key == "dtype" and not check.get("dtypes"):
@@ -123,7 +122,7 @@ def evaluate_check(check: Mapping[str, Any], records: Sequence[Record]) -> Outco
     try:
         values = [figure_value(r, check["statistic"]) for r in chosen]
         if "relative_to" in check:
-            refs = [r for r in records if r.family == chosen[0].family and matches(r, check["relative_to"]) and r.ok]
+            refs = [r for r in records if r.family == chosen[0].family and selects(r, check["relative_to"]) and r.ok]
             if not refs:
                 return out(UNVERIFIED, detail=f"no reference record {check['relative_to']} in this run")
             differs = mismatch({"checked": chosen, "reference": refs[:1]})
@@ -146,7 +145,7 @@ def evaluate_check(check: Mapping[str, Any], records: Sequence[Record]) -> Outco
         verdict = PASS if measured >= check["min"] else FAIL
     decider = chosen[worst]
     detail = (f"worst of {len(values)} records: " if len(values) > 1 else "") + _where(decider)
-    wanted_dtype = case_parts(check["case"])[1].get("dtype") if "case" in check else None
+    wanted_dtype = canonical_parts(check["case"])[1].get("dtype") if "case" in check else None
     if wanted_dtype and decider.params.get("dtype") != wanted_dtype:
         detail += f"; {decider.params.get('dtype')} accepted by the check's dtypes"
     return out(verdict, measured, margin, detail + mark)

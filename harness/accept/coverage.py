@@ -18,8 +18,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 from harness.accept.checks import why_no_record
-from harness.accept.match import MEASURED, case_parts, means
-from harness.claims.check import matches
+from harness.accept.match import MEASURED, canonical_parts, means, selects
 from harness.core import registry
 from harness.core.case import Case
 from harness.core.family import GridOptions
@@ -66,7 +65,7 @@ def unmeasured(profile: Mapping[str, Any], cases: Sequence[Case]) -> list[tuple[
         reference = check.get("relative_to")
         if reference is not None:
             family = chosen[0].family
-            if not any(case.family == family and matches(case, reference) for case in cases):
+            if not any(case.family == family and selects(case, reference) for case in cases):
                 problems.append((i, (["relative_to"], f"no case of run.cases is the reference {reference} of "
                                                       f"family {family}; run.cases measures {_listed(cases)}")))
     return problems
@@ -84,7 +83,7 @@ def _listed(cases: Sequence[Case], most: int = 4) -> str:
 def _values(check: Mapping[str, Any], key: str) -> Optional[list]:
     """The values of ``key`` a record of the check may have; None where the check leaves it open."""
     if "case" in check:
-        family, params = case_parts(check["case"])
+        family, params = canonical_parts(check["case"])
         if family not in registry.FAMILIES or key not in params:
             return None
         return [registry.parse(check["case"]).params[key]]

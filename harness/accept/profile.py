@@ -221,6 +221,7 @@ def load_profile(path: Path, measuring: bool = False) -> dict:
             where = ["checks", i, *(int(p) if p.isdigit() else p for p in key.split("."))]
             raise ProfileError(f"{path}:{line_of_field(root, where)}: field checks.{i}.{key}: {message}")
     _check_run_world(path, root, data)
+    _spell_cases_canonically(data)
     problems = unreachable(data)
     if measuring:
         problems += unmeasured(data, _planned(path, root, data))
@@ -229,6 +230,17 @@ def load_profile(path: Path, measuring: bool = False) -> dict:
         where = ["checks", i, *at]
         raise ProfileError(f"{path}:{line_of_field(root, where)}: field {'.'.join(map(str, where))}: {message}")
     return data
+
+
+def _spell_cases_canonically(data: dict) -> None:
+    """Each case a check or run.cases names, in the one spelling runs give it (a key at its default
+    left out or written, as its family declares), so that a check naming its case in another valid
+    spelling means that case; a case ID of no family of this checkout is left as written."""
+    for check in data["checks"]:
+        if "case" in check:
+            check["case"] = registry.canonical_id(check["case"])
+    if data.get("run"):
+        data["run"]["cases"] = [registry.canonical_id(case_id) for case_id in data["run"]["cases"]]
 
 
 def _planned(path: Path, root, data: Mapping[str, Any]) -> list:

@@ -239,16 +239,16 @@ def _check_gpus(gpus: Mapping[str, Any]) -> None:
 
 
 def _check_layout(layout: Mapping[str, Any], world: Optional[int]) -> None:
-    """The layout's fields describe one set of nodes: as many as it counts, holding the world's
-    ranks, each rank's local index inside its node. An acceptance ``nodes:`` pin reads them."""
-    nodes, keys, per_node = layout.get("nodes"), layout.get("node_keys"), layout.get("ranks_per_node")
-    counted = [(name, len(value)) for name, value in (("layout.node_keys", keys), ("layout.ranks_per_node", per_node))
-               if isinstance(value, list)]
-    if nodes is not None:
-        counted.insert(0, ("layout.nodes", nodes))
-    for name, count in counted[1:]:
-        if count != counted[0][1]:
-            raise FingerprintError(f"field {name}: {count} nodes, but field {counted[0][0]} says {counted[0][1]}")
+    """The layout's fields describe one set of nodes: as many as it counts (one entry a node, one a
+    rank), holding the world's ranks, each rank's local index inside its node. An acceptance
+    ``nodes:`` pin reads them, and ``critpath diagnose`` the node of each key and host."""
+    nodes, per_node = layout.get("nodes"), layout.get("ranks_per_node")
+    _check_lengths(layout, "nodes", [("layout.nodes", nodes)], ("node_keys", "hosts", "ranks_per_node"))
+    _check_lengths(layout, "ranks", [("world", world)], ("node_of_rank", "local_ranks"))
+    keys = layout.get("node_keys") or []
+    twice = next((key for i, key in enumerate(keys) if key in keys[:i]), None)
+    if twice is not None:  # a key names one node: two of one key would be read as one node
+        raise FingerprintError(f"field layout.node_keys: {shown(twice)} is given twice; each node has its own key")
     if isinstance(per_node, list) and world is not None and sum(per_node) != world:
         raise FingerprintError(f"field layout.ranks_per_node: {sum(per_node)} ranks in all, but field world is "
                                f"{world} ranks")
@@ -263,6 +263,26 @@ def _check_layout(layout: Mapping[str, Any], world: Optional[int]) -> None:
         if local >= held:
             raise FingerprintError(f"field layout.local_ranks.{rank}: local rank {local}, but its node holds "
                                    f"{held} ranks (layout.ranks_per_node)")
+    if isinstance(per_node, int) and world is not None:
+        # The integer form is the most ranks a node holds (an import's, from the devices of each host):
+        # every other node holds one at least, and no node more than it.
+        others = (nodes or 1) - 1
+        if per_node > world - others:
+            raise FingerprintError(f"field layout.ranks_per_node: {per_node} ranks on a node, but field world is "
+                                   f"{world} ranks" + (f" on {nodes} nodes" if others else ""))
+        if nodes is not None and per_node * nodes < world:
+            raise FingerprintError(f"field layout.ranks_per_node: {per_node} ranks on a node at most, but "
+                                   f"{nodes} nodes of that hold fewer than field world's {world} ranks")
+
+
+def _check_lengths(layout: Mapping[str, Any], unit: str, counted: list, names: tuple[str, ...]) -> None:
+    """The lists of ``names`` (one entry a node, or one a rank) have as many entries as one another
+    and as ``counted`` says (a count that is None says nothing)."""
+    counted = [(name, count) for name, count in counted if count is not None]
+    counted += [(f"layout.{name}", len(layout[name])) for name in names if isinstance(layout.get(name), list)]
+    for name, count in counted[1:]:
+        if count != counted[0][1]:
+            raise FingerprintError(f"field {name}: {count} {unit}, but field {counted[0][0]} says {counted[0][1]}")
 
 
 def _check_cpus(cpu_count: Optional[int], cpu_usable: Optional[int]) -> None:

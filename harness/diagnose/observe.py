@@ -67,7 +67,14 @@ def run_nodes(run: LoadedRun) -> tuple[list[str], dict[str, str]]:
     if layout.get("node_keys"):
         keys = list(layout["node_keys"])
         hosts = layout.get("hosts") or keys
-        return keys, dict(zip(keys, hosts))
+        # A node left out of the mapping would never be judged: each key names one node, with its host.
+        if len(set(keys)) != len(keys):
+            raise DiagnoseInputError(f"{run.path}: fingerprint.json field layout.node_keys: a node key given "
+                                     f"twice in {keys}")
+        if len(hosts) != len(keys):
+            raise DiagnoseInputError(f"{run.path}: fingerprint.json field layout.hosts: {len(hosts)} hosts for "
+                                     f"the {len(keys)} nodes of layout.node_keys")
+        return keys, dict(zip(keys, hosts, strict=True))
     devices = (fp.get("gpus") or {}).get("devices") or []
     hosts = sorted({d["host"] for d in devices if d.get("host")})
     if not hosts and fp.get("host"):
