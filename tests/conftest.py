@@ -186,11 +186,62 @@ def another_run(source: Path, path: Path, run_id: str) -> Path:
     return path
 
 
-def finished_gate(gate_dir: Path, error: str = "") -> Path:
-    """The gate.json a gate writes into its ``--out`` when it ends (``error``: why it stopped as a
-    whole), beside fixture side directories: compare rechecks only a gate that finished."""
-    from harness.gate.outputs import GateResult, write_outputs
-    from harness.gate.stats import Policy
+GATE_ID = "20260101-000000-test-0a1b"  # the ID a fixture gate writes into gate.json and its generations
 
-    write_outputs(GateResult("ab", "mean_ns", "process", Policy(), error=error), gate_dir)
+
+def finished_gate(gate_dir: Path, error: str = "") -> Path:
+    """What a gate writes into its ``--out`` when it ends, beside fixture side directories
+    (``base/gen-NNN``, ``candidate/gen-NNN``), as a real one (harness.gate.cli._run_ab) writes it:
+    its ID in each generation, gate.json counting them, and per case the pairs both sides hold, its
+    sides measured at a commit each; compare rechecks only a gate that finished. ``error``: why it
+    stopped as a whole, written as a stopped gate writes it (its sides unmeasured, no cases)."""
+    from harness.core.store import load_records
+    from harness.gate.outputs import GateResult, write_outputs
+    from harness.gate.schedule import GATE_ID_FILE, Plan
+    from harness.gate.stats import Comparison, Outcome, Policy, Verdict
+
+    gate_dir = Path(gate_dir)
+    if error:
+        unmeasured = {"base": {"ref": "HEAD~1", "measured": False}, "candidate": {"ref": "HEAD", "measured": False}}
+        write_outputs(GateResult("ab", "mean_ns", "process", Policy(), error=error, **unmeasured), gate_dir)
+        return gate_dir
+    generations = sorted(p.name for p in (gate_dir / "base").glob("gen-*"))
+    pairs: dict[str, int] = {}  # case -> the generations whose rounds on both sides hold it
+    for gen in generations:
+        for side in ("base", "candidate"):
+            if (gate_dir / side / gen).is_dir():  # a side laid out later gets its ID when gate.json is written again
+                (gate_dir / side / gen / GATE_ID_FILE).write_text(GATE_ID + "\n")
+        held = [{r.case_id for d in sorted((gate_dir / side / gen).glob("round-*")) for r in load_records(d)}
+                for side in ("base", "candidate")]
+        for case_id in held[0] & held[1]:
+            pairs[case_id] = pairs.get(case_id, 0) + 1
+    verdicts = {case_id: Verdict(Outcome.INCONCLUSIVE, "neither a change nor its absence shown", 0.05, 0.01,
+                                 comparison=Comparison(n, n, 1.0, 1.0, 1.0, 0.9, 1.1, 0.95, 0.5,
+                                                       "wilcoxon signed-rank, paired, group-sequential"),
+                                 detail={"n_pairs": n, "rounds_per_pair": 1})
+                for case_id, n in sorted(pairs.items())}
+    sides = {side: {"label": side, "ref": ref, "path": f"/tmp/critpath-gate-{side}/tree", "commit": commit,
+                    "dirty": False}
+             for side, ref, commit in (("base", "HEAD~1", "1" * 40), ("candidate", "HEAD", "2" * 40))}
+    extra = {"plan": Plan().to_dict(), "side_kind": "worker", "generations": len(generations), "stopped": "budget",
+             "gate_id": GATE_ID}
+    write_outputs(GateResult("ab", "mean_ns", "process", Policy(), verdicts, repeats=len(generations), extra=extra,
+                             **sides), gate_dir)
     return gate_dir
+
+
+def gate_out(root: Path, generations: int = 15, noop: str = "selftest/fault_rank=0,mode=noop,world=1") -> Path:
+    """A finished gate's --out as a real one-case gate leaves it: per side a generation per worker
+    (fingerprint.json, worker.log, round-000/results.jsonl of one run ID), then gate.json."""
+    from harness.core.store import RESULTS, RunDir, append_record
+
+    for side, center_ns in (("base", 10_000), ("candidate", 10_100)):
+        for gen in range(generations):
+            gen_dir = root / side / f"gen-{gen:03d}"
+            worker = RunDir(gen_dir, f"{side}-{gen}")
+            worker.write_fingerprint(RUN_FINGERPRINT)
+            (gen_dir / "worker.log").write_text("")
+            samples = [center_ns + 7 * gen + i for i in range(50)]
+            (gen_dir / "round-000").mkdir()
+            append_record(gen_dir / "round-000" / RESULTS, derived_record(noop, samples, run_id=f"{side}-{gen}"))
+    return finished_gate(root)

@@ -85,6 +85,10 @@ def test_worktree_ab_end_to_end_with_a_failing_case(tmp_repo, tmp_path):
     assert data["base"]["commit"] == head and data["base"]["path"] != str(tmp_repo)
     fingerprint = json.loads((out / "base" / "gen-000" / "fingerprint.json").read_text())
     assert fingerprint["git"]["commit"] == head
+    # Every generation on both sides names the gate that measured it, as gate.json does.
+    held = {p.read_text().strip() for p in out.glob("*/gen-*/gate-id")}
+    assert len(list(out.glob("*/gen-*/gate-id"))) == 2 * data["extra"]["generations"] == 6
+    assert held == {data["extra"]["gate_id"]}
     assert not Path(data["base"]["path"]).exists()
     assert _git(tmp_repo, "worktree", "list").count("\n") == 0  # only the main checkout is left
 

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import RUN_FINGERPRINT, derived_record, finished_gate
+from conftest import RUN_FINGERPRINT, derived_record, finished_gate, gate_out
 
 from harness.cli import main
 from harness.core.store import RESULTS, RunDir, append_record, load_records
@@ -22,18 +22,7 @@ GENERATIONS = 15
 
 
 def _gate(root: Path) -> Path:
-    """A finished gate's --out as a real one-case gate leaves it: per side a generation per worker
-    (fingerprint.json, worker.log, round-000/results.jsonl of one run ID), then gate.json."""
-    for side, center_ns in (("base", 10_000), ("candidate", 10_100)):
-        for gen in range(GENERATIONS):
-            gen_dir = root / side / f"gen-{gen:03d}"
-            worker = RunDir(gen_dir, f"{side}-{gen}")
-            worker.write_fingerprint(RUN_FINGERPRINT)
-            (gen_dir / "worker.log").write_text("")
-            samples = [center_ns + 7 * gen + i for i in range(50)]
-            (gen_dir / "round-000").mkdir()
-            append_record(gen_dir / "round-000" / RESULTS, derived_record(NOOP, samples, run_id=f"{side}-{gen}"))
-    return finished_gate(root)
+    return gate_out(root, GENERATIONS)
 
 
 def _compare(gate: Path, out: Path) -> tuple[int, dict]:

@@ -252,8 +252,9 @@ def _gate_side(root: Path, run_id: str, seed: int) -> Path:
 
 
 def test_a_gate_side_compared_with_its_copy_is_refused(tmp_path, capsys):
+    # Within one gate's directory (sides of two gates are refused as such before their runs are read).
     base = _gate_side(tmp_path / "G" / "base", "w-base", 0)
-    copy = tmp_path / "G2" / "candidate"
+    copy = tmp_path / "G" / "candidate"
     shutil.copytree(base, copy)
     finished_gate(copy.parent)
     assert main(["compare", str(base), str(copy), "--out", str(tmp_path / "cm")]) == EXIT_COULD_NOT_RUN

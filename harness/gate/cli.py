@@ -27,7 +27,7 @@ from harness.gate.config import ALPHA_RANGE, MAX_MIN_EFFECT, ConfigError, GateCo
 from harness.gate.outputs import EXIT_COULD_NOT_RUN, GateResult
 from harness.gate.paired import DESIGN, SPENDING, paired_verdicts, recheck_verdicts
 from harness.gate.progress import GateProgress
-from harness.gate.recheck import describe, disjoint_sides, is_gate_side, read_pairs, unfinished
+from harness.gate.recheck import describe, disjoint_sides, is_gate_side, whole_gate
 from harness.gate.repeats import ProcessRun, Repeats, run_repeats
 from harness.gate.request import MODE_ONLY, CompareRequest, GateOutputs, GateRequest
 from harness.gate.schedule import MAX_BUDGET_S, MAX_PAIRS, MAX_ROUNDS, Plan, Schedule, side_kind
@@ -525,12 +525,9 @@ def _compared_statistic(unit: str, asked: str, single: str = "", compared: bool 
 def _recheck_gate(request: CompareRequest, out: Path, start: float) -> int:
     config, outputs = request.config, request.outputs
     try:
-        for side in (request.run_a, request.run_b):
-            stopped = unfinished(side)  # as a killed run is refused: its verdict is not the gate's
-            if stopped:
-                raise ResultsFileError(stopped)
         disjoint_sides([request.run_a, request.run_b])  # a copy of a side: read_pairs compares each pair's runs
-        tracks, rounds = read_pairs(request.run_a, request.run_b, config.statistic)
+        # A gate not finished, or not all of one gate, is refused as a killed run is: its verdict is not the gate's.
+        tracks, rounds = whole_gate(request.run_a, request.run_b, config.statistic)
     except ResultsFileError as exc:
         return outputs.error("compare", str(exc), config.statistic)
     outputs.check("compare")

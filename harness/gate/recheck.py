@@ -8,7 +8,8 @@ record, is not a pair; a case with such a failed record cannot be rechecked, as 
 not run it. A generation whose sides' rounds differ with no failed record to say why (a process
 that died or hung and left nothing) is a failure of its cases, never skipped: the gate stopped
 there for a reason, and the pairs around it are not all it saw. Nor is a gate that did not finish
-rechecked: its gate.json, written when it ends, is missing or says why it stopped.
+rechecked (its gate.json, written when it ends, is missing or says why it stopped), nor directories
+that are not all of one gate: ``whole_gate`` is the rule.
 """
 from __future__ import annotations
 
@@ -29,8 +30,9 @@ from harness.core.store import (
     read_json,
     recorded_twice,
 )
-from harness.gate.outputs import output_paths
-from harness.gate.schedule import SIDES, CaseTrack, pair_value
+from harness.gate.outputs import SCHEMA_ID, GateResult, output_paths
+from harness.gate.schedule import GATE_ID_FILE, SIDES, CaseTrack, pair_value
+from harness.gate.stats import Outcome, Policy, Verdict
 from harness.gate.values import failure_text
 
 
@@ -54,21 +56,140 @@ def is_gate_side(path: Path) -> bool:
     return Path(path).is_dir() and any(Path(path).glob("gen-*/round-*/results.jsonl"))
 
 
-def unfinished(side: Path) -> str:
-    """Why the gate that wrote the side directory ``side`` did not finish ("" when it did): its
-    gate.json, which a gate writes when it ends, is missing (killed, or still running), or says the
-    gate stopped as a whole (interrupted, could not run). Its pairs then are a part of what it
-    measured, as a killed run's records are (``store.incompleteness``), and no verdict is read from
-    them."""
-    gate_dir = Path(side).absolute().parent
+def whole_gate(base_dir: Path, cand_dir: Path, statistic: str) -> tuple[dict[str, CaseTrack], int]:
+    """``read_pairs`` of a gate's two sides, once they are shown to be all of one gate that
+    finished; ResultsFileError naming what disagrees otherwise. The one rule of what a gate's
+    directories must be to be read back: the ``base/`` and ``candidate/`` of one directory whose
+    gate.json the gate wrote when it ended (``said_of``); on each side exactly the generations
+    gate.json counts, numbered without a gap, each holding that gate's ID (``held_to``); and the
+    cases and pairs read back those gate.json reports (``agrees``). Deleting a generation, or
+    bringing one or a side from another gate, would otherwise pick which pairs decide."""
+    gate_dir = _one_gate(Path(base_dir), Path(cand_dir))
     path = output_paths(gate_dir)["json"]
+    said = said_of(path, base_dir)
+    for side in (base_dir, cand_dir):
+        held_to(said, path, Path(side))
+    tracks, rounds = read_pairs(base_dir, cand_dir, statistic)
+    agrees(said, path, tracks)
+    return tracks, rounds
+
+
+def _one_gate(base_dir: Path, cand_dir: Path) -> Path:
+    """The gate directory both sides are the base/ and candidate/ of: the pairs of one generation
+    were measured together only within one gate."""
+    parents = {side: Path(d).absolute().parent for side, d in zip(SIDES, (base_dir, cand_dir))}
+    names = [Path(d).absolute().name for d in (base_dir, cand_dir)]
+    if names != list(SIDES) or len({p.resolve() for p in parents.values()}) != 1:
+        raise ResultsFileError(
+            f"not one gate: {base_dir} and {cand_dir} are not the {SIDES[0]}/ and {SIDES[1]}/ of one gate's "
+            "directory; a gate's pairs are read back only from the two sides it measured together "
+            f"(give GATE/{SIDES[0]} GATE/{SIDES[1]})")
+    return parents[SIDES[0]]
+
+
+def said_of(path: Path, side: Path) -> dict:
+    """gate.json of the gate that measured ``side``, checked as the gate writes it
+    (``outputs.GateResult.to_dict``) and finished: its exit code and headline those its error and
+    cases make, no error, both sides measured, its generations counted. Refused as incomplete when
+    missing (killed, or still running) or when it says the gate stopped as a whole; its pairs then
+    are a part of what it measured, as a killed run's records are (``store.incompleteness``)."""
     if not path.is_file():
-        return (f"incomplete: {gate_dir} holds no gate.json, which a gate writes when it ends: the gate that "
-                f"measured {side} did not finish (killed, or still running), and its pairs are not all it measured")
-    stopped = read_json(path).get("error")
-    if stopped:
-        return f"incomplete: {path} says the gate that measured {side} stopped: {stopped}"
+        raise ResultsFileError(
+            f"incomplete: {path.parent} holds no gate.json, which a gate writes when it ends: the gate that "
+            f"measured {side} did not finish (killed, or still running), and its pairs are not all it measured")
+    said = read_json(path)
+    wrong = _field_types(said)
+    if wrong:
+        raise ResultsFileError(f"not whole: {path}: {wrong}; it is not the gate.json a gate writes when it ends")
+    if said["error"]:
+        raise ResultsFileError(f"incomplete: {path} says the gate that measured {side} stopped: {said['error']}")
+    cases = {c["case_id"]: Verdict(c["outcome"], "", 0.0, 0.0, likely_regression=c["likely_regression"])
+             for c in said["cases"]}
+    made = GateResult(said["mode"], said["statistic"], said["unit"], Policy(), cases, error=said["error"],
+                      fail_on_inconclusive=said["fail_on_inconclusive"], allow_inconclusive=said["allow_inconclusive"])
+    for name, value in (("exit_code", made.exit_code), ("headline", made.headline), ("counts", made.counts())):
+        if said[name] != value:
+            raise ResultsFileError(f"not whole: {path}: {name} {said[name]!r} is not what its error and cases make "
+                                   f"({value!r}): the gate did not write it so, or did not finish")
+    for label in SIDES:
+        if not said[label] or said[label].get("measured") is False or not said[label].get("commit"):
+            raise ResultsFileError(f"incomplete: {path}: {label} {said[label]!r} is no side the gate measured "
+                                   "(a gate that stopped before its result writes its sides so)")
+    generations, gate_id = said["extra"].get("generations"), said["extra"].get("gate_id")
+    if not isinstance(generations, int) or isinstance(generations, bool) or generations < 0:
+        raise ResultsFileError(f"not whole: {path}: extra.generations {generations!r}: expected the count of "
+                               "generations the gate ran")
+    if gate_id is not None and not (isinstance(gate_id, str) and gate_id):
+        raise ResultsFileError(f"not whole: {path}: extra.gate_id {gate_id!r}: expected the gate's ID")
+    return said
+
+
+def _field_types(said: dict) -> str:
+    """What in gate.json ``said`` is not as a finished A/B gate writes it ("" when all is)."""
+    if said.get("schema") != SCHEMA_ID:
+        return f"schema {said.get('schema')!r}, expected {SCHEMA_ID!r}"
+    if said.get("mode") != "ab":
+        return f"mode {said.get('mode')!r}: only an A/B gate (mode 'ab') writes base/ and candidate/ generations"
+    kinds = {"exit_code": int, "headline": str, "error": str, "statistic": str, "unit": str, "counts": dict,
+             "fail_on_inconclusive": bool, "allow_inconclusive": bool, "cases": list, "extra": dict,
+             # null: the gate stopped before it knew anything of the side (``error`` says why)
+             "base": (dict, type(None)), "candidate": (dict, type(None))}
+    for name, kind in kinds.items():
+        if not isinstance(said.get(name), kind) or (kind is int and isinstance(said.get(name), bool)):
+            return f"{name} {said.get(name)!r}: expected {getattr(kind, '__name__', 'an object or null')}"
+    for i, case in enumerate(said["cases"]):
+        if (not isinstance(case, dict) or not isinstance(case.get("case_id"), str)
+                or case.get("outcome") not in Outcome.ALL or not isinstance(case.get("likely_regression"), bool)):
+            return f"cases[{i}] {case!r}: expected a case_id, an outcome of {', '.join(Outcome.ALL)}, likely_regression"
     return ""
+
+
+def held_to(said: dict, path: Path, side: Path) -> None:
+    """ResultsFileError naming the first generation of ``side`` that is not one of the gate's: the
+    gate numbers its generations gen-000 on, one per pair it ran (``extra.generations``), and
+    writes its ID into each (GATE_ID_FILE). A gate.json of a gate older than its ID (no
+    ``extra.gate_id``) holds its generations to their count and numbering only."""
+    count, gate_id = said["extra"]["generations"], said["extra"].get("gate_id")
+    expected = [f"gen-{n:03d}" for n in range(count)]
+    found = sorted(p.name for p in side.glob("gen-*"))
+    if found != expected:
+        missing = [n for n, name in enumerate(expected) if name not in found]
+        extra = [name for name in found if name not in expected]
+        if missing:
+            n = missing[0]
+            where = (f"{expected[n]} is missing" + (f" after {expected[n - 1]}" if n else "")
+                     + (f" and before {expected[n + 1]}" if n + 1 < count else ""))
+        else:
+            where = f"{extra[0]} is not one of them"
+        raise ResultsFileError(f"not whole: {path} says extra.generations: {count}, and {side} holds {len(found)} "
+                               f"generation directories: {where}; a generation removed, or added, picks which "
+                               "pairs decide")
+    for name in found:
+        held = side / name / GATE_ID_FILE
+        text = held.read_text(errors="replace").strip() if held.is_file() else None
+        if text != gate_id:
+            raise ResultsFileError(
+                f"not one gate: {held} " + (f"names gate {text!r}" if text is not None else "is missing")
+                + f" where {path} names {'gate ' + repr(gate_id) if gate_id else 'no gate ID'}: "
+                "the generation is not one this gate measured")
+
+
+def agrees(said: dict, path: Path, tracks: Mapping[str, CaseTrack]) -> None:
+    """ResultsFileError when the cases read back, or the pairs of one, are not those gate.json
+    reports: a case on disk it does not name, or a case it tested on n pairs per side that the
+    generations on disk give another number of (a case read back as could-not-run tests none)."""
+    cases = {c["case_id"]: c for c in said["cases"]}
+    for case_id, track in tracks.items():
+        if case_id not in cases:
+            raise ResultsFileError(f"not whole: {path} names no case {case_id}, which the generations on disk hold")
+        compared = cases[case_id].get("comparison")
+        if track.problem or not isinstance(compared, dict):
+            continue  # could not run either way: no pairs of it are tested
+        for label, key in zip(SIDES, ("n_base", "n_cand")):
+            if compared.get(key) != len(track.values[label]):
+                raise ResultsFileError(
+                    f"not whole: {path} says {case_id} was tested on {key}: {compared.get(key)!r}, and the "
+                    f"generations on disk give {len(track.values[label])} pairs")
 
 
 def _rounds(gen_dir: Path) -> list[dict]:

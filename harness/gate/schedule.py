@@ -33,6 +33,7 @@ from harness.gate.trees import BASE, CANDIDATE, Tree
 from harness.core.comparable import mismatch
 from harness.core import figures
 from harness.core.figures import FigureUnavailable
+from harness.core.store import new_run_id
 from harness.gate.values import failure_text
 
 SIDES = (BASE, CANDIDATE)
@@ -46,6 +47,10 @@ ROUND_SLACK_S = 10.0  # a round may take this much longer than its cases' --time
 MAX_BUDGET_S = 6 * 3600.0
 MAX_ROUNDS = 1000  # rounds per process pair; docs/gate.md measured 1 to 6
 MAX_PAIRS = 1_000_000  # --max-pairs: a bound the budget reaches long before
+# In each generation's directory on each side: the ID of the gate that measured it, as gate.json's
+# extra.gate_id names it. Run IDs are the workers' own (a base tree's worker knows nothing of the
+# gate), so without it the sides of two gates, or a generation of another, read back as one gate.
+GATE_ID_FILE = "gate-id"
 RECENT = 3  # measurements an estimate is the median of: decided cases drop out, later ones are shorter
 
 
@@ -123,6 +128,7 @@ class ScheduleResult:
     generation_s: list = field(default_factory=list)
     looks: int = 0
     cut: list = field(default_factory=list)  # generations the budget cut short: {generation, rounds_run, ...}
+    gate_id: str = ""  # what each generation's GATE_ID_FILE holds
 
     def seconds_per_pair(self) -> Optional[float]:
         """Recent wall seconds per generation (the last few: decided cases drop out and later
@@ -132,7 +138,7 @@ class ScheduleResult:
     def summary(self) -> dict:
         return {"generations": self.generations, "stopped": self.stopped, "looks": self.looks,
                 "generation_s": [round(g, 3) for g in self.generation_s], "measure_wall_s": round(self.wall_s, 3),
-                "cut": list(self.cut)}
+                "cut": list(self.cut), "gate_id": self.gate_id}
 
 
 def pair_value(base_values: Sequence[float], cand_values: Sequence[float]) -> float:
@@ -162,6 +168,7 @@ class Schedule:
         self._start = 0.0
         self.spend = Spend()
         self.cut: list[dict] = []
+        self.gate_id = new_run_id()
 
     # -- the loop --------------------------------------------------------------------------------
 
@@ -207,7 +214,7 @@ class Schedule:
             self._look(1.0, final=True, elapsed_s=self.clock() - start)
             looks += 1
         return ScheduleResult(self.tracks, generation, self.clock() - start, self.kind, stopped, gen_times, looks,
-                              list(self.cut))
+                              list(self.cut), self.gate_id)
 
     def _probe_generation(self) -> int:
         return self.plan.probe_pairs
@@ -245,7 +252,11 @@ class Schedule:
         # of a two-rank case came out +10 % when the base always started first, and one has come
         # out +10 % since with the order alternating (docs/gate.md, between-gate variation).
         first = SIDES if number % 2 == 0 else SIDES[::-1]
-        sides = {s: kind(self.trees[s], s, number, self.out / s / f"gen-{number:03d}", run_args) for s in first}
+        dirs = {s: self.out / s / f"gen-{number:03d}" for s in first}
+        for gen_dir in dirs.values():  # before its worker starts: a generation on disk says whose it is
+            gen_dir.mkdir(parents=True, exist_ok=True)
+            (gen_dir / GATE_ID_FILE).write_text(self.gate_id + "\n")
+        sides = {s: kind(self.trees[s], s, number, dirs[s], run_args) for s in first}
         self._live = list(sides.values())
         started = self.clock()
         try:
