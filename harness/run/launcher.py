@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
 from harness.core.case import Case
-from harness.core.procstat import state_of
+from harness.core.procstat import stopped_state
 from harness.core.records import ErrorInfo, Record, utc_now_iso
 from harness.run.limit import POOL_START_TIMEOUT_S, overran_by
 from harness.run.timing import PlanPolicy
@@ -49,8 +49,6 @@ def _describe_exit(code: int) -> str:
 
 POOL_DIR_PREFIX = "critpath-run-"
 STACK_WAIT_S = 0.5
-# /proc/PID/stat states of a process that cannot run until it is continued: by a signal, by a tracer.
-STOPPED_STATES = ("T", "t")
 _FRAME = re.compile(r'File "([^"]+)", line (\d+) in (\S+)')
 # A Work handle's wait (isend/irecv's request.wait()) runs in C++, so a rank blocked in one shows
 # no torch/distributed frame: its innermost frame is the harness line making the call.
@@ -119,7 +117,7 @@ def hung_ranks(procs, pool_dir: str) -> tuple[list[int], str]:
 def _stopped(silent: list[int], procs: dict) -> tuple[list[int], list[str]]:
     """Of the ranks that gave no stack dump, the one stopped (a stopped rank cannot run its SIGUSR1
     handler), with its state. None where that is not one rank."""
-    stopped = [(rank, state) for rank in silent if (state := state_of(procs[rank].pid)) in STOPPED_STATES]
+    stopped = [(rank, state) for rank in silent if (state := stopped_state(procs[rank].pid))]
     if len(stopped) != 1:
         return [], []
     rank, state = stopped[0]
