@@ -77,3 +77,30 @@ def test_an_output_refused_as_an_input_is_said_before_any_verdict(tmp_path, caps
     assert code == 2 and "is an input of this command" in printed.err, printed.err
     assert "PASS" not in printed.out, printed.out
     assert not (out / "acceptance.json").exists()
+
+
+@pytest.mark.parametrize("report", [True, False], ids=["report", "no-report"])
+def test_a_full_disk_at_the_outputs_gives_no_verdict_that_says_exit_0(tmp_path, capsys, monkeypatch, report):
+    """The outputs are written before the verdict is printed: ENOSPC while writing acceptance.json
+    (and the report, one set) says the verdict could not be recorded, exit 2, and no PASS."""
+    import errno
+
+    from harness.core import atomic
+
+    def full(files):
+        path = next(iter(files))
+        raise OSError(errno.ENOSPC, f"could not write {path}: No space left on device")
+
+    monkeypatch.setattr(atomic, "write_set", full)
+    profile = tmp_path / "p.yaml"
+    profile.write_text(json.dumps(PROFILE))
+    out = tmp_path / "out"
+    capsys.readouterr()
+    code = main(["accept", "--profile", str(profile), "--run", str(RUN), "--out", str(out),
+                 *([] if report else ["--no-report"])])
+    printed = capsys.readouterr()
+    assert code == 2, printed
+    assert "PASS" not in printed.out and "exit 0" not in printed.out and "report:" not in printed.out, printed.out
+    assert "acceptance t: the verdict could not be recorded, so none is given (could not write " in printed.err
+    assert "No space left on device" in printed.err, printed.err
+    assert not (out / "acceptance.json").exists()

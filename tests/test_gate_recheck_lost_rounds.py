@@ -107,7 +107,8 @@ class _Tree:
 
 
 def _worker(tmp_path: Path, then: str) -> Path:
-    """A worker that records the round's first case, then ``then`` (dies by SIGKILL, or hangs)."""
+    """A worker that records the round's first case, then ``then`` (dies by SIGKILL, stops itself as
+    `kill -STOP` of its pid would, or hangs)."""
     record = derived_record(NOOP, range(1000, 1100), run_id="w-1").to_json()
     script = tmp_path / "worker.py"
     script.write_text(f"#!{sys.executable}\nimport json, os, signal, sys, time\n"
@@ -117,13 +118,16 @@ def _worker(tmp_path: Path, then: str) -> Path:
                       "    ask = json.loads(line)\n"
                       "    d = os.path.join(out, 'round-%03d' % ask['round']); os.makedirs(d)\n"
                       f"    open(os.path.join(d, 'results.jsonl'), 'w').write({record!r} + '\\n')\n"
-                      + ("    os.kill(os.getpid(), signal.SIGKILL)\n" if then == "dies" else "    time.sleep(60)\n"))
+                      + {"dies": "    os.kill(os.getpid(), signal.SIGKILL)\n",
+                         "stops": "    os.kill(os.getpid(), signal.SIGSTOP)\n"}.get(then, "    time.sleep(60)\n"))
     os.chmod(script, 0o755)
     return script
 
 
 @pytest.mark.parametrize("then, kind, said", [("dies", "exit", "candidate worker closed its output (killed by SIGKILL)"),
-                                              ("hangs", "timeout", "candidate worker did not answer within 2 s")])
+                                              ("hangs", "timeout", "candidate worker did not answer within 2 s; killed it"),
+                                              ("stops", "timeout",
+                                               "candidate worker did not answer within 2 s (stopped, state T); killed it")])
 def test_a_worker_dead_or_hung_mid_round_leaves_its_case_a_failed_record(tmp_path, then, kind, said):
     # Before: the case in flight had no record; its failure was only in gate.json.
     from harness.gate.sides import RoundCase, WorkerSide

@@ -94,6 +94,34 @@ def test_an_import_killed_after_its_first_batch_reads_as_incomplete_everywhere(t
     _reads_incomplete(run, tmp_path, capsys)
 
 
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="reads /proc/self/fd")
+@pytest.mark.slow  # real processes, signalled
+@pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGINT", "SIGHUP"])
+def test_an_import_stopped_by_a_signal_says_interrupted_as_a_run_does(tmp_path, capsys, signal_name):
+    # Before: run.json said "importing", as after a SIGKILL; a stopped `critpath run` says interrupted.
+    log, run = tmp_path / "all_reduce.txt", tmp_path / "run"
+    write_log(log, 2 * limits.RECORDS_PER_BATCH + 7)
+    proc = subprocess.Popen([sys.executable, "-c", _STOP_AFTER_FIRST_BATCH, "import-nccl-tests", str(log),
+                             "--out", str(run)], env={**os.environ, "PYTHONPATH": str(ROOT)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status = os.waitpid(proc.pid, os.WUNTRACED)
+    assert os.WIFSTOPPED(status), "the import ended before its first batch was on disk"
+    signum = getattr(signal, signal_name)
+    os.kill(proc.pid, signum)  # pending while it is stopped, handled once it goes on
+    os.kill(proc.pid, signal.SIGCONT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signum, err
+    written = (run / RESULTS).read_text().count("\n")
+    assert written == limits.RECORDS_PER_BATCH
+    assert json.loads((run / RUN_META).read_text())["state"] == "interrupted"
+    assert load_run(run).incomplete == f"incomplete: {written} cases, run.json says interrupted"
+    _reads_incomplete(run, tmp_path, capsys)
+    assert main(["import-nccl-tests", str(log), "--out", str(run)]) == 2
+    said = capsys.readouterr().err
+    assert (f"{run} holds an import that did not finish (run.json state interrupted, {written} records): "
+            "choose another --out, or remove it") in said, said
+
 def test_an_import_whose_run_json_claims_more_than_its_records_is_incomplete(tmp_path, capsys):
     # What the old importer left when killed: run.json "imported" and cases_ok written first.
     run = tmp_path / "run"

@@ -43,6 +43,43 @@ def test_a_rank_stopped_mid_case_is_named_in_the_timeout_record(tmp_path, monkey
     assert "ranks [0] were waiting for it in torch.distributed" in message, message
 
 
+RING = "allreduce/algo=ring,backend=gloo,dtype=float32,size_bytes=1048576,world=2"
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc")
+def test_a_rank_stopped_while_its_peer_waits_in_the_ring_is_named_not_the_waiting_peer(tmp_path, monkeypatch):
+    """The ring's wait is a Work handle's (C++): the waiting rank's stack ends in harness code
+    (_exchange), not in torch.distributed. It is waiting for the stopped rank, not hung."""
+    import threading
+
+    real_handle = launcher.Supervisor._handle
+    stopped = []
+
+    def stop(pid: int) -> None:
+        os.kill(pid, signal.SIGSTOP)
+        stopped.append(pid)
+
+    def handle(self, event, pending, state):
+        if event[0] == "start" and event[1] == RING and not stopped:
+            # inside the timing loop, where rank 0 then waits in _exchange's request.wait()
+            threading.Timer(1.0, stop, (state.procs[1].pid,)).start()
+        return real_handle(self, event, pending, state)
+
+    monkeypatch.setattr(launcher.Supervisor, "_handle", handle)
+    out = tmp_path / "run"
+    assert main(["run", "--case", RING, "--iters", "1000000", "--warmup", "2", "--timeout", "4",
+                 "--out", str(out)]) == 1
+    assert stopped, "the ring case never started"
+    (record,) = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    message = record["error"]["message"]
+    assert record["status"] == "timeout" and record["error"]["rank"] == 1, record["error"]
+    assert "rank 1 was stopped (state T) and gave no stack dump" in message, message
+    assert "ranks [0] were waiting for it in torch.distributed" in message, message
+    assert "hung in" not in message, message
+
+
 class _Rank:
     """What hung_ranks reads of a rank's process: its pid, and no exit code while it lives."""
 
@@ -80,6 +117,15 @@ def test_the_one_rank_that_gives_no_stack_dump_is_named(tmp_path, monkeypatch):
         os.kill(deaf_too.pid, signal.SIGSTOP)
         blamed, where = launcher.hung_ranks([_Rank(waiting.pid), _Rank(deaf.pid), _Rank(deaf_too.pid)], str(tmp_path))
         assert blamed == [2] and where.startswith("rank 2 was stopped (state T)"), where
+
+        def in_own_code(rank: int) -> None:  # a rank busy in harness code beside the stopped one
+            (tmp_path / launcher.STACK_FILE.format(rank=rank)).write_text(
+                'Stack (most recent call first):\n  File "/x/harness/families/selftest.py", line 77 in step\n')
+
+        monkeypatch.setattr(launcher.time, "sleep", lambda s: in_own_code(0))
+        blamed, where = launcher.hung_ranks([_Rank(waiting.pid), _Rank(deaf_too.pid)], str(tmp_path))
+        assert (blamed, where) == ([1], "rank 1 was stopped (state T) and gave no stack dump; "
+                                        "rank 0 was in step (harness/families/selftest.py:77)")
     finally:
         for proc in (deaf, deaf_too, waiting):
             proc.kill()

@@ -24,7 +24,7 @@ from harness.accept.verdicts import EXIT_UNVERIFIED, FAIL, PASS, UNVERIFIED, lin
 from harness.core import atomic
 from harness.core.claim import claim_dir
 from harness.core.escape import for_terminal
-from harness.core.options import print_error
+from harness.core.options import EXIT_USAGE, os_error_text, print_error
 from harness.core.store import LoadedRun, ResultsFileError, load_run, new_run_id, run_digests
 from harness.document.blocks import Heading, Para, Table
 from harness.report.cli import make_report, report_targets, write_report
@@ -114,7 +114,6 @@ def cmd_accept(args) -> int:
             targets += report_targets(report, out)
         atomic.check_targets(targets)
         result = accept(profile, run.records, run.fingerprint, run.incomplete)
-        _print_verdict(profile, run_dir, result, judged)
         if report is not None:
             report.blocks[2:2] = acceptance_blocks(result)  # after the title and preamble
         # acceptance.json and the report are one set: every output checked before the first is
@@ -122,11 +121,21 @@ def cmd_accept(args) -> int:
         # acceptance.json), and a full disk leaves the previous set whole, never a new verdict
         # beside the previous report.
         document = {verdict: atomic.json_bytes(verdict, {**result.to_dict(), JUDGED: judged}, sort_keys=False)}
-        if report is None:
-            atomic.write_set(document)
-        else:
-            md, _ = write_report(report, out, beside=document)
-            print(f"report: {md}")
+        # Written before the verdict is printed: a log that ends "PASS, exit 0" has its record on
+        # disk, and a full disk is said instead of a verdict nothing holds.
+        md = None
+        try:
+            if report is None:
+                atomic.write_set(document)
+            else:
+                md, _ = write_report(report, out, beside=document)
+        except OSError as exc:
+            print_error("accept", f"acceptance {profile['name']}: the verdict could not be recorded, so none is "
+                                  f"given ({os_error_text(exc)})")
+            return EXIT_USAGE
+    _print_verdict(profile, run_dir, result, judged)
+    if md is not None:
+        print(f"report: {md}")
     return result.exit_code
 
 

@@ -7,6 +7,8 @@ STAT_BYTES = 4096  # a few hundred bytes; the command name in it is at most 64
 STATE_FIELD = 0  # proc(5)'s field 3, the first after the command name: R, S, D, T (stopped), Z ...
 PPID_FIELD = 1  # field 4
 STARTTIME_FIELD = 19  # field 22: the start, in clock ticks since boot
+# States of a process that cannot run until it is continued: by a signal (SIGSTOP), by a tracer.
+STOPPED_STATES = ("T", "t")
 
 
 def stat_fields(pid: int) -> Optional[list[str]]:
@@ -24,3 +26,9 @@ def state_of(pid: int) -> Optional[str]:
     """``pid``'s state letter (T: stopped by a signal, t: by a tracer), None when unknown."""
     fields = stat_fields(pid)
     return fields[STATE_FIELD] if fields else None
+
+
+def stopped_state(pid: int) -> Optional[str]:
+    """``pid``'s state letter where it is stopped (it cannot answer until continued), else None."""
+    state = state_of(pid)
+    return state if state in STOPPED_STATES else None

@@ -46,6 +46,8 @@ COUNT_FIELDS = ("cases_total", "cases_ok", "cases_failed")
 # The states a run's writer leaves: a local run interrupted (Ctrl-C, SIGTERM), a joined one aborted
 # (a rank failed), an import under way or done.
 STATES = ("running", "finished", "interrupted", "aborted", "importing", "imported")
+# The state a stop signal (Ctrl-C, SIGTERM, SIGHUP) leaves, of a local run and of an import alike.
+INTERRUPTED = "interrupted"
 # The options run.json keeps: harness.run.plan.RunOptions's fields (a test holds the two together).
 OPTION_FIELDS = ("families", "case_ids", "profile", "world", "backend", "sizes_bytes", "iters", "warmup",
                  "timeout_s", "out", "argv")

@@ -343,9 +343,11 @@ def _not_these_cases(meta: dict, records: Sequence) -> str:
     if state in ENDED and not counted:
         return f"not whole: {RUN_META}: field cases_total: {total!r} is not a count of planned cases"
     imports = sum(_is_import(r) for r in records)
-    if state in IMPORT_STATES and imports < len(records):
+    # An import's states, or the interrupted one with an import's fields: an import stopped by a signal.
+    an_import = state in IMPORT_STATES or (state == runmeta.INTERRUPTED and runmeta.is_import(meta))
+    if an_import and imports < len(records):
         return f"not whole: {RUN_META} says {state}, and {len(records) - imports} of its records were not imported"
-    if state not in IMPORT_STATES and imports:
+    if not an_import and imports:
         return f"not whole: {RUN_META} says {state}, a critpath run, and {imports} of its records are imports"
     twice = recorded_twice(records)
     if twice:

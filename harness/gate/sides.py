@@ -27,6 +27,7 @@ from typing import Optional, Sequence
 from harness.gate.trees import Tree
 from harness.core import registry
 from harness.core.claim import remove_abandoned
+from harness.core.procstat import stopped_state
 from harness.core.records import ErrorInfo, Record, utc_now_iso
 from harness.core.jsonfile import JsonFileError, loads_strict
 from harness.core.store import RESULTS, ResultsFileError, append_record, load_records, new_run_id
@@ -75,6 +76,13 @@ def _read_records(run_dir: Path, asked: Sequence[str]) -> tuple[dict[str, Record
         return {spelt.get(registry.canonical_id(r.case_id), r.case_id): r for r in load_records(run_dir)}, ""
     except ResultsFileError as exc:
         return {}, str(exc)
+
+
+def _stopped_note(proc: subprocess.Popen) -> str:
+    """The note ``(stopped, state T)`` where a process that did not answer was stopped (SIGSTOP, a
+    tracer), read before it is killed: that is why it could not answer. Empty otherwise."""
+    state = stopped_state(proc.pid) if proc.poll() is None else None
+    return f" (stopped, state {state})" if state else ""
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -228,8 +236,9 @@ class WorkerSide:
                                     f"(MAX_WORKER_LINE_BYTES) without a newline; killed it (log: {self._log_path})")
                 left = deadline - time.monotonic()
                 if left <= 0:
+                    stopped = _stopped_note(self.proc)
                     _kill_group(self.proc)
-                    raise SideError(f"{self.side} worker did not answer within {timeout_s:.0f} s; killed it "
+                    raise SideError(f"{self.side} worker did not answer within {timeout_s:.0f} s{stopped}; killed it "
                                     f"(log: {self._log_path})", kind="timeout")
                 if not sel.select(left):
                     continue
@@ -313,7 +322,7 @@ class RunSide:
             try:
                 proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
-                error = f"{self.side} run exceeded {timeout_s:.0f} s and was killed"
+                error = f"{self.side} run exceeded {timeout_s:.0f} s{_stopped_note(proc)} and was killed"
             finally:
                 _kill_group(proc)
                 remove_abandoned(run_dir)  # a run killed at its limit or on an interrupt leaves its claim

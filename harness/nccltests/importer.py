@@ -26,7 +26,8 @@ What the import can and cannot say:
 - The directory is written in the order that lets a reader tell a whole import from a cut one:
   run.json saying ``importing``, the fingerprint, the records in batches (one fsync each), and last,
   atomically, run.json saying ``imported`` with the count of records. A killed import reads as
-  incomplete (harness.core.store.incompleteness), from its records.
+  incomplete (harness.core.store.incompleteness), from its records; one stopped by a signal (Ctrl-C,
+  SIGTERM, SIGHUP) says ``interrupted``, as a stopped ``critpath run`` does.
 """
 from __future__ import annotations
 
@@ -53,7 +54,7 @@ from harness.core.imported import (
 from harness.core.options import print_error, run_id_option
 from harness.core.records import UNKNOWN_START, Record, is_started_at
 from harness.core.runid import MAX_RUN_ID_CHARS, run_id_fault, run_id_part
-from harness.core.runmeta import RUN_SCHEMA
+from harness.core.runmeta import INTERRUPTED, RUN_SCHEMA
 from harness.core.store import PLANNED, RUN_META, RunDir, planned_digest, read_meta
 from harness.nccltests.consistency import check_figures
 from harness.nccltests.evidence import COLLECTIVES, FOUND, Ambiguous, detect, ranks_text
@@ -224,21 +225,34 @@ def _import(path: Path, out: Path, collective: Optional[str], run_id: Optional[s
     run_dir = RunDir(out, run_id)
     # First a run.json that claims nothing: a directory cut short from here on reads as incomplete.
     run_dir.write_meta({**meta, "state": "importing"})
-    run_dir.write_fingerprint(fingerprint_of(parsed, path.name))
     total = ok = 0
     case_ids: list[str] = []
-    for batch in _batches(iter_records(parsed, run_id, path.name, trailer), RECORDS_PER_BATCH):
-        run_dir.append_many(batch)
-        total += len(batch)
-        ok += sum(r.ok for r in batch)
-        case_ids.extend(r.case_id for r in batch)
-        yield from batch
+    try:
+        run_dir.write_fingerprint(fingerprint_of(parsed, path.name))
+        for batch in _batches(iter_records(parsed, run_id, path.name, trailer), RECORDS_PER_BATCH):
+            run_dir.append_many(batch)
+            total += len(batch)
+            ok += sum(r.ok for r in batch)
+            case_ids.extend(r.case_id for r in batch)
+            yield from batch
+    except KeyboardInterrupt:  # Ctrl-C, SIGTERM, SIGHUP (harness.run.lifetime): said as a run says it
+        _write_interrupted(run_dir, meta)
+        raise
     # Last, and atomically: the claim that every record is on disk, which readers check against them;
     # and, when the trailer disagrees with the rows, that they are not the whole story of the run.
     contradicted = {"contradicted": "; ".join(trailer["problems"])} if trailer["problems"] else {}
     # The cases it wrote are what it planned: a record swapped for another case reads as not whole.
     run_dir.write_meta({**meta, "state": "imported", "cases_total": total, "cases_ok": ok,
                         "cases_failed": total - ok, PLANNED: planned_digest(case_ids), **contradicted})
+
+
+def _write_interrupted(run_dir: RunDir, meta: dict) -> None:
+    """run.json saying ``interrupted``, as a stopped ``critpath run`` leaves it. Best effort: a disk
+    that refuses it leaves ``importing``, which reads as incomplete too, and the interrupt goes on."""
+    try:
+        run_dir.write_meta({**meta, "state": INTERRUPTED})
+    except OSError:
+        pass
 
 
 def register(sub) -> None:

@@ -11,6 +11,7 @@ each case has a deadline and so does pool start-up. Between batches the pool sta
 """
 from __future__ import annotations
 
+import linecache
 import math
 import multiprocessing as mp
 import os
@@ -25,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
 from harness.core.case import Case
-from harness.core.procstat import state_of
+from harness.core.procstat import stopped_state
 from harness.core.records import ErrorInfo, Record, utc_now_iso
 from harness.run.limit import POOL_START_TIMEOUT_S, overran_by
 from harness.run.timing import PlanPolicy
@@ -48,17 +49,34 @@ def _describe_exit(code: int) -> str:
 
 POOL_DIR_PREFIX = "critpath-run-"
 STACK_WAIT_S = 0.5
-# /proc/PID/stat states of a process that cannot run until it is continued: by a signal, by a tracer.
-STOPPED_STATES = ("T", "t")
 _FRAME = re.compile(r'File "([^"]+)", line (\d+) in (\S+)')
+# A Work handle's wait (isend/irecv's request.wait()) runs in C++, so a rank blocked in one shows
+# no torch/distributed frame: its innermost frame is the harness line making the call.
+_WORK_WAIT = re.compile(r"\.wait\(\s*\)")
+
+
+def _waits_for_peer(frames: list[tuple[str, str, str]]) -> bool:
+    """Whether a main-thread stack (innermost first) is blocked on a peer: in torch.distributed,
+    or at a harness line that waits on a torch.distributed Work handle."""
+    if any("torch/distributed" in path for path, _, _ in frames):
+        return True
+    path, line, _ = frames[0]
+    return "/harness/" in path and bool(_WORK_WAIT.search(linecache.getline(path, int(line))))
+
+
+def _where(frames: list[tuple[str, str, str]]) -> str:
+    path, line, function = next((f for f in frames if "/harness/" in f[0]), frames[0])
+    return f"{function} (harness/{path.split('/harness/')[-1]}:{line})"
 
 
 def hung_ranks(procs, pool_dir: str) -> tuple[list[int], str]:
-    """Which ranks hold the case up rather than waiting in torch.distributed for a peer: each
-    live rank dumps its main thread's stack (faulthandler, SIGUSR1) before it is killed. A rank
-    stuck in its own code is named where it is; where none is, a rank that could not answer (stopped
-    by a signal, state T in /proc, or giving no dump at all) is the one the others wait for, named
-    when it is the only one. Returns the ranks blamed and a sentence naming what each one did."""
+    """Which ranks hold the case up rather than waiting for a peer: each live rank dumps its main
+    thread's stack (faulthandler, SIGUSR1) before it is killed. A rank stopped by a signal (state T
+    in /proc) cannot dump and cannot run, so it is named first, whatever the others show; otherwise
+    a rank stuck in its own code is named where it is, and where none is, the one rank that gave no
+    dump at all. A rank blocked in a peer wait (torch.distributed, or a Work's wait in harness code)
+    is waiting for the one named, never blamed. Returns the ranks blamed and a sentence naming what
+    each one did."""
     if not pool_dir:
         return [], ""
     live = [(rank, p) for rank, p in enumerate(procs) if p.exitcode is None and p.pid]
@@ -70,7 +88,7 @@ def hung_ranks(procs, pool_dir: str) -> tuple[list[int], str]:
         except OSError:
             pass
     time.sleep(STACK_WAIT_S)
-    hung, notes, waiting, silent = [], [], [], []
+    busy, waiting, silent = {}, [], []
     for rank, _ in live:
         try:
             text = open(os.path.join(pool_dir, STACK_FILE.format(rank=rank))).read()
@@ -79,29 +97,36 @@ def hung_ranks(procs, pool_dir: str) -> tuple[list[int], str]:
         frames = _FRAME.findall(text.split("\n\n")[0])  # the main thread: the first block
         if not frames:
             silent.append(rank)
-            continue
-        if any("torch/distributed" in f for f, _, _ in frames):
+        elif _waits_for_peer(frames):
             waiting.append(rank)
-            continue
-        path, line, function = next((f for f in frames if "/harness/" in f[0]), frames[0])
-        hung.append(rank)
-        notes.append(f"rank {rank} hung in {function} (harness/{path.split('/harness/')[-1]}:{line})")
-    if not hung:
-        hung, notes = _unanswering(silent, dict(live))
+        else:
+            busy[rank] = _where(frames)
+    hung, notes = _stopped(silent, dict(live))
+    if hung:
+        notes += [f"rank {rank} was in {where}" for rank, where in busy.items()]
+    elif busy:
+        hung = list(busy)
+        notes = [f"rank {rank} hung in {where}" for rank, where in busy.items()]
+    else:
+        hung, notes = _unanswering(silent)
     if waiting and notes:
         notes.append(f"ranks {waiting} were waiting for it in torch.distributed")
     return hung, "; ".join(notes)
 
 
-def _unanswering(silent: list[int], procs: dict) -> tuple[list[int], list[str]]:
-    """Of the ranks that gave no stack dump, the one blamed, with why: a stopped rank cannot run its
-    SIGUSR1 handler, so of several silent ranks the one stopped is named; one silent rank alone is
-    named as silent. None where that is not one rank."""
-    stopped = [(rank, state) for rank in silent if (state := state_of(procs[rank].pid)) in STOPPED_STATES]
-    if len(stopped) == 1:
-        rank, state = stopped[0]
-        return [rank], [f"rank {rank} was stopped (state {state}) and gave no stack dump"]
-    if not stopped and len(silent) == 1:
+def _stopped(silent: list[int], procs: dict) -> tuple[list[int], list[str]]:
+    """Of the ranks that gave no stack dump, the one stopped (a stopped rank cannot run its SIGUSR1
+    handler), with its state. None where that is not one rank."""
+    stopped = [(rank, state) for rank in silent if (state := stopped_state(procs[rank].pid))]
+    if len(stopped) != 1:
+        return [], []
+    rank, state = stopped[0]
+    return [rank], [f"rank {rank} was stopped (state {state}) and gave no stack dump"]
+
+
+def _unanswering(silent: list[int]) -> tuple[list[int], list[str]]:
+    """One silent rank alone, none of them stopped, is named as silent; none where there are more."""
+    if len(silent) == 1:
         return silent, [f"rank {silent[0]} gave no stack dump"]
     return [], []
 

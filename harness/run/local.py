@@ -11,6 +11,7 @@ from harness.core.family import BACKENDS
 from harness.core.fingerprintfile import LOCAL
 from harness.core.options import UsageError
 from harness.core.records import Record
+from harness.core.runmeta import INTERRUPTED
 from harness.run import fingerprint
 from harness.run.plan import (
     LOCAL_WORLD_RULE,
@@ -52,7 +53,7 @@ def run_local(plan: RunPlan, console: Console) -> int:
     journal = RunJournal.open(plan)
     journal.start(fingerprint.collect(plan.backend, max(plan.worlds), LOCAL))
     announce(console, journal, f"world {'/'.join(map(str, plan.worlds))}")
-    state = "interrupted"
+    state = INTERRUPTED
     with Reporter(console, len(plan.cases)) as reporter:
 
         def keep(record: Record) -> None:
