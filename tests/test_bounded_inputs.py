@@ -400,6 +400,12 @@ def test_a_name_longer_than_any_case_id_matches_no_rule():
      "MASTER_ADDR='-oProxy': expected a host name or an IP address"),
     ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "a b", "MASTER_PORT": "1"}, "MASTER_ADDR='a b': expected a host"),
     ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "[::1", "MASTER_PORT": "1"}, "MASTER_ADDR='[::1': expected a host"),
+    # an IPv6 zone took any text: an option, escape sequences, 5,000 characters
+    ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "::1%-oProxy x", "MASTER_PORT": "1"}, "MASTER_ADDR="),
+    ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "fe80::1%\x1b]0;x\x07", "MASTER_PORT": "1"}, "MASTER_ADDR="),
+    ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "fe80::1%" + "a" * 5000, "MASTER_PORT": "1"}, "MASTER_ADDR="),
+    ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "[1.2.3.4]", "MASTER_PORT": "1"}, "MASTER_ADDR='[1.2.3.4]'"),
+    ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "999.999.999.999", "MASTER_PORT": "1"}, "MASTER_ADDR='999."),
 ])
 def test_a_garbage_launcher_environment_is_one_line_naming_the_variable(env, expected):
     from harness.run.joined import joined_rank
@@ -409,7 +415,8 @@ def test_a_garbage_launcher_environment_is_one_line_naming_the_variable(env, exp
     assert str(err.value).startswith(expected.split(":")[0]) and expected in str(err.value)
 
 
-@pytest.mark.parametrize("host", ["127.0.0.1", "::1", "[::1]", "node-01", "node-01.cluster.local.", "h", "10.0.0.2"])
+@pytest.mark.parametrize("host", ["127.0.0.1", "::1", "[::1]", "node-01", "node-01.cluster.local.", "h", "10.0.0.2",
+                                  "fe80::1%eth0", "[fe80::1%ib0.8001]", "fe80::1%2", "3com.example"])
 def test_a_master_addr_that_is_a_host_is_taken(host):
     from harness.run.launchenv import env_host
 

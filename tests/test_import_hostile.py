@@ -623,3 +623,16 @@ def test_an_import_whose_trailer_contradicts_its_rows_is_not_whole_to_any_reader
 def test_an_import_whose_trailer_agrees_says_nothing_of_contradiction(tmp_path):
     import_file(NT / "all_reduce_h100.txt", tmp_path / "run")
     assert "contradicted" not in json.loads((tmp_path / "run" / RUN_META).read_text())
+
+
+def test_a_file_past_every_byte_limit_is_refused_before_a_byte_is_read_even_to_tell_its_kind(tmp_path, monkeypatch):
+    # A file of white space was read whole to find its first character before the size check.
+    monkeypatch.setattr("harness.nccltests.source.MAX_TEXT_BYTES", 1000)
+    monkeypatch.setattr("harness.nccltests.source.MAX_JSON_BYTES", 500)
+    log = tmp_path / "all_reduce.txt"
+    log.write_bytes(b" " * 2000)
+    read = []
+    monkeypatch.setattr("harness.nccltests.source._is_json", lambda f: read.append(f) or False)
+    with pytest.raises(NcclTestsFormatError, match=r"2000 bytes; nccl-tests output is at most 500 bytes \(JSON\) or 1000"):
+        parse_file(log)
+    assert read == []

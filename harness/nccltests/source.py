@@ -112,6 +112,9 @@ def read_output(path: Path) -> tuple[Parsed, str]:
         raise NcclTestsFormatError(f"{path}: cannot read: {exc.strerror or exc}") from None
     with f:
         size = os.fstat(f.fileno()).st_size
+        if size > max(MAX_JSON_BYTES, MAX_TEXT_BYTES):  # refused before a byte is read, even to tell its kind
+            raise NcclTestsFormatError(f"{path}: {size} bytes; {WHAT} is at most {MAX_JSON_BYTES} bytes (JSON) "
+                                       f"or {MAX_TEXT_BYTES} (text) (harness/nccltests/limits.py)")
         json_file = _is_json(f)
         limit = MAX_JSON_BYTES if json_file else MAX_TEXT_BYTES
         if size > limit:  # refused before it is read; a file that grows as it is read is caught by _Reader

@@ -28,10 +28,28 @@ def env_int(env: Mapping[str, str], name: str, low: int, high: int, default: Opt
 
 
 # A host name as RFC 1123 spells one: dot-separated labels of letters, digits and inner hyphens,
-# at most 253 characters. torch's env:// resolves MASTER_ADDR itself and waits out its timeout on
-# a name it cannot reach, so a value that is no host at all ("-oProxy") is refused up front.
+# at most 253 characters, its last label not all digits (``999.999.999.999`` is no address and no
+# name). torch's env:// resolves MASTER_ADDR itself and waits out its timeout on a name it cannot
+# reach, so a value that is no host at all ("-oProxy") is refused up front.
 _HOST_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?", re.ASCII)
 MAX_HOST_CHARS = 253
+# An IPv6 zone (``fe80::1%eth0``): ipaddress takes any text after "%", so it is held to an
+# interface name's characters and length (Linux's IFNAMSIZ - 1) or a zone index.
+_ZONE = re.compile(r"[A-Za-z0-9_.-]{1,15}", re.ASCII)
+
+
+def _is_address(text: str) -> bool:
+    """An IPv4 address, or an IPv6 one (in brackets or not) whose zone, if any, names an interface."""
+    bracketed = text.startswith("[") and text.endswith("]")
+    bare = text[1:-1] if bracketed else text
+    address, _, zone = bare.partition("%")
+    if "%" in bare and not _ZONE.fullmatch(zone):
+        return False
+    try:
+        version = ipaddress.ip_address(address).version
+    except ValueError:
+        return False
+    return version == 6 or not bracketed
 
 
 def env_host(env: Mapping[str, str], name: str) -> str:
@@ -40,13 +58,10 @@ def env_host(env: Mapping[str, str], name: str) -> str:
     text = env.get(name)
     if text is None:
         raise UsageError(f"{name} is not set; the launcher (torchrun, Slurm) sets it")
-    bare = text[1:-1] if text.startswith("[") and text.endswith("]") else text
-    try:
-        ipaddress.ip_address(bare)
+    if _is_address(text):
         return text
-    except ValueError:
-        pass
     labels = text.removesuffix(".").split(".")
-    if len(text) <= MAX_HOST_CHARS and all(_HOST_LABEL.fullmatch(label) for label in labels):
+    if (len(text) <= MAX_HOST_CHARS and all(_HOST_LABEL.fullmatch(label) for label in labels)
+            and not labels[-1].isdigit()):
         return text
     raise UsageError(f"{name}={shown(text)}: expected a host name or an IP address (where rank 0 listens)")
