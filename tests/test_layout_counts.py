@@ -72,3 +72,55 @@ def test_diagnose_never_maps_fewer_nodes_than_the_layout_lists(changes, says):
         run_nodes(run)
     keys, hosts = run_nodes(SimpleNamespace(path=Path("r"), fingerprint=_fingerprint(TWO_NODES)))
     assert keys == ["vm", "vm2"] and hosts == {"vm": "vm", "vm2": "vm2"}
+
+
+@pytest.mark.parametrize("fingerprint, says", [
+    (_fingerprint(TWO_NODES, node_of_rank=[0, 0]),
+     "field layout.ranks_per_node.0: 1 ranks, but field layout.node_of_rank puts 2 on node 0"),
+    (_fingerprint(ONE_NODE, local_ranks=[0, 0]),
+     "field layout.local_ranks.1: local rank 0 on node 0, as rank 0's"),
+    (_fingerprint(ONE_NODE, local_ranks=[1, 1]), "field layout.local_ranks.1: local rank 1 on node 0, as rank 0's"),
+    ({"world": 2, "layout": {"nodes": 2, "node_of_rank": [0, 2]}},
+     "field layout.node_of_rank.1: node 2, but the layout has 2 nodes (0..1)"),
+    ({"world": 2, "layout": {"nodes": 2, "node_of_rank": [1, 1], "local_ranks": [0, 1]}},
+     "field layout.node_of_rank: no rank on node 0, but each of the 2 nodes holds a rank or more"),
+    ({"world": 3, "layout": {"nodes": 2, "ranks_per_node": 2, "node_of_rank": [0, 0, 0]}},
+     "field layout.node_of_rank: 3 ranks on node 0, but field layout.ranks_per_node says a node holds 2 at most"),
+    ({"world": 3, "layout": {"node_of_rank": [0, 0, 1], "local_ranks": [0, 2, 0]}},
+     "field layout.local_ranks.1: local rank 2, but node 0 holds 2 ranks (local ranks 0..1)"),
+    ({"world": 2, "layout": {"nodes": 1, "local_ranks": [0, 0]}},
+     "field layout.local_ranks.1: local rank 0 on node 0, as rank 0's"),
+], ids=["node-without-ranks", "local-twice", "local-twice-not-0", "node-index-past-nodes", "first-node-empty",
+        "int-too-many-on-a-node", "local-past-its-node", "one-node-no-node_of_rank"])
+def test_a_layout_whose_ranks_are_not_its_nodes_is_refused_naming_the_field(fingerprint, says):
+    """Each node holds as many ranks of node_of_rank as ranks_per_node says, one at least, and numbers
+    them 0..n-1 in local_ranks, once each."""
+    with pytest.raises(fingerprintfile.FingerprintError) as refused:
+        fingerprintfile.check(fingerprint)
+    assert str(refused.value).startswith(says), refused.value
+
+
+def test_a_layout_with_ranks_out_of_node_order_is_read():
+    """Ranks need not be node-major (node_major false): each node's local ranks are its own; and a
+    node of the integer form holds up to that many."""
+    fingerprintfile.check({"world": 4, "layout": {"nodes": 2, "ranks_per_node": 3, "node_of_rank": [0, 0, 0, 1]}})
+    fingerprintfile.check({"world": 4, "layout": {
+        "nodes": 2, "node_keys": ["a", "b"], "hosts": ["a", "b"], "ranks_per_node": [2, 2],
+        "node_of_rank": [0, 1, 0, 1], "local_ranks": [1, 0, 0, 1], "uniform": True, "node_major": False}})
+
+
+@pytest.mark.parametrize("layout, says", [
+    ({**TWO_NODES, "node_of_rank": [0, 0]}, "field layout.ranks_per_node.0: 1 ranks, but field layout.node_of_rank "
+                                            "puts 2 on node 0"),
+    ({**ONE_NODE, "local_ranks": [0, 0]}, "field layout.local_ranks.1: local rank 0 on node 0, as rank 0's"),
+], ids=["node-without-ranks", "local-twice"])
+def test_diagnose_refuses_a_node_its_layout_puts_no_rank_on(tmp_path, capsys, layout, says):
+    """Not "2 healthy": vm2 holds no rank of node_of_rank, so no record speaks of it."""
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    fp = json.loads((run / "fingerprint.json").read_text())
+    fp["layout"] = layout
+    (run / "fingerprint.json").write_text(json.dumps(fp))
+    assert main(["diagnose", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert says in err and "healthy" not in err, err

@@ -273,6 +273,55 @@ def _check_layout(layout: Mapping[str, Any], world: Optional[int]) -> None:
         if nodes is not None and per_node * nodes < world:
             raise FingerprintError(f"field layout.ranks_per_node: {per_node} ranks on a node at most, but "
                                    f"{nodes} nodes of that hold fewer than field world's {world} ranks")
+    _check_members(layout)
+
+
+def _check_members(layout: Mapping[str, Any]) -> None:
+    """``node_of_rank`` puts each rank on one of the layout's nodes and every node holds a rank, as
+    many as ``ranks_per_node`` says (its list form; the integer form is the most a node holds), and
+    ``local_ranks`` numbers the ranks of each node 0..n-1, once each. ``critpath diagnose`` reads a
+    record's nodes from these: a node that holds no rank would be called healthy, and two ranks of one
+    local index are no job a launcher starts. Run after ``_check_lengths``: the lists count alike."""
+    nodes, per_node = layout.get("nodes"), layout.get("ranks_per_node")
+    local_ranks = layout.get("local_ranks")
+    node_of_rank = layout.get("node_of_rank")
+    if node_of_rank is None and nodes == 1 and local_ranks is not None:
+        node_of_rank = [0] * len(local_ranks)  # one node holds every rank
+    if node_of_rank is None:
+        return  # nothing places the ranks on nodes
+    # The nodes the layout counts: ``nodes``, a list of one entry a node, else those node_of_rank names.
+    counted = nodes if nodes is not None else next(
+        (len(layout[name]) for name in ("node_keys", "hosts", "ranks_per_node") if isinstance(layout.get(name), list)),
+        max(node_of_rank, default=-1) + 1)
+    outside = next((rank for rank, node in enumerate(node_of_rank) if node >= counted), None)
+    if outside is not None:
+        raise FingerprintError(f"field layout.node_of_rank.{outside}: node {node_of_rank[outside]}, but the layout "
+                               f"has {counted} nodes (0..{counted - 1})")
+    members: dict[int, list[int]] = {node: [] for node in range(counted)}
+    for rank, node in enumerate(node_of_rank):
+        members[node].append(rank)
+    for node, ranks in members.items():
+        if isinstance(per_node, list) and len(ranks) != per_node[node]:
+            raise FingerprintError(f"field layout.ranks_per_node.{node}: {per_node[node]} ranks, but field "
+                                   f"layout.node_of_rank puts {len(ranks)} on node {node}")
+        if not ranks:
+            raise FingerprintError(f"field layout.node_of_rank: no rank on node {node}, but each of the "
+                                   f"{counted} nodes holds a rank or more")
+        if isinstance(per_node, int) and len(ranks) > per_node:
+            raise FingerprintError(f"field layout.node_of_rank: {len(ranks)} ranks on node {node}, but field "
+                                   f"layout.ranks_per_node says a node holds {per_node} at most")
+        if local_ranks is None:
+            continue
+        seen: dict[int, int] = {}
+        for rank in ranks:
+            local = local_ranks[rank]
+            if local >= len(ranks):
+                raise FingerprintError(f"field layout.local_ranks.{rank}: local rank {local}, but node {node} "
+                                       f"holds {len(ranks)} ranks (local ranks 0..{len(ranks) - 1})")
+            if local in seen:
+                raise FingerprintError(f"field layout.local_ranks.{rank}: local rank {local} on node {node}, "
+                                       f"as rank {seen[local]}'s; each rank of a node has its own")
+            seen[local] = rank
 
 
 def _check_lengths(layout: Mapping[str, Any], unit: str, counted: list, names: tuple[str, ...]) -> None:
