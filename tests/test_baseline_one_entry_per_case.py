@@ -26,22 +26,17 @@ def _table(tmp_path: Path, *entries: tuple[str, str, float]) -> Path:
     return path
 
 
-def test_two_statistics_of_one_case_are_refused_naming_both_lines(tmp_path):
-    table = _table(tmp_path, (NOOP, "p90_ns", 0.1), (NOOP, "p50_ns", 100000))
+@pytest.mark.parametrize("first, second, said", [
+    (("p90_ns", 0.1), ("p50_ns", 100000),
+     "one statistic per case in a table (line 2 gives p90_ns, line 5 p50_ns); gate them in two tables"),
+    (("p50_ns", 30000), ("p50_us", 60), "one statistic in two units (line 2 gives p50_ns, line 5 p50_us)"),
+])
+def test_a_second_entry_of_one_case_is_refused_naming_both_lines(tmp_path, first, second, said):
+    table = _table(tmp_path, (NOOP, *first), (NOOP, *second))
     with pytest.raises(ConfigError) as refused:
         load_baselines(table)
     message = str(refused.value)
-    assert message.startswith(f"{table}:5: field baselines[1]: {NOOP}: "), message
-    assert "one statistic per case in a table (line 2 gives p90_ns, line 5 p50_ns); gate them in two tables" in message
-
-
-def test_one_statistic_in_two_units_is_refused_as_such(tmp_path):
-    table = _table(tmp_path, (NOOP, "p50_ns", 30000), (NOOP, "p50_us", 60))
-    with pytest.raises(ConfigError) as refused:
-        load_baselines(table)
-    message = str(refused.value)
-    assert message.startswith(f"{table}:5: field baselines[1]: {NOOP}: "), message
-    assert "one statistic in two units (line 2 gives p50_ns, line 5 p50_us)" in message
+    assert message.startswith(f"{table}:5: field baselines[1]: {NOOP}: ") and said in message, message
 
 
 def test_each_case_once_still_loads(tmp_path):
