@@ -27,6 +27,7 @@ from harness.core import registry, yamlfile
 from harness.core.case import CaseIdError
 from harness.core.declarations import declared
 from harness.core.figures import is_sample_statistic, statistic_fault
+from harness.core.imported import IMPORTED_FAMILIES
 from harness.core.options import MAX_SECONDS, UsageError
 from harness.core.records import MAX_SAMPLES
 from harness.core.scale import MAX_WORLD
@@ -124,9 +125,33 @@ class ProfileError(ValueError):
 def _select_problems(family: str, check: Mapping[str, Any]) -> list[tuple[str, str]]:
     """What no record of the family can have, by the rule a claim's select is held to
     (``selector_faults``): a key it does not declare, 1024.0 for an int key (Python's 1024.0 == 1024,
-    though no case ID can say 1024.0), a value outside the key's choices, one a list gives twice."""
-    return [(".".join(str(p) for p in [section, *at]), why) for section in ("select", "relative_to")
-            for at, why in selector_faults(family, check.get(section, {}))]
+    though no case ID can say 1024.0), a value outside the key's choices, one a list gives twice.
+    A null, which in a claim means "no such key", is refused: a check's select reads a key left out
+    of a record's ID at its default, so every record has every key, and the null matched nothing."""
+    problems = [(f"{section}.{key}", f"null is no value of {family}.{key}: give its value (a key left out of a "
+                                     "case ID is at its family's default), or leave the key out of the select")
+                for section in ("select", "relative_to") for key, want in check.get(section, {}).items()
+                if want is None]
+    return problems + [(".".join(str(p) for p in [section, *at]), why) for section in ("select", "relative_to")
+                       for at, why in selector_faults(family, check.get(section, {}))]
+
+
+def _dtype_problems(family: str, dtypes: list) -> list[tuple[str, str]]:
+    """The data types of ``dtypes`` no record of the family can be in, by the rule select.dtype is
+    held to: a typo would leave the type out of the check without a word."""
+    if family not in registry.FAMILIES or "dtype" not in registry.get(family).declared:
+        return []
+    return [(".".join(["dtypes", *(str(p) for p in at[1:])]), why)
+            for at, why in selector_faults(family, {"dtype": dtypes})]
+
+
+def _family_problem(family: str) -> Optional[str]:
+    """Why no record could be of ``family`` (None when one could): a check of a misspelt family
+    loaded and then could not be verified against any run."""
+    if family in registry.FAMILIES or family in IMPORTED_FAMILIES:
+        return None
+    return (f"no family {family!r}; the families: {', '.join(sorted(registry.FAMILIES))}, "
+            f"and an import's {', '.join(IMPORTED_FAMILIES)}")
 
 
 def _semantic_problems(check: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -139,6 +164,8 @@ def _semantic_problems(check: Mapping[str, Any]) -> list[tuple[str, str]]:
         problem = None
         if not family or not slash or any("=" not in item for item in body.split(",") if item):
             problem = f"{check['case']!r} is not a case ID (family/key=value,...)"
+        elif _family_problem(family):
+            problem = _family_problem(family)
         elif family in registry.FAMILIES:  # a family's own declaration refuses a typo in a key or value
             try:
                 registry.parse(check["case"])
@@ -151,9 +178,13 @@ def _semantic_problems(check: Mapping[str, Any]) -> list[tuple[str, str]]:
                                        "list the case's own data type too"))
     else:
         family = check["family"]
+        if _family_problem(family):
+            return [("family", _family_problem(family))]
         if dtypes and "dtype" in check.get("select", {}):
             problems.append(("dtypes", "give the data types once: in dtypes, or in select.dtype, not both"))
         problems += _select_problems(family, check)
+    if dtypes:
+        problems += _dtype_problems(family, dtypes)
     stat = check["statistic"]
     if statistic_fault(stat):
         problems.append(("statistic", statistic_fault(stat)))

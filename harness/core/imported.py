@@ -29,6 +29,8 @@ NATIVE_FAMILY = "allreduce"
 # nccl-tests' collectives (its *_perf binaries); any other becomes no family at all.
 COLLECTIVES = ("all_reduce", "all_gather", "alltoall", "alltoallv", "broadcast", "gather", "hypercube",
                "reduce", "reduce_scatter", "scatter", "sendrecv")
+# The family of an import's other rows (anything but an all_reduce sum): no family of the registry.
+IMPORTED_FAMILIES = tuple(f"nccltests_{collective}" for collective in COLLECTIVES)
 # nccl-tests type names -> critpath dtype names
 DTYPES = {"float": "float32", "half": "float16", "bfloat16": "bfloat16", "double": "float64", "int8": "int8",
           "uint8": "uint8", "int32": "int32", "uint32": "uint32", "int64": "int64", "uint64": "uint64",
@@ -103,7 +105,7 @@ def family_params(collective: str, redop: Optional[str], root: Optional[int], dt
     if collective == "all_reduce" and redop == "sum":
         return NATIVE_FAMILY, {"algo": "native", "backend": "nccl", "dtype": dtype, "size_bytes": size_bytes,
                                "world": ranks}
-    return f"nccltests_{collective}", {"dtype": dtype, "size_bytes": size_bytes, "world": ranks,
+    return IMPORTED_FAMILIES[COLLECTIVES.index(collective)], {"dtype": dtype, "size_bytes": size_bytes, "world": ranks,
                                        "redop": redop or "none", "root": -1 if root is None else root}
 
 

@@ -29,7 +29,7 @@ from typing import Any, Mapping, Optional
 
 from harness.core import registry, yamlfile
 from harness.core.case import CaseIdError
-from harness.core.figures import STATISTIC_TEXT, FigureUnavailable
+from harness.core.figures import STATISTIC_TEXT, FigureUnavailable, sample_parts
 from harness.core.numbers import NumberError, check_float, check_int
 from harness.gate.stats import DIRECTIONS, MIN_CONFIDENCE, MIN_N_RESAMPLES, Policy
 from harness.gate.values import default_direction, validate_statistic
@@ -219,7 +219,6 @@ def load_baselines(path: Path) -> list[Baseline]:
         raise ConfigError(f"{path}:{yamlfile.line_of(root, ['baselines'])}: field baselines: "
                           "expected a non-empty list of entries")
     out: list[Baseline] = []
-    seen: set[tuple[str, str]] = set()
     for i, entry in enumerate(entries):
         where = f"baselines[{i}]"
 
@@ -258,8 +257,27 @@ def load_baselines(path: Path) -> list[Baseline]:
         min_effect = entry.get("min_effect")
         if min_effect is not None:
             min_effect = _number(path, root, ["baselines", i, "min_effect"], min_effect, 0.0, MAX_MIN_EFFECT)
-        if (case_id, statistic) in seen:
-            raise ConfigError(f"{at()}: {case_id} {statistic} listed twice")
-        seen.add((case_id, statistic))
         out.append(Baseline(case_id, statistic, value, direction, min_effect))
+    _refuse_a_case_given_twice(path, root, out)
     return out
+
+
+def _refuse_a_case_given_twice(path: Path, root, baselines: list[Baseline]) -> None:
+    """One entry per case: a gate's verdicts, gate.json, its Markdown and JUnit are keyed by case,
+    as an A/B gate's one statistic makes them, so a second entry of a case (another statistic, or
+    one statistic in another unit) would replace the first's verdict while Holm counted both."""
+    first: dict[str, int] = {}
+    for i, baseline in enumerate(baselines):
+        if baseline.case_id not in first:
+            first[baseline.case_id] = i
+            continue
+        earlier = baselines[first[baseline.case_id]]
+        line, this_line = (yamlfile.line_of(root, ["baselines", at]) for at in (first[baseline.case_id], i))
+        here = f"{path}:{this_line}: field baselines[{i}]: {baseline.case_id}"
+        if earlier.statistic == baseline.statistic:
+            raise ConfigError(f"{here} {baseline.statistic} listed twice (line {line} too)")
+        given = f"line {line} gives {earlier.statistic}, line {this_line} {baseline.statistic}"
+        parts = sample_parts(earlier.statistic), sample_parts(baseline.statistic)
+        if None not in parts and parts[0][0] == parts[1][0]:
+            raise ConfigError(f"{here}: one statistic in two units ({given}): give it once, in one unit")
+        raise ConfigError(f"{here}: one statistic per case in a table ({given}); gate them in two tables")
