@@ -203,7 +203,7 @@ def finished_gate(gate_dir: Path, error: str = "") -> Path:
     gate_dir = Path(gate_dir)
     if error:
         unmeasured = {"base": {"ref": "HEAD~1", "measured": False}, "candidate": {"ref": "HEAD", "measured": False}}
-        write_outputs(GateResult("ab", "mean_ns", "process", Policy(), error=error, **unmeasured), gate_dir)
+        write_outputs(GateResult("ab", "mean_ns", "process", Policy(), error=error, **unmeasured), gate_dir, own=True)
         return gate_dir
     generations = sorted(p.name for p in (gate_dir / "base").glob("gen-*"))
     pairs: dict[str, int] = {}  # case -> the generations whose rounds on both sides hold it
@@ -226,7 +226,7 @@ def finished_gate(gate_dir: Path, error: str = "") -> Path:
     extra = {"plan": Plan().to_dict(), "side_kind": "worker", "generations": len(generations), "stopped": "budget",
              "gate_id": GATE_ID}
     write_outputs(GateResult("ab", "mean_ns", "process", Policy(), verdicts, repeats=len(generations), extra=extra,
-                             **sides), gate_dir)
+                             **sides), gate_dir, own=True)
     return gate_dir
 
 

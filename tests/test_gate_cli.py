@@ -73,8 +73,8 @@ def test_worktree_ab_end_to_end_with_a_failing_case(tmp_repo, tmp_path):
     # The failing case is never a silent pass, and it does not hide the other case's verdict.
     assert code == EXIT_COULD_NOT_RUN
     assert cases[RAISE]["outcome"] == "could_not_run" and "InjectedFault" in cases[RAISE]["reason"]
-    # Three pairs cannot decide anything, and the gate says so rather than passing.
-    assert cases[NOOP]["outcome"] == "could_not_run" and "budget too small" in cases[NOOP]["reason"]
+    # Three pairs cannot decide anything, and the gate says so (and that --max-pairs stopped it) rather than passing.
+    assert cases[NOOP]["outcome"] == "could_not_run" and "--max-pairs 3 stops before" in cases[NOOP]["reason"]
     assert cases[NOOP]["detail"]["n_pairs"] == 3 and len(cases[NOOP]["detail"]["pairs"]) == 3
     # Interleaved per generation: A B, B A in the first pair of processes, B A, A B in the next.
     for gen, expected in ((0, ["base", "candidate", "candidate", "base"]), (1, ["candidate", "base", "base", "candidate"])):

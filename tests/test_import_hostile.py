@@ -636,3 +636,23 @@ def test_a_file_past_every_byte_limit_is_refused_before_a_byte_is_read_even_to_t
     with pytest.raises(NcclTestsFormatError, match=r"2000 bytes; nccl-tests output is at most 500 bytes \(JSON\) or 1000"):
         parse_file(log)
     assert read == []
+
+
+def test_an_import_stopped_before_its_last_run_json_says_interrupted(tmp_path, monkeypatch):
+    # Before: the final write_meta sat outside the try, so a signal after the last batch and before
+    # run.json said "imported" left it saying "importing" rather than "interrupted".
+    from harness.core.store import RunDir
+    run = tmp_path / "run"
+    real = RunDir.write_meta
+
+    def stopped_at_imported(self, data):
+        if data["state"] == "imported":
+            raise KeyboardInterrupt
+        real(self, data)
+
+    monkeypatch.setattr(RunDir, "write_meta", stopped_at_imported)
+    with pytest.raises(KeyboardInterrupt):
+        import_file(NT / "all_reduce_h100.txt", run)
+    assert (run / RESULTS).read_text().count("\n") > 0  # its records are written before run.json
+    assert json.loads((run / RUN_META).read_text())["state"] == "interrupted"
+    assert load_run(run).incomplete.endswith("run.json says interrupted")

@@ -60,8 +60,9 @@ def check_target(path: Path, updates: bool = False, run_writer: bool = False) ->
     """UsageError when ``path`` may not be written: an input of this command, a file of a run
     written by anything but that run (``runfiles``), or an existing file that is not a regular one.
     A missing path is fine. ``updates``: the command's own state document, which it reads and
-    writes back by design (gate-power's power.json), may be replaced. ``run_writer``: the run's own
-    writer (``store.RunDir``) writes its run's files."""
+    writes back by design (gate-power's power.json), may be replaced. ``run_writer``: the files'
+    own writer writes them (``store.RunDir`` its run's files; a gate its result, ``write_set``'s
+    ``owned``)."""
     path = Path(path)
     if reserved(path.name):
         # Written over a live holder's claim file, it would let a second process claim the directory.
@@ -155,14 +156,18 @@ def atomic_file(path: Path, mode: str = "wb", updates: bool = False, run_writer:
             raise
 
 
-def write_set(files: Mapping[Path, bytes]) -> None:
+def write_set(files: Mapping[Path, bytes], owned: Iterable[Path] = ()) -> None:
     """Every file of ``files`` (path: bytes) written, or none of them: each into a temporary beside
     it, fsynced, and only when all are written are they renamed, one after the other. A failure
     before the renames (a full disk, a refused target) removes the temporaries and leaves every
     target as it was, so the files of one command (a report's markdown, HTML and plots; a gate's
-    JSON, JUnit and markdown) are never half of one run and half of another."""
+    JSON, JUnit and markdown) are never half of one run and half of another. ``owned``: the files
+    of ``files`` their own writer writes (a gate its result, ``runfiles``); every other one is
+    checked as any output is."""
     paths = [Path(p) for p in files]
-    check_targets(paths)
+    owned = {Path(p) for p in owned}
+    for path in paths:
+        check_target(path, run_writer=path in owned)
     staged: list[tuple[Path, Path, int]] = []  # target, temporary, its locked fd
     with ExitStack() as held:
         confirms = {d: held.enter_context(writing_into(d)) for d in dict.fromkeys(p.parent for p in paths)}
@@ -181,7 +186,7 @@ def write_set(files: Mapping[Path, bytes]) -> None:
                     raise _naming(exc, path) from exc
             for path, tmp, _ in staged:
                 try:
-                    _install(tmp, path, confirms[path.parent])
+                    _install(tmp, path, confirms[path.parent], run_writer=path in owned)
                 except OSError as exc:
                     raise _naming(exc, path) from exc
             for directory in confirms:

@@ -125,6 +125,7 @@ def cmd_gate(args) -> int:
     # Its inputs declared first, so a --markdown over the config or the table is refused with the
     # rest, before a worktree is made: a refusal when the result is written loses the whole gate.
     declare_inputs([path for path in (absolute(args.config), absolute(args.against)) if path is not None])
+    outputs.check_out("gate")  # a finished gate's directory is not this gate's to write into
     outputs.check("gate")
     try:
         config = load_config(absolute(args.config)).overridden(args.alpha, args.min_effect, args.statistic, args.direction)
@@ -213,7 +214,7 @@ def _gate_into(request: GateRequest, out: Path) -> int:
         result = outputs.result(mode, config.statistic, config.policy, **request.unmeasured(),
                                 error=f"interrupted by {interrupted.name}; worktrees and processes were removed")
     result.wall_s = time.perf_counter() - start
-    code = outputs.finish(result, out)
+    code = outputs.finish(result, out, own=True)
     return 128 + int(interrupted) if interrupted is not None else code
 
 
@@ -405,6 +406,8 @@ def _load_sides(request: CompareRequest) -> list[list[list[Record]]]:
 
 def cmd_compare(args) -> int:
     outputs = GateOutputs("compare", absolute(args.out), absolute(args.markdown), args.fail_on_inconclusive)
+    # Before anything is read or written: a refused --out takes not even the result saying why.
+    outputs.check_out("compare", (absolute(args.run_a), absolute(args.run_b)))
     try:
         config = load_config(absolute(args.config)).overridden(args.alpha, args.min_effect, args.statistic, args.direction)
     except (ConfigError, ValueError) as exc:

@@ -24,6 +24,7 @@ from harness.core import atomic
 from harness.core.claim import refuse_held_above
 from harness.core.escape import for_code_span, for_file, for_markdown, for_markdown_cell, for_xml
 from harness.core.options import UsageError
+from harness.core.runfiles import GATE_RESULT_FILES
 from harness.gate.stats import Outcome, Policy, Verdict
 
 EXIT_PASS, EXIT_REGRESSION, EXIT_COULD_NOT_RUN = 0, 1, 2
@@ -302,7 +303,7 @@ def markdown(result: GateResult) -> str:
 def output_paths(out_dir: Path) -> dict[str, Path]:
     """The gate's own files in ``out_dir``, by kind."""
     out_dir = Path(out_dir)
-    return {"json": out_dir / "gate.json", "junit": out_dir / "gate.xml", "markdown": out_dir / "gate.md"}
+    return {kind: out_dir / name for kind, name in zip(("json", "junit", "markdown"), GATE_RESULT_FILES)}
 
 
 def check_markdown(markdown_path: Path, out_dir: Path) -> None:
@@ -324,7 +325,11 @@ def check_markdown(markdown_path: Path, out_dir: Path) -> None:
         raise UsageError(f"--markdown {exc}") from None
 
 
-def write_outputs(result: GateResult, out_dir: Path, markdown_path: Optional[Path] = None) -> dict[str, Path]:
+def write_outputs(result: GateResult, out_dir: Path, markdown_path: Optional[Path] = None,
+                  own: bool = False) -> dict[str, Path]:
+    """The result's files in ``out_dir`` (and appended to ``markdown_path``). ``own``: the gate that
+    measured ``out_dir``'s sides writes its own result there; any other writer is refused over a
+    gate's (``runfiles``)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = output_paths(out_dir)
@@ -336,5 +341,5 @@ def write_outputs(result: GateResult, out_dir: Path, markdown_path: Optional[Pat
     if markdown_path is not None:
         # Appended, as CI step-summary files collect several steps; whole, and never into an input.
         files[Path(markdown_path)] = atomic.appended(markdown_path, text + "\n")
-    atomic.write_set(files)  # all of them or, on a full disk, none: never one result's JSON beside another's XML
+    atomic.write_set(files, paths.values() if own else ())  # all of them or, on a full disk, none: never one result's JSON beside another's XML
     return paths

@@ -71,6 +71,14 @@ def projected_pairs(n_pairs: int, elapsed_s: float, seconds_per_pair: float, bud
     return n_pairs + max(0, int((budget_s - elapsed_s) // seconds_per_pair))
 
 
+def max_pairs_short(plan: Plan, min_pairs: int) -> str:
+    """What to say when ``--max-pairs`` stops the gate before the pairs its test needs ("" when it
+    does not): then no budget decides anything, and advice to raise ``--budget`` would mislead."""
+    if plan.max_pairs is None or plan.max_pairs >= min_pairs:
+        return ""
+    return f"--max-pairs {plan.max_pairs} stops before the {min_pairs} pairs the test needs; raise --max-pairs"
+
+
 def detectable(spec: CaseSpec, sd: float, n_at_budget: int, alpha: float) -> dict:
     """What this runner and budget can detect for one case, at its measured noise."""
     if not (math.isfinite(sd) and sd > 0 and n_at_budget >= 1):
@@ -128,6 +136,9 @@ def _verdict(track: CaseTrack, spec: CaseSpec, gate: SequentialGate, plan: Plan,
     if (state is None or n < gate.min_pairs) and not math.isfinite(plan.budget_s):
         return Verdict(Outcome.COULD_NOT_RUN, f"too few pairs to decide: {n}; the test needs at least {gate.min_pairs}",
                        detail=detail, **common)
+    if (state is None or n < gate.min_pairs) and max_pairs_short(plan, gate.min_pairs):
+        return Verdict(Outcome.COULD_NOT_RUN, f"too few pairs to decide: {n}; {max_pairs_short(plan, gate.min_pairs)}",
+                       detail=detail, **common)
     if state is None or n < gate.min_pairs:
         need_s = gate.min_pairs * per_pair_s if per_pair_s else None
         return Verdict(Outcome.COULD_NOT_RUN,
@@ -166,6 +177,9 @@ def probe_lines(tracks: Mapping[str, CaseTrack], specs: Mapping[str, CaseSpec], 
         spec = specs[case_id]
         sd = noise_per_pair(track.pairs)
         n_budget = projected_pairs(len(track.pairs), elapsed_s, per_pair_s, plan.budget_s)
+        if max_pairs_short(plan, gate.min_pairs):
+            lines.append(f"{case_id}: too few pairs to reach a decision: {max_pairs_short(plan, gate.min_pairs)}")
+            continue
         if n_budget < gate.min_pairs:
             lines.append(f"{case_id}: budget too small to reach a decision: about {n_budget} pairs fit in "
                          f"{plan.budget_s:g} s ({per_pair_s:.1f} s per pair), the test needs {gate.min_pairs}; "

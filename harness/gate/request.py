@@ -7,11 +7,13 @@ import datetime as _dt
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 from harness.core.claim import claim_dir
 from harness.core.escape import for_terminal
-from harness.core.options import absolute, print_error
+from harness.core.nesting import overlap
+from harness.core.options import UsageError, absolute, print_error
+from harness.core.runfiles import GATE_SIDES, holds_gate
 from harness.gate.config import GateConfig
 from harness.gate.outputs import GateResult, check_markdown, write_outputs
 from harness.gate.schedule import Plan
@@ -43,15 +45,31 @@ class GateOutputs:
         if self.markdown is not None:
             check_markdown(self.markdown, self.out_dir(kind))
 
+    def check_out(self, kind: str, sides: Sequence[Path] = ()) -> None:
+        """UsageError when --out may not take this command's result at all, before anything runs:
+        a gate's directory, whose result only that gate writes (``runfiles``), or a directory that
+        is, lies inside or holds one of the ``sides`` compared (``nesting.overlap``): the result
+        would lie among the runs it reads, or be written inside the gate being read."""
+        out = self.out_dir(kind)
+        if holds_gate(out):
+            raise UsageError(f"--out {out} is the directory of a gate (it holds {'/ and '.join(GATE_SIDES)}/), whose "
+                             "gate.json, gate.xml and gate.md only that gate writes; choose another --out")
+        for label, side in zip(SIDE_LABELS, sides):
+            how = overlap(out, side)
+            if how:
+                raise UsageError(f"--out {out} {how} the {label} side {side}: the result would be written among "
+                                 "the runs it compares; choose an --out outside both sides")
+
     def result(self, mode: str, statistic: str, policy: Optional[Policy] = None, unit: str = Unit.PROCESS,
                **kw) -> GateResult:
         return GateResult(mode, statistic, unit, policy or Policy(), fail_on_inconclusive=self.fail_on_inconclusive,
                           allow_inconclusive=self.allow_inconclusive, **kw)
 
-    def finish(self, result: GateResult, out: Path) -> int:
-        """Write the result, print its headline and every case that changed; its exit code."""
+    def finish(self, result: GateResult, out: Path, own: bool = False) -> int:
+        """Write the result, print its headline and every case that changed; its exit code.
+        ``own``: the gate that measured ``out`` writes its own result (``write_outputs``)."""
         with claim_dir(out, self.command):  # a gate refused before it ran claims --out here; one that ran holds it
-            paths = write_outputs(result, out, self.markdown)
+            paths = write_outputs(result, out, self.markdown, own)
         print(for_terminal(result.headline))
         for case_id, v in result.verdicts.items():
             if v.outcome != Outcome.UNCHANGED:
@@ -68,6 +86,7 @@ class GateOutputs:
         return code
 
 
+SIDE_LABELS = ("base", "candidate")  # a compare's two sides, as its messages name them
 AB, AGAINST = "ab", "against"  # the gate's modes: base against candidate, or the candidate against a table
 # The options only one mode reads; every other option of ``critpath gate`` is read by both. Given
 # to the other mode, one would be ignored in silence, so the request is refused naming it.

@@ -33,6 +33,7 @@ from harness.gate.trees import BASE, CANDIDATE, Tree
 from harness.core.comparable import mismatch
 from harness.core import figures
 from harness.core.figures import FigureUnavailable
+from harness.core.runfiles import GATE_ID_FILE
 from harness.core.store import new_run_id
 from harness.gate.values import failure_text
 
@@ -47,10 +48,10 @@ ROUND_SLACK_S = 10.0  # a round may take this much longer than its cases' --time
 MAX_BUDGET_S = 6 * 3600.0
 MAX_ROUNDS = 1000  # rounds per process pair; docs/gate.md measured 1 to 6
 MAX_PAIRS = 1_000_000  # --max-pairs: a bound the budget reaches long before
-# In each generation's directory on each side: the ID of the gate that measured it, as gate.json's
-# extra.gate_id names it. Run IDs are the workers' own (a base tree's worker knows nothing of the
-# gate), so without it the sides of two gates, or a generation of another, read back as one gate.
-GATE_ID_FILE = "gate-id"
+# In each generation's directory on each side, GATE_ID_FILE (declared with the files only a gate
+# writes): the ID of the gate that measured it, as gate.json's extra.gate_id names it. Run IDs are
+# the workers' own (a base tree's worker knows nothing of the gate), so without it the sides of two
+# gates, or a generation of another, read back as one gate.
 RECENT = 3  # measurements an estimate is the median of: decided cases drop out, later ones are shorter
 
 

@@ -32,11 +32,12 @@ from typing import Iterator, Optional, Sequence
 
 from harness.core.git import run_git
 from harness.core.inputfile import read_bounded
+from harness.core.runfiles import GATE_SIDES
 from harness.core.jsonfile import JsonLimits, loads_strict
 from harness.gate.owned import OWNER_FILE, Malformed, Owner, owner_of
 
 WORKTREE = "worktree"  # --candidate worktree: the checkout the command runs from, edits included
-BASE, CANDIDATE = "base", "candidate"  # the two sides' labels, in records' paths and results
+BASE, CANDIDATE = GATE_SIDES  # the two sides' labels, in records' paths and results
 GIT_TIMEOUT_S = 120
 # Leads the PYTHONPATH of every process of a tree; holds only sitecustomize.py (see its docstring).
 OWN_TREE = Path(__file__).resolve().with_name("own_tree")

@@ -42,6 +42,7 @@ from harness.core.claim import claim_dir, link_refused, refuse_links_below
 from harness.core.escape import for_terminal
 from harness.core.git import git_env, over_repository, run_git
 from harness.core.inputfile import InputFileError, declare_inputs, read_bounded
+from harness.core.nesting import overlap
 from harness.core.options import (EXIT_FAILED, EXIT_OK, EXIT_USAGE, absolute, case_id_option, families_option,
                                   machine_option, print_error, seconds)
 from harness.core.options import UsageError
@@ -224,16 +225,10 @@ def refuse_results_where(repo: Path, out: Path, results: Path) -> None:
             raise HistoryRunError(f"--results {results} {'is' if where == results else 'lies inside'} the run "
                                   f"directory {where} (it holds {held[0].name}); asv's results would lie among "
                                   "that run's files: choose a --results outside every run directory")
-    if results == out:
-        overlap = f"is --out {out}"
-    elif results.is_relative_to(out):
-        overlap = f"lies inside --out {out}"
-    elif out.is_relative_to(results):
-        overlap = f"holds --out {out}"
-    else:
-        return
-    raise HistoryRunError(f"--results {results} {overlap}; asv's results and the history's runs and logs must not "
-                          "overlap: choose a --results outside --out")
+    how = overlap(results, out)
+    if how:
+        raise HistoryRunError(f"--results {results} {how} --out {out}; asv's results and the history's runs and logs "
+                              "must not overlap: choose a --results outside --out")
 
 
 # asv keeps its machines in $HOME/.asv-machine.json (asv/machine.py, MachineCollection), which

@@ -235,15 +235,17 @@ def _import(path: Path, out: Path, collective: Optional[str], run_id: Optional[s
             ok += sum(r.ok for r in batch)
             case_ids.extend(r.case_id for r in batch)
             yield from batch
+        # Last, and atomically: the claim that every record is on disk, which readers check against
+        # them; and, when the trailer disagrees with the rows, that they are not the whole story of
+        # the run. Inside the try: a signal after the last batch, before this rename, is an
+        # interrupted import too, not one left saying ``importing``.
+        contradicted = {"contradicted": "; ".join(trailer["problems"])} if trailer["problems"] else {}
+        # The cases it wrote are what it planned: a record swapped for another case reads as not whole.
+        run_dir.write_meta({**meta, "state": "imported", "cases_total": total, "cases_ok": ok,
+                            "cases_failed": total - ok, PLANNED: planned_digest(case_ids), **contradicted})
     except KeyboardInterrupt:  # Ctrl-C, SIGTERM, SIGHUP (harness.run.lifetime): said as a run says it
         _write_interrupted(run_dir, meta)
         raise
-    # Last, and atomically: the claim that every record is on disk, which readers check against them;
-    # and, when the trailer disagrees with the rows, that they are not the whole story of the run.
-    contradicted = {"contradicted": "; ".join(trailer["problems"])} if trailer["problems"] else {}
-    # The cases it wrote are what it planned: a record swapped for another case reads as not whole.
-    run_dir.write_meta({**meta, "state": "imported", "cases_total": total, "cases_ok": ok,
-                        "cases_failed": total - ok, PLANNED: planned_digest(case_ids), **contradicted})
 
 
 def _write_interrupted(run_dir: RunDir, meta: dict) -> None:
