@@ -1,6 +1,7 @@
 """Shared fixtures: running critpath as a user would (a real subprocess) or in-process."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -14,6 +15,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # holds (harness.core.fingerprintfile.REQUIRED). A local launch of world 1 is narrower than any
 # record, as a local run's fingerprint may be.
 RUN_FINGERPRINT = {"host": "test", "launch": "local", "world": 1}
+# The commits a fixture gate's sides were measured at: gate.json's and each worker's fingerprint's.
+GATE_COMMITS = {"base": "1" * 40, "candidate": "2" * 40}
 
 
 def free_port() -> int:
@@ -211,6 +214,7 @@ def finished_gate(gate_dir: Path, error: str = "") -> Path:
         for side in ("base", "candidate"):
             if (gate_dir / side / gen).is_dir():  # a side laid out later gets its ID when gate.json is written again
                 (gate_dir / side / gen / GATE_ID_FILE).write_text(GATE_ID + "\n")
+                _measured_at(gate_dir / side / gen, GATE_COMMITS[side])
         held = [{r.case_id for d in sorted((gate_dir / side / gen).glob("round-*")) for r in load_records(d)}
                 for side in ("base", "candidate")]
         for case_id in held[0] & held[1]:
@@ -222,12 +226,26 @@ def finished_gate(gate_dir: Path, error: str = "") -> Path:
                 for case_id, n in sorted(pairs.items())}
     sides = {side: {"label": side, "ref": ref, "path": f"/tmp/critpath-gate-{side}/tree", "commit": commit,
                     "dirty": False}
-             for side, ref, commit in (("base", "HEAD~1", "1" * 40), ("candidate", "HEAD", "2" * 40))}
-    extra = {"plan": Plan().to_dict(), "side_kind": "worker", "generations": len(generations), "stopped": "budget",
+             for side, ref, commit in (("base", "HEAD~1", GATE_COMMITS["base"]),
+                                       ("candidate", "HEAD", GATE_COMMITS["candidate"]))}
+    rounds = max((len([d for d in (gate_dir / side / gen).glob("round-*") if d.is_dir()])
+                  for side in ("base", "candidate") for gen in generations), default=1)
+    extra = {"plan": Plan(rounds=max(1, rounds)).to_dict(), "side_kind": "worker", "generations": len(generations), "stopped": "budget",
              "gate_id": GATE_ID}
     write_outputs(GateResult("ab", "mean_ns", "process", Policy(), verdicts, repeats=len(generations), extra=extra,
                              **sides), gate_dir, own=True)
     return gate_dir
+
+
+def _measured_at(gen_dir: Path, commit: str) -> None:
+    """Each fingerprint of a fixture generation (its worker's, or its rounds' runs') without a git
+    commit given ``commit``, as a process of that side's tree writes it; a worker that left none
+    is given one."""
+    prints = [p for p in [gen_dir / "fingerprint.json", *gen_dir.glob("round-*/fingerprint.json")] if p.is_file()]
+    for fp in prints or [gen_dir / "fingerprint.json"]:
+        data = json.loads(fp.read_text()) if fp.is_file() else dict(RUN_FINGERPRINT)
+        if "git" not in data:
+            fp.write_text(json.dumps({**data, "git": {"commit": commit, "dirty": False}}))
 
 
 def gate_out(root: Path, generations: int = 15, noop: str = "selftest/fault_rank=0,mode=noop,world=1") -> Path:
@@ -239,7 +257,7 @@ def gate_out(root: Path, generations: int = 15, noop: str = "selftest/fault_rank
         for gen in range(generations):
             gen_dir = root / side / f"gen-{gen:03d}"
             worker = RunDir(gen_dir, f"{side}-{gen}")
-            worker.write_fingerprint(RUN_FINGERPRINT)
+            worker.write_fingerprint({**RUN_FINGERPRINT, "git": {"commit": GATE_COMMITS[side], "dirty": False}})
             (gen_dir / "worker.log").write_text("")
             samples = [center_ns + 7 * gen + i for i in range(50)]
             (gen_dir / "round-000").mkdir()

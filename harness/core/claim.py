@@ -244,6 +244,23 @@ def remove_abandoned(directory: Path) -> bool:
         os.close(fd)
 
 
+def claim_state(directory: Path) -> str:
+    """What ``directory``'s claim says of the command that claimed it: "held" (it runs), "left"
+    (its claim stayed behind: it was killed), or "" (none: it released it when it ended, or never
+    claimed it). Read only: the lock is tried shared and given back at once."""
+    try:
+        fd = os.open(Path(directory) / CLAIM_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return ""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return "held"
+    finally:
+        os.close(fd)  # closing gives a lock taken back
+    return "left"
+
+
 def _in_use(directory: Path, fd: int) -> str:
     return (f"{directory} is in use: another process holds the lock on {directory / CLAIM_FILE}; "
             + _named_holder(fd))

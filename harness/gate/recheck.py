@@ -13,10 +13,12 @@ that are not all of one gate: ``whole_gate`` is the rule.
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Mapping, Optional, Sequence
 
 from harness.core import figures
+from harness.core.claim import claim_state
 from harness.core.comparable import mismatch
 from harness.core.figures import FigureUnavailable
 from harness.core.store import (
@@ -30,6 +32,8 @@ from harness.core.store import (
     read_json,
     recorded_twice,
 )
+from harness.core.measurement import measurement_key
+from harness.gate.generations import measured_at, rounds_held
 from harness.gate.outputs import SCHEMA_ID, GateResult, output_paths
 from harness.gate.schedule import GATE_ID_FILE, SIDES, CaseTrack, pair_value
 from harness.gate.stats import Outcome, Policy, Verdict
@@ -62,14 +66,21 @@ def whole_gate(base_dir: Path, cand_dir: Path, statistic: str) -> tuple[dict[str
     directories must be to be read back: the ``base/`` and ``candidate/`` of one directory whose
     gate.json the gate wrote when it ended (``said_of``); on each side exactly the generations
     gate.json counts, numbered without a gap, each holding that gate's ID (``held_to``); and the
-    cases and pairs read back those gate.json reports (``agrees``). Deleting a generation, or
-    bringing one or a side from another gate, would otherwise pick which pairs decide."""
+    cases and pairs read back those gate.json reports (``agrees``); each side's generations
+    measured at its commit (``measured_at``), each with the rounds the gate ran in it
+    (``rounds_held``). Deleting a generation or a round, or bringing one or a side from another
+    gate, would otherwise pick which pairs decide."""
     gate_dir = _one_gate(Path(base_dir), Path(cand_dir))
     path = output_paths(gate_dir)["json"]
     said = said_of(path, base_dir)
-    for side in (base_dir, cand_dir):
-        held_to(said, path, Path(side))
-    tracks, rounds = read_pairs(base_dir, cand_dir, statistic)
+    dirs = dict(zip(SIDES, (Path(base_dir), Path(cand_dir))))
+    for side in dirs.values():
+        held_to(said, path, side)
+    held = read_rounds(dirs)
+    rounds_held(said, path, dirs, held)
+    tracks, rounds = read_pairs(base_dir, cand_dir, statistic, held)  # a side's copy is named as one here
+    for label, side in dirs.items():
+        measured_at(said, path, label, side)
     agrees(said, path, tracks)
     return tracks, rounds
 
@@ -94,9 +105,8 @@ def said_of(path: Path, side: Path) -> dict:
     missing (killed, or still running) or when it says the gate stopped as a whole; its pairs then
     are a part of what it measured, as a killed run's records are (``store.incompleteness``)."""
     if not path.is_file():
-        raise ResultsFileError(
-            f"incomplete: {path.parent} holds no gate.json, which a gate writes when it ends: the gate that "
-            f"measured {side} did not finish (killed, or still running), and its pairs are not all it measured")
+        raise ResultsFileError(f"incomplete: {path.parent} holds no gate.json, which a gate writes when it ends: "
+                               f"{_why_no_result(path.parent, side)}")
     said = read_json(path)
     wrong = _field_types(said)
     if wrong:
@@ -122,6 +132,20 @@ def said_of(path: Path, side: Path) -> dict:
     if gate_id is not None and not (isinstance(gate_id, str) and gate_id):
         raise ResultsFileError(f"not whole: {path}: extra.gate_id {gate_id!r}: expected the gate's ID")
     return said
+
+
+def _why_no_result(gate_dir: Path, side: Path) -> str:
+    """What a gate directory without gate.json tells of its gate, by its claim (``claim_state``):
+    a gate holds its --out while it runs, a killed one leaves its claim, and one that ended gave
+    it up, so without a claim it ended and could not write its outputs (all of them or none)."""
+    state = claim_state(gate_dir)
+    why = {"held": f"the gate that measured {side} did not finish: it is still running (it holds {gate_dir})",
+           "left": f"the gate that measured {side} did not finish: it was killed (its claim on {gate_dir} "
+                   "stayed behind)",
+           "": f"the gate that measured {side} ended (it holds no claim on {gate_dir}, which a gate gives up when "
+               "it ends) without writing it: it could not write its outputs (a full disk? its log says), or it did "
+               "not finish and its claim was removed"}[state]
+    return f"{why}; its pairs are not all it measured, or not known to be"
 
 
 def _field_types(said: dict) -> str:
@@ -182,9 +206,19 @@ def agrees(said: dict, path: Path, tracks: Mapping[str, CaseTrack]) -> None:
     for case_id, track in tracks.items():
         if case_id not in cases:
             raise ResultsFileError(f"not whole: {path} names no case {case_id}, which the generations on disk hold")
-        compared = cases[case_id].get("comparison")
-        if track.problem or not isinstance(compared, dict):
-            continue  # could not run either way: no pairs of it are tested
+        compared, detail = cases[case_id].get("comparison"), cases[case_id].get("detail")
+        if track.problem:
+            continue  # could not run on disk: no pairs of it are tested
+        if not isinstance(compared, dict):
+            # The gate tested none of its pairs: too few of them (detail.n_pairs says how many),
+            # or a failure, which the generations on disk must hold too.
+            n = detail.get("n_pairs") if isinstance(detail, dict) else None
+            if n != len(track.pairs):
+                raise ResultsFileError(
+                    f"not whole: {path} says {case_id} {cases[case_id].get('outcome')} "
+                    + (f"on {n!r} pairs" if n is not None else f"({cases[case_id].get('reason')!r})")
+                    + f", and the generations on disk give {len(track.pairs)} pairs with no failure of it")
+            continue
         for label, key in zip(SIDES, ("n_base", "n_cand")):
             if compared.get(key) != len(track.values[label]):
                 raise ResultsFileError(
@@ -192,40 +226,70 @@ def agrees(said: dict, path: Path, tracks: Mapping[str, CaseTrack]) -> None:
                     f"generations on disk give {len(track.values[label])} pairs")
 
 
+_ROUND = re.compile(r"round-(\d{3})")
+
+
 def _rounds(gen_dir: Path) -> list[dict]:
-    """Each round of one generation, case ID -> its record; ResultsFileError naming the round's
-    file when it holds a case twice, or a record of a run other than its generation's (one worker
-    process, one run ID): a record appended by hand would otherwise replace, or join, the pair's."""
+    """Each round of one generation, case ID -> its record ({} for a last round that holds no
+    results: a process that left no record); ResultsFileError naming the round when the rounds are
+    not numbered round-000 on without a gap, when one before the last holds no results, when its
+    file holds a case twice, a record of a run other than its generation's (one worker process,
+    one run ID), or a record another round holds (a round copied): a record appended by hand, or a
+    round removed or copied, would otherwise replace, or join, the pair's."""
     rounds: list[dict] = []
     seen: list = []  # the generation's records so far: all of one run
-    for d in sorted(gen_dir.glob("round-*")):
+    keys: dict = {}  # what each record measured -> the round holding it
+    dirs = sorted(d for d in gen_dir.glob("round-*") if d.is_dir())
+    for number, d in enumerate(dirs):
+        if not _ROUND.fullmatch(d.name) or d.name != f"round-{number:03d}":
+            raise ResultsFileError(f"not whole: {d}: expected round-{number:03d} here: a gate numbers a "
+                                   f"generation's rounds round-000 on, without a gap ({gen_dir})")
         if not (d / RESULTS).exists():
+            if number + 1 < len(dirs):
+                raise ResultsFileError(f"not whole: {d} holds no {RESULTS}, and a later round follows it: a round "
+                                       "the gate went on from left its records")
+            rounds.append({})
             continue
         records = load_records(d)
         seen += records
         wrong = of_runs(seen, f"one generation ({gen_dir.name}, one worker)") or recorded_twice(records)
         if wrong:
             raise ResultsFileError(f"{d / RESULTS}: {wrong}")
+        for r in records:
+            measured = measurement_key(r)  # else a failed record: one case failed at one instant
+            key = (r.case_id, r.started_at, tuple(measured[2]) if measured else r.status)
+            if key in keys:
+                raise ResultsFileError(f"not whole: {d / RESULTS}: its record of {r.case_id} (started "
+                                       f"{r.started_at}) is the one {keys[key] / RESULTS} holds: a round copied "
+                                       "counts one measurement twice")
+            keys[key] = d
         rounds.append({r.case_id: r for r in records})
     return rounds
 
 
-def read_pairs(base_dir: Path, cand_dir: Path, statistic: str) -> tuple[dict[str, CaseTrack], int]:
+def read_rounds(dirs: Mapping[str, Path]) -> dict[str, dict[str, list[dict]]]:
+    """Per generation on either side, each side's rounds (``_rounds``)."""
+    generations = sorted(set(p.name for side in SIDES for p in dirs[side].glob("gen-*")))
+    return {gen: {side: _rounds(dirs[side] / gen) for side in SIDES} for gen in generations}
+
+
+def read_pairs(base_dir: Path, cand_dir: Path, statistic: str,
+               held: Optional[Mapping[str, Mapping[str, list]]] = None) -> tuple[dict[str, CaseTrack], int]:
     """Per case, the pairs of every generation both sides completed; and the rounds per pair. A
     generation one side has fewer rounds of (none, or none at all) is no pair: a failed record in
     it is its cases' problem, and without one the generation is the problem of every case it
     names (of every case, when it names none)."""
     dirs = dict(zip(SIDES, (Path(base_dir), Path(cand_dir))))
-    generations = sorted(set(p.name for side in SIDES for p in dirs[side].glob("gen-*")))
+    held = read_rounds(dirs) if held is None else held
     tracks: dict[str, CaseTrack] = {}
     unpaired: list[tuple[set, str]] = []  # (the cases a generation names, why it is no pair)
     rounds_per_pair = 0
-    for gen in generations:
-        rounds = {side: _rounds(dirs[side] / gen) for side in SIDES}
+    for gen, rounds in held.items():
         # One worker's run ID per side and generation: the same on both sides is a side's copy.
         disjoint_sides(runs=[LoadedRun(dirs[side] / gen, side, tuple(r for got in rounds[side] for r in got.values()))
                              for side in SIDES])
-        if not rounds[SIDES[0]] or len(rounds[SIDES[0]]) != len(rounds[SIDES[1]]):
+        if (not rounds[SIDES[0]] or len(rounds[SIDES[0]]) != len(rounds[SIDES[1]])
+                or not all(got for side in SIDES for got in rounds[side])):
             unpaired.append(_unpaired(gen, dirs, rounds, tracks))
             continue
         rounds_per_pair = max(rounds_per_pair, len(rounds[SIDES[0]]))
@@ -248,6 +312,7 @@ def read_pairs(base_dir: Path, cand_dir: Path, statistic: str) -> tuple[dict[str
             for side in SIDES:
                 track.values[side].append(values[side])
             track.pairs.append(pair_value(values[SIDES[0]], values[SIDES[1]]))
+        _failed_in(gen, dirs, rounds, tracks)  # a case that failed in a round is left out of the rounds after it
     for named, why in unpaired:
         if why and not (named or tracks):
             raise ResultsFileError(why)  # no case to give it to: nothing here was measured whole
@@ -262,6 +327,21 @@ def _unpaired(gen: str, dirs: Mapping[str, Path], rounds: Mapping[str, list], tr
     """A generation whose sides' rounds differ: each failed record in it made its case's problem
     in ``tracks`` (the gate stopped the generation at it); and, when it holds none, the cases it
     names with why it is no pair ("" when a failed record says why)."""
+    failed = _failed_in(gen, dirs, rounds, tracks)
+    named = {case_id for side in SIDES for got in rounds[side] for case_id in got}
+    if failed:
+        return named, ""
+    short, other = sorted(SIDES, key=lambda side: len(rounds[side]))
+    empty = next((side for side in SIDES if rounds[side] and not rounds[side][-1]), None)
+    lacks = (f"neither side has a round ({dirs[short] / gen}, {dirs[other] / gen})" if not rounds[other] else
+             f"the {short} side has {len(rounds[short])} rounds where the {other} has {len(rounds[other])} "
+             f"({dirs[short] / gen})" if len(rounds[short]) != len(rounds[other]) else
+             f"the last round of the {empty} side holds no {RESULTS} ({dirs[empty] / gen})")
+    return named, f"{gen}: {lacks}, and no record says why: a process died or hung without a record of it"
+
+
+def _failed_in(gen: str, dirs: Mapping[str, Path], rounds: Mapping[str, list], tracks: dict) -> bool:
+    """Each failed record of generation ``gen`` made its case's problem in ``tracks``; whether any was."""
     failed = False
     for side in SIDES:
         for got in rounds[side]:
@@ -270,14 +350,7 @@ def _unpaired(gen: str, dirs: Mapping[str, Path], rounds: Mapping[str, list], tr
                     failed = True
                     track = tracks.setdefault(case_id, CaseTrack(case_id))
                     track.problem = track.problem or f"{gen}: {side}: {failure_text([record])} ({dirs[side] / gen})"
-    named = {case_id for side in SIDES for got in rounds[side] for case_id in got}
-    if failed:
-        return named, ""
-    short, other = sorted(SIDES, key=lambda side: len(rounds[side]))
-    lacks = (f"neither side has a round ({dirs[short] / gen}, {dirs[other] / gen})" if not rounds[other] else
-             f"the {short} side has {len(rounds[short])} rounds where the {other} has {len(rounds[other])} "
-             f"({dirs[short] / gen})")
-    return named, f"{gen}: {lacks}, and no record says why: a process died or hung without a record of it"
+    return failed
 
 
 def describe(tracks: Mapping[str, CaseTrack]) -> str:
