@@ -256,8 +256,8 @@ def _rounds(gen_dir: Path) -> list[dict]:
         if wrong:
             raise ResultsFileError(f"{d / RESULTS}: {wrong}")
         for r in records:
-            measured = measurement_key(r)  # else a failed record: one case failed at one instant
-            key = (r.case_id, r.started_at, tuple(measured[2]) if measured else r.status)
+            # a failed record has no samples to know it by: one case failed at one instant
+            key = measurement_key(r) or (r.case_id, r.started_at, r.status)
             if key in keys:
                 raise ResultsFileError(f"not whole: {d / RESULTS}: its record of {r.case_id} (started "
                                        f"{r.started_at}) is the one {keys[key] / RESULTS} holds: a round copied "
