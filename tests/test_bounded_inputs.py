@@ -406,6 +406,12 @@ def test_a_name_longer_than_any_case_id_matches_no_rule():
     ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "fe80::1%" + "a" * 5000, "MASTER_PORT": "1"}, "MASTER_ADDR="),
     ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "[1.2.3.4]", "MASTER_PORT": "1"}, "MASTER_ADDR='[1.2.3.4]'"),
     ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "999.999.999.999", "MASTER_PORT": "1"}, "MASTER_ADDR='999."),
+    # a zone belongs to IPv6 only: torch retried '127.0.0.1%0' for two minutes
+    *(({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": host, "MASTER_PORT": "1"},
+       f"MASTER_ADDR={host!r}: expected a host name or an IP address")
+      for host in ("127.0.0.1%0", "1.2.3.4%eth0", "[1.2.3.4%0]", "::1%.", "::1%..", "::1%-oProxy",
+                   # inet_aton's numeric spellings are addresses to some readers and names to others
+                   "0x7f000001", "0X7F.1")),
 ])
 def test_a_garbage_launcher_environment_is_one_line_naming_the_variable(env, expected):
     from harness.run.joined import joined_rank

@@ -34,12 +34,17 @@ def env_int(env: Mapping[str, str], name: str, low: int, high: int, default: Opt
 _HOST_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?", re.ASCII)
 MAX_HOST_CHARS = 253
 # An IPv6 zone (``fe80::1%eth0``): ipaddress takes any text after "%", so it is held to an
-# interface name's characters and length (Linux's IFNAMSIZ - 1) or a zone index.
-_ZONE = re.compile(r"[A-Za-z0-9_.-]{1,15}", re.ASCII)
+# interface name's characters and length (Linux's IFNAMSIZ - 1) or a zone index. Linux refuses
+# "." and ".." as interface names, and a leading "-" would read as an option to a tool given it.
+_ZONE = re.compile(r"(?!\.{1,2}\Z)[A-Za-z0-9_.][A-Za-z0-9_.-]{0,14}", re.ASCII)
+# The numeric forms inet_aton also reads as an IPv4 address (``0x7f000001``, ``0177.1``, ``127.1``):
+# a name spelled wholly so is ambiguous between a host name and an address, so it is neither.
+_INET_ATON_PART = re.compile(r"0[xX][0-9A-Fa-f]*|[0-9]+", re.ASCII)
 
 
 def _is_address(text: str) -> bool:
-    """An IPv4 address, or an IPv6 one (in brackets or not) whose zone, if any, names an interface."""
+    """An IPv4 address, or an IPv6 one (in brackets or not) whose zone, if any, names an
+    interface; a zone belongs to IPv6 only (``127.0.0.1%0`` is no address)."""
     bracketed = text.startswith("[") and text.endswith("]")
     bare = text[1:-1] if bracketed else text
     address, _, zone = bare.partition("%")
@@ -49,7 +54,7 @@ def _is_address(text: str) -> bool:
         version = ipaddress.ip_address(address).version
     except ValueError:
         return False
-    return version == 6 or not bracketed
+    return version == 6 or not (bracketed or "%" in bare)
 
 
 def env_host(env: Mapping[str, str], name: str) -> str:
@@ -62,6 +67,6 @@ def env_host(env: Mapping[str, str], name: str) -> str:
         return text
     labels = text.removesuffix(".").split(".")
     if (len(text) <= MAX_HOST_CHARS and all(_HOST_LABEL.fullmatch(label) for label in labels)
-            and not labels[-1].isdigit()):
+            and not labels[-1].isdigit() and not all(_INET_ATON_PART.fullmatch(label) for label in labels)):
         return text
     raise UsageError(f"{name}={shown(text)}: expected a host name or an IP address (where rank 0 listens)")
