@@ -31,7 +31,13 @@ def _profile(tmp_path: Path, check: str) -> Path:
     ("    family: allreduce\n    select: {algo: null}\n", "checks.0.select.algo", "null is no value of allreduce.algo"),
     ("    family: allreduce\n    select: {algo: ring}\n    relative_to: {size_bytes: null}\n    dtypes: [float32]\n",
      "checks.0.relative_to.size_bytes", "null is no value of allreduce.size_bytes"),
-], ids=["case-dtypes", "select-dtypes", "case-family", "family", "select-null", "relative_to-null"])
+    # a family without a data type: the check loaded and then ended COULD NOT VERIFY
+    ("    case: selftest/fault_rank=0,mode=noop,world=1\n    dtypes: [float32]\n", "checks.0.dtypes",
+     "family 'selftest' has no parameter 'dtype'"),
+    ("    family: rpc\n    select: {}\n    dtypes: [bfloat16]\n", "checks.0.dtypes",
+     "family 'rpc' has no parameter 'dtype'"),
+], ids=["case-dtypes", "select-dtypes", "case-family", "family", "select-null", "relative_to-null",
+        "case-no-dtype", "family-no-dtype"])
 def test_a_check_naming_what_no_record_is_is_refused_at_load(tmp_path, check, field, said):
     path = _profile(tmp_path, check)
     with pytest.raises(ProfileError) as refused:

@@ -139,8 +139,12 @@ def _select_problems(family: str, check: Mapping[str, Any]) -> list[tuple[str, s
 def _dtype_problems(family: str, dtypes: list) -> list[tuple[str, str]]:
     """The data types of ``dtypes`` no record of the family can be in, by the rule select.dtype is
     held to: a typo would leave the type out of the check without a word."""
-    if family not in registry.FAMILIES or "dtype" not in registry.get(family).declared:
+    if family not in registry.FAMILIES:
         return []
+    if "dtype" not in registry.get(family).declared:
+        # no record of the family has a type, so the check would load and then verify nothing
+        return [("dtypes", f"family {family!r} has no parameter 'dtype'; leave dtypes out, or name a family "
+                           "that has one")]
     return [(".".join(["dtypes", *(str(p) for p in at[1:])]), why)
             for at, why in selector_faults(family, {"dtype": dtypes})]
 
