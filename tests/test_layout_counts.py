@@ -90,8 +90,25 @@ def test_diagnose_never_maps_fewer_nodes_than_the_layout_lists(changes, says):
      "field layout.local_ranks.1: local rank 2, but node 0 holds 2 ranks (local ranks 0..1)"),
     ({"world": 2, "layout": {"nodes": 1, "local_ranks": [0, 0]}},
      "field layout.local_ranks.1: local rank 0 on node 0, as rank 0's"),
+    # local_ranks without node_of_rank still counts the ranks of each node
+    ({"world": 4, "layout": {"nodes": 2, "local_ranks": [0, 1, 2, 3]}},
+     "field layout.local_ranks: 1 ranks of local rank 0, but the layout has 2 nodes"),
+    ({"world": 4, "layout": {"nodes": 2, "ranks_per_node": [2, 2], "local_ranks": [0, 1, 2, 3]}},
+     "field layout.local_ranks: 1 ranks of local rank 0, but the layout has 2 nodes"),
+    ({"world": 4, "layout": {"local_ranks": [0, 1, 1, 2]}},
+     "field layout.local_ranks.2: local rank 1 on 2 ranks, but local rank 0 on 1"),
+    ({"world": 4, "layout": {"nodes": 3, "local_ranks": [0, 2, 0, 0]}},
+     "field layout.local_ranks.1: local rank 2 on 1 ranks, but local rank 1 on 0"),
+    ({"world": 4, "layout": {"nodes": 2, "ranks_per_node": [2, 2], "local_ranks": [0, 1, 2, 0]}},
+     "field layout.local_ranks: numbers nodes of [3, 1] ranks, but field layout.ranks_per_node says [2, 2]"),
+    # uniform and node_major are derived from the lists
+    (_fingerprint(TWO_NODES, uniform=False), "field layout.uniform: False, but field layout.ranks_per_node is [1, 1]"),
+    (_fingerprint(TWO_NODES, node_major=False),
+     "field layout.node_major: False, but field layout.node_of_rank is [0, 1]"),
 ], ids=["node-without-ranks", "local-twice", "local-twice-not-0", "node-index-past-nodes", "first-node-empty",
-        "int-too-many-on-a-node", "local-past-its-node", "one-node-no-node_of_rank"])
+        "int-too-many-on-a-node", "local-past-its-node", "one-node-no-node_of_rank", "local-alone-one-node-of-2",
+        "local-alone-with-list", "local-alone-2-of-1", "local-alone-gap", "local-alone-other-sizes",
+        "uniform-disagrees", "node_major-disagrees"])
 def test_a_layout_whose_ranks_are_not_its_nodes_is_refused_naming_the_field(fingerprint, says):
     """Each node holds as many ranks of node_of_rank as ranks_per_node says, one at least, and numbers
     them 0..n-1 in local_ranks, once each."""

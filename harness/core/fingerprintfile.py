@@ -24,6 +24,7 @@ Which launch a run directory may carry is held to its run.json in ``harness.core
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Union
 
@@ -263,6 +264,16 @@ def _check_layout(layout: Mapping[str, Any], world: Optional[int]) -> None:
         if local >= held:
             raise FingerprintError(f"field layout.local_ranks.{rank}: local rank {local}, but its node holds "
                                    f"{held} ranks (layout.ranks_per_node)")
+    # uniform and node_major are derived from the lists (harness.run.fingerprint): a pair that
+    # disagrees was edited, and a reader would be told two things of one layout.
+    if isinstance(layout.get("uniform"), bool) and isinstance(per_node, list) and per_node \
+            and layout["uniform"] != (len(set(per_node)) == 1):
+        raise FingerprintError(f"field layout.uniform: {layout['uniform']}, but field layout.ranks_per_node "
+                               f"is {per_node}")
+    if isinstance(layout.get("node_major"), bool) and node_of_rank \
+            and layout["node_major"] != (node_of_rank == sorted(node_of_rank)):
+        raise FingerprintError(f"field layout.node_major: {layout['node_major']}, but field layout.node_of_rank "
+                               f"is {node_of_rank}")
     if isinstance(per_node, int) and world is not None:
         # The integer form is the most ranks a node holds (an import's, from the devices of each host):
         # every other node holds one at least, and no node more than it.
@@ -287,12 +298,14 @@ def _check_members(layout: Mapping[str, Any]) -> None:
     node_of_rank = layout.get("node_of_rank")
     if node_of_rank is None and nodes == 1 and local_ranks is not None:
         node_of_rank = [0] * len(local_ranks)  # one node holds every rank
-    if node_of_rank is None:
-        return  # nothing places the ranks on nodes
     # The nodes the layout counts: ``nodes``, a list of one entry a node, else those node_of_rank names.
     counted = nodes if nodes is not None else next(
         (len(layout[name]) for name in ("node_keys", "hosts", "ranks_per_node") if isinstance(layout.get(name), list)),
-        max(node_of_rank, default=-1) + 1)
+        None if node_of_rank is None else max(node_of_rank, default=-1) + 1)
+    if node_of_rank is None:
+        if local_ranks is not None:
+            _check_local_ranks_alone(local_ranks, counted, per_node)
+        return  # nothing else places the ranks on nodes
     outside = next((rank for rank, node in enumerate(node_of_rank) if node >= counted), None)
     if outside is not None:
         raise FingerprintError(f"field layout.node_of_rank.{outside}: node {node_of_rank[outside]}, but the layout "
@@ -322,6 +335,27 @@ def _check_members(layout: Mapping[str, Any]) -> None:
                 raise FingerprintError(f"field layout.local_ranks.{rank}: local rank {local} on node {node}, "
                                        f"as rank {seen[local]}'s; each rank of a node has its own")
             seen[local] = rank
+
+
+def _check_local_ranks_alone(local_ranks: list, counted: Optional[int], per_node) -> None:
+    """``local_ranks`` without ``node_of_rank`` still says how many ranks each node holds: every node
+    numbers its own 0..n-1, so as many ranks have local rank 0 as there are nodes, and no more have
+    local rank k than have k - 1. A list that no set of the layout's nodes numbers so was accepted."""
+    given, seen = Counter(local_ranks), Counter()
+    for rank, local in enumerate(local_ranks):
+        seen[local] += 1
+        if local and seen[local] > given[local - 1]:  # the rank one too many for the nodes below it
+            raise FingerprintError(f"field layout.local_ranks.{rank}: local rank {local} on {given[local]} ranks, but "
+                                   f"local rank {local - 1} on {given[local - 1]}; each node numbers its ranks 0..n-1")
+    if counted is not None and given[0] != counted:
+        raise FingerprintError(f"field layout.local_ranks: {given[0]} ranks of local rank 0, but the layout has "
+                               f"{counted} nodes, each numbering its ranks from 0")
+    if isinstance(per_node, list):
+        # node i holds as many ranks as there are local indices k with given[k] > i
+        held = sorted((sum(1 for k in given if given[k] > node) for node in range(given[0])), reverse=True)
+        if held != sorted(per_node, reverse=True):
+            raise FingerprintError(f"field layout.local_ranks: numbers nodes of {held} ranks, but field "
+                                   f"layout.ranks_per_node says {per_node}")
 
 
 def _check_lengths(layout: Mapping[str, Any], unit: str, counted: list, names: tuple[str, ...]) -> None:
