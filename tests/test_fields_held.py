@@ -162,15 +162,22 @@ def _ranks(**columns):
     return lambda d: d["contention"]["ranks"].update(columns)
 
 
-def _psi_share_rejudged(d):
-    d["contention"]["ranks"].update(pressure_source=["psi"], pressure_share=[5.0])
-    block = Contention.from_dict(d["contention"])
-    d["contention"]["summary"] = cn.judge(block, d["samples_ns"]).to_dict()  # the summary agrees with it
+def _rejudged(**columns):
+    """An edit of the rank columns whose summary agrees with it, so that what refuses it is the
+    check of the field itself (a window's length enters the foreign-CPU share)."""
+    def edit(d):
+        d["contention"]["ranks"].update(columns)
+        block = Contention.from_dict(d["contention"])
+        d["contention"]["summary"] = cn.judge(block, d["samples_ns"]).to_dict()
+    return edit
+
+
+_psi_share_rejudged = _rejudged(pressure_source=["psi"], pressure_share=[5.0])
 
 
 @pytest.mark.parametrize("edit, field", [
-    (_ranks(window_ns=[1]), "contention.ranks.window_ns: 1 ns, less than the"),
-    (_ranks(window_ns=[10**15]), "contention.ranks.window_ns.0: 1000000000000000 ns, longer than the record's wall_s"),
+    (_rejudged(window_ns=[1]), "contention.ranks.window_ns: 1 ns, less than the"),
+    (_rejudged(window_ns=[10**15]), "contention.ranks.window_ns.0: 1000000000000000 ns, longer than the record's wall_s"),
     (_ranks(cpu_last=[99], cpus_allowed=["0-1"]), "contention.ranks.cpu_last.0: 99, a CPU outside the rank's "
                                                   "cpus_allowed 0-1"),
     (_ranks(cpus_allowed=["5-1"]), "contention.ranks.cpus_allowed.0: the range 5-1 runs backwards"),

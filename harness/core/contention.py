@@ -14,14 +14,27 @@ The rule: a record is **contended** when both terms fire:
   lasted one scheduler tick or longer. A rank that waits for a core waits for the next tick (4 ms
   at 250 Hz); a loop whose iterations take microseconds shows such a wait as an iteration of a tick
   or more, which is what a neighbour does to it;
-- *pressure*: some rank's CPU pressure over the window reached its source's minimum, so something
-  else wanted the CPUs: PSI ``some`` (the share of wall time at least one runnable task waited)
-  at least ``PSI_SOME_SHARE_MIN``, or, where PSI is missing, the 1-minute load average per usable
-  CPU at least ``LOAD_PER_CPU_MIN``.
+- *foreign CPU*: on some host, other processes than the case's own used at least
+  ``FOREIGN_CPU_SHARE_MIN`` of its CPUs over the window: the host's busy time (its CPUs' capacity
+  less their idle time, /proc/stat) less the CPU time of the case's ranks and the processes they
+  started (getrusage and /proc), as a share of the capacity. Where a record has no such evidence
+  (older records, other kernels), or was judged by a rule without this term, *pressure* stands in:
+  some rank's CPU pressure over the window reached its source's minimum, PSI ``some`` (the share
+  of wall time at least one runnable task waited) at least ``PSI_SOME_SHARE_MIN``, or, where PSI
+  is missing, the 1-minute load average per usable CPU at least ``LOAD_PER_CPU_MIN``.
+
+Why foreign CPU and not PSI: PSI is system-wide and counts the case's own waits. Gloo's
+communication threads compete with the two ranks for two cores, which makes tick stalls and PSI
+pressure at once, the very signature of a neighbour; judged by PSI, 18 % of a quiet runner's
+records were flagged (docs/contention.md). The case's own CPU time is known to each rank, so what
+is left of the host's busy time is someone else's. /proc/stat counts in units of 10 ms
+(``STAT_UNIT_NS``), so a window whose capacity at the minimum share is under one unit cannot be
+judged by it and stays undecided.
 
 Neither term alone flags. Pressure alone does not: a quiet run's own ranks make PSI pressure (the
 default allreduce sweep alone kept ``some`` at 31 % of its wall time), and pressure while the loop
-never stalled at a tick did not distort it. Stalls alone do not: a case may sleep or wait by design,
+never stalled at a tick did not distort it; neither does foreign CPU while the loop never stalled
+(a neighbour that runs while the ranks wait on one another takes nothing from them). Stalls alone do not: a case may sleep or wait by design,
 and without pressure nothing says another job took the core. Involuntary context switches are
 recorded but not judged: the ranks of one case preempt each other on a small runner, and how many
 switches a neighbour adds has not been measured.
@@ -31,11 +44,9 @@ evidence (older records, imports), no pressure evidence on any rank while the lo
 case whose every iteration lasts a tick or more (its work, not a stall, fills the tick, so the tick
 term cannot tell them apart). A record is never called uncontended without evidence.
 
-The thresholds are provisional: chosen from the figures of a shared 2-core runner (quiet: ``some``
-at 21-31 %, up to 37 % of a record's iterations at a tick; loaded: up to 100 %), not yet calibrated.
-Calibrate them on the runner, quiet and with a CPU-bound neighbour, by running the same sweep both
-ways (``critpath run --family allreduce`` alone, then beside two busy processes) and counting the
-records flagged in each, with intervals; docs/contention.md is where those counts belong. A record
+The thresholds are calibrated on this project's 2-core runner, quiet and with a CPU-bound
+neighbour per core (``examples/contention_calibration.py``); docs/contention.md holds the counts,
+with intervals, and says which targets they meet. A record
 keeps the thresholds it was judged by (``Rule``), so a change of them re-judges old records rather
 than contradicting them.
 """
@@ -65,8 +76,11 @@ ASSUMED_TICK_HZ = 250
 MAX_TICK_HZ = 100_000
 NS_PER_S = 1_000_000_000
 
-# Provisional thresholds (see the module docstring: not yet calibrated on this runner).
+# The thresholds (docs/contention.md has what they flag, quiet and loaded).
 TICK_SHARE_MIN = 0.05  # of a record's iterations at one tick or longer
+FOREIGN_CPU_SHARE_MIN = 0.10  # of a host's CPU capacity over the window, used by other processes
+# The unit /proc/stat counts CPU time in: USER_HZ, 100 a second on every Linux architecture's ABI.
+STAT_UNIT_NS = 10_000_000
 PSI_SOME_SHARE_MIN = 0.10  # of the window's wall time with some runnable task waiting
 LOAD_PER_CPU_MIN = 1.0  # runnable tasks per usable CPU: more than the CPUs can run
 
@@ -80,16 +94,18 @@ class Rule:
     tick_share_min: float = TICK_SHARE_MIN
     psi_some_share_min: float = PSI_SOME_SHARE_MIN
     load_per_cpu_min: float = LOAD_PER_CPU_MIN
+    # None: a rule from before the foreign-CPU term, which judged pressure alone
+    foreign_cpu_share_min: Optional[float] = FOREIGN_CPU_SHARE_MIN
 
     def pressure_min(self, source: str) -> float:
         return self.psi_some_share_min if source == PSI else self.load_per_cpu_min
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {k: v for k, v in asdict(self).items() if v is not None}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Rule":
-        return cls(**{k: float(data[k]) for k in asdict(cls())})
+        return cls(**{k: (float(data[k]) if data.get(k) is not None else None) for k in asdict(cls())})
 
 
 RULE = Rule()
@@ -109,10 +125,20 @@ class RankEvidence:
     cpu_last: Optional[int]  # the CPU it was on at the window's end, where /proc says
     tick_hz: int  # the kernel's CONFIG_HZ
     tick_source: str  # the file it was read from, or TICK_ASSUMED
+    # The foreign-CPU evidence, all four or none (None: a record from before it, or no /proc/stat):
+    host_idle_ns: Optional[int] = None  # idle and iowait time of all the host's CPUs over the window
+    own_cpu_ns: Optional[int] = None  # CPU time of the rank's process and those it started
+    host_cpus: Optional[int] = None  # the host's online CPUs (the cpuN lines of /proc/stat)
+    host_id: Optional[str] = None  # which host: its boot ID (ranks of one host share its CPUs)
 
+    def foreign_known(self) -> bool:
+        return None not in (self.host_idle_ns, self.own_cpu_ns, self.host_cpus, self.host_id)
 
 
 EVIDENCE_FIELDS = tuple(RankEvidence.__dataclass_fields__)
+FOREIGN_FIELDS = ("host_idle_ns", "own_cpu_ns", "host_cpus", "host_id")
+# Columns a record from before them lacks: read as None for every rank.
+OPTIONAL_FIELDS = FOREIGN_FIELDS
 # How much longer than its record's wall time a rank's window may read: every rank's window lies
 # within rank 0's wall time (it opens after a barrier rank 0 joins and closes before rank 0 gathers
 # it), and a rank on another host times it on that host's clock, whose rate NTP holds within 500
@@ -160,6 +186,16 @@ def _rank_problem(rank: RankEvidence) -> Optional[tuple[str, str]]:
         return "pressure_share", f"{rank.pressure_share!r}, but a PSI share is of the window's wall time, at most 1"
     if rank.tick_source == TICK_ASSUMED and rank.tick_hz != ASSUMED_TICK_HZ:
         return "tick_hz", f"{rank.tick_hz} beside tick_source {TICK_ASSUMED!r}, which is {ASSUMED_TICK_HZ} Hz"
+    given = [name for name in FOREIGN_FIELDS if getattr(rank, name) is not None]
+    if given and len(given) < len(FOREIGN_FIELDS):
+        missing = next(name for name in FOREIGN_FIELDS if getattr(rank, name) is None)
+        return missing, f"null beside {given[0]} {getattr(rank, given[0])!r}; the foreign-CPU evidence is all four or none"
+    if given and rank.host_cpus > MAX_CPU_COUNT:
+        return "host_cpus", f"{rank.host_cpus} CPUs, more than the {MAX_CPU_COUNT} a host is believed to have"
+    # idle time is read in units of STAT_UNIT_NS at each end: it may exceed the capacity by one
+    if given and rank.host_idle_ns > rank.window_ns * rank.host_cpus * (1 + CLOCK_RATE_TOLERANCE) + STAT_UNIT_NS:
+        return "host_idle_ns", (f"{rank.host_idle_ns} ns idle, more than {rank.host_cpus} CPUs have in a window of "
+                                f"{rank.window_ns} ns")
     return None
 
 
@@ -203,12 +239,15 @@ class Contention:
         """From a validated block whose columns are all as long (``column_lengths`` says where not)."""
         columns = data["ranks"]
         world = len(columns[EVIDENCE_FIELDS[0]])
-        return cls(tuple(RankEvidence(**{name: columns[name][r] for name in EVIDENCE_FIELDS}) for r in range(world)))
+        absent = [None] * world
+        return cls(tuple(RankEvidence(**{name: columns.get(name, absent)[r] for name in EVIDENCE_FIELDS})
+                         for r in range(world)))
 
 
 def uneven_column(data: Mapping[str, Any], world: int) -> Optional[str]:
     """The first evidence column of a validated block that does not hold one value per rank, or None."""
-    return next((name for name in EVIDENCE_FIELDS if len(data["ranks"][name]) != world), None)
+    return next((name for name in EVIDENCE_FIELDS if name in data["ranks"] and len(data["ranks"][name]) != world),
+                None)
 
 
 @dataclass(frozen=True)
@@ -223,6 +262,8 @@ class Verdict:
     tick_share: Optional[float] = None  # of the iterations at one tick or longer; None: not judgeable
     tick_hz: Optional[int] = None
     rule: Rule = field(default_factory=Rule)
+    # the worst host's share of its CPU capacity used by other processes; None: no such evidence
+    foreign_cpu_share: Optional[float] = None
 
     def to_dict(self) -> dict:
         return {**asdict(self), "rule": self.rule.to_dict()}
@@ -266,6 +307,37 @@ def _pressure_term(ranks: Sequence[RankEvidence], rule: Rule) -> tuple[Optional[
     return fired, worst, text
 
 
+def foreign_shares(ranks: Sequence[RankEvidence]) -> dict[str, tuple[float, int]]:
+    """Host ID -> (share of its CPU capacity other processes used over the window, the capacity in
+    ns): the host's busy share as each of its ranks read it, averaged, less the CPU time of all its
+    ranks, each over its own window. Ranks without the evidence are left out."""
+    hosts: dict[str, list[RankEvidence]] = {}
+    for rank in ranks:
+        if rank.foreign_known():
+            hosts.setdefault(rank.host_id, []).append(rank)
+    shares = {}
+    for host, mine in hosts.items():
+        cpus = max(r.host_cpus for r in mine)
+        busy = sum(1 - r.host_idle_ns / (r.window_ns * cpus) for r in mine) / len(mine)
+        own = sum(r.own_cpu_ns / r.window_ns for r in mine) / cpus
+        shares[host] = (busy - own, min(r.window_ns for r in mine) * cpus)
+    return shares
+
+
+def _foreign_term(ranks: Sequence[RankEvidence], rule: Rule) -> tuple[Optional[bool], Optional[float], str]:
+    shares = foreign_shares(ranks)
+    host, (share, capacity_ns) = max(shares.items(), key=lambda item: item[1][0])
+    where = f" (host {sorted(shares).index(host)} of {len(shares)})" if len(shares) > 1 else ""
+    if capacity_ns * rule.foreign_cpu_share_min < STAT_UNIT_NS:
+        # the share of so short a window is mostly the reading's unit: no figure is given for it
+        return None, None, (f"foreign CPU not resolved{where}: {capacity_ns / 1e6:.3g} CPU-ms is too short to tell "
+                            f"{_pct(rule.foreign_cpu_share_min)} from the {STAT_UNIT_NS / 1e6:g} ms unit /proc/stat "
+                            "counts in")
+    text = f"foreign CPU {_pct(share)}{where}"
+    fired = share >= rule.foreign_cpu_share_min
+    return fired, share, text + f" {'>=' if fired else '<'} {_pct(rule.foreign_cpu_share_min)}"
+
+
 def judge(contention: Optional[Contention], samples_ns: Sequence[int], rule: Rule = RULE) -> Verdict:
     """The rule (module docstring) on one record's evidence and samples."""
     if contention is None or not contention.ranks:
@@ -274,6 +346,10 @@ def judge(contention: Optional[Contention], samples_ns: Sequence[int], rule: Rul
     hz = max(r.tick_hz for r in ranks)  # the shortest tick of any rank's kernel: no stall of it is missed
     tick, share, tick_text = _tick_term(samples_ns, hz, rule)
     pressure, worst, pressure_text = _pressure_term(ranks, rule)
+    foreign_share = None
+    if rule.foreign_cpu_share_min is not None and all(r.foreign_known() for r in ranks):
+        # PSI stays in the record as evidence; the decision is the foreign CPU's
+        pressure, foreign_share, pressure_text = _foreign_term(ranks, rule)
     if tick is False or pressure is False:
         contended, said = False, [t for t, v in ((tick_text, tick), (pressure_text, pressure)) if v is False]
     elif tick and pressure:
@@ -283,7 +359,8 @@ def judge(contention: Optional[Contention], samples_ns: Sequence[int], rule: Rul
     return Verdict(contended, "; ".join(said) if contended is not None else "undecided: " + "; ".join(said),
                    pressure_share_max=worst.pressure_share if worst else None,
                    pressure_source=worst.pressure_source if worst else NO_PRESSURE,
-                   nivcsw_total=sum(r.nivcsw for r in ranks), tick_share=share, tick_hz=hz, rule=rule)
+                   nivcsw_total=sum(r.nivcsw for r in ranks), tick_share=share, tick_hz=hz, rule=rule,
+                   foreign_cpu_share=foreign_share)
 
 
 def check_summary(contention: Contention, samples_ns: Sequence[int], stored: Mapping[str, Any]) -> Optional[str]:

@@ -154,9 +154,10 @@ def contention_notes(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     if not marked:
         return []
     return [f"Status '{CONTENDED_MARK}': {marked} of these {len(rows)} records were timed while other work wanted "
-            f"their CPUs (at least {RULE.tick_share_min:.0%} of iterations lasted a scheduler tick or longer, and CPU "
-            f"pressure reached PSI some {RULE.psi_some_share_min:.0%} or {RULE.load_per_cpu_min:g} runnable tasks per "
-            "CPU): their figures hold the scheduler's waits as well as the case's time."]
+            f"their CPUs (at least {RULE.tick_share_min:.0%} of iterations lasted a scheduler tick or longer, and other "
+            f"processes used {RULE.foreign_cpu_share_min:.0%} of the host's CPUs or more; in a record without that "
+            f"evidence, CPU pressure reached PSI some {RULE.psi_some_share_min:.0%} or {RULE.load_per_cpu_min:g} "
+            "runnable tasks per CPU): their figures hold the scheduler's waits as well as the case's time."]
 
 
 def _reader(column: Column, resolved: Column, figures: Sequence[str]):

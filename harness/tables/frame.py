@@ -10,8 +10,8 @@ figures its record holds that could not be recomputed when it was read (``Record
 ``unverified_reason`` says why: no measurement, whatever its column shows. ``check_wrong`` / ``check_checked``
 hold the correctness count. ``contended`` is the contention rule's verdict on the record's timed
 loop (NA: no evidence to judge), ``contention_evidence`` the terms that fired, and
-``contention_pressure_share`` / ``_pressure_source`` / ``_nivcsw`` / ``_tick_share`` the figures it
-judged (harness.core.contention). A frame that holds an nccl-tests import also has nccl-tests' own columns
+``contention_pressure_share`` / ``_pressure_source`` / ``_nivcsw`` / ``_tick_share`` /
+``_foreign_cpu_share`` the figures it judged (harness.core.contention). A frame that holds an nccl-tests import also has nccl-tests' own columns
 (``nccltests.count``, ``.type``, ``.redop``, ``.root``, and per side ``nccltests.in_place.time_us``,
 ``.time_printed``, ``.algbw_gbps``, ``.busbw_gbps``, ``.wrong``, ``.max_error``; NA in other rows).
 The report's tables and ``critpath show`` are built from this frame (harness.tables.family).
@@ -44,7 +44,7 @@ CHECK_COLUMNS = ("check_wrong", "check_checked")  # the correctness count after 
 # NA where the record holds no evidence to judge; the evidence says which terms fired, or why none could.
 CONTENDED, CONTENTION_EVIDENCE = "contended", "contention_evidence"
 CONTENTION_COLUMNS = (CONTENDED, CONTENTION_EVIDENCE, "contention_pressure_share", "contention_pressure_source",
-                      "contention_nivcsw", "contention_tick_share")
+                      "contention_nivcsw", "contention_tick_share", "contention_foreign_cpu_share")
 NOTE_COLUMN = "figures_not_measured"
 # The figures of a row that are no measurement (harness.core.verify), and why: beside the figures,
 # so that no export presents them like the others.
@@ -153,7 +153,8 @@ def _flags(record) -> Optional[str]:
 def _contention_columns(record) -> dict:
     verdict = record.contention_verdict
     return dict(zip(CONTENTION_COLUMNS, (verdict.contended, verdict.evidence, verdict.pressure_share_max,
-                                         verdict.pressure_source, verdict.nivcsw_total, verdict.tick_share)))
+                                         verdict.pressure_source, verdict.nivcsw_total, verdict.tick_share,
+                                         verdict.foreign_cpu_share)))
 
 
 def _record_row(run: LoadedRun, run_columns: dict, record) -> dict:
@@ -233,7 +234,8 @@ def records_of(runs: list[LoadedRun]):
               "error": "string", "flags": "string", "n_samples": "int64",
               "mean_only": "bool", NOTE_COLUMN: "string", UNVERIFIED_COLUMN: "string", UNVERIFIED_REASON: "string",
               "check_wrong": "Int64", "check_checked": "Int64",
-              **dict(zip(CONTENTION_COLUMNS, ("boolean", "string", "Float64", "string", "Int64", "Float64"))),
+              **dict(zip(CONTENTION_COLUMNS, ("boolean", "string", "Float64", "string", "Int64", "Float64", "Float64"),
+                         strict=True)),
               **nccl,
               **{f"{s}_us": "float64" for s in STATS_US}, **{name: "float64" for name in figures},
               **{p: _param_dtype([row.get(p) for row in rows]) for p in params}}
