@@ -369,7 +369,7 @@ def test_counts_of_outcomes_the_records_do_not_hold_are_contradicted(selftest_ru
     code, out = _accept(capsys, _selftest_profile(tmp_path), run)
     assert code == 2 and f"COULD NOT VERIFY  the run: contradicted: run.json: {said}" in out, out
     capsys.readouterr()
-    assert main(["report", str(run), "--out", str(tmp_path / "report")]) == 0
+    assert main(["report", str(run), "--out", str(tmp_path / "report")]) == 1
     assert f"INCOMPLETE RUN ({records[0].run_id}: contradicted: run.json: {said}" in (
         tmp_path / "report" / "report.md").read_text()
 

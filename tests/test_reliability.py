@@ -158,8 +158,10 @@ def test_a_killed_or_empty_run_is_never_shown_or_judged_as_a_whole_one(tmp_path,
     assert main(["compare", str(whole), str(run.path), "--out", str(tmp_path / "cmp")]) == 2
     assert "incomplete: 1 of 2 cases" in json.loads((tmp_path / "cmp" / "gate.json").read_text())["error"]
     # the report says so where it starts
-    assert main(["report", str(run.path), "--out", str(tmp_path / "report")]) == 0
+    # and its exit, as show's: a script that reads only the exit is told too
+    assert main(["report", str(run.path), "--out", str(tmp_path / "report")]) == 1
     assert "INCOMPLETE RUN (killed: incomplete: 1 of 2 cases" in (tmp_path / "report" / "report.md").read_text()
+    assert "critpath report: killed: incomplete: 1 of 2 cases" in capsys.readouterr().err
 
 
 def test_a_start_that_fails_on_a_full_disk_names_the_file_leaves_nothing_and_can_be_retried(tmp_path, monkeypatch,

@@ -29,6 +29,8 @@ class Report:
     title: str
     blocks: list[Block] = field(default_factory=list)
     claim_results: list[list[ClaimResult]] = field(default_factory=list)  # per run
+    # "LABEL: why" of each run that is not whole: the report says so at its top, and its command's exit
+    incomplete: list[str] = field(default_factory=list)
 
 
 def _fmt(x: Optional[float], spec: str = "{:.4g}") -> str:
@@ -333,9 +335,9 @@ def build(runs: Sequence[LoadedRun], claims: Sequence[Claim], extra: Sequence[Bl
         raise ValueError("a report needs at least one run")
     title = ("critpath report: " + runs[0].label) if len(runs) == 1 else (
         "critpath comparison: " + " vs ".join(r.label for r in runs))
-    report = Report(title)
-    report.blocks.append(Heading(1, title))
     incomplete = [f"{r.label}: {r.incomplete}" for r in runs if r.incomplete]
+    report = Report(title, incomplete=incomplete)
+    report.blocks.append(Heading(1, title))
     report.blocks.append(Para(
         "Built from the stored records only (" + ", ".join(f"{r.label}: {tally(x.contention_verdict for x in r.records)}"
                                                            for r in runs)

@@ -14,7 +14,8 @@ from harness.claims import baselines
 from harness.core import atomic, registry
 from harness.core.claim import claim_dir
 from harness.core.inputfile import declare_inputs
-from harness.core.options import EXIT_OK, EXIT_USAGE, add_label_option, check_labels, print_error
+from harness.core.escape import for_terminal
+from harness.core.options import EXIT_FAILED, EXIT_OK, EXIT_USAGE, add_label_option, check_labels, print_error
 from harness.core.store import (
     distinct_run_ids,
     distinct_runs,
@@ -139,4 +140,6 @@ def cmd_report(args) -> int:
         out = Path("reports") / atomic.fit_name("compare-" + "-".join(p.name for p in args.run_dirs), 120)
     md, html = write_report(report, out)
     print(f"{md}\n{html}")
-    return EXIT_OK
+    for note in report.incomplete:  # as `critpath show` says it: a script reading the exit is told too
+        print(for_terminal(f"critpath report: {note}: the report says INCOMPLETE RUN at its top"), file=sys.stderr)
+    return EXIT_FAILED if report.incomplete else EXIT_OK
