@@ -14,7 +14,9 @@ What it counts, per arm: records flagged contended, records the rule could not j
 records a neighbour distorted (a loaded record whose p50 is at least ``DISTORTED_P50_RATIO`` times
 the median p50 of the same case over the quiet runs). The rates are per record with Clopper-Pearson
 intervals; records of one run share its conditions, so those intervals are narrower than the
-evidence, and the per-run counts are given beside them.
+evidence, and the per-run counts are given beside them. The same records are judged again by the
+rule without its foreign-CPU term (PSI pressure instead), so the two rules are compared on
+identical evidence.
 """
 from __future__ import annotations
 
@@ -104,7 +106,16 @@ def _interval(k: int, n: int) -> str:
 
 
 def tally(out: Path) -> dict:
+    from dataclasses import replace
+
+    from harness.core.contention import RULE, judge
     from harness.core.store import load_run
+
+    psi_rule = replace(RULE, foreign_cpu_share_min=None)
+
+    def by_psi(record) -> bool:
+        return judge(record.contention, record.samples_ns, psi_rule).contended is True
+
     runs = {arm: [load_run(p) for p in sorted(out.glob(f"{arm}-*")) if p.is_dir() and "." not in p.name]
             for arm in (QUIET, LOADED)}
     quiet_p50: dict[str, list[float]] = {}
@@ -128,6 +139,10 @@ def tally(out: Path) -> dict:
                                     for run in arm_runs),
             "distorted": len(distorted),
             "distorted_flagged": sum(r.contention_verdict.contended is True for r in distorted),
+            "flagged_by_psi_rule": sum(by_psi(r) for r in records),
+            "distorted_flagged_by_psi_rule": sum(by_psi(r) for r in distorted),
+            "runs_with_a_flag_by_psi_rule": sum(any(by_psi(r) for r in run.records if r.ok and r.samples_ns)
+                                                for run in arm_runs),
         }
     return result
 
@@ -136,9 +151,12 @@ def print_tally(result: dict) -> None:
     for arm, t in result["arms"].items():
         print(f"{arm}: {t['runs']} runs, {t['records']} records; flagged {_interval(t['flagged'], t['records'])}; "
               f"undecided {t['undecided']}; runs with a flagged record {t['runs_with_a_flag']}/{t['runs']}")
+        print(f"  by the PSI rule: flagged {_interval(t['flagged_by_psi_rule'], t['records'])}; "
+              f"runs with a flagged record {t['runs_with_a_flag_by_psi_rule']}/{t['runs']}")
         if arm == LOADED:
             print(f"  distorted (p50 >= {result['distorted_p50_ratio']}x the quiet median): {t['distorted']}; "
-                  f"of them flagged {_interval(t['distorted_flagged'], t['distorted'])}")
+                  f"of them flagged {_interval(t['distorted_flagged'], t['distorted'])}, by the PSI rule "
+                  f"{_interval(t['distorted_flagged_by_psi_rule'], t['distorted'])}")
 
 
 def main(argv=None) -> int:
