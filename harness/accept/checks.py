@@ -148,7 +148,30 @@ def evaluate_check(check: Mapping[str, Any], records: Sequence[Record]) -> Outco
     wanted_dtype = canonical_parts(check["case"])[1].get("dtype") if "case" in check else None
     if wanted_dtype and decider.params.get("dtype") != wanted_dtype:
         detail += f"; {decider.params.get('dtype')} accepted by the check's dtypes"
+    contended = [r for r in chosen + (refs[:1] if "relative_to" in check else [])
+                 if r.contention_verdict.contended is True]
+    if contended:
+        verdict, said = _contended(verdict, contended, len(chosen), stat if "relative_to" not in check else None,
+                                   unit, bound_max is not None)
+        detail += said
     return out(verdict, measured, margin, detail + mark)
+
+
+def _contended(verdict: str, contended: Sequence[Record], chosen: int, statistic, unit: str,
+               is_max: bool) -> tuple[str, str]:
+    """(verdict, what to add to the detail) where records a check rests on were timed while other
+    processes took their CPUs (harness.core.contention). Contention only adds time: a latency held
+    to a maximum, or a rate (unit per second) to a minimum, that passes holds on a quiet machine
+    too. A failure may be the neighbour's, and any other figure (a ratio, a count) may move either
+    way: neither is established here."""
+    said = (f"; {len(contended)} of the {chosen} records contended ({contended[0].case_id}: "
+            f"{contended[0].contention_verdict.evidence})")
+    only_worse = statistic is not None and ((is_max and sample_parts(statistic) is not None)
+                                            or (not is_max and unit.endswith("/s")))
+    if verdict == PASS and only_worse:
+        return PASS, said + ": contention only adds time, so the pass holds"
+    return UNVERIFIED, said + (": the figure may be the neighbour's; rerun on a quiet machine" if verdict == FAIL
+                               else ": contention may move this figure either way; rerun on a quiet machine")
 
 
 @dataclass(frozen=True)
