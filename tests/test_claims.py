@@ -1,6 +1,7 @@
 """The claims check: each verdict path, on records built here (no run needed)."""
 from __future__ import annotations
 
+import copy
 import dataclasses
 
 import pytest
@@ -154,6 +155,21 @@ def _pipeline(schedule: str, rate: float, oversubscribed: float = 0.0, stretch: 
     return record("pipeline", {"scenario": "s", "schedule": schedule, "compute": "spin"}, world=2,
                   metrics={"microbatches_per_s": rate, "oversubscribed": oversubscribed, "compute_stretch": stretch,
                            "busy_ranks": 4.0, "usable_cores": 2.0, "loadavg_1min": 3.0})
+
+
+def test_a_contended_record_is_withheld_with_its_evidence():
+    from harness.core.contention import Verdict
+
+    m = Measure(status="available", family="pipeline", before={"schedule": "async"}, after={"schedule": "sync"},
+                statistic="microbatches_per_s", compare="change", tolerance=Tolerance(1.1, "fixture: ten per cent"))
+    c = claim(m, value=None, before=1.0, after=0.83, unit="ratio")
+    pair = [_pipeline("async", 100.0), _pipeline("sync", 84.0)]
+    assert check_claim(c, pair).verdict == CONFIRMED
+    evidence = "tick-stall share 40.0% >= 5.0%; foreign CPU 50.0% >= 10.0%"
+    contended = copy.copy(pair[0])
+    contended.__dict__["contention_verdict"] = Verdict(True, evidence)  # as its evidence would make it
+    result = check_claim(c, [contended, pair[1]])
+    assert result.verdict == WITHHELD and f"contended ({evidence})" in result.reason
 
 
 def test_an_oversubscribed_record_is_withheld_with_its_flag():

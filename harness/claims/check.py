@@ -8,7 +8,7 @@ Verdicts (each states its rule in the row's notes):
 - ``modelled`` / ``simulated``: the statistic rests on a model or a simulation (its declared
   Figure.source), so it cannot confirm anything; the notes give what it gives and its parameters;
 - ``withheld``: every record the claim would use is flagged by its family (oversubscribed cores,
-  stretched compute); the notes give the flags. Flagged records are never used; when clean ones
+  stretched compute) or contended (harness.core.contention); the notes give the flags. Flagged records are never used; when clean ones
   remain, the verdict is theirs and the notes say what was withheld;
 - ``not measurable here``: with the reason (no GPU, one node, out of scope, not a measurement, no
   records of the family in this run, the family is still pending, too few ranks, or a figure it
@@ -94,10 +94,15 @@ def source_of(family: str, statistic: str) -> str:
 
 
 def record_flags(record: Record) -> str:
-    """Why the record's figures are distorted, from its family's own rule; "" when clean."""
+    """Why the record's figures are distorted, from its family's own rule or the contention rule
+    (its timed loop shared the CPUs with other processes: its figure is the scheduler's as well as
+    the case's); "" when clean."""
     family = registry.FAMILIES.get(record.family) if record.family in registry.FAMILIES else None
     rule = getattr(family, "flags", None)
-    return rule(record) if rule is not None else ""
+    flags = [rule(record) if rule is not None else ""]
+    if record.contention_verdict.contended is True:
+        flags.append(f"contended ({record.contention_verdict.evidence})")
+    return "; ".join(f for f in flags if f)
 
 
 def parameters_text(records: Sequence[Record]) -> str:
