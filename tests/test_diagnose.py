@@ -151,8 +151,21 @@ def test_one_case_flagging_a_subject_is_not_enough_under_min_cases(tmp_path):
 _STARTS = itertools.count()  # each node's run starts at a time of its own, as runs measured apart do
 
 
-def _node_run(path, host, mean_us, failed=None, run_id=None):
-    """One node's own run: two ranks of allreduce on ``host``."""
+def _stalled(samples):
+    """``samples`` as a neighbour leaves them, with the evidence that judges them contended: every
+    10th iteration waits a scheduler tick, while PSI says runnable tasks waited half the window."""
+    from harness.core import contention as cn
+
+    samples = samples.copy()
+    samples[::10] = cn.tick_ns(cn.ASSUMED_TICK_HZ)
+    rank = cn.RankEvidence(window_ns=int(samples.sum()), pressure_source=cn.PSI, pressure_share=0.5, nivcsw=40,
+                           cpus_allowed="0-1", cpu_last=0, tick_hz=cn.ASSUMED_TICK_HZ, tick_source=cn.TICK_ASSUMED)
+    return samples, {"contention": cn.Contention((rank, rank))}
+
+
+def _node_run(path, host, mean_us, failed=None, run_id=None, contended=()):
+    """One node's own run: two ranks of allreduce on ``host`` (``contended``: the sizes whose timed
+    loops a neighbour stalled, their records carrying the evidence that says so)."""
     run_id = run_id or f"run-{host}"
     run = RunDir(path, run_id)
     started_at = (dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(seconds=next(_STARTS))).isoformat()
@@ -164,7 +177,9 @@ def _node_run(path, host, mean_us, failed=None, run_id=None):
             run.append(Record.failure(registry.parse(case_id), run_id, failed, "gloo", started_at))
             continue
         samples = np.full(200, mean_us * 1e3 * size / 65536, dtype=np.int64)
-        run.append(derived_record(case_id, samples, run_id=run_id, reports=[{}, {}], started_at=started_at))
+        samples, evidence = _stalled(samples) if size in contended else (samples, {})
+        run.append(derived_record(case_id, samples, run_id=run_id, reports=[{}, {}], started_at=started_at,
+                                  **evidence))
     run.write_fingerprint({"host": host, "launch": "joined", "world": 2, "layout": {"nodes": 1, "node_keys": [host], "hosts": [host],
                                                     "node_of_rank": [0, 0]}})
     run.write_meta({"schema": "critpath.run/1", "state": "finished", "cases_total": 2})

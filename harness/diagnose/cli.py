@@ -2,8 +2,8 @@
 
 Exit codes: 0 every node healthy and no link flagged; 1 a node is suspect or failed, or a link is
 slow; 2 nothing is flagged but a node has no evidence (no valid record measured it: a run without
-records), or the diagnosis could not run (a bad rule file, an unreadable run, a run that names no
-node, one node given twice).
+records, or a rule had only contended records of it), or the diagnosis could not run (a bad rule
+file, an unreadable run, a run that names no node, one node given twice).
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from harness.core import atomic
 from harness.core.inputfile import declare_inputs
 from harness.core.store import run_inputs
 from harness.core.options import print_error
-from harness.diagnose.evaluate import HEALTHY, NO_EVIDENCE, Diagnosis, diagnose
+from harness.diagnose.evaluate import HEALTHY, NO_EVIDENCE, Diagnosis, contended_why, diagnose
 from harness.diagnose.observe import DiagnoseInputError, Fleet, read_fleet
 from harness.diagnose.rules import Rule, RuleFileError, load
 from harness.run.fingerprint import PROJECT_ROOT
@@ -38,14 +38,15 @@ def register(sub) -> None:
 
 def _node_table(result: Diagnosis):
     table = Table(title="nodes", title_justify="left")
-    for header in ("node", "host", "verdict", "findings", "rules"):
+    for header in ("node", "host", "verdict", "findings", "rules", "contended"):
         table.add_column(header)
     for node, host in result.nodes.items():
         found = result.node_findings(node)
         verdict = result.verdict(node)
         colour = {"healthy": "green", "suspect": "yellow", "failed": "red", NO_EVIDENCE: "magenta"}[verdict]
         table.add_row(escape(node), escape(host), f"[{colour}]{verdict}[/{colour}]", str(len(found)),
-                      escape(", ".join(sorted({f.rule.name for f in found})) or "-"))
+                      escape(", ".join(sorted({f.rule.name for f in found})) or "-"),
+                      str(len(result.withheld_of(node))))
     return table
 
 
@@ -83,7 +84,11 @@ def _to_json(result: Diagnosis) -> dict:
         "schema": "critpath.diagnosis/1",
         "exit_code": result.exit_code,
         "nodes": [{"node": n, "host": h, "verdict": result.verdict(n),
-                   "evidence": [finding(f) for f in result.node_findings(n)]} for n, h in result.nodes.items()],
+                   "evidence": [finding(f) for f in result.node_findings(n)],
+                   "no_evidence": result.no_evidence_why(n) if result.verdict(n) == NO_EVIDENCE else None,
+                   "contended_withheld": len(result.withheld_of(n)),
+                   "contended": [{"case_id": w.case_id, "evidence": w.evidence, "source": w.source}
+                                 for w in result.withheld_of(n)]} for n, h in result.nodes.items()],
         "drain": result.to_drain(),
         "links": [{"pair": list(k), "evidence": [finding(f) for f in v]} for k, v in result.links().items()],
         "notes": result.notes.lines(),
@@ -120,12 +125,19 @@ def cmd_diagnose(args) -> int:
         for f in found:
             print(f"    - {f.evidence()}")
     for node in result.unmeasured():
-        print(f"{NO_EVIDENCE}: {node} ({result.nodes[node]}): no valid record measured it, so it is not called healthy")
+        print(f"{NO_EVIDENCE}: {node} ({result.nodes[node]}): {result.no_evidence_why(node)}, so it is not called healthy")
+    for node in result.nodes:
+        withheld = result.withheld_of(node)
+        if withheld and result.verdict(node) != NO_EVIDENCE:  # a node without evidence said why above
+            print(f"contended: {node} ({result.nodes[node]}): {contended_why(withheld)}: withheld, "
+                  "judged by no rule and in no fleet median")
     for note in result.notes.lines():
         print(f"note: {note}")
     healthy = sum(result.verdict(n) == HEALTHY for n in result.nodes)
     unmeasured = f", {len(result.unmeasured())} with no evidence" if result.unmeasured() else ""
-    print(f"{healthy} healthy, {len(drain)} to drain{unmeasured}, {len(links)} link(s) to check -> exit {result.exit_code}")
+    withheld = f", {len(result.withheld)} contended record(s) withheld" if result.withheld else ""
+    print(f"{healthy} healthy, {len(drain)} to drain{unmeasured}, {len(links)} link(s) to check{withheld} "
+          f"-> exit {result.exit_code}")
     if args.json:
         atomic.write_json(args.json, _to_json(result), sort_keys=False)
     return result.exit_code

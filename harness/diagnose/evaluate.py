@@ -12,6 +12,10 @@ pairs of a ``tier=pairs`` record are localised in two steps, per rule and figure
 
 So one slow node does not drag the median it is compared with (it is one of N nodes, not half of
 the pairs), and a slow link does not get two good nodes drained.
+
+Contended records are withheld by ``harness.diagnose.observe`` before any rule sees them. A node
+whose only records a rule would read were withheld is not called healthy: it has no evidence for
+that rule, and the diagnosis says which records were contended and why.
 """
 from __future__ import annotations
 
@@ -21,12 +25,21 @@ from typing import Optional
 
 import numpy as np
 
-from harness.diagnose.observe import Figures, Fleet, figure_better
+from harness.diagnose.observe import Figures, Fleet, Withheld, figure_better, withheld_of
 from harness.diagnose.rules import RELATIVE, Rule
 
 HEALTHY, SUSPECT, FAILED = "healthy", "suspect", "failed"
-# A node that no valid record measured and no failure names: nothing says it is healthy.
+# A node that no valid record measured and no failure names, or one that a rule could judge by
+# contended records only: nothing says it is healthy.
 NO_EVIDENCE = "no evidence"
+# The rules that judge figures, which a contended record would have fed.
+FIGURE_FUNCTIONS = (*RELATIVE, "value")
+
+
+def contended_why(withheld: list[Withheld]) -> str:
+    """How many records were withheld as contended, and the evidence of the first."""
+    first = withheld[0]
+    return f"{len(withheld)} record(s) contended ({first.case_id}: {first.evidence})"
 
 
 @dataclass(frozen=True)
@@ -100,6 +113,9 @@ class Diagnosis:
     findings: list = field(default_factory=list)
     notes: Notes = field(default_factory=Notes)
     measured: frozenset = frozenset()  # the nodes some record or failure speaks of
+    withheld: tuple = ()  # Withheld: the contended records no rule judged
+    # node -> why a rule could not judge it: every record the rule would read was contended
+    unjudged: dict = field(default_factory=dict)
 
     def acting(self) -> list[Finding]:
         """Findings that decide something (a stored rule only feeds multi_rules)."""
@@ -112,7 +128,19 @@ class Diagnosis:
         verdicts = {f.rule.verdict for f in self.node_findings(node)}
         if verdicts:
             return FAILED if FAILED in verdicts else SUSPECT
-        return HEALTHY if node in self.measured else NO_EVIDENCE
+        return HEALTHY if node in self.measured and node not in self.unjudged else NO_EVIDENCE
+
+    def withheld_of(self, node: str) -> list[Withheld]:
+        return withheld_of(self.withheld, node)
+
+    def no_evidence_why(self, node: str) -> str:
+        """Why a node of verdict NO_EVIDENCE is not called healthy."""
+        if node in self.measured:
+            return "; ".join(self.unjudged[node])
+        withheld = self.withheld_of(node)
+        if withheld:
+            return f"its only valid records were contended: {contended_why(withheld)}"
+        return "no valid record measured it"
 
     def links(self) -> dict[tuple[str, ...], list[Finding]]:
         out: dict[tuple[str, ...], list[Finding]] = defaultdict(list)
@@ -241,9 +269,25 @@ def _in_enough_cases(rule: Rule, found: list[Finding], notes: Notes) -> list[Fin
     return kept
 
 
+def _unjudged(rules: list[Rule], fleet: Fleet) -> dict[str, list[str]]:
+    """Node -> why, for each figure rule whose every record of the node was withheld as contended."""
+    out: dict[str, list[str]] = defaultdict(list)
+    for rule in rules:
+        if rule.function not in FIGURE_FUNCTIONS:
+            continue
+        judged = {n for f in fleet.figures for n in f.subject
+                  if any(rule.matches(f"{f.family}/{name}") for name in f.values)}
+        for node in fleet.nodes:
+            withheld = [w for w in withheld_of(fleet.withheld, node) if w.matches(rule)]
+            if withheld and node not in judged:
+                out[node].append(f"{rule.name}: only contended records to judge it by: {contended_why(withheld)}")
+    return dict(out)
+
+
 def diagnose(fleet: Fleet, rules: list[Rule]) -> Diagnosis:
     measured = {n for f in fleet.figures for n in f.subject} | {n for f in fleet.failures for n in f.subject}
-    result = Diagnosis(dict(fleet.nodes), measured=frozenset(measured))
+    result = Diagnosis(dict(fleet.nodes), measured=frozenset(measured), withheld=tuple(fleet.withheld),
+                       unjudged=_unjudged(rules, fleet))
     run_figures = [f for f in fleet.figures if f.kind == "run"]
     pair_figures = [f for f in fleet.figures if f.kind == "pair"]
     for rule in rules:

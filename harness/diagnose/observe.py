@@ -7,6 +7,11 @@ an nccl-tests import the hosts of its devices. A record of a run on several node
 of them (a pair of nodes for a two-node run), except a ``tier=pairs`` record, whose pairs each
 name their own two nodes. A run that names no node, or two runs that give one node two values of
 one figure, are refused (``DiagnoseInputError``): which one is meant is not guessed.
+
+A valid record whose timed loop was contended (``Record.contention_verdict``: other processes took
+its CPUs) is withheld (``Withheld``): its figures say what a neighbour did to the node, not what the
+node's hardware does, so they neither flag its nodes nor enter a median the other nodes are judged
+against. A record the rule cannot decide (None: no evidence, an import) is kept, as before the rule.
 """
 from __future__ import annotations
 
@@ -20,6 +25,7 @@ from harness.core.declarations import better
 from harness.core.figures import FigureUnavailable, is_mean_only, sample_value, supports
 from harness.core.records import Record
 from harness.core.store import LoadedRun, ResultsFileError, distinct_run_ids, distinct_runs, load_run
+from harness.diagnose.rules import Rule
 
 # The sample statistics every record offers a rule beside its declared figures; a percentile only
 # where the samples support it (harness.core.figures.supports: p99 from 100, p999 from 1,000).
@@ -52,11 +58,32 @@ class Failure:
     source: str
 
 
+@dataclass(frozen=True)
+class Withheld:
+    """A valid record left out of the diagnosis because its timed loop was contended."""
+
+    subject: tuple[str, ...]  # the nodes it measured
+    case_id: str
+    figures: tuple[str, ...]  # the FAMILY/FIGURE names it would have offered a rule
+    evidence: str  # the contention verdict's
+    source: str  # run directory
+
+    def matches(self, rule: Rule) -> bool:
+        """Whether ``rule`` would have read a figure of it."""
+        return any(rule.matches(name) for name in self.figures)
+
+
 @dataclass
 class Fleet:
     nodes: dict = field(default_factory=dict)  # node key -> host
     figures: list = field(default_factory=list)  # Figures
     failures: list = field(default_factory=list)  # Failure
+    withheld: list = field(default_factory=list)  # Withheld: contended records, judged by no rule
+
+
+def withheld_of(withheld: Sequence[Withheld], node: str) -> list[Withheld]:
+    """The withheld records that measured ``node``."""
+    return [w for w in withheld if node in w.subject]
 
 
 def run_nodes(run: LoadedRun) -> tuple[list[str], dict[str, str]]:
@@ -126,30 +153,46 @@ def _failure_of(record: Record, run: LoadedRun, keys: list[str]) -> Failure:
     return Failure(subject, record.case_id, why, str(run.path))
 
 
+def _figures_of(record: Record, run: LoadedRun, keys: list[str]) -> list[Figures]:
+    """The figures of one valid record: one set for its run's nodes, or one per measured pair."""
+    if not _is_pairs(record):
+        return [Figures("run", tuple(keys), record.case_id, record.family, record_figures(record), str(run.path))]
+    family = registry.get(record.family)
+    case = registry.parse(record.case_id)
+    group = f"{run.path}::{record.case_id}"
+    out = []
+    for m in pairs.measurements(record.extra.get("rank_reports") or []):
+        values = {**dict(family.pair_metrics(case, m)), **sample_figures(m.samples_ns)}
+        out.append(Figures("pair", m.nodes, record.case_id, record.family, values, f"{run.path}: {m.label}", group,
+                           m.rail))
+    return out
+
+
+def _withheld(record: Record, figures: list[Figures], run: LoadedRun) -> Withheld:
+    subject = tuple(dict.fromkeys(n for f in figures for n in f.subject))
+    names = tuple(sorted({f"{f.family}/{name}" for f in figures for name in f.values}))
+    return Withheld(subject, record.case_id, names, record.contention_verdict.evidence, str(run.path))
+
+
 def add_run(fleet: Fleet, run: LoadedRun) -> None:
     keys, hosts = run_nodes(run)
     fleet.nodes.update(hosts)
-    records = list(run.records)
     cut_short = run.incomplete
     if cut_short:
         fleet.failures.append(Failure(tuple(keys), "(run)", cut_short, str(run.path)))
-    for record in records:
+    for record in run.records:
         if not record.ok:
             fleet.failures.append(_failure_of(record, run, keys))
             continue
-        if not _is_pairs(record):
-            fleet.figures.append(Figures("run", tuple(keys), record.case_id, record.family, record_figures(record),
-                                         str(run.path)))
-            continue
-        family = registry.get(record.family)
-        case = registry.parse(record.case_id)
-        group = f"{run.path}::{record.case_id}"
-        for m in pairs.measurements(record.extra.get("rank_reports") or []):
-            for key in m.nodes:
+        figures = _figures_of(record, run, keys)
+        for f in figures:
+            for key in f.subject:
                 fleet.nodes.setdefault(key, key)
-            values = {**dict(family.pair_metrics(case, m)), **sample_figures(m.samples_ns)}
-            fleet.figures.append(Figures("pair", m.nodes, record.case_id, record.family, values,
-                                         f"{run.path}: {m.label}", group, m.rail))
+        # True only: an undecided record (no evidence, an import) is used as it always was
+        if record.contention_verdict.contended is True:
+            fleet.withheld.append(_withheld(record, figures, run))
+        else:
+            fleet.figures += figures
 
 
 def read_fleet(paths: Sequence[Path]) -> Fleet:
