@@ -192,6 +192,10 @@ def _run_of(path, family):
     return path
 
 
+# records without run.json: a run that is not whole, so its report exits 1 (and says so at its top)
+REPORT_OF_RECORDS_ONLY = 1
+
+
 def _files(path):
     return {p.relative_to(path).as_posix(): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
 
@@ -214,7 +218,7 @@ def _fill_after_one_output(monkeypatch):
 def test_a_report_on_a_full_disk_leaves_the_previous_report_whole(tmp_path, capfd, monkeypatch):
     """`report A --out r` on a full disk made report.md A's while report.html stayed base's."""
     base, other, out = _run_of(tmp_path / "base", "allreduce"), _run_of(tmp_path / "other", "pipeline"), tmp_path / "r"
-    assert main(["report", str(base), "--out", str(out)]) == 0
+    assert main(["report", str(base), "--out", str(out)]) == REPORT_OF_RECORDS_ONLY
     before = _files(out)
     assert {"report.md", "report.html", "plots/allreduce_latency.png"} <= set(before)
     with monkeypatch.context() as full:
@@ -227,10 +231,10 @@ def test_a_report_on_a_full_disk_leaves_the_previous_report_whole(tmp_path, capf
 
 def test_a_report_removes_the_plots_an_earlier_report_left_and_keeps_other_files(tmp_path):
     base, other, out = _run_of(tmp_path / "base", "allreduce"), _run_of(tmp_path / "other", "pipeline"), tmp_path / "r"
-    assert main(["report", str(base), "--out", str(out)]) == 0
+    assert main(["report", str(base), "--out", str(out)]) == REPORT_OF_RECORDS_ONLY
     (out / "plots" / "mine.png").write_bytes(b"not critpath's")
     (out / "plots" / "notes.txt").write_text("mine too\n")
-    assert main(["report", str(other), "--out", str(out)]) == 0
+    assert main(["report", str(other), "--out", str(out)]) == REPORT_OF_RECORDS_ONLY
     assert sorted(p.name for p in (out / "plots").iterdir()) == ["mine.png", "notes.txt", "pipeline_bubble.png"]
 
 
