@@ -23,6 +23,7 @@ from harness.core.options import (absolute, at_least, case_id_option, families_o
 from harness.core.records import MAX_SAMPLES, Record
 from harness.core.store import RESULTS, LoadedRun, ResultsFileError, distinct_run_ids, load_whole, run_inputs
 from harness.core.walk import WalkError, walk_bounded
+from harness.gate import between as between_gates
 from harness.gate.config import ALPHA_RANGE, MAX_MIN_EFFECT, ConfigError, GateConfig, load_baselines, load_config
 from harness.gate.outputs import EXIT_COULD_NOT_RUN, GateResult
 from harness.gate.paired import DESIGN, SPENDING, paired_verdicts, recheck_verdicts
@@ -87,6 +88,9 @@ def register(sub) -> None:
     p.add_argument("--window", type=seconds, metavar="SECONDS",
                    help=f"A/B: timed seconds per case per round, calibrated once (default {Plan.window_s:g})")
     p.add_argument("--max-pairs", type=at_least(1, MAX_PAIRS), metavar="N", help="A/B: stop after this many process pairs")
+    p.add_argument("--between-gates", action="append", type=Path, metavar="DIR",
+                   help="A/B: stored A/A gates (at or under DIR, repeatable) whose spread estimates the offset fixed "
+                        "per gate; each case they cover gets it in its interval and test (docs/gate.md)")
     p.add_argument("--repeats", type=_repeats, help=f"with --against: candidate processes (default {DEFAULT_REPEATS})")
     p.add_argument("--iters", type=at_least(1, MAX_SAMPLES),
                    help=f"timed iterations per case per round (default: from --window; at most {MAX_SAMPLES})")
@@ -141,10 +145,16 @@ def cmd_gate(args) -> int:
     # What the command line left out stays the Plan's default.
     measuring = {"rounds": args.rounds, "window_s": args.window, "max_pairs": args.max_pairs, "iters": args.iters}
     plan = Plan(budget_s=args.budget, case_timeout_s=args.timeout, **{k: v for k, v in measuring.items() if v is not None})
+    between: dict = {}
+    if args.between_gates and not args.against:
+        try:  # read and held whole before any worktree: a refusal after the pairs would lose them
+            between = between_gates.from_aa_gates([absolute(d) for d in args.between_gates], config.statistic)
+        except ResultsFileError as exc:
+            return outputs.error("ab", f"--between-gates: {exc}")
     return gate(GateRequest(args.base, args.candidate or WORKTREE, absolute(args.against), absolute(args.repo),
                             tuple(args.case or ()), args.families, "full" if args.full else "quick", plan,
                             args.repeats or DEFAULT_REPEATS, config, outputs,
-                            frozenset(given_flags(args, _MODE_ONLY_FLAGS, args.mode_only_defaults))))
+                            frozenset(given_flags(args, _MODE_ONLY_FLAGS, args.mode_only_defaults)), between))
 
 
 def _outputs_over_repo(repo: Path, outputs: GateOutputs) -> str:
@@ -265,7 +275,10 @@ def _run_ab(request: GateRequest, out: Path) -> GateResult:
         directions = _directions(config.direction, [c for c in case_ids if c not in problems], problems)
         runnable = [c for c in case_ids if c not in problems]
         kind = side_kind(protocols)
-        specs = [CaseSpec(c, config.min_effect(c), directions[c]) for c in runnable]
+        specs = [CaseSpec(c, config.min_effect(c), directions[c], between_gates.sd_of(request.between, c))
+                 for c in runnable]
+        for line in between_gates.lines(request.between, runnable):
+            print(f"critpath gate: {line}", file=sys.stderr)
         gate = SequentialGate(specs, alpha=config.policy.alpha, confidence=config.policy.confidence,
                               spending=SPENDING) if specs else None
         progress = GateProgress(plan, gate, specs, sys.stderr)
@@ -283,6 +296,8 @@ def _run_ab(request: GateRequest, out: Path) -> GateResult:
                        for c, (outcome, reason) in problems.items()]
     verdicts_ = verdicts(inputs_problems, config.policy)
     extra = {"plan": plan.to_dict(), "design": DESIGN, "side_kind": kind}
+    if request.between:
+        extra["between_gate"] = between_gates.to_dict(request.between, runnable)
     if schedule_result is not None:
         verdicts_.update(paired_verdicts(schedule_result, gate, specs, plan, config))
         extra.update(schedule_result.summary())
@@ -539,7 +554,9 @@ def _recheck_gate(request: CompareRequest, out: Path, start: float) -> int:
     for case_id, (_, why) in problems.items():
         tracks[case_id].problem = why
     # A case without a direction carries its problem; its spec's direction is never read.
-    specs = [CaseSpec(c, config.min_effect(c), directions.get(c, "lower")) for c in tracks]
+    # The between-gate term the gate used, from its gate.json: the same test, at one look.
+    stored = between_gates.stored(request.run_a)
+    specs = [CaseSpec(c, config.min_effect(c), directions.get(c, "lower"), stored.get(c, 0.0)) for c in tracks]
     result = outputs.result("compare", config.statistic, config.policy,
                             verdicts=recheck_verdicts(tracks, specs, config, rounds) if specs else {},
                             base={"ref": str(request.run_a)}, candidate={"ref": str(request.run_b)},

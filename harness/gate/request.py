@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import datetime as _dt
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 from harness.core.claim import claim_dir
 from harness.core.escape import for_terminal
@@ -91,7 +91,7 @@ AB, AGAINST = "ab", "against"  # the gate's modes: base against candidate, or th
 # The options only one mode reads; every other option of ``critpath gate`` is read by both. Given
 # to the other mode, one would be ignored in silence, so the request is refused naming it.
 MODE_ONLY = {"--case": AB, "--families": AB, "--full": AB, "--rounds": AB, "--window": AB, "--max-pairs": AB,
-             "--allow-inconclusive": AB, "--repeats": AGAINST}
+             "--allow-inconclusive": AB, "--between-gates": AB, "--repeats": AGAINST}
 # Why an option of the other mode has no meaning in this one: what this mode measures instead.
 _MODE_MEASURES = {
     AB: "to an A/B gate (--base REF), which measures pairs of processes, interleaved, until --budget "
@@ -117,6 +117,7 @@ class GateRequest:
     config: GateConfig
     outputs: GateOutputs
     given: frozenset[str] = frozenset()  # the options of MODE_ONLY that the command line gave
+    between: Mapping = field(default_factory=dict)  # case -> between.Heterogeneity of stored A/A gates
 
     @property
     def mode(self) -> str:

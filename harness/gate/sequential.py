@@ -34,7 +34,8 @@ the current look on.
 Decision per case (see ``SequentialGate``): regressed / improved when rejected *and* the estimate
 is at least the minimum effect; unchanged when the repeated interval fits inside the minimum-effect
 band; otherwise it stays open, and at the budget it ends inconclusive, flagged ``likely_regression``
-when its estimate is a worsening of at least the minimum effect.
+when its estimate is a worsening of at least the minimum effect that a one-sided test at the
+case's level also finds (the rule's own false alarms stay at or below alpha).
 """
 from __future__ import annotations
 
@@ -413,12 +414,19 @@ class CaseSpec:
     case_id: str
     min_effect: float = 0.05
     direction: str = "lower"
+    # The standard deviation, on the log scale, of an offset fixed for the length of one gate
+    # (between-gate variance, estimated from stored A/A gates: ``harness.gate.between``). No
+    # number of pairs inside one gate averages it away, so it is added to the variance of the
+    # estimate at every look; 0 leaves the within-gate test exactly as it was.
+    between_sd_log: float = 0.0
 
     def __post_init__(self) -> None:
         if self.direction not in DIRECTIONS:
             raise ValueError(f"{self.case_id}: direction must be one of {DIRECTIONS}, got {self.direction!r}")
         if not 0.0 <= self.min_effect < 10.0:
             raise ValueError(f"{self.case_id}: min_effect must be a relative change in [0, 10), got {self.min_effect}")
+        if not 0.0 <= self.between_sd_log < 1.0:
+            raise ValueError(f"{self.case_id}: between_sd_log must be a log-scale SD in [0, 1), got {self.between_sd_log}")
 
     @property
     def band_log(self) -> float:
@@ -488,6 +496,7 @@ class _Track:
     pairs_at_look: list[int] = field(default_factory=list)
     tau_at_look: list[float] = field(default_factory=list)
     rejected_sign: int = 0  # sign of z when "no change" was rejected; 0 while not rejected
+    sd_per_pair: float = math.nan  # the latest look's noise per pair (what the between-gate term weighs against)
 
     @property
     def rejected(self) -> bool:
@@ -527,7 +536,8 @@ class SequentialGate:
       no new rejection (Holm's cascade);
     - rejected, estimate at least the minimum effect, same sign as the rejection: regressed or
       improved (stop); RCI inside (-band, band): unchanged (stop); else open. At the final look an
-      open case is inconclusive, ``likely_regression`` when its estimate is a worsening >= band.
+      open case is inconclusive, ``likely_regression`` when its estimate is a worsening >= band and
+      a one-sided test at its level finds it worse.
     """
 
     def __init__(self, cases: Sequence[CaseSpec], alpha: float = 0.01, confidence: float = 0.95,
@@ -598,10 +608,21 @@ class SequentialGate:
     def _measure(self, track: _Track, values: Sequence[float], tau: float) -> _Measurement:
         d = _log_ratios(values)
         track.record_look(int(d.size), tau)
+        track.sd_per_pair = noise_per_pair(d) if track.spec.between_sd_log > 0 else math.nan
         interval_boundary = self._boundary(track, 1.0 - self.confidence)
         estimate = hodges_lehmann(d) if d.size else math.nan
         interval = walsh_interval(d, interval_boundary) if d.size else (-math.inf, math.inf)
-        return _Measurement(int(d.size), signed_rank_z(d), estimate, interval, interval_boundary)
+        rank = signed_rank_z(d)
+        shrink = _between_shrink(track)
+        if shrink < 1.0:
+            # The offset is one draw for the whole gate, so it widens the interval by its own
+            # quantile at the same boundary, in quadrature with what the pairs leave.
+            spread = interval_boundary * track.spec.between_sd_log
+            interval = (estimate - math.hypot(estimate - interval[0], spread),
+                        estimate + math.hypot(interval[1] - estimate, spread))
+            z = rank.z * shrink
+            rank = SignedRank(z, float(2.0 * scipy.special.ndtr(-abs(z))), rank.n)
+        return _Measurement(int(d.size), rank, estimate, interval, interval_boundary)
 
     def _boundary(self, track: _Track, level: float) -> float:
         """The current look's boundary at ``level`` from the case's look history."""
@@ -610,7 +631,7 @@ class SequentialGate:
         # Looks before min_pairs had infinite boundaries, which constrain nothing: leaving them out
         # gives the same later boundaries for less work.
         spending_looks = [k for k, n in enumerate(track.pairs_at_look) if n >= self.min_pairs]
-        info = tuple(float(track.pairs_at_look[k]) for k in spending_looks)
+        info = tuple(_information(track, track.pairs_at_look[k]) for k in spending_looks)
         cumulative = tuple(spent(level, track.tau_at_look[k], self.spending) for k in spending_looks)
         return _boundaries_cached(info, cumulative)[-1]
 
@@ -656,7 +677,8 @@ class SequentialGate:
         elif -band < low and high < band:
             outcome = Outcome.UNCHANGED
         elif final:
-            outcome, likely = Outcome.INCONCLUSIVE, bool(worse and beyond)
+            outcome = Outcome.INCONCLUSIVE
+            likely = bool(worse and beyond and _worse_at_level(m.rank.z, spec, track.local_alpha))
         looks = track.state.looks + 1
         z = m.rank.z
         return CaseState(
@@ -668,6 +690,46 @@ class SequentialGate:
             reason=_reason(outcome, likely, spec, m, test_boundary, track.rejected, self.confidence,
                            self.min_pairs),
         )
+
+
+def _information(track: _Track, n_pairs: int) -> float:
+    """The statistical information at ``n_pairs`` pairs, up to a constant (only ratios of it shape
+    the boundaries). Within one gate it grows with the pairs; with an offset fixed per gate of SD
+    tau it is 1 / (sd^2 / n + tau^2), which stops growing once tau dominates. Its z statistics
+    still have the canonical joint distribution: the offset is common to every look, so
+    Corr(Z_j, Z_k) = sqrt(I_j / I_k) as with independent increments."""
+    sd, between = track.sd_per_pair, track.spec.between_sd_log
+    if not (between > 0 and sd > 0):
+        return float(n_pairs)
+    se = estimate_se(sd, n_pairs)
+    return 1.0 / (se * se + between * between)
+
+
+def _between_shrink(track: _Track) -> float:
+    """How much the between-gate term shrinks the within-gate z: sqrt(se^2 / (se^2 + tau^2)) at
+    the latest look (1: no term, or no noise measured yet to weigh it against)."""
+    sd, between, n = track.sd_per_pair, track.spec.between_sd_log, track.pairs_at_look[-1]
+    if not (between > 0 and sd > 0 and n > 0):
+        return 1.0
+    se = estimate_se(sd, n)
+    return se / math.hypot(se, between)
+
+
+def noise_per_pair(pairs: Sequence[float]) -> float:
+    """The relative noise one pair carries, as the rank test sees it: the width of the
+    distribution-free 95 % interval of the pairs' pseudo-median, turned back into a per-pair
+    standard deviation (what ``estimate_se`` expects). On a shared runner a few pairs hit by a
+    neighbour's burst inflate the plain standard deviation several-fold while the signed-rank
+    test hardly notices them, so planning with it would understate what the gate can detect.
+    With too few pairs for a bounded interval, the plain standard deviation."""
+    d = np.asarray(pairs, dtype=float)
+    if d.size < 2:
+        return math.nan
+    z = float(scipy.special.ndtri(0.975))
+    low, high = walsh_interval(d, z)
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return float(np.std(d, ddof=1))
+    return float((high - low) / (2 * z) * math.sqrt(d.size) / RANK_SE_FACTOR)
 
 
 def _crosses(z: float, boundary: float) -> bool:
@@ -688,9 +750,17 @@ def _inconclusive_without_pairs(track: _Track) -> CaseState:
     spec = track.spec
     estimate = state.estimate_log
     likely = bool(math.isfinite(estimate) and np.sign(estimate) == spec.worse_sign and abs(estimate) >= spec.band_log
-                  and estimate != 0.0)
+                  and estimate != 0.0 and _worse_at_level(state.z, spec, track.local_alpha))
     return replace(state, outcome=Outcome.INCONCLUSIVE, likely_regression=likely, local_alpha=track.local_alpha,
                    reason=f"{state.reason}; no pairs at the final look")
+
+
+def _worse_at_level(z: float, spec: CaseSpec, level: float) -> bool:
+    """A one-sided test of "no worse" at ``level`` (the case's share of alpha) on the final
+    look's z, with the between-gate term in it. What keeps the likely-regression rule's own false
+    alarms at or below alpha: an estimate beyond the minimum effect alone is what an unchanged
+    case shows whenever its noise (or its gate's offset) is large against the minimum effect."""
+    return math.isfinite(z) and float(scipy.special.ndtr(-spec.worse_sign * z)) <= level
 
 
 def _percent(log_ratio: float) -> str:
@@ -759,11 +829,11 @@ def min_detectable_effect(log_sd_per_pair: float, n_pairs_at_budget: int, alpha:
 
     Both outcomes that fail the build need the estimate at least the minimum effect: "regressed"
     (rejected and estimate >= band) and "inconclusive, likely regression" (estimate >= band at the
-    budget). So by default the answer is the effect at which P(estimate >= band) = power:
-    ``exp(band + z_power se) - 1``; the boundary does not enter. ``significant=True`` asks for
-    "regressed" itself, which also needs z beyond the final boundary c; since z and the estimate
-    move together, that is P(estimate >= max(band, c se)) = power:
-    ``exp(max(band, c se) + z_power se) - 1``.
+    budget and z beyond the one-sided z_(1-alpha)). Since z and the estimate move together, the
+    union is governed by the lower of the two thresholds, so by default the answer is the effect
+    at which P(estimate >= max(band, z_(1-alpha) se)) = power:
+    ``exp(max(band, z_(1-alpha) se) + z_power se) - 1``. ``significant=True`` asks for "regressed"
+    itself, which needs z beyond the final boundary c instead: ``exp(max(band, c se) + z_power se) - 1``.
 
     ``alpha`` is the case's own level: alpha / m for m cases under Holm, before any recycling."""
     if not 0.5 < power < 1.0:
@@ -771,18 +841,21 @@ def min_detectable_effect(log_sd_per_pair: float, n_pairs_at_budget: int, alpha:
     se = estimate_se(log_sd_per_pair, n_pairs_at_budget)
     band = math.log1p(min_effect)
     z_power = float(scipy.special.ndtri(power))
-    threshold = max(band, final_boundary(alpha, looks, spending) * se) if significant else band
+    critical = final_boundary(alpha, looks, spending) if significant else -float(scipy.special.ndtri(alpha))
+    threshold = max(band, critical * se)
     return math.expm1(threshold + z_power * se)
 
 
-def false_alarm_at_budget(log_sd_per_pair: float, n_pairs: int, min_effect: float) -> float:
-    """P(estimate >= band | no change) at the budget, normal approximation: the chance that an
-    A/A run ends "inconclusive, likely regression" and fails the build on that rule (an upper
-    estimate: an A/A that stopped earlier as unchanged never reaches the budget)."""
+def false_alarm_at_budget(log_sd_per_pair: float, n_pairs: int, min_effect: float, alpha: float) -> float:
+    """P(estimate >= band and z >= z_(1-alpha) | no change) at the budget, normal approximation:
+    the chance that an A/A run ends "inconclusive, likely regression" and fails the build on that
+    rule, at most ``alpha`` by its one-sided test (an upper estimate: an A/A that stopped earlier
+    as unchanged never reaches the budget)."""
     se = estimate_se(log_sd_per_pair, n_pairs)
+    z_alpha = -float(scipy.special.ndtri(alpha))
     if se == 0.0:
-        return 0.0 if min_effect > 0 else 0.5
-    return float(scipy.special.ndtr(-math.log1p(min_effect) / se))
+        return 0.0 if min_effect > 0 else alpha
+    return float(scipy.special.ndtr(-max(math.log1p(min_effect) / se, z_alpha)))
 
 
 def pairs_needed(log_sd_per_pair: float, effect: float, alpha: float, power: float = 0.95,

@@ -58,6 +58,7 @@ from harness.core.options import (
     refuse_given,
 )
 from harness.core.schema import strict_validator
+from harness.gate.between import heterogeneity
 from harness.gate.config import MAX_MIN_EFFECT
 from harness.gate.outputs import EXIT_COULD_NOT_RUN, EXIT_REGRESSION, fails_build
 from harness.gate.schedule import MAX_BUDGET_S, MAX_ROUNDS, Plan, Schedule
@@ -726,14 +727,9 @@ def between_gates(doc: dict) -> list[dict]:
                 se.append(estimate_se(case["noise_per_pair"], case["n_pairs"]))
         if len(est) < 2:
             continue
-        x, w = np.array(est), 1.0 / np.square(se)
-        centre = float(np.sum(w * x) / np.sum(w))
-        q = float(np.sum(w * np.square(x - centre)))
-        df = len(x) - 1
-        tau2 = max(0.0, (q - df) / (np.sum(w) - np.sum(np.square(w)) / np.sum(w)))
-        rows.append({"cell": c["name"], "gates": len(x), "q": q, "p": float(scipy.stats.chi2.sf(q, df)),
-                     "between_sd": math.sqrt(tau2), "within_se_median": float(np.median(se)),
-                     "spread": [float(np.min(x)), float(np.max(x))]})
+        h = heterogeneity(est, se)
+        rows.append({"cell": c["name"], "gates": h.gates, "q": h.q, "p": h.p, "between_sd": h.between_sd_log,
+                     "within_se_median": h.within_se_median, "spread": list(h.spread)})
     return rows
 
 

@@ -1,0 +1,165 @@
+"""The between-gate component: an offset fixed for the length of one gate, estimated from stored
+A/A gates (base and candidate one commit) and added to the gate's interval.
+
+Pairs inside one gate cancel what drifts between its generations, but not what stays fixed for
+the whole gate: on this project's two-core runner the allreduce A/A estimates spread more than
+their own intervals allow (docs/gate.md). A gate whose interval has no term for that level
+calls its own offset a change. Each stored A/A gate gives one estimate per case and its
+within-gate standard error; Cochran's Q asks whether they spread more than those errors allow,
+and the DerSimonian-Laird moment estimate gives the between-gate SD. The estimate is used as it
+is, zero included: zero is what the stored gates measure when they spread no more than their
+errors, and the Q test's p says how sure that is.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+import scipy  # scipy.stats loads on first use
+
+from harness.core.store import ResultsFileError, read_json
+from harness.gate.outputs import output_paths
+from harness.gate.recheck import whole_gate
+from harness.gate.schedule import SIDES
+from harness.gate.sequential import estimate_se, hodges_lehmann, noise_per_pair
+
+# Fewer A/A gates than this give a Q test with almost no power and a between-gate SD that is
+# mostly noise: such a case gets no term, and the gate says it was not estimated.
+MIN_GATES = 3
+# At most this many stored gates are read: a canary directory kept for years stays bounded.
+MAX_GATES = 1000
+
+
+@dataclass(frozen=True)
+class Heterogeneity:
+    """Cochran's Q of per-gate estimates against their standard errors, and the DerSimonian-Laird
+    between-gate SD, all on the log scale."""
+
+    gates: int
+    q: float
+    p: float
+    between_sd_log: float
+    within_se_median: float
+    spread: tuple[float, float]  # lowest and highest estimate
+
+    def to_dict(self) -> dict:
+        return {"gates": self.gates, "q": self.q, "p": self.p, "between_sd_log": self.between_sd_log,
+                "within_se_median": self.within_se_median, "spread": list(self.spread)}
+
+
+def heterogeneity(estimates_log: Sequence[float], se_log: Sequence[float]) -> Heterogeneity:
+    """Q, its chi-square p on k - 1 degrees of freedom, and tau (DerSimonian-Laird), from k >= 2
+    estimates with positive standard errors."""
+    x, se = np.asarray(estimates_log, dtype=float), np.asarray(se_log, dtype=float)
+    if x.size < 2 or x.size != se.size or not np.all(se > 0):
+        raise ValueError(f"need at least 2 estimates with positive standard errors, got {x.size}")
+    w = 1.0 / np.square(se)
+    centre = float(np.sum(w * x) / np.sum(w))
+    q = float(np.sum(w * np.square(x - centre)))
+    df = x.size - 1
+    tau2 = max(0.0, (q - df) / float(np.sum(w) - np.sum(np.square(w)) / np.sum(w)))
+    return Heterogeneity(int(x.size), q, float(scipy.stats.chi2.sf(q, df)), math.sqrt(tau2), float(np.median(se)),
+                         (float(np.min(x)), float(np.max(x))))
+
+
+def gate_dirs(roots: Sequence[Path]) -> list[Path]:
+    """Every gate directory at or under ``roots`` (one holding gate.json beside base/ and
+    candidate/), sorted, at most MAX_GATES."""
+    found = set()
+    for root in roots:
+        root = Path(root)
+        if not root.is_dir():
+            raise ResultsFileError(f"{root}: not a directory of stored gates")
+        candidates = [root] + sorted(p.parent for p in root.glob("**/gate.json"))
+        for d in candidates:
+            if output_paths(d)["json"].is_file() and all((d / side).is_dir() for side in SIDES):
+                found.add(d.resolve())
+            if len(found) > MAX_GATES:
+                raise ResultsFileError(f"{root}: more than {MAX_GATES} stored gates; give fewer directories")
+    return sorted(found)
+
+
+def _aa_commit(gate_dir: Path) -> str:
+    """The one commit an A/A gate measured on both sides; ResultsFileError when it is not one."""
+    path = output_paths(gate_dir)["json"]
+    said = read_json(path)
+    sides = [said.get(label) if isinstance(said, dict) else None for label in SIDES]
+    commits = [s.get("commit") if isinstance(s, dict) else None for s in sides]
+    if not all(isinstance(c, str) and c for c in commits):
+        raise ResultsFileError(f"{path}: field base.commit / candidate.commit: not recorded; an A/A gate's "
+                               "sides must name their commits")
+    if commits[0] != commits[1] or any(isinstance(s, dict) and s.get("dirty") for s in sides):
+        raise ResultsFileError(f"{path}: not an A/A gate (base {commits[0][:12]}, candidate {commits[1][:12]}"
+                               f"{', a dirty side' if any(s.get('dirty') for s in sides) else ''}): only gates of "
+                               "one commit against itself measure the between-gate offset")
+    return commits[0]
+
+
+def from_aa_gates(roots: Sequence[Path], statistic: str) -> tuple[dict[str, Heterogeneity], list[Path]]:
+    """Per case, the heterogeneity of the stored A/A gates under ``roots``, each read back whole
+    (``recheck.whole_gate``): a gate that did not finish, or whose directories were edited, is
+    refused naming what disagrees. Cases in fewer than MIN_GATES gates are left out."""
+    dirs = gate_dirs(roots)
+    if not dirs:
+        raise ResultsFileError(f"{', '.join(map(str, roots))}: no stored gate (a directory with gate.json, "
+                               f"{SIDES[0]}/ and {SIDES[1]}/)")
+    per_case: dict[str, tuple[list, list]] = {}
+    for d in dirs:
+        _aa_commit(d)
+        tracks, _rounds = whole_gate(d / SIDES[0], d / SIDES[1], statistic)
+        for case_id, track in tracks.items():
+            sd = noise_per_pair(track.pairs) if not track.problem else math.nan
+            if not (sd > 0 and len(track.pairs) >= 2):
+                continue
+            est, se = per_case.setdefault(case_id, ([], []))
+            est.append(hodges_lehmann(track.pairs))
+            se.append(estimate_se(sd, len(track.pairs)))
+    return ({case_id: heterogeneity(est, se) for case_id, (est, se) in sorted(per_case.items())
+             if len(est) >= MIN_GATES}, dirs)
+
+
+def sd_of(found: Mapping[str, Heterogeneity], case_id: str) -> float:
+    """The between-gate SD a case is gated with: the stored A/A gates' estimate, 0 without one."""
+    return found[case_id].between_sd_log if case_id in found else 0.0
+
+
+def lines(found: Mapping[str, Heterogeneity], case_ids: Sequence[str]) -> list[str]:
+    """What the gate says of the term, per case, when stored gates were given."""
+    if not found and not case_ids:
+        return []
+    out = []
+    for case_id in case_ids:
+        h = found.get(case_id)
+        if h is None:
+            out.append(f"{case_id}: no between-gate term: fewer than {MIN_GATES} stored A/A gates of it")
+        else:
+            out.append(f"{case_id}: between-gate SD {math.expm1(h.between_sd_log) * 100:.1f} % from {h.gates} stored "
+                       f"A/A gates (Cochran's Q {h.q:.1f}, p = {h.p:.3f}), in its interval and test")
+    return out
+
+
+def to_dict(found: Mapping[str, Heterogeneity], case_ids: Sequence[str]) -> dict:
+    """gate.json's record of the term: per case the heterogeneity it came from (or null)."""
+    return {case_id: found[case_id].to_dict() if case_id in found else None for case_id in case_ids}
+
+
+def stored(side: Path) -> dict[str, float]:
+    """The between-gate SD per case that the gate whose side ``side`` is used, from its gate.json
+    (read whole already by ``recheck.whole_gate``); {} for a gate that used none."""
+    said = read_json(output_paths(Path(side).absolute().parent)["json"])
+    extra = said.get("extra") if isinstance(said, dict) else None
+    term = extra.get("between_gate") if isinstance(extra, dict) else None
+    if not isinstance(term, dict):
+        return {}
+    out = {}
+    for case_id, h in term.items():
+        sd = h.get("between_sd_log") if isinstance(h, dict) else None
+        if isinstance(sd, (int, float)) and not isinstance(sd, bool):
+            if not 0.0 <= sd < 1.0:
+                raise ResultsFileError(f"{output_paths(Path(side).absolute().parent)['json']}: field "
+                                       f"extra.between_gate.{case_id}.between_sd_log: {sd!r} is not in [0, 1)")
+            out[case_id] = float(sd)
+    return out

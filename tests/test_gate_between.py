@@ -1,0 +1,105 @@
+"""The gate's between-gate term: an offset fixed for one gate, estimated from stored A/A gates and
+added to the interval and the test (harness.gate.between, CaseSpec.between_sd_log)."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from harness.core.store import ResultsFileError
+from harness.gate.between import from_aa_gates, heterogeneity, stored
+from harness.gate.sequential import CaseSpec, SequentialGate
+from harness.gate.stats import Outcome
+
+LOOKS = (20, 40, 60)  # pairs at each look; the last is the budget
+
+
+def _gates(n_gates: int, offset_sd: float, term_sd: float, pair_sd: float = 0.15, seed: int = 1):
+    """n_gates A/A gates, each with its own offset drawn once, through SequentialGate's looks:
+    (gates that fail the build, gates whose final interval covers no change)."""
+    rng = np.random.default_rng(seed)
+    fails = covered = 0
+    for _ in range(n_gates):
+        d = rng.normal(0.0, offset_sd) + rng.normal(0.0, pair_sd, LOOKS[-1])
+        gate = SequentialGate([CaseSpec("c", 0.05, "lower", term_sd)], alpha=0.01, spending="pocock")
+        for k, n in enumerate(LOOKS):
+            state = gate.look(n / LOOKS[-1], {"c": d[:n]}, final=k == len(LOOKS) - 1)["c"]
+            if state.decided:
+                break
+        fails += state.outcome == Outcome.REGRESSED or state.likely_regression
+        covered += state.interval_low <= 1.0 <= state.interval_high
+    return fails, covered
+
+
+def test_the_between_gate_term_covers_an_injected_per_gate_offset_and_holds_the_false_alarms():
+    # A 4 % offset per gate (what docs/gate.md measured on the allreduce A/A gates) at 15 % noise
+    # per pair: 60 pairs give a within-gate SE of about 2 %, so the offset dominates.
+    gates = 150
+    fails_without, covered_without = _gates(gates, 0.04, 0.0)
+    fails_with, covered_with = _gates(gates, 0.04, 0.04)
+    # Without the term the interval is the pairs' alone: it misses no change in about a third of
+    # the gates, and the offset fails builds far more often than alpha (1 %).
+    assert covered_without / gates < 0.80, covered_without
+    assert fails_without / gates > 0.05, fails_without
+    # With it the 95 % repeated interval covers, and the false alarms are at alpha's scale.
+    assert covered_with / gates >= 0.93, covered_with
+    assert fails_with <= 3, fails_with
+
+
+def test_without_an_offset_the_term_costs_little_power_and_zero_changes_nothing():
+    rng = np.random.default_rng(3)
+    d = rng.normal(math.log(1.2), 0.1, 60)
+    plain = SequentialGate([CaseSpec("c", 0.05)], spending="pocock").look(1.0, {"c": d}, final=True)["c"]
+    zero = SequentialGate([CaseSpec("c", 0.05, "lower", 0.0)], spending="pocock").look(1.0, {"c": d}, final=True)["c"]
+    assert plain == zero
+    termed = SequentialGate([CaseSpec("c", 0.05, "lower", 0.02)], spending="pocock").look(1.0, {"c": d}, final=True)["c"]
+    assert termed.outcome == Outcome.REGRESSED  # +20 % stays a regression with a 2 % term
+    assert termed.interval_low < plain.interval_low and termed.interval_high > plain.interval_high
+    assert abs(termed.z) < abs(plain.z)
+
+
+def test_a_between_gate_sd_out_of_range_is_refused():
+    for bad in (-0.01, 1.0, math.nan):
+        with pytest.raises(ValueError, match="between_sd_log"):
+            CaseSpec("c", 0.05, "lower", bad)
+
+
+def test_heterogeneity_is_zero_for_estimates_within_their_errors_and_the_spread_beyond_them():
+    same = heterogeneity([0.01, -0.01, 0.0, 0.005], [0.02] * 4)
+    assert same.between_sd_log == 0.0 and same.p > 0.5 and same.gates == 4
+    # Spread 0.05 against errors of 0.001: the between-gate SD is the spread's own SD.
+    x = [0.05, -0.05, 0.05, -0.05, 0.0]
+    spread = heterogeneity(x, [0.001] * 5)
+    assert spread.between_sd_log == pytest.approx(np.std(x, ddof=1), rel=0.01) and spread.p < 1e-6
+    with pytest.raises(ValueError):
+        heterogeneity([0.1], [0.01])
+
+
+def _fake_gate(root, name, base_commit, cand_commit, extra=None):
+    d = root / name
+    (d / "base").mkdir(parents=True)
+    (d / "candidate").mkdir()
+    (d / "gate.json").write_text(json.dumps({"base": {"commit": base_commit}, "candidate": {"commit": cand_commit},
+                                             "extra": extra or {}}))
+    return d
+
+
+def test_stored_gates_that_are_not_a_a_or_none_at_all_are_refused_naming_the_file(tmp_path):
+    with pytest.raises(ResultsFileError, match="no stored gate"):
+        from_aa_gates([tmp_path], "p50_ns")
+    ab = _fake_gate(tmp_path, "g1", "a" * 40, "b" * 40)
+    with pytest.raises(ResultsFileError, match=rf"{ab / 'gate.json'}: not an A/A gate"):
+        from_aa_gates([tmp_path], "p50_ns")
+    with pytest.raises(ResultsFileError, match="not a directory"):
+        from_aa_gates([tmp_path / "nosuch"], "p50_ns")
+
+
+def test_compare_reads_back_the_term_a_gate_used_and_refuses_one_out_of_range(tmp_path):
+    g = _fake_gate(tmp_path, "g", "a" * 40, "a" * 40,
+                   {"between_gate": {"c1": {"between_sd_log": 0.03}, "c2": None}})
+    assert stored(g / "base") == {"c1": 0.03}
+    bad = _fake_gate(tmp_path, "h", "a" * 40, "a" * 40, {"between_gate": {"c1": {"between_sd_log": 5}}})
+    with pytest.raises(ResultsFileError, match="extra.between_gate.c1.between_sd_log"):
+        stored(bad / "base")
