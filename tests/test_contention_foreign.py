@@ -102,6 +102,42 @@ def test_an_edited_foreign_column_is_refused_naming_it(edit, field):
         Record.from_dict(data)
 
 
+def _consistent(*ranks: cn.RankEvidence) -> dict:
+    """A record of ``ranks`` whose summary is the rule's own verdict on them: what an edit that
+    re-derives the summary leaves, so that only the impossible evidence is under test."""
+    return json.loads(_record(cn.Contention(tuple(ranks)), world=len(ranks)).to_json())
+
+
+@pytest.mark.parametrize("make, field", [
+    # far more CPU than the window holds: the foreign share went to -50,000,000 % and a contended
+    # record read as not contended
+    (lambda r: replace(r, own_cpu_ns=10**15), "contention.ranks.own_cpu_ns.0"),
+    # within the CPUs, but more than the host was busy (idle says 20 % of it was)
+    (lambda r: replace(r, own_cpu_ns=round(r.window_ns * 2 * 0.9)), "contention.ranks.own_cpu_ns.0"),
+    # a mask of one CPU holds a rank to one CPU's time
+    (lambda r: replace(r, cpus_allowed="1", cpu_last=1, host_idle_ns=0, own_cpu_ns=round(r.window_ns * 1.5)),
+     "contention.ranks.own_cpu_ns.0"),
+    (lambda r: replace(r, tick_hz=1), "contention.ranks.tick_hz.0"),
+    (lambda r: replace(r, tick_hz=10), "contention.ranks.tick_hz.0"),
+    (lambda r: replace(r, tick_source="/proc/\x1b]0;title\x07"), "contention.ranks.tick_source.0"),
+    (lambda r: replace(r, tick_source="<script>"), "contention.ranks.tick_source.0"),
+])
+def test_evidence_that_cannot_be_what_a_window_sampled_is_refused_with_its_summary_rederived(make, field):
+    data = _consistent(make(_host(_rank(0.5), busy=0.8, own=0.79)))
+    with pytest.raises(RecordError, match=f"field {field}"):
+        Record.from_dict(data)
+
+
+def test_two_ranks_that_each_fit_but_together_used_more_than_the_host_was_busy_are_refused():
+    # each rank 60 % of a 2-CPU host that was 80 % busy: alone each fits, together 120 % > 80 %
+    a, b = _host(_rank(0.5), busy=0.8, own=0.6), _host(_rank(0.5), busy=0.8, own=0.6)
+    with pytest.raises(RecordError, match=r"field contention\.ranks\.own_cpu_ns: the ranks on host 'aaaaaaaaaaaa'"):
+        Record.from_dict(_consistent(a, b))
+    # what the readings' units allow still loads: 0.5 % below zero on a window of 2 CPU-s
+    fine = _host(_rank(0.5), busy=0.8, own=0.4025), _host(_rank(0.5), busy=0.8, own=0.4)
+    assert Record.from_dict(_consistent(*fine)).contention_verdict.foreign_cpu_share == pytest.approx(-0.0025)
+
+
 # ---- sampling ------------------------------------------------------------------------------
 
 def test_proc_stat_gives_idle_and_iowait_and_counts_the_cpus(tmp_path):

@@ -52,6 +52,8 @@ than contradicting them.
 """
 from __future__ import annotations
 
+import re
+
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
@@ -74,6 +76,12 @@ ASSUMED_TICK_HZ = 250
 # The most CONFIG_HZ a kernel configuration is believed to say (Linux offers 100 to 1000); the
 # record schema's bound of tick_hz too.
 MAX_TICK_HZ = 100_000
+# The least: Linux's own choices start at 100 (kernel/Kconfig.hz); below 24 Hz no configuration
+# is believed to exist, and a tick of 40 ms or more would clear the tick term of every record.
+MIN_TICK_HZ = 24
+# A tick_source other than TICK_ASSUMED is the file the sampler read: /proc/config.gz or
+# /boot/config-RELEASE, an absolute path of printable ASCII (a release string has no spaces).
+_TICK_SOURCE = re.compile(r"/[!-~]{1,4095}")
 NS_PER_S = 1_000_000_000
 
 # The thresholds (docs/contention.md has what they flag, quiet and loaded).
@@ -144,6 +152,9 @@ OPTIONAL_FIELDS = FOREIGN_FIELDS
 # it), and a rank on another host times it on that host's clock, whose rate NTP holds within 500
 # parts per million of any other's.
 CLOCK_RATE_TOLERANCE = 1e-3
+# A rank's own CPU time adds its children's, read from /proc/PID/stat in STAT_UNIT_NS at each end
+# of the window: up to two units off (more children than that are not what a rank starts).
+OWN_SLACK_UNITS = 2
 # The longest CPU list a rank's mask writes (``cpu_list``): every other CPU of MAX_CPU_COUNT, each
 # at most four digits and a comma.
 MAX_CPU_LIST_CHARS = 5 * MAX_CPU_COUNT
@@ -186,6 +197,11 @@ def _rank_problem(rank: RankEvidence) -> Optional[tuple[str, str]]:
         return "pressure_share", f"{rank.pressure_share!r}, but a PSI share is of the window's wall time, at most 1"
     if rank.tick_source == TICK_ASSUMED and rank.tick_hz != ASSUMED_TICK_HZ:
         return "tick_hz", f"{rank.tick_hz} beside tick_source {TICK_ASSUMED!r}, which is {ASSUMED_TICK_HZ} Hz"
+    if rank.tick_source != TICK_ASSUMED and not _TICK_SOURCE.fullmatch(rank.tick_source):
+        return "tick_source", (f"{shown(rank.tick_source)}: neither {TICK_ASSUMED!r} nor the absolute path of a "
+                               "kernel configuration")
+    if not MIN_TICK_HZ <= rank.tick_hz <= MAX_TICK_HZ:
+        return "tick_hz", f"{shown(rank.tick_hz)} Hz, outside the {MIN_TICK_HZ} to {MAX_TICK_HZ} a kernel is configured with"
     given = [name for name in FOREIGN_FIELDS if getattr(rank, name) is not None]
     if given and len(given) < len(FOREIGN_FIELDS):
         missing = next(name for name in FOREIGN_FIELDS if getattr(rank, name) is None)
@@ -196,6 +212,36 @@ def _rank_problem(rank: RankEvidence) -> Optional[tuple[str, str]]:
     if given and rank.host_idle_ns > rank.window_ns * rank.host_cpus * (1 + CLOCK_RATE_TOLERANCE) + STAT_UNIT_NS:
         return "host_idle_ns", (f"{rank.host_idle_ns} ns idle, more than {rank.host_cpus} CPUs have in a window of "
                                 f"{rank.window_ns} ns")
+    # A rank's own CPU time (its threads, and its children read in the same unit at each end) is
+    # spent on the CPUs its mask allows, and on the host's busy time, which is what idle leaves.
+    if given:
+        cpus = min(rank.host_cpus, sum(high - low + 1 for low, high in ranges))
+        limit = rank.window_ns * cpus * (1 + CLOCK_RATE_TOLERANCE) + OWN_SLACK_UNITS * STAT_UNIT_NS
+        if rank.own_cpu_ns > limit:
+            return "own_cpu_ns", (f"{shown(rank.own_cpu_ns)} ns of CPU, more than the {cpus} CPUs it may run on "
+                                  f"have in a window of {rank.window_ns} ns")
+        busy = rank.window_ns * rank.host_cpus * (1 + CLOCK_RATE_TOLERANCE) - rank.host_idle_ns
+        if rank.own_cpu_ns > busy + (OWN_SLACK_UNITS + 1) * STAT_UNIT_NS:
+            return "own_cpu_ns", (f"{shown(rank.own_cpu_ns)} ns of CPU, more than the host was busy: "
+                                  f"{rank.host_idle_ns} ns idle of {rank.host_cpus} CPUs in {rank.window_ns} ns")
+    return None
+
+
+def _host_problem(ranks: Sequence[RankEvidence]) -> Optional[str]:
+    """``ranks.own_cpu_ns: why`` when the ranks of one host used more CPU between them than the
+    host was busy, beyond what the readings' units allow, or None: each rank may pass alone
+    (``_rank_problem``) while their sum is impossible, and a negative foreign share would clear
+    the foreign term of a record whatever its neighbours did."""
+    hosts: dict[str, list[RankEvidence]] = {}
+    for rank in ranks:
+        if rank.foreign_known():
+            hosts.setdefault(rank.host_id, []).append(rank)
+    for host, (share, capacity_ns) in foreign_shares(ranks).items():
+        # idle is read in whole units at two ends per rank, each rank's children likewise
+        slack = (1 + OWN_SLACK_UNITS) * len(hosts[host]) * STAT_UNIT_NS / capacity_ns + CLOCK_RATE_TOLERANCE
+        if share < -slack:
+            return (f"ranks.own_cpu_ns: the ranks on host {shown(host)} used more CPU than it was busy (foreign "
+                    f"share {share * 100:.1f} %, below the -{slack * 100:.1f} % the readings' units allow)")
     return None
 
 
@@ -206,7 +252,7 @@ def evidence_problem(contention: "Contention") -> Optional[str]:
         problem = _rank_problem(rank)
         if problem:
             return f"ranks.{problem[0]}.{index}: {problem[1]}"
-    return None
+    return _host_problem(contention.ranks)
 
 
 def window_problem(contention: "Contention", wall_s: float) -> Optional[str]:

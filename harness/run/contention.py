@@ -27,6 +27,7 @@ from harness.core.contention import (
     ASSUMED_TICK_HZ,
     LOADAVG,
     MAX_TICK_HZ,
+    MIN_TICK_HZ,
     NO_PRESSURE,
     NS_PER_S,
     PSI,
@@ -67,7 +68,7 @@ def tick_from(paths: Iterable[Path]) -> tuple[int, str]:
         except (OSError, EOFError, gzip.BadGzipFile):
             continue
         found = _HZ.search(text)
-        if found and 0 < int(found.group(1)) <= MAX_TICK_HZ:
+        if found and MIN_TICK_HZ <= int(found.group(1)) <= MAX_TICK_HZ:
             return int(found.group(1)), str(path)
     return ASSUMED_TICK_HZ, TICK_ASSUMED
 
