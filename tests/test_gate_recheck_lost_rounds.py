@@ -155,9 +155,9 @@ def test_a_worker_dead_or_hung_mid_round_leaves_its_case_a_failed_record(tmp_pat
 @pytest.mark.integration
 def test_a_real_gate_whose_worker_dies_mid_round_leaves_the_failure_compare_reads_back(tmp_repo, tmp_path):
     # A one-rank mode=exit case runs in the worker's own process: the worker dies in the round.
-    # The noop case is an A/A pair at about 18 % noise per pair: at a 5 % minimum effect it ends
-    # "likely regression" at the budget about 1 time in 6, and that exit 1 outranks the lost case's
-    # exit 2. A 100 % minimum effect keeps the exit code about the lost case alone.
+    # The noop case is an A/A pair at about 18 % noise per pair: a false alarm on it (at most alpha
+    # of the time) would exit 1, which outranks the lost case's exit 2. A 100 % minimum effect
+    # keeps the exit code about the lost case alone.
     exits = "selftest/fault_rank=0,mode=exit,world=1"
     out = tmp_path / "G"
     code = main(["gate", "--repo", str(tmp_repo), "--out", str(out), "--base", "HEAD", "--case", exits,
