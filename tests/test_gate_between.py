@@ -103,3 +103,31 @@ def test_compare_reads_back_the_term_a_gate_used_and_refuses_one_out_of_range(tm
     bad = _fake_gate(tmp_path, "h", "a" * 40, "a" * 40, {"between_gate": {"c1": {"between_sd_log": 5}}})
     with pytest.raises(ResultsFileError, match="extra.between_gate.c1.between_sd_log"):
         stored(bad / "base")
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_real_a_a_gates_give_the_next_gate_its_term_and_compare_tests_with_it_again(tmp_repo, tmp_path, capsys):
+    from harness.cli import main
+
+    noop = "selftest/fault_rank=0,mode=noop,world=1"
+    common = ["gate", "--repo", str(tmp_repo), "--base", "HEAD", "--case", noop, "--budget", "60", "--max-pairs", "8"]
+    for i in range(3):
+        assert main([*common, "--out", str(tmp_path / "aa" / f"g{i}")]) in (0, 1)
+    found, dirs = from_aa_gates([tmp_path / "aa"], "mean_ns")
+    assert len(dirs) == 3 and found[noop].gates == 3
+    capsys.readouterr()
+    out = tmp_path / "with"
+    assert main([*common, "--between-gates", str(tmp_path / "aa"), "--out", str(out)]) in (0, 1)
+    said = json.loads((out / "gate.json").read_text())
+    recorded, expected = said["extra"]["between_gate"][noop], found[noop].to_dict()
+    assert recorded["spread"] == pytest.approx(expected.pop("spread"))
+    assert {k: v for k, v in recorded.items() if k != "spread"} == pytest.approx(expected)
+    assert f"{noop}: between-gate SD" in capsys.readouterr().err
+    assert stored(out / "base") == {noop: pytest.approx(found[noop].between_sd_log)}
+    # without --between-gates the gate says nothing of it and records none
+    plain = json.loads((tmp_path / "aa" / "g0" / "gate.json").read_text())
+    assert "between_gate" not in plain["extra"]
+    # a directory of no gates is refused before any worktree, naming the option
+    assert main([*common, "--between-gates", str(tmp_path / "aa" / "g0" / "base"), "--out", str(tmp_path / "bad")]) == 2
+    assert "--between-gates" in json.loads((tmp_path / "bad" / "gate.json").read_text())["error"]

@@ -128,8 +128,6 @@ def sd_of(found: Mapping[str, Heterogeneity], case_id: str) -> float:
 
 def lines(found: Mapping[str, Heterogeneity], case_ids: Sequence[str]) -> list[str]:
     """What the gate says of the term, per case, when stored gates were given."""
-    if not found and not case_ids:
-        return []
     out = []
     for case_id in case_ids:
         h = found.get(case_id)

@@ -145,10 +145,10 @@ def cmd_gate(args) -> int:
     # What the command line left out stays the Plan's default.
     measuring = {"rounds": args.rounds, "window_s": args.window, "max_pairs": args.max_pairs, "iters": args.iters}
     plan = Plan(budget_s=args.budget, case_timeout_s=args.timeout, **{k: v for k, v in measuring.items() if v is not None})
-    between: dict = {}
+    between = None  # no term asked for: nothing said of it
     if args.between_gates and not args.against:
         try:  # read and held whole before any worktree: a refusal after the pairs would lose them
-            between = between_gates.from_aa_gates([absolute(d) for d in args.between_gates], config.statistic)
+            between, _dirs = between_gates.from_aa_gates([absolute(d) for d in args.between_gates], config.statistic)
         except ResultsFileError as exc:
             return outputs.error("ab", f"--between-gates: {exc}")
     return gate(GateRequest(args.base, args.candidate or WORKTREE, absolute(args.against), absolute(args.repo),
@@ -275,9 +275,9 @@ def _run_ab(request: GateRequest, out: Path) -> GateResult:
         directions = _directions(config.direction, [c for c in case_ids if c not in problems], problems)
         runnable = [c for c in case_ids if c not in problems]
         kind = side_kind(protocols)
-        specs = [CaseSpec(c, config.min_effect(c), directions[c], between_gates.sd_of(request.between, c))
+        specs = [CaseSpec(c, config.min_effect(c), directions[c], between_gates.sd_of(request.between or {}, c))
                  for c in runnable]
-        for line in between_gates.lines(request.between, runnable):
+        for line in between_gates.lines(request.between, runnable) if request.between is not None else ():
             print(f"critpath gate: {line}", file=sys.stderr)
         gate = SequentialGate(specs, alpha=config.policy.alpha, confidence=config.policy.confidence,
                               spending=SPENDING) if specs else None
@@ -296,7 +296,7 @@ def _run_ab(request: GateRequest, out: Path) -> GateResult:
                        for c, (outcome, reason) in problems.items()]
     verdicts_ = verdicts(inputs_problems, config.policy)
     extra = {"plan": plan.to_dict(), "design": DESIGN, "side_kind": kind}
-    if request.between:
+    if request.between is not None:
         extra["between_gate"] = between_gates.to_dict(request.between, runnable)
     if schedule_result is not None:
         verdicts_.update(paired_verdicts(schedule_result, gate, specs, plan, config))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
@@ -117,7 +117,7 @@ class GateRequest:
     config: GateConfig
     outputs: GateOutputs
     given: frozenset[str] = frozenset()  # the options of MODE_ONLY that the command line gave
-    between: Mapping = field(default_factory=dict)  # case -> between.Heterogeneity of stored A/A gates
+    between: Optional[Mapping] = None  # --between-gates: case -> between.Heterogeneity of stored A/A gates
 
     @property
     def mode(self) -> str:
