@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from harness.core.store import ResultsFileError
-from harness.gate.between import from_aa_gates, heterogeneity, stored
+from harness.gate.between import GATE_DEPTH, from_aa_gates, gate_dirs, heterogeneity, stored
 from harness.gate.sequential import CaseSpec, SequentialGate
 from harness.gate.stats import Outcome
 
@@ -103,6 +103,29 @@ def test_compare_reads_back_the_term_a_gate_used_and_refuses_one_out_of_range(tm
     bad = _fake_gate(tmp_path, "h", "a" * 40, "a" * 40, {"between_gate": {"c1": {"between_sd_log": 5}}})
     with pytest.raises(ResultsFileError, match="extra.between_gate.c1.between_sd_log"):
         stored(bad / "base")
+
+
+@pytest.mark.parametrize("term, field", [
+    ({"c1": {"between_sd_log": "0.03"}}, "extra.between_gate.c1.between_sd_log: expected a number"),
+    ({"c1": {"between_sd_log": True}}, "extra.between_gate.c1.between_sd_log: expected a number"),
+    ({"c1": {}}, "extra.between_gate.c1.between_sd_log: expected a number"),
+    ({"c1": 0.03}, "extra.between_gate.c1.between_sd_log: expected a number"),
+    ([0.03], "extra.between_gate: expected a mapping"),
+])
+def test_a_stored_term_that_is_not_a_number_is_refused_not_read_as_none(tmp_path, term, field):
+    # Read as absent, it would recheck the gate's pairs with a narrower interval than the gate had.
+    g = _fake_gate(tmp_path, "g", "a" * 40, "a" * 40, {"between_gate": term})
+    with pytest.raises(ResultsFileError, match=rf"{g / 'gate.json'}: field {field}"):
+        stored(g / "base")
+
+
+def test_stored_gates_are_found_a_bounded_depth_below_the_directory_given(tmp_path):
+    deep = tmp_path
+    for _ in range(GATE_DEPTH - 1):
+        deep = deep / "x"
+    near = _fake_gate(deep, "near", "a" * 40, "a" * 40)  # GATE_DEPTH levels below tmp_path
+    _fake_gate(near / "x", "far", "a" * 40, "a" * 40)  # one deeper: not read
+    assert gate_dirs([tmp_path]) == [near.resolve()]
 
 
 @pytest.mark.slow

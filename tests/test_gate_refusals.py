@@ -119,6 +119,14 @@ def test_the_gate_tells_its_mode_options_by_the_one_given_flags_rule(tmp_path, c
     assert defaults["full"] is False and defaults["allow_inconclusive"] is False and defaults["rounds"] is None
 
 
+def test_between_gates_given_with_against_is_refused_naming_it(tmp_path, capsys, table):
+    # The term widens an A/B gate's interval of pairs; a table's fixed-size test has none.
+    code = main(["gate", "--repo", str(tmp_path), "--against", str(table), "--between-gates", str(tmp_path),
+                 "--out", str(tmp_path / "G")])
+    assert code == EXIT_COULD_NOT_RUN
+    assert "--between-gates does not apply with --against FILE" in capsys.readouterr().err
+
+
 def test_every_option_of_one_mode_is_an_option_of_the_gate(capsys):
     with pytest.raises(SystemExit):
         main(["gate", "--help"])

@@ -21,6 +21,7 @@ import numpy as np
 import scipy  # scipy.stats loads on first use
 
 from harness.core.store import ResultsFileError, read_json
+from harness.core.walk import WalkError, walk_bounded
 from harness.gate.outputs import output_paths
 from harness.gate.recheck import whole_gate
 from harness.gate.schedule import SIDES
@@ -31,6 +32,11 @@ from harness.gate.sequential import estimate_se, hodges_lehmann, noise_per_pair
 MIN_GATES = 3
 # At most this many stored gates are read: a canary directory kept for years stays bounded.
 MAX_GATES = 1000
+# A gate.json lies at most this many levels below a directory given (a level or two for grouping,
+# as aa/2026-12/g3), and the walk lists at most this many directories: each gate holds its two
+# sides and their repeats, which the walk passes through on its way.
+GATE_DEPTH = 3
+MAX_WALKED_DIRS = 64 * MAX_GATES
 
 
 @dataclass(frozen=True)
@@ -66,24 +72,26 @@ def heterogeneity(estimates_log: Sequence[float], se_log: Sequence[float]) -> He
 
 
 def gate_dirs(roots: Sequence[Path]) -> list[Path]:
-    """Every gate directory at or under ``roots`` (one holding gate.json beside base/ and
-    candidate/), sorted, at most MAX_GATES."""
+    """Every gate directory at or within GATE_DEPTH levels under ``roots`` (one holding gate.json
+    beside base/ and candidate/), sorted, at most MAX_GATES."""
     found = set()
     for root in roots:
         root = Path(root)
         if not root.is_dir():
             raise ResultsFileError(f"{root}: not a directory of stored gates")
-        candidates = [root] + sorted(p.parent for p in root.glob("**/gate.json"))
-        for d in candidates:
-            if output_paths(d)["json"].is_file() and all((d / side).is_dir() for side in SIDES):
-                found.add(d.resolve())
-            if len(found) > MAX_GATES:
-                raise ResultsFileError(f"{root}: more than {MAX_GATES} stored gates; give fewer directories")
+        try:
+            for d, names in walk_bounded(root, "--between-gates", GATE_DEPTH, MAX_WALKED_DIRS, prune=True):
+                if output_paths(d)["json"].name in names and all((d / side).is_dir() for side in SIDES):
+                    found.add(d.resolve())
+                if len(found) > MAX_GATES:
+                    raise ResultsFileError(f"{root}: more than {MAX_GATES} stored gates; give fewer directories")
+        except WalkError as exc:
+            raise ResultsFileError(str(exc)) from None
     return sorted(found)
 
 
-def _aa_commit(gate_dir: Path) -> str:
-    """The one commit an A/A gate measured on both sides; ResultsFileError when it is not one."""
+def _refuse_unless_a_a(gate_dir: Path) -> None:
+    """ResultsFileError unless the gate measured one clean commit on both sides."""
     path = output_paths(gate_dir)["json"]
     said = read_json(path)
     sides = [said.get(label) if isinstance(said, dict) else None for label in SIDES]
@@ -95,7 +103,6 @@ def _aa_commit(gate_dir: Path) -> str:
         raise ResultsFileError(f"{path}: not an A/A gate (base {commits[0][:12]}, candidate {commits[1][:12]}"
                                f"{', a dirty side' if any(s.get('dirty') for s in sides) else ''}): only gates of "
                                "one commit against itself measure the between-gate offset")
-    return commits[0]
 
 
 def from_aa_gates(roots: Sequence[Path], statistic: str) -> tuple[dict[str, Heterogeneity], list[Path]]:
@@ -108,7 +115,7 @@ def from_aa_gates(roots: Sequence[Path], statistic: str) -> tuple[dict[str, Hete
                                f"{SIDES[0]}/ and {SIDES[1]}/)")
     per_case: dict[str, tuple[list, list]] = {}
     for d in dirs:
-        _aa_commit(d)
+        _refuse_unless_a_a(d)
         tracks, _rounds = whole_gate(d / SIDES[0], d / SIDES[1], statistic)
         for case_id, track in tracks.items():
             sd = noise_per_pair(track.pairs) if not track.problem else math.nan
@@ -146,18 +153,27 @@ def to_dict(found: Mapping[str, Heterogeneity], case_ids: Sequence[str]) -> dict
 
 def stored(side: Path) -> dict[str, float]:
     """The between-gate SD per case that the gate whose side ``side`` is used, from its gate.json
-    (read whole already by ``recheck.whole_gate``); {} for a gate that used none."""
-    said = read_json(output_paths(Path(side).absolute().parent)["json"])
+    (read whole already by ``recheck.whole_gate``); {} for a gate that used none. A case's entry
+    is null (no term) or its heterogeneity; anything else is refused naming the field, since a
+    term read as absent would test the recheck narrower than the gate did."""
+    path = output_paths(Path(side).absolute().parent)["json"]
+    said = read_json(path)
     extra = said.get("extra") if isinstance(said, dict) else None
     term = extra.get("between_gate") if isinstance(extra, dict) else None
-    if not isinstance(term, dict):
+    if term is None:
         return {}
+    if not isinstance(term, dict):
+        raise ResultsFileError(f"{path}: field extra.between_gate: expected a mapping of case IDs, got "
+                               f"{type(term).__name__}")
     out = {}
     for case_id, h in term.items():
+        if h is None:
+            continue
+        field = f"extra.between_gate.{case_id}.between_sd_log"
         sd = h.get("between_sd_log") if isinstance(h, dict) else None
-        if isinstance(sd, (int, float)) and not isinstance(sd, bool):
-            if not 0.0 <= sd < 1.0:
-                raise ResultsFileError(f"{output_paths(Path(side).absolute().parent)['json']}: field "
-                                       f"extra.between_gate.{case_id}.between_sd_log: {sd!r} is not in [0, 1)")
-            out[case_id] = float(sd)
+        if not isinstance(sd, (int, float)) or isinstance(sd, bool):
+            raise ResultsFileError(f"{path}: field {field}: expected a number, got {sd!r}")
+        if not 0.0 <= sd < 1.0:
+            raise ResultsFileError(f"{path}: field {field}: {sd!r} is not in [0, 1)")
+        out[case_id] = float(sd)
     return out
