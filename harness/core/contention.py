@@ -227,15 +227,21 @@ def _rank_problem(rank: RankEvidence) -> Optional[tuple[str, str]]:
     return None
 
 
+def _ranks_by_host(ranks: Sequence[RankEvidence]) -> dict[str, list[RankEvidence]]:
+    """Host ID -> its ranks that carry the foreign-CPU evidence, in rank order."""
+    hosts: dict[str, list[RankEvidence]] = {}
+    for rank in ranks:
+        if rank.foreign_known():
+            hosts.setdefault(rank.host_id, []).append(rank)
+    return hosts
+
+
 def _host_problem(ranks: Sequence[RankEvidence]) -> Optional[str]:
     """``ranks.own_cpu_ns: why`` when the ranks of one host used more CPU between them than the
     host was busy, beyond what the readings' units allow, or None: each rank may pass alone
     (``_rank_problem``) while their sum is impossible, and a negative foreign share would clear
     the foreign term of a record whatever its neighbours did."""
-    hosts: dict[str, list[RankEvidence]] = {}
-    for rank in ranks:
-        if rank.foreign_known():
-            hosts.setdefault(rank.host_id, []).append(rank)
+    hosts = _ranks_by_host(ranks)
     for host, (share, capacity_ns) in foreign_shares(ranks).items():
         # idle is read in whole units at two ends per rank, each rank's children likewise
         slack = (1 + OWN_SLACK_UNITS) * len(hosts[host]) * STAT_UNIT_NS / capacity_ns + CLOCK_RATE_TOLERANCE
@@ -357,10 +363,7 @@ def foreign_shares(ranks: Sequence[RankEvidence]) -> dict[str, tuple[float, int]
     """Host ID -> (share of its CPU capacity other processes used over the window, the capacity in
     ns): the host's busy share as each of its ranks read it, averaged, less the CPU time of all its
     ranks, each over its own window. Ranks without the evidence are left out."""
-    hosts: dict[str, list[RankEvidence]] = {}
-    for rank in ranks:
-        if rank.foreign_known():
-            hosts.setdefault(rank.host_id, []).append(rank)
+    hosts = _ranks_by_host(ranks)
     shares = {}
     for host, mine in hosts.items():
         cpus = max(r.host_cpus for r in mine)
