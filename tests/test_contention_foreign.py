@@ -153,17 +153,23 @@ def test_proc_stat_gives_idle_and_iowait_and_counts_the_cpus(tmp_path):
 BUSY = "import time\nend = time.monotonic() + 0.6\nwhile time.monotonic() < end:\n    pass\n"
 
 
+# Spins until it has used 0.4 s of CPU by its own clock, says so, then waits to be killed: what it
+# used is then known however busy the machine is (a fixed sleep beside it flaked under load).
+SPIN_CPU = ("import sys, time\nwhile time.process_time() < 0.4:\n    pass\nprint('spun', flush=True)\n"
+            "time.sleep(60)\n")
+
+
 def test_the_cpu_of_a_process_the_rank_started_is_its_own():
     # an rpc case's server is the case's own work, not a neighbour's
     before = sampling.descendants_cpu_ns(os.getpid())
-    child = subprocess.Popen([sys.executable, "-c", BUSY + "time.sleep(30)\n"])
+    child = subprocess.Popen([sys.executable, "-c", SPIN_CPU], stdout=subprocess.PIPE, text=True)
     try:
-        time.sleep(1.0)
+        assert child.stdout.readline() == "spun\n"
         grown = sampling.descendants_cpu_ns(os.getpid()) - before
     finally:
         child.kill()
         child.wait(timeout=10)
-    assert grown >= 300_000_000, grown  # it spun 0.6 s; on a busy machine at least half of that
+    assert grown >= 400_000_000 - 2 * 10_000_000, grown  # /proc counts utime and stime in whole 10 ms units
 
 
 def test_a_window_records_the_foreign_evidence_here():
