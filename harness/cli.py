@@ -49,6 +49,7 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "harness.nccltests.importer": ("import-nccl-tests",),
     "harness.claims.baselines": ("baselines",),
     "harness.gate.cli": ("gate", "compare"),
+    "harness.gate.canary": ("canary",),
     "harness.gatepower.power": ("gate-power",),
     "harness.run.rounds": ("worker",),
     "harness.history.campaign": ("history",),

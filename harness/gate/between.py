@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Mapping, Optional, Sequence
 
 import numpy as np
 import scipy  # scipy.stats loads on first use
@@ -90,8 +90,8 @@ def gate_dirs(roots: Sequence[Path]) -> list[Path]:
     return sorted(found)
 
 
-def _refuse_unless_a_a(gate_dir: Path) -> None:
-    """ResultsFileError unless the gate measured one clean commit on both sides."""
+def _refuse_unless_a_a(gate_dir: Path) -> Optional[str]:
+    """The gate's ID; ResultsFileError unless it measured one clean commit on both sides."""
     path = output_paths(gate_dir)["json"]
     said = read_json(path)
     sides = [said.get(label) if isinstance(said, dict) else None for label in SIDES]
@@ -103,29 +103,47 @@ def _refuse_unless_a_a(gate_dir: Path) -> None:
         raise ResultsFileError(f"{path}: not an A/A gate (base {commits[0][:12]}, candidate {commits[1][:12]}"
                                f"{', a dirty side' if any(s.get('dirty') for s in sides) else ''}): only gates of "
                                "one commit against itself measure the between-gate offset")
+    extra = said.get("extra")
+    gate_id = extra.get("gate_id") if isinstance(extra, dict) else None
+    return gate_id if isinstance(gate_id, str) else None
 
 
-def from_aa_gates(roots: Sequence[Path], statistic: str) -> tuple[dict[str, Heterogeneity], list[Path]]:
-    """Per case, the heterogeneity of the stored A/A gates under ``roots``, each read back whole
-    (``recheck.whole_gate``): a gate that did not finish, or whose directories were edited, is
-    refused naming what disagrees. Cases in fewer than MIN_GATES gates are left out."""
+@dataclass(frozen=True)
+class GateEstimate:
+    """One case's estimate in one stored A/A gate, on the log scale."""
+
+    gate_dir: Path
+    gate_id: Optional[str]  # extra.gate_id: its start time first, so the IDs sort by time
+    estimate_log: float
+    se_log: float
+
+
+def per_gate(roots: Sequence[Path], statistic: str) -> tuple[dict[str, list[GateEstimate]], list[Path]]:
+    """Per case, its estimate in every stored A/A gate under ``roots`` that measured it, each gate
+    read back whole (``recheck.whole_gate``): a gate that did not finish, or whose directories
+    were edited, is refused naming what disagrees. Also the gate directories read."""
     dirs = gate_dirs(roots)
     if not dirs:
         raise ResultsFileError(f"{', '.join(map(str, roots))}: no stored gate (a directory with gate.json, "
                                f"{SIDES[0]}/ and {SIDES[1]}/)")
-    per_case: dict[str, tuple[list, list]] = {}
+    per_case: dict[str, list[GateEstimate]] = {}
     for d in dirs:
-        _refuse_unless_a_a(d)
+        gate_id = _refuse_unless_a_a(d)
         tracks, _rounds = whole_gate(d / SIDES[0], d / SIDES[1], statistic)
         for case_id, track in tracks.items():
             sd = noise_per_pair(track.pairs) if not track.problem else math.nan
-            if not (sd > 0 and len(track.pairs) >= 2):
-                continue
-            est, se = per_case.setdefault(case_id, ([], []))
-            est.append(hodges_lehmann(track.pairs))
-            se.append(estimate_se(sd, len(track.pairs)))
-    return ({case_id: heterogeneity(est, se) for case_id, (est, se) in sorted(per_case.items())
-             if len(est) >= MIN_GATES}, dirs)
+            if sd > 0 and len(track.pairs) >= 2:
+                per_case.setdefault(case_id, []).append(
+                    GateEstimate(d, gate_id, hodges_lehmann(track.pairs), estimate_se(sd, len(track.pairs))))
+    return per_case, dirs
+
+
+def from_aa_gates(roots: Sequence[Path], statistic: str) -> tuple[dict[str, Heterogeneity], list[Path]]:
+    """Per case, the heterogeneity of the stored A/A gates under ``roots`` (``per_gate``), and the
+    gate directories read. Cases in fewer than MIN_GATES gates are left out."""
+    per_case, dirs = per_gate(roots, statistic)
+    return ({case_id: heterogeneity([g.estimate_log for g in found], [g.se_log for g in found])
+             for case_id, found in sorted(per_case.items()) if len(found) >= MIN_GATES}, dirs)
 
 
 def sd_of(found: Mapping[str, Heterogeneity], case_id: str) -> float:
