@@ -24,7 +24,7 @@ from harness.accept.verdicts import EXIT_UNVERIFIED, FAIL, PASS, UNVERIFIED, lin
 from harness.core import atomic
 from harness.core.claim import claim_dir
 from harness.core.escape import for_terminal
-from harness.core.options import EXIT_USAGE, os_error_text, print_error
+from harness.core.options import EXIT_USAGE, os_error_text, path_option, print_error
 from harness.core.store import LoadedRun, ResultsFileError, load_run, new_run_id, run_digests
 from harness.document.blocks import Heading, Para, Table
 from harness.report.cli import make_report, report_targets, write_report
@@ -50,9 +50,9 @@ def acceptance_blocks(result: Acceptance) -> list:
 
 def register(sub) -> None:
     p = sub.add_parser("accept", help="hardware acceptance against a profile: pass, fail or could not verify")
-    p.add_argument("--profile", type=Path, required=True, metavar="PROFILE.yaml")
-    p.add_argument("--run", type=Path, metavar="RUN_DIR", help="judge a stored run instead of running the cases")
-    p.add_argument("--out", type=Path, help="run directory for the cases run now (default reports/<run-id>)")
+    p.add_argument("--profile", type=path_option, required=True, metavar="PROFILE.yaml")
+    p.add_argument("--run", type=path_option, metavar="RUN_DIR", help="judge a stored run instead of running the cases")
+    p.add_argument("--out", type=path_option, help="run directory for the cases run now (default reports/<run-id>)")
     p.add_argument("--no-report", action="store_true", help="skip writing report.md / report.html")
     p.set_defaults(func=cmd_accept)
 

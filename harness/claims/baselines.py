@@ -25,7 +25,7 @@ from harness.core.case import CaseIdError
 from harness.core.echo import shown
 from harness.core.numbers import NumberError, check_float, check_int
 from harness.core.figures import STATISTIC_TEXT, statistic_fault
-from harness.core.options import print_error
+from harness.core.options import path_option, print_error
 from harness.core.schema import strict_validator
 from harness.core.scale import MAX_WORLD
 from harness.run.fingerprint import PROJECT_ROOT
@@ -356,7 +356,8 @@ def load_dir(directory: Path = DEFAULT_DIR) -> list[Claim]:
 
 def register(sub) -> None:
     p = sub.add_parser("baselines", help="validate baselines YAML and list the claims with how each is measured")
-    p.add_argument("--dir", type=Path, default=DEFAULT_DIR, help="directory of baselines YAML (default: baselines/)")
+    p.add_argument("--dir", type=path_option, default=DEFAULT_DIR,
+                   help="directory of baselines YAML (default: baselines/)")
     p.set_defaults(func=cmd_baselines)
 
 

@@ -100,6 +100,15 @@ def name_option(text: str) -> str:
     return text
 
 
+def path_option(text: str) -> Path:
+    """A path option or argument: an empty one names no file, and is refused rather than read as
+    the current directory (``Path('')`` is ``.``: ``--out "$UNSET"`` would write a report over the
+    user's own files there)."""
+    if not text:
+        raise argparse.ArgumentTypeError("expected a path, got ''")
+    return Path(text)
+
+
 def machine_option(text: str) -> str:
     if not MACHINE_NAME.fullmatch(text):
         raise argparse.ArgumentTypeError(f"{text!r} is not a machine name (letters, digits, '.', '_', '-', "

@@ -7,7 +7,6 @@ file, an unreadable run, a run that names no node, one node given twice).
 """
 from __future__ import annotations
 
-from pathlib import Path
 
 from rich.markup import escape
 from rich.table import Table
@@ -15,7 +14,7 @@ from rich.table import Table
 from harness.core import atomic
 from harness.core.inputfile import declare_inputs
 from harness.core.store import run_inputs
-from harness.core.options import print_error
+from harness.core.options import path_option, print_error
 from harness.diagnose.evaluate import HEALTHY, NO_EVIDENCE, Diagnosis, contended_why, diagnose
 from harness.diagnose.observe import DiagnoseInputError, Fleet, read_fleet
 from harness.diagnose.rules import Rule, RuleFileError, load
@@ -28,11 +27,11 @@ DEFAULT_RULES = PROJECT_ROOT / "baselines" / "diagnose" / "default.yaml"
 
 def register(sub) -> None:
     p = sub.add_parser("diagnose", help="per-node and per-pair verdicts over runs from many nodes: what to drain")
-    p.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR",
+    p.add_argument("run_dirs", nargs="+", type=path_option, metavar="RUN_DIR",
                    help="runs of critpath run (one per node, or one across nodes) or nccl-tests imports")
-    p.add_argument("--rules", type=Path, default=DEFAULT_RULES, metavar="RULES.yaml",
+    p.add_argument("--rules", type=path_option, default=DEFAULT_RULES, metavar="RULES.yaml",
                    help=f"rule file (default {DEFAULT_RULES.relative_to(PROJECT_ROOT)})")
-    p.add_argument("--json", type=Path, metavar="FILE", help="also write the diagnosis as JSON")
+    p.add_argument("--json", type=path_option, metavar="FILE", help="also write the diagnosis as JSON")
     p.set_defaults(func=cmd_diagnose)
 
 

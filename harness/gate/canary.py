@@ -21,8 +21,8 @@ from typing import Optional, Sequence
 
 import scipy  # scipy.stats loads on first use
 
-from harness.core.options import (EXIT_OK, EXIT_USAGE, absolute, at_least, case_id_option, number_in, positive,
-                                  print_error)
+from harness.core.options import (EXIT_OK, EXIT_USAGE, absolute, at_least, case_id_option, number_in, path_option,
+                                  positive, print_error)
 from harness.core.store import ResultsFileError
 from harness.gate.between import GateEstimate, heterogeneity, per_gate
 from harness.gate.config import ALPHA_RANGE, GateConfig
@@ -105,9 +105,10 @@ def register(sub) -> None:
                                    "before it. Exit 0 steady (or not yet established), 1 a platform shift or the "
                                    "A/A gate failed the build, 2 could not run. The store is what "
                                    "`critpath gate --between-gates` reads.")
-    p.add_argument("--store", type=Path, required=True, metavar="DIR", help="the directory of stored A/A gates")
+    p.add_argument("--store", type=path_option, required=True, metavar="DIR", help="the directory of stored A/A gates")
     p.add_argument("--ref", default="HEAD", help="the commit both sides measure (default HEAD)")
-    p.add_argument("--repo", type=Path, default=Path.cwd(), help="the git checkout (default: the current directory)")
+    p.add_argument("--repo", type=path_option, default=Path.cwd(),
+                   help="the git checkout (default: the current directory)")
     p.add_argument("--case", action="append", metavar="ID", type=case_id_option,
                    help=f"case ID (repeatable; default {DEFAULT_CASE}, whose code never changes)")
     p.add_argument("--budget", type=positive(float, MAX_BUDGET_S), default=Plan.budget_s, metavar="SECONDS",

@@ -19,7 +19,7 @@ from harness.core.figures import FigureUnavailable, is_sample_statistic
 from harness.core.git import over_repository
 from harness.core.inputfile import declare_inputs
 from harness.core.options import (absolute, at_least, case_id_option, families_option, given_flags, number_in,
-                                  positive, print_error, seconds)
+                                  path_option, positive, print_error, seconds)
 from harness.core.records import MAX_SAMPLES, Record
 from harness.core.store import RESULTS, LoadedRun, ResultsFileError, distinct_run_ids, load_whole, run_inputs
 from harness.core.walk import WalkError, walk_bounded
@@ -46,7 +46,8 @@ _repeats = at_least(2, MAX_REPEATS)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", type=Path, help="gate config YAML: alpha, confidence, statistic, min_effect per family/case")
+    p.add_argument("--config", type=path_option,
+                   help="gate config YAML: alpha, confidence, statistic, min_effect per family/case")
     p.add_argument("--statistic", type=statistic_option,
                    help=f"per-round statistic (default {GateConfig.statistic}; p50_ns, pNN_ns, min_ns, a metric)")
     p.add_argument("--min-effect", type=number_in(0.0, MAX_MIN_EFFECT), metavar="FRACTION", help="default minimum effect (0.05 = 5 %%), below per-family/case config")
@@ -54,8 +55,9 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help=f"family-wise false-alarm rate across cases (Holm; default 0.01; in [{ALPHA_RANGE[0]:g}, {ALPHA_RANGE[1]:g}])")
     p.add_argument("--direction", choices=("lower", "higher"),
                    help="which way is better for --statistic (default: as the case's family declares it; sample statistics lower)")
-    p.add_argument("--out", type=Path, help="directory for gate.json, gate.xml (JUnit), gate.md and the runs")
-    p.add_argument("--markdown", type=Path, metavar="FILE", help="also append the markdown summary here (e.g. $GITHUB_STEP_SUMMARY)")
+    p.add_argument("--out", type=path_option, help="directory for gate.json, gate.xml (JUnit), gate.md and the runs")
+    p.add_argument("--markdown", type=path_option, metavar="FILE",
+                   help="also append the markdown summary here (e.g. $GITHUB_STEP_SUMMARY)")
     p.add_argument("--fail-on-inconclusive", action="store_true", help="exit 1 when any case is inconclusive")
 
 
@@ -72,7 +74,8 @@ def register(sub) -> None:
     p.add_argument("--base", metavar="REF", help="git ref of the base (checked out in a temporary git worktree)")
     p.add_argument("--candidate", metavar="REF",
                    help="git ref of the candidate, or 'worktree' (default): this checkout with its edits")
-    p.add_argument("--against", type=Path, metavar="FILE", help="compare the candidate with a baseline table (YAML) instead of a base ref")
+    p.add_argument("--against", type=path_option, metavar="FILE",
+                   help="compare the candidate with a baseline table (YAML) instead of a base ref")
     # The options of one mode only (request.MODE_ONLY) default to None: given at their default
     # value to the other mode, they are refused like any other value.
     p.add_argument("--case", action="append", metavar="ID", type=case_id_option, help="case ID (repeatable)")
@@ -88,21 +91,22 @@ def register(sub) -> None:
     p.add_argument("--window", type=seconds, metavar="SECONDS",
                    help=f"A/B: timed seconds per case per round, calibrated once (default {Plan.window_s:g})")
     p.add_argument("--max-pairs", type=at_least(1, MAX_PAIRS), metavar="N", help="A/B: stop after this many process pairs")
-    p.add_argument("--between-gates", action="append", type=Path, metavar="DIR",
+    p.add_argument("--between-gates", action="append", type=path_option, metavar="DIR",
                    help="A/B: stored A/A gates (at or under DIR, repeatable) whose spread estimates the offset fixed "
                         "per gate; each case they cover gets it in its interval and test (docs/gate.md)")
     p.add_argument("--repeats", type=_repeats, help=f"with --against: candidate processes (default {DEFAULT_REPEATS})")
     p.add_argument("--iters", type=at_least(1, MAX_SAMPLES),
                    help=f"timed iterations per case per round (default: from --window; at most {MAX_SAMPLES})")
     p.add_argument("--timeout", type=seconds, default=60.0, metavar="SECONDS", help="per-case limit in one round")
-    p.add_argument("--repo", type=Path, default=Path.cwd(), help="the git checkout (default: the current directory)")
+    p.add_argument("--repo", type=path_option, default=Path.cwd(),
+                   help="the git checkout (default: the current directory)")
     _common(p)
     # given_flags tells an option given from one left out by its parser default (False for --full)
     p.set_defaults(func=cmd_gate, mode_only_defaults={dest: p.get_default(dest) for dest in _MODE_ONLY_FLAGS})
 
     c = sub.add_parser("compare", help="the gate's statistics on two stored runs (not an A/B: see the warning)")
-    c.add_argument("run_a", type=Path, help="base: a run directory, or a directory of run directories (repeats)")
-    c.add_argument("run_b", type=Path, help="candidate: same")
+    c.add_argument("run_a", type=path_option, help="base: a run directory, or a directory of run directories (repeats)")
+    c.add_argument("run_b", type=path_option, help="candidate: same")
     _common(c)
     c.set_defaults(func=cmd_compare)
 

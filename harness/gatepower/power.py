@@ -47,16 +47,8 @@ from harness.core.git import run_git
 from harness.core.inputfile import read_bounded
 from harness.core.jsonfile import JsonFileError, JsonLimits, loads_strict
 from harness.core.numbers import NumberError, parse_float
-from harness.core.options import (
-    absolute,
-    at_least,
-    comma_separated,
-    given_flags,
-    number_in,
-    positive,
-    print_error,
-    refuse_given,
-)
+from harness.core.options import (absolute, at_least, comma_separated, given_flags, number_in, path_option, positive,
+                                  print_error, refuse_given)
 from harness.core.schema import strict_validator
 from harness.gate.between import heterogeneity
 from harness.gate.config import MAX_MIN_EFFECT
@@ -228,11 +220,12 @@ def register(sub) -> None:
                         "between rounds per process pair and fresh processes")
     p.add_argument("--tools", type=comma_separated, default=(), help=f"also run these on the same commits: {','.join(TOOLS)}")
     p.add_argument("--tool-trials", type=at_least(1, MAX_TRIALS), default=10, help="trials per tool and change (default 10)")
-    p.add_argument("--out", type=Path, default=Path("reports/gate-power"), help="directory for power.json and every gate")
+    p.add_argument("--out", type=path_option, default=Path("reports/gate-power"),
+                   help="directory for power.json and every gate")
     p.add_argument("--resume", action="store_true",
                    help="carry on with the measurement already in --out: every cell, or only the cells of the "
                         "--case and --group given")
-    p.add_argument("--report", type=Path, metavar="POWER_JSON", help="print the tables of a stored measurement")
+    p.add_argument("--report", type=path_option, metavar="POWER_JSON", help="print the tables of a stored measurement")
     p.add_argument("--resample", type=at_least(0, MAX_TRIALS), default=0, metavar="GATES",
                    help="with --report: also replay GATES gates per cell from the pairs its real gates measured "
                         "(labelled resampled) and store them in POWER_JSON")

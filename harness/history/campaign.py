@@ -44,7 +44,7 @@ from harness.core.git import git_env, over_repository, run_git
 from harness.core.inputfile import InputFileError, declare_inputs, read_bounded
 from harness.core.nesting import overlap
 from harness.core.options import (EXIT_FAILED, EXIT_OK, EXIT_USAGE, absolute, case_id_option, families_option,
-                                  machine_option, print_error, seconds)
+                                  machine_option, path_option, print_error, seconds)
 from harness.core.options import UsageError
 from harness.core.runfiles import run_files
 from harness.core.store import (FINGERPRINT, RESULTS, ResultsFileError, load_records, read_fingerprint,
@@ -98,13 +98,14 @@ class Filed:
 def register(sub) -> None:
     p = sub.add_parser("history", help="record asv history over a range of commits (each commit's own code)")
     p.add_argument("range", metavar="A..B", help="git range (commits after A up to B, as git log A..B) or one ref")
-    p.add_argument("--repo", type=Path, default=Path.cwd(), help="git checkout whose commits to record (default: .)")
+    p.add_argument("--repo", type=path_option, default=Path.cwd(),
+                   help="git checkout whose commits to record (default: .)")
     p.add_argument("--families", type=families_option, help="comma-separated families (default: every default family)")
     p.add_argument("--case", dest="case_ids", action="append", default=[], metavar="ID", type=case_id_option,
                    help="record exactly this case (repeatable); overrides --families")
-    p.add_argument("--results", type=Path, help="asv results directory (default: the repo's asv.conf.json "
+    p.add_argument("--results", type=path_option, help="asv results directory (default: the repo's asv.conf.json "
                    "results_dir; with --find, OUT/find-results; never inside --out or the repository's tracked files)")
-    p.add_argument("--out", type=Path, help="run directories and logs (default: REPO/.asv/history)")
+    p.add_argument("--out", type=path_option, help="run directories and logs (default: REPO/.asv/history)")
     p.add_argument("--machine", type=machine_option, help="asv machine name (default: asv's, this host's)")
     p.add_argument("--timeout", type=seconds, default=120.0, metavar="SECONDS", help="per-case limit (default 120)")
     p.add_argument("--rerun", action="store_true", help="measure commits asv already holds again")

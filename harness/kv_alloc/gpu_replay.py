@@ -22,13 +22,12 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 from typing import Optional, Sequence
 
 import numpy as np
 
 from harness.core import atomic
-from harness.core.options import at_least, integer, positive
+from harness.core.options import at_least, integer, path_option, positive
 from harness.kv_alloc.base import OutOfMemory
 from harness.kv_alloc.caching import CachingAllocator
 from harness.kv_alloc.simulator import SimConfig, simulate
@@ -162,7 +161,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoints", type=at_least(1, MAX_CHECKPOINTS), default=32)
     p.add_argument("--expandable", type=integer, choices=(0, 1), default=None,
                    help="one setting in this process; omitted: both, each in a child process")
-    p.add_argument("--out", type=Path, help="write the JSON here (default: stdout)")
+    p.add_argument("--out", type=path_option, help="write the JSON here (default: stdout)")
     return p
 
 

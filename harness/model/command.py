@@ -23,14 +23,8 @@ from harness.core import atomic
 from harness.core.claim import claim_dir
 from harness.core.console import Console
 from harness.core.echo import shown
-from harness.core.options import (
-    comma_separated,
-    given_flags,
-    model_size_sweep,
-    name_option,
-    print_error,
-    refuse_given,
-)
+from harness.core.options import (comma_separated, given_flags, model_size_sweep, name_option, path_option, print_error,
+                                  refuse_given)
 from harness.core.progression import parse_progression
 from harness.core.scale import MAX_WORLD
 from harness.core.sizes import MAX_SIZES, format_size, parse_sizes
@@ -97,7 +91,7 @@ def register(sub) -> None:
                         "a one-tier loopback profile from the fit)")
     p.add_argument("--algos", type=_algos_arg, default=tuple(ab.ALLREDUCE_MODELS), metavar="LIST",
                    help=f"comma list of {', '.join(ab.ALLREDUCE_MODELS)}")
-    p.add_argument("--calibrate", type=Path, metavar="RUN_DIR", action="append",
+    p.add_argument("--calibrate", type=path_option, metavar="RUN_DIR", action="append",
                    help="fit alpha/beta from the allreduce records of a run directory and use them "
                         "(repeat for several runs, e.g. one per world)")
     p.add_argument("--calibrate-tier", metavar="TIER", type=name_option,
@@ -109,7 +103,7 @@ def register(sub) -> None:
                    help=f"least-squares loss of the fit (default {DEFAULT_LOSS}, robust to time-slice outliers; "
                         "with --calibrate only)")
     p.add_argument("--claims", action="store_true", help="also print the A1.tree and A2.allreduce reproductions")
-    p.add_argument("--out", type=Path, help="directory for model.json, modelled_times.csv and plots "
+    p.add_argument("--out", type=path_option, help="directory for model.json, modelled_times.csv and plots "
                                              "(default reports/model-<time>)")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG figures")
     p.set_defaults(func=cmd_model)

@@ -12,16 +12,8 @@ from rich.table import Table
 
 from harness.core import atomic
 from harness.core.inputfile import declare_inputs
-from harness.core.options import (
-    at_least,
-    comma_separated,
-    given_flags,
-    integer,
-    number_in,
-    positive,
-    print_error,
-    refuse_given,
-)
+from harness.core.options import (at_least, comma_separated, given_flags, integer, number_in, path_option, positive,
+                                  print_error, refuse_given)
 from harness.core.store import load_whole, run_inputs
 from harness.moe_a2a import sim
 from harness.moe_a2a.config import mitigation_label, workload_label
@@ -99,15 +91,15 @@ def register(sub) -> None:
                    help=f"adaptive reuse windows (default {','.join(f'{w:g}' for w in d.windows_ms)})")
     p.add_argument("--expert-us-per-pair", type=number_in(0.0, MAX_US), help="expert time per (token, expert) pair")
     p.add_argument("--planner-us", type=number_in(-MAX_US, MAX_US), help="placement recompute time; 0 or negative: time it here")
-    p.add_argument("--from-run", type=Path, metavar="RUN_DIR",
+    p.add_argument("--from-run", type=path_option, metavar="RUN_DIR",
                    help="fit a one-tier model to a measured moe_a2a run and compare at its world instead "
                         f"(the run gives the shape: {', '.join(SHAPE_FLAGS.values())} are refused with it)")
-    p.add_argument("--json", type=Path, metavar="PATH", help="also write the modelled scenarios as JSON")
+    p.add_argument("--json", type=path_option, metavar="PATH", help="also write the modelled scenarios as JSON")
     p.set_defaults(func=cmd_sim)
 
     r = sub.add_parser("moe-report", help="measured moe_a2a throughput relative to the uniform case of the same run")
-    r.add_argument("run_dir", type=Path)
-    r.add_argument("--json", type=Path, metavar="PATH",
+    r.add_argument("run_dir", type=path_option)
+    r.add_argument("--json", type=path_option, metavar="PATH",
                    help="also write the rows as JSON; a ratio this run cannot give is null")
     r.set_defaults(func=cmd_report)
 

@@ -51,7 +51,7 @@ from harness.core.imported import (
     mean_samples_ns,
     samples_ns,
 )
-from harness.core.options import print_error, run_id_option
+from harness.core.options import path_option, print_error, run_id_option
 from harness.core.records import UNKNOWN_START, Record, is_started_at
 from harness.core.runid import MAX_RUN_ID_CHARS, run_id_fault, run_id_part
 from harness.core.runmeta import INTERRUPTED, RUN_SCHEMA
@@ -259,8 +259,8 @@ def _write_interrupted(run_dir: RunDir, meta: dict) -> None:
 
 def register(sub) -> None:
     p = sub.add_parser("import-nccl-tests", help="import nccl-tests output (text table or -J JSON) as a run directory")
-    p.add_argument("file", type=Path)
-    p.add_argument("--out", type=Path, required=True, help="run directory to write")
+    p.add_argument("file", type=path_option)
+    p.add_argument("--out", type=path_option, required=True, help="run directory to write")
     p.add_argument("--collective", choices=COLLECTIVES,
                    help="which test wrote the output, when the output itself cannot tell (checked against it)")
     p.add_argument("--run-id", type=run_id_option,

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Iterable, Optional
 
 from rich.table import Table
 
-from harness.core.options import CannotRun
+from harness.core.options import CannotRun, path_option
 from harness.core.records import Record
 from harness.core.store import load_whole
 from harness.pipeline.scenarios import SCENARIOS, STRETCH_WARN
@@ -123,5 +122,5 @@ def cmd_compare(args) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("pipeline-compare", help="sync vs async and GPipe vs 1F1B from a run's pipeline records")
-    p.add_argument("run_dir", type=Path)
+    p.add_argument("run_dir", type=path_option)
     p.set_defaults(func=cmd_compare)

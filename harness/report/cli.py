@@ -15,7 +15,8 @@ from harness.core import atomic, registry
 from harness.core.claim import claim_dir
 from harness.core.inputfile import declare_inputs
 from harness.core.escape import for_terminal
-from harness.core.options import EXIT_FAILED, EXIT_OK, EXIT_USAGE, add_label_option, check_labels, print_error
+from harness.core.options import (EXIT_FAILED, EXIT_OK, EXIT_USAGE, add_label_option, check_labels, path_option,
+                                  print_error)
 from harness.core.store import (
     distinct_run_ids,
     distinct_runs,
@@ -37,12 +38,14 @@ from harness.report.build import Report, build
 
 def register(sub) -> None:
     p = sub.add_parser("report", help="markdown + HTML report of one run, or a comparison of several")
-    p.add_argument("run_dirs", type=Path, nargs="*", metavar="RUN_DIR",
+    p.add_argument("run_dirs", type=path_option, nargs="*", metavar="RUN_DIR",
                    help="stored runs (none: a history report of --asv-results alone)")
-    p.add_argument("--out", type=Path, help="output directory (default: the run directory; for several runs reports/compare-...)")
+    p.add_argument("--out", type=path_option,
+                   help="output directory (default: the run directory; for several runs reports/compare-...)")
     add_label_option(p)
-    p.add_argument("--baselines", type=Path, default=baselines.DEFAULT_DIR, help="directory of baselines YAML")
-    p.add_argument("--asv-results", type=Path, metavar="DIR", help="asv results directory (.asv/results) for history plots")
+    p.add_argument("--baselines", type=path_option, default=baselines.DEFAULT_DIR, help="directory of baselines YAML")
+    p.add_argument("--asv-results", type=path_option, metavar="DIR",
+                   help="asv results directory (.asv/results) for history plots")
     p.set_defaults(func=cmd_report)
 
 

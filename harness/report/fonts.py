@@ -18,6 +18,7 @@ from fontTools.ttLib import TTFont
 from harness.claims.baselines import DEFAULT_DIR
 from harness.core import yamlfile
 from harness.document.fonts import FAMILY, SUBSET_FILE
+from harness.core.options import path_option
 
 # Noto Sans CJK's collection holds JP, KR, SC, TC, HK in that order; the articles are Simplified Chinese.
 SC_FONT_NUMBER = 2
@@ -68,9 +69,10 @@ def build_subset(source: Path, chars: Iterable[str], out: Path) -> int:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m harness.report.fonts",
                                 description="rebuild the embedded CJK font subset from the baselines' characters")
-    p.add_argument("source", type=Path, help="NotoSansCJK-Regular.ttc (Debian fonts-noto-cjk) or NotoSansCJKsc-Regular.otf")
-    p.add_argument("--baselines", type=Path, default=DEFAULT_DIR)
-    p.add_argument("--out", type=Path, default=Path(str(resources.files("harness").joinpath(SUBSET_FILE))))
+    p.add_argument("source", type=path_option,
+                   help="NotoSansCJK-Regular.ttc (Debian fonts-noto-cjk) or NotoSansCJKsc-Regular.otf")
+    p.add_argument("--baselines", type=path_option, default=DEFAULT_DIR)
+    p.add_argument("--out", type=path_option, default=Path(str(resources.files("harness").joinpath(SUBSET_FILE))))
     args = p.parse_args(argv)
     if not args.source.is_file():
         print(f"fonts: error: {args.source}: no such font file", file=sys.stderr)

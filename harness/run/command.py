@@ -4,19 +4,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from harness.core import registry
 from harness.core.family import BACKENDS, GRID_FLAGS, GridOptions
-from harness.core.options import (
-    EXIT_OK,
-    at_least,
-    comma_separated,
-    given_flags,
-    refuse_given,
-    seconds,
-    size_sweep,
-)
+from harness.core.options import (EXIT_OK, at_least, comma_separated, given_flags, path_option, refuse_given, seconds,
+                                  size_sweep)
 from harness.core.records import MAX_SAMPLES
 from harness.core.scale import MAX_WORLD
 from harness.run.lifetime import stop_signals_unwind
@@ -44,7 +36,7 @@ def register(sub) -> None:
     p_run.add_argument("--timeout", type=seconds, default=60.0, metavar="SECONDS",
                        help="per-case limit from set-up to check (default 60); a pool of ranks' start has a "
                             f"limit of its own ({POOL_START_TIMEOUT_S:g} s)")
-    p_run.add_argument("--out", type=Path, help="run directory (default reports/<run-id>)")
+    p_run.add_argument("--out", type=path_option, help="run directory (default reports/<run-id>)")
     p_run.set_defaults(func=cmd_run)
 
 

@@ -48,7 +48,7 @@ from harness.core.family import BACKENDS, RankContext
 from harness.core.fingerprintfile import WORKER, WORKER_WORLD
 from harness.core.jsonfile import JsonFileError, loads_strict
 from harness.core.numbers import check_float, check_int
-from harness.core.options import MAX_SECONDS, UsageError, seconds
+from harness.core.options import MAX_SECONDS, UsageError, path_option, seconds
 from harness.core.records import MAX_SAMPLES, ErrorInfo, Record, utc_now_iso
 from harness.core.store import RunDir, new_run_id, run_files
 from harness.run import fingerprint
@@ -68,7 +68,7 @@ def register(sub) -> None:
     p = sub.add_parser("worker", help="serve rounds of cases over stdin/stdout (used by critpath gate)",
                        description="Measure cases round after round on request, over a JSON-lines pipe. "
                                    "critpath gate starts these; see harness/run/rounds.py for the protocol.")
-    p.add_argument("--out", type=Path, required=True, help="directory for this worker's round directories")
+    p.add_argument("--out", type=path_option, required=True, help="directory for this worker's round directories")
     p.add_argument("--backend", choices=BACKENDS, default="gloo")
     p.add_argument("--timeout", type=seconds, default=60.0, metavar="SECONDS", help="per-case limit of a multi-rank case")
     p.set_defaults(func=cmd_worker)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from harness.core import atomic
 from harness.core.escape import for_csv, for_terminal
-from harness.core.options import UsageError, print_error
+from harness.core.options import UsageError, path_option, print_error
 from harness.core.store import run_inputs
 from harness.tables.frame import load_runs, records_of, samples_of
 
@@ -65,9 +65,9 @@ def write(df, fmt: str, out: Path) -> None:
 
 def register(sub) -> None:
     p = sub.add_parser("export", help="stored runs as one table: csv, json or parquet")
-    p.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
+    p.add_argument("run_dirs", nargs="+", type=path_option, metavar="RUN_DIR")
     p.add_argument("--format", dest="fmt", choices=FORMATS, required=True)
-    p.add_argument("--out", type=Path, required=True, help="file to write")
+    p.add_argument("--out", type=path_option, required=True, help="file to write")
     p.add_argument("--samples", action="store_true",
                    help="the raw samples, one row per iteration (run_id, case_id, iteration, sample_ns)")
     p.set_defaults(func=cmd_export)

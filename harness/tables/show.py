@@ -4,11 +4,10 @@ prints them)."""
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 from harness.core.contention import tally
 from harness.core.escape import for_terminal
-from harness.core.options import EXIT_FAILED, EXIT_OK, add_label_option, check_labels
+from harness.core.options import EXIT_FAILED, EXIT_OK, add_label_option, check_labels, path_option
 from harness.core.store import (
     distinct_run_ids,
     distinct_runs,
@@ -22,7 +21,7 @@ from harness.tables.terminal import print_comparison, print_tables
 
 def register(sub) -> None:
     p_show = sub.add_parser("show", help="print the tables of a stored run, or of several side by side")
-    p_show.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR",
+    p_show.add_argument("run_dirs", type=path_option, nargs="+", metavar="RUN_DIR",
                         help="one run: its tables; several: one table per family, a column per run and a ratio column")
     add_label_option(p_show)
     p_show.add_argument("--skip-invalid", action="store_true", help="show the valid records and list the invalid lines")
