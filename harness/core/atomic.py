@@ -39,6 +39,7 @@ from harness.core.claim import held_above, refuse_links_below, writing_into
 from harness.core.inputfile import declare_inputs, input_at, kind
 from harness.core.options import CannotRun, UsageError
 from harness.core.runfiles import run_file_refusal
+from harness.core.signals import stop_signals_deferred
 from harness.core.temps import discard, new_temp, reserved, sweep_stale
 
 
@@ -184,11 +185,12 @@ def write_set(files: Mapping[Path, bytes], owned: Iterable[Path] = ()) -> None:
                     os.fsync(fd)
                 except OSError as exc:
                     raise _naming(exc, path) from exc
-            for path, tmp, _ in staged:
-                try:
-                    _install(tmp, path, confirms[path.parent], run_writer=path in owned)
-                except OSError as exc:
-                    raise _naming(exc, path) from exc
+            with stop_signals_deferred():  # all renamed, or none: a signal waits for the last
+                for path, tmp, _ in staged:
+                    try:
+                        _install(tmp, path, confirms[path.parent], run_writer=path in owned)
+                    except OSError as exc:
+                        raise _naming(exc, path) from exc
             for directory in confirms:
                 _fsync_dir(directory)
         except BaseException:

@@ -8,6 +8,8 @@ import threading
 from contextlib import contextmanager
 from typing import Iterator
 
+from harness.core.signals import STOP_SIGNALS
+
 
 def die_with_parent(sig: int = signal.SIGKILL) -> None:
     """If the parent is killed (SIGKILL leaves it no chance to clean up), take this process down
@@ -30,10 +32,6 @@ def stop_with_parent() -> None:
     die_with_parent(signal.SIGTERM)
 
 
-# The signals that ask a command to stop and that it unwinds from as from Ctrl-C: SIGTERM (a kill,
-# a CI cancellation, a Slurm time limit) and SIGHUP (the terminal or ssh session closed), which by
-# default ended a gate at once, exit 129, leaving its worktree, temporary directory and no gate.json.
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
 class Terminated(KeyboardInterrupt):
