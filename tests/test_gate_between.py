@@ -3,6 +3,7 @@ added to the interval and the test (harness.gate.between, CaseSpec.between_sd_lo
 from __future__ import annotations
 
 import json
+import shutil
 import math
 
 import numpy as np
@@ -119,6 +120,35 @@ def test_a_stored_term_that_is_not_a_number_is_refused_not_read_as_none(tmp_path
         stored(g / "base")
 
 
+def _fake_a_a(root, name, gate_id="20261206-120000-h-0001"):
+    return _fake_gate(root, name, "a" * 40, "a" * 40, {"gate_id": gate_id} if gate_id else None)
+
+
+def test_a_stored_gate_without_its_id_or_a_copy_of_another_is_refused_naming_both(tmp_path):
+    # an ID-less gate could be a copy, and cannot be placed in time; a copy would agree with itself
+    bare = _fake_a_a(tmp_path / "s1", "g", gate_id=None)
+    with pytest.raises(ResultsFileError, match=rf"{bare / 'gate.json'}: field extra.gate_id: not recorded"):
+        from_aa_gates([tmp_path / "s1"], "p50_ns")
+    first, copy = _fake_a_a(tmp_path / "s2", "g1"), _fake_a_a(tmp_path / "s2", "g2")
+    with pytest.raises(ResultsFileError, match=rf"{copy.resolve()}: the same gate as {first.resolve()} "
+                                               r"\(extra.gate_id 20261206-120000-h-0001\)"):
+        from_aa_gates([tmp_path / "s2"], "p50_ns")
+
+
+@pytest.mark.parametrize("damage", ["no gate.json", "gate.json a directory", "no candidate"])
+def test_a_stored_gate_killed_or_damaged_is_refused_not_left_out(tmp_path, damage):
+    _fake_a_a(tmp_path, "whole")
+    hurt = _fake_a_a(tmp_path, "hurt", gate_id="20261206-120001-h-0002")
+    if damage == "no candidate":
+        (hurt / "candidate").rmdir()
+    else:
+        (hurt / "gate.json").unlink()
+        if damage == "gate.json a directory":
+            (hurt / "gate.json").mkdir()
+    with pytest.raises(ResultsFileError, match=rf"{hurt}: not a whole gate"):
+        gate_dirs([tmp_path])
+
+
 def test_stored_gates_are_found_a_bounded_depth_below_the_directory_given(tmp_path):
     deep = tmp_path
     for _ in range(GATE_DEPTH - 1):
@@ -154,3 +184,17 @@ def test_real_a_a_gates_give_the_next_gate_its_term_and_compare_tests_with_it_ag
     # a directory of no gates is refused before any worktree, naming the option
     assert main([*common, "--between-gates", str(tmp_path / "aa" / "g0" / "base"), "--out", str(tmp_path / "bad")]) == 2
     assert "--between-gates" in json.loads((tmp_path / "bad" / "gate.json").read_text())["error"]
+    # a term written into a gate that had none is not the gate's: compare refuses it, naming the
+    # field, where it turned a regressed gate's recheck into a pass
+    source = next(g for g in (tmp_path / "aa").iterdir()
+                  if abs(json.loads((g / "gate.json").read_text())["cases"][0]["detail"].get("z") or 0) > 0)
+    planted = tmp_path / "planted"
+    shutil.copytree(source, planted)
+    said = json.loads((planted / "gate.json").read_text())
+    said["extra"]["between_gate"] = {noop: {"between_sd_log": 0.5}}
+    (planted / "gate.json").write_text(json.dumps(said))
+    capsys.readouterr()
+    assert main(["compare", str(planted / "base"), str(planted / "candidate"), "--out", str(tmp_path / "c1")]) == 2
+    assert "field extra.between_gate: not the term the gate tested with" in capsys.readouterr().err
+    # and the gate's own term reads back and tests as the gate did
+    assert main(["compare", str(out / "base"), str(out / "candidate"), "--out", str(tmp_path / "c2")]) in (0, 1)

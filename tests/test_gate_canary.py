@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 from harness.cli import main
-from harness.core.store import ResultsFileError
 from harness.gate.between import GateEstimate
 from harness.gate.canary import MIN_BEFORE, judge, predict
 
@@ -56,13 +55,6 @@ def test_a_shifted_gate_is_named_and_only_earlier_gates_predict_it():
     # judged as the first, the same store predicts nothing: no gate came before it
     lines, shifted = judge({"c": gates}, gates[0].gate_dir, 0.01)
     assert not shifted and "0 stored gate(s) before it" in lines[0]
-
-
-def test_a_stored_gate_without_its_id_is_refused_not_placed_by_guess():
-    gates = _gates(np.random.default_rng(3), 5, 0.0)
-    gates[2] = GateEstimate(gates[2].gate_dir, None, gates[2].estimate_log, gates[2].se_log)
-    with pytest.raises(ResultsFileError, match=r"g2/gate.json: field extra.gate_id: not recorded"):
-        judge({"c": gates}, gates[-1].gate_dir, 0.01)
 
 
 def test_canary_on_a_store_without_gates_exits_2_naming_it(tmp_path, capsys):

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Optional, Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 import scipy  # scipy.stats loads on first use
@@ -26,6 +26,7 @@ from harness.gate.outputs import output_paths
 from harness.gate.recheck import whole_gate
 from harness.gate.schedule import SIDES
 from harness.gate.sequential import estimate_se, hodges_lehmann, noise_per_pair
+from harness.gate.stats import Verdict
 
 # Fewer A/A gates than this give a Q test with almost no power and a between-gate SD that is
 # mostly noise: such a case gets no term, and the gate says it was not estimated.
@@ -81,8 +82,15 @@ def gate_dirs(roots: Sequence[Path]) -> list[Path]:
             raise ResultsFileError(f"{root}: not a directory of stored gates")
         try:
             for d, names in walk_bounded(root, "--between-gates", GATE_DEPTH, MAX_WALKED_DIRS, prune=True):
-                if output_paths(d)["json"].name in names and all((d / side).is_dir() for side in SIDES):
+                json_name = output_paths(d)["json"].name
+                parts = [json_name in names, *((d / side).is_dir() for side in SIDES)]
+                if all(parts):
                     found.add(d.resolve())
+                elif any(parts) or (d / json_name).exists():
+                    # a killed gate (its sides, no gate.json) left out would leave its place unsaid
+                    missing = [name for name, there in zip((json_name, *(f"{s}/" for s in SIDES)), parts) if not there]
+                    raise ResultsFileError(f"{d}: not a whole gate ({', '.join(missing)} missing or not what a gate "
+                                           "writes): a gate killed or edited; remove it from the stored gates")
                 if len(found) > MAX_GATES:
                     raise ResultsFileError(f"{root}: more than {MAX_GATES} stored gates; give fewer directories")
         except WalkError as exc:
@@ -90,8 +98,8 @@ def gate_dirs(roots: Sequence[Path]) -> list[Path]:
     return sorted(found)
 
 
-def _refuse_unless_a_a(gate_dir: Path) -> Optional[str]:
-    """The gate's ID; ResultsFileError unless it measured one clean commit on both sides."""
+def _refuse_unless_a_a(gate_dir: Path) -> str:
+    """The gate's ID; ResultsFileError unless it has one and measured one clean commit on both sides."""
     path = output_paths(gate_dir)["json"]
     said = read_json(path)
     sides = [said.get(label) if isinstance(said, dict) else None for label in SIDES]
@@ -105,7 +113,10 @@ def _refuse_unless_a_a(gate_dir: Path) -> Optional[str]:
                                "one commit against itself measure the between-gate offset")
     extra = said.get("extra")
     gate_id = extra.get("gate_id") if isinstance(extra, dict) else None
-    return gate_id if isinstance(gate_id, str) else None
+    if not (isinstance(gate_id, str) and gate_id):
+        raise ResultsFileError(f"{path}: field extra.gate_id: not recorded; a stored gate names itself, so that a "
+                               "copy is not counted twice and gates are ordered by their start")
+    return gate_id
 
 
 @dataclass(frozen=True)
@@ -113,7 +124,7 @@ class GateEstimate:
     """One case's estimate in one stored A/A gate, on the log scale."""
 
     gate_dir: Path
-    gate_id: Optional[str]  # extra.gate_id: its start time first, so the IDs sort by time
+    gate_id: str  # extra.gate_id: its start time first, so the IDs sort by time
     estimate_log: float
     se_log: float
 
@@ -127,8 +138,14 @@ def per_gate(roots: Sequence[Path], statistic: str) -> tuple[dict[str, list[Gate
         raise ResultsFileError(f"{', '.join(map(str, roots))}: no stored gate (a directory with gate.json, "
                                f"{SIDES[0]}/ and {SIDES[1]}/)")
     per_case: dict[str, list[GateEstimate]] = {}
-    for d in dirs:
+    seen: dict[str, Path] = {}
+    for d in dirs:  # every gate named before any is read: a refusal costs no reading
         gate_id = _refuse_unless_a_a(d)
+        if gate_id in seen:  # a copy would count one gate's estimate as two agreeing gates
+            raise ResultsFileError(f"{d}: the same gate as {seen[gate_id]} (extra.gate_id {gate_id}); "
+                                   "a copy counts one gate twice: keep one")
+        seen[gate_id] = d
+    for gate_id, d in seen.items():
         tracks, _rounds = whole_gate(d / SIDES[0], d / SIDES[1], statistic)
         for case_id, track in tracks.items():
             sd = noise_per_pair(track.pairs) if not track.problem else math.nan
@@ -195,3 +212,26 @@ def stored(side: Path) -> dict[str, float]:
             raise ResultsFileError(f"{path}: field {field}: {sd!r} is not in [0, 1)")
         out[case_id] = float(sd)
     return out
+
+
+def refuse_unless_term_agrees(side: Path, statistic: str, rechecked: Mapping[str, Verdict]) -> None:
+    """ResultsFileError unless each case's z tested again with the term ``stored`` read is the z
+    the gate recorded, where the two tests are of one statistic and direction: the term is only
+    the gate's if it gives the gate's own test back. A term written into gate.json afterwards (or
+    one taken out) turned a regressed gate's recheck into a pass, while the gate's z, beyond its
+    boundary, had no term in it."""
+    path = output_paths(Path(side).absolute().parent)["json"]
+    said = read_json(path)
+    cases = said.get("cases") if isinstance(said, dict) and said.get("statistic") == statistic else None
+    for index, case in enumerate(cases if isinstance(cases, list) else []):
+        detail = case.get("detail") if isinstance(case, dict) else None
+        recorded = detail.get("z") if isinstance(detail, dict) else None
+        verdict = rechecked.get(case.get("case_id")) if isinstance(case, dict) else None
+        again = (verdict.detail.get("z") if verdict is not None and isinstance(verdict.detail, dict)
+                 and verdict.direction == case.get("direction") else None)
+        if not all(isinstance(z, float) and math.isfinite(z) for z in (recorded, again)):
+            continue  # a case without a test on either side (could not run) has no z to hold
+        if not math.isclose(recorded, again, rel_tol=1e-9, abs_tol=1e-12):
+            raise ResultsFileError(f"{path}: field extra.between_gate: not the term the gate tested with: case "
+                                   f"{case['case_id']} (cases.{index}) recorded z {recorded:.6g}, its pairs with "
+                                   f"this term give {again:.6g}")

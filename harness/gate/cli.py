@@ -559,10 +559,14 @@ def _recheck_gate(request: CompareRequest, out: Path, start: float) -> int:
         tracks[case_id].problem = why
     # A case without a direction carries its problem; its spec's direction is never read.
     # The between-gate term the gate used, from its gate.json: the same test, at one look.
-    stored = between_gates.stored(request.run_a)
-    specs = [CaseSpec(c, config.min_effect(c), directions.get(c, "lower"), stored.get(c, 0.0)) for c in tracks]
-    result = outputs.result("compare", config.statistic, config.policy,
-                            verdicts=recheck_verdicts(tracks, specs, config, rounds) if specs else {},
+    try:
+        stored = between_gates.stored(request.run_a)
+        specs = [CaseSpec(c, config.min_effect(c), directions.get(c, "lower"), stored.get(c, 0.0)) for c in tracks]
+        rechecked = recheck_verdicts(tracks, specs, config, rounds) if specs else {}
+        between_gates.refuse_unless_term_agrees(request.run_a, config.statistic, rechecked)
+    except ResultsFileError as exc:
+        return outputs.error("compare", str(exc), config.statistic)
+    result = outputs.result("compare", config.statistic, config.policy, verdicts=rechecked,
                             base={"ref": str(request.run_a)}, candidate={"ref": str(request.run_b)},
                             repeats=max((len(t.pairs) for t in tracks.values()), default=0))
     result.unit = "pair"
