@@ -71,6 +71,8 @@ def test_each_sink_gets_the_hostile_message_escaped_visibly():
     xml_text = escape.for_xml(HOSTILE)
     _no_raw(xml_text)
     ET.fromstring(ET.tostring(ET.Element("e", message=xml_text)))  # well-formed once the writer escapes <&
+    # legal XML, but a CI viewer would render the text after it reversed: visible, as on the terminal
+    assert escape.for_xml("run\u202eA\u2066B") == "run\\u202eA\\u2066B"
     cell = escape.for_markdown_cell(HOSTILE + "\nnext")
     _no_raw(cell)
     assert "<script" not in cell and "&lt;script>" in cell and "a\\|b" in cell and "\n" not in cell

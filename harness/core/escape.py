@@ -8,8 +8,8 @@ what, and the sink stays well-formed:
 
 - ``for_terminal``: C0 and C1 controls (ESC, BEL, NUL, CR...), DEL and the bidirectional overrides
   as ``\\x1b``, ``\\u202e``; newline and tab kept;
-- ``for_xml``: what XML 1.0 does not allow (most C0 controls, surrogates, U+FFFE/U+FFFF) as
-  ``\\x00``; the XML writer then escapes ``<&"``;
+- ``for_xml``: what XML 1.0 does not allow (most C0 controls, surrogates, U+FFFE/U+FFFF) and the
+  bidirectional overrides as ``\\x00``, ``\\u202e``; the XML writer then escapes ``<&"``;
 - ``for_markdown``: inline text that stays text: a ``<`` that could open a tag, comment or
   autolink (CommonMark: ``<`` then a letter, ``/``, ``!`` or ``?``) as ``&lt;``, a ``&`` that would
   make an entity as ``&amp;``; a backslash before each character that can open inline markup (a
@@ -36,7 +36,7 @@ BIDI_CONTROLS = r"\u202a-\u202e\u2066-\u2069"
 _TERMINAL = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f{BIDI_CONTROLS}{SURROGATES}]")
 # XML 1.0 Char: #x9 | #xA | #xD | [#x20-#xD7FF] | [#xE000-#xFFFD] | [#x10000-#x10FFFF]; C1 are legal
 # but a terminal showing the file would act on them, so they are escaped too.
-_XML = re.compile(f"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f{SURROGATES}\ufffe\uffff]")
+_XML = re.compile(f"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f{BIDI_CONTROLS}{SURROGATES}\ufffe\uffff]")
 _FILE = re.compile(f"[{SURROGATES}]")
 _MARKDOWN_LT = re.compile(r"<(?=[A-Za-z/!?])")
 _MARKDOWN_AMP = re.compile(r"&(?=#?\w+;)")
