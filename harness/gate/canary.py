@@ -13,6 +13,7 @@ evidence for the term a real gate adds to its interval.
 """
 from __future__ import annotations
 
+import argparse
 import math
 import time
 from dataclasses import dataclass
@@ -121,14 +122,16 @@ def cmd_canary(args) -> int:
     store = absolute(args.store)
     gate_code = None
     if not args.no_gate:
-        from harness.cli import build_parser  # the gate's own command line: every check it makes, made here too
+        from harness.gate import cli as gate_cli  # the gate's own command line: every check it makes, made here too
 
         out = store / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
         argv = ["gate", "--repo", str(absolute(args.repo)), "--base", args.ref, "--candidate", args.ref,
                 "--budget", repr(args.budget), "--out", str(out), "--alpha", repr(args.alpha)]
         argv += [a for case in (args.case or [DEFAULT_CASE]) for a in ("--case", case)]
         argv += ["--max-pairs", str(args.max_pairs)] if args.max_pairs else []
-        gate_args = build_parser(("harness.gate.cli",)).parse_args(argv)
+        parser = argparse.ArgumentParser(prog="critpath")
+        gate_cli.register(parser.add_subparsers(dest="command", required=True))
+        gate_args = parser.parse_args(argv)
         gate_code = gate_args.func(gate_args)
         if gate_code not in (0, 1):
             print_error("canary", f"the A/A gate in {out} could not run (exit {gate_code}); nothing judged")
