@@ -202,3 +202,19 @@ def test_a_hang_record_names_the_rank_that_hung(tmp_path, fault_rank):
     assert record["status"] == "timeout" and record["error"]["rank"] == fault_rank
     assert f"rank {fault_rank} hung in step (harness/families/selftest.py:" in record["error"]["message"]
     assert f"ranks [{1 - fault_rank}] were waiting for it in torch.distributed" in record["error"]["message"]
+
+
+def test_a_run_killed_between_its_fingerprint_and_run_json_is_called_killed(tmp_path, capsys):
+    # killed in that instant, a run left only fingerprint.json: readers said "no such results
+    # file" and a retry into it "already holds a run", neither saying it was killed
+    from harness.cli import main
+
+    killed = tmp_path / "killed"
+    killed.mkdir()
+    (killed / "fingerprint.json").write_text("{}\n")
+    assert main(["show", str(killed)]) == 2
+    assert "holds only fingerprint.json, a run killed before it wrote run.json" in capsys.readouterr().err
+    assert main(["run", "--case", "selftest/fault_rank=0,mode=noop,world=1", "--iters", "5",
+                 "--out", str(killed)]) == 2
+    assert "holds a run killed before it wrote run.json (only fingerprint.json)" in capsys.readouterr().err
+    assert sorted(p.name for p in killed.iterdir()) == ["fingerprint.json"]

@@ -163,6 +163,10 @@ def _lines(path: Path) -> Iterator[tuple[int, bytes, str]]:
     try:
         f = open_regular(path, "results file")
     except (FileNotFoundError, NotADirectoryError):
+        if (path.parent / FINGERPRINT).is_file() and not (path.parent / RUN_META).exists():
+            # a run writes its fingerprint, then run.json, then its records: killed in between
+            raise ResultsFileError(f"{path}: no such results file: {path.parent} holds only {FINGERPRINT}, a run "
+                                   f"killed before it wrote {RUN_META}") from None
         raise ResultsFileError(f"{path}: no such results file") from None
     except InputFileError as exc:
         raise ResultsFileError(str(exc)) from None

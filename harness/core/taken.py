@@ -13,7 +13,7 @@ import stat
 from pathlib import Path
 from typing import Optional, Sequence
 
-from harness.core.runfiles import RESULTS, RUN_META, run_files
+from harness.core.runfiles import FINGERPRINT, RESULTS, RUN_META, run_files
 from harness.core.runmeta import is_import
 from harness.core.store import ResultsFileError, read_meta
 
@@ -33,6 +33,9 @@ def refusal(path: Path, contents: Sequence[Path] = (), option: str = "--out") ->
         if not contents:
             return ""
         return f"{path} is not empty ({contents[0]}); choose another {option}"
+    if (path / FINGERPRINT) in taken and not (path / RUN_META).exists():
+        return (f"{path} holds a run killed before it wrote {RUN_META} (only {FINGERPRINT}): choose another "
+                f"{option}, or remove it")
     try:
         meta = read_meta(path / RUN_META)
     except ResultsFileError:
