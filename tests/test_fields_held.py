@@ -272,3 +272,17 @@ def test_a_fingerprint_field_no_machine_gives_is_refused_naming_it(noop_run, tmp
 
 def test_the_planned_digest_is_one_run_json_field(noop_run):
     assert PLANNED in runmeta.RUN_FIELDS and PLANNED in json.loads((noop_run / RUN_META).read_text())
+
+
+@pytest.mark.parametrize("block, key, value", [
+    ("summary", "p95_ns", 99999.0), ("plan", "extra_key", 1), ("check", "extra_key", 1), ("error", "hint", "x"),
+])
+def test_a_key_a_record_never_writes_inside_one_of_its_blocks_is_refused(noop_run, tmp_path, capsys, block, key, value):
+    # a planted summary.p95_ns (a figure no sample gave) loaded, while a key at the top was refused
+    def edit(record):
+        if record.get(block) is None:
+            record[block] = {"kind": "RuntimeError", "message": "m"}
+        record[block][key] = value
+
+    code, err = _show(capsys, _copy(noop_run, tmp_path, RESULTS, edit))
+    assert code == 2 and "results.jsonl:1" in err and key in err, err
