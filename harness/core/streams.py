@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import codecs
 import io
+import os
 import sys
 from contextlib import contextmanager
 from typing import Iterator, TextIO
@@ -34,11 +35,17 @@ class _Encoded(io.TextIOBase):
     def write(self, text: str) -> int:
         if not self._utf8:
             text = text.encode(self._encoding, "backslashreplace").decode(self._encoding)
-        self.raw.write(text)
+        try:
+            self.raw.write(text)
+        except BrokenPipeError:
+            _reader_gone(self.raw)
         return len(text)
 
     def flush(self) -> None:
-        self.raw.flush()
+        try:
+            self.raw.flush()
+        except BrokenPipeError:
+            _reader_gone(self.raw)
 
     def fileno(self) -> int:
         return self.raw.fileno()
@@ -60,6 +67,20 @@ class _Encoded(io.TextIOBase):
     @property
     def buffer(self):
         return self.raw.buffer
+
+
+def _reader_gone(raw: TextIO) -> None:
+    """The reader of ``raw`` left (``critpath gate ... | head -2``): what is still printed goes to
+    /dev/null and the command carries on to its files. The BrokenPipeError ended a gate between
+    its pairs and its gate.json, leaving a directory of sides without a verdict."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, raw.fileno())
+        finally:
+            os.close(devnull)
+    except (OSError, ValueError, io.UnsupportedOperation):
+        pass  # a stream with no descriptor (a test's capture): its writes fail no further
 
 
 class EscapedStream(_Encoded):
