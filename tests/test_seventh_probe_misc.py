@@ -240,14 +240,6 @@ class TestJoinedNodeVariablesAgreeWithTheWorld:
             position(self._job(**launcher))
         assert str(err.value) == message
 
-    @pytest.mark.parametrize("name", ["LOCAL_WORLD_SIZE", "GROUP_RANK"])
-    def test_an_empty_node_variable_is_refused_as_local_rank_is_not_read_as_unset(self, name):
-        from harness.core.options import UsageError
-        from harness.run.joined import position
-
-        with pytest.raises(UsageError, match=rf"^{name}='': expected an integer"):
-            position(self._job(**{name: ""}))
-
     def test_the_node_rank_is_held_to_world_over_local_world(self):
         from harness.core.options import UsageError
         from harness.run.joined import position

@@ -164,9 +164,7 @@ LOCAL_WORLD_VARS = ("LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE")
 
 
 def _first_set(env, names: tuple[str, ...]) -> Optional[str]:
-    """The first of ``names`` in ``env``, set empty too: an empty launcher variable is refused where
-    it is read, as LOCAL_RANK='' is, not taken for one left unset."""
-    return next((name for name in names if name in env), None)
+    return next((name for name in names if env.get(name, "") != ""), None)
 
 
 def node_rank(env=os.environ) -> Optional[tuple[str, int]]:
