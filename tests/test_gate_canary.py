@@ -67,3 +67,14 @@ def test_canary_on_a_store_without_gates_exits_2_naming_it(tmp_path, capsys):
         (tmp_path / "a" / side).mkdir()
     assert main(["canary", "--store", str(tmp_path), "--no-gate"]) == 2
     assert "not an A/A gate" in capsys.readouterr().err
+
+
+def test_canary_holds_its_gate_options_to_the_gate_s_own_bounds(tmp_path, capsys):
+    # refused by the canary's parser, naming its own option, not by the gate's parser inside it
+    from harness.gate.schedule import MAX_PAIRS
+
+    with pytest.raises(SystemExit) as exc:
+        main(["canary", "--store", str(tmp_path), "--max-pairs", str(MAX_PAIRS + 1)])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "critpath canary: error: argument --max-pairs" in err and "critpath gate" not in err

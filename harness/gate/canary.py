@@ -27,7 +27,7 @@ from harness.core.options import (EXIT_OK, EXIT_USAGE, absolute, at_least, case_
 from harness.core.store import ResultsFileError
 from harness.gate.between import GateEstimate, heterogeneity, per_gate
 from harness.gate.config import ALPHA_RANGE, GateConfig
-from harness.gate.schedule import MAX_BUDGET_S, Plan
+from harness.gate.schedule import MAX_BUDGET_S, MAX_PAIRS, Plan
 from harness.gate.stats import Policy
 
 # A series whose code never changes: the timing loop's own cost (selftest mode=noop).
@@ -110,7 +110,8 @@ def register(sub) -> None:
                    help=f"case ID (repeatable; default {DEFAULT_CASE}, whose code never changes)")
     p.add_argument("--budget", type=positive(float, MAX_BUDGET_S), default=Plan.budget_s, metavar="SECONDS",
                    help=f"the A/A gate's wall time for measuring (default {Plan.budget_s:g})")
-    p.add_argument("--max-pairs", type=at_least(1), metavar="N", help="the A/A gate stops after this many pairs")
+    p.add_argument("--max-pairs", type=at_least(1, MAX_PAIRS), metavar="N",
+                   help=f"the A/A gate stops after this many pairs (at most {MAX_PAIRS})")
     p.add_argument("--alpha", type=number_in(*ALPHA_RANGE), default=Policy.alpha,
                    help=f"the A/A gate's alpha, and the rate of a shift called on a steady runner, per case "
                         f"(default {Policy.alpha:g})")
