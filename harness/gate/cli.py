@@ -92,8 +92,9 @@ def register(sub) -> None:
                    help=f"A/B: timed seconds per case per round, calibrated once (default {Plan.window_s:g})")
     p.add_argument("--max-pairs", type=at_least(1, MAX_PAIRS), metavar="N", help="A/B: stop after this many process pairs")
     p.add_argument("--between-gates", action="append", type=path_option, metavar="DIR",
-                   help="A/B: stored A/A gates (at or under DIR, repeatable) whose spread estimates the offset fixed "
-                        "per gate; each case they cover gets it in its interval and test (docs/gate.md)")
+                   help=f"A/B: stored A/A gates (DIR or up to {between_gates.GATE_DEPTH} levels under it, repeatable) "
+                        "whose spread estimates the offset fixed per gate; each case they cover gets it in its "
+                        "interval and test (docs/gate.md)")
     p.add_argument("--repeats", type=_repeats, help=f"with --against: candidate processes (default {DEFAULT_REPEATS})")
     p.add_argument("--iters", type=at_least(1, MAX_SAMPLES),
                    help=f"timed iterations per case per round (default: from --window; at most {MAX_SAMPLES})")
