@@ -142,6 +142,41 @@ def _key(path: Path) -> str:
     return os.path.realpath(path)
 
 
+_KIND_OF_MODE = {stat.S_IFREG: "a file", stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket",
+                 stat.S_IFCHR: "a device", stat.S_IFBLK: "a device"}
+
+
+def _non_directory_kind(path: Path) -> Optional[str]:
+    """What ``path`` is when it exists as anything but a directory (a link to one counts as one);
+    None when it is a directory or is missing."""
+    try:
+        own = os.lstat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    if stat.S_ISDIR(own):
+        return None
+    if not stat.S_ISLNK(own):
+        return _KIND_OF_MODE.get(stat.S_IFMT(own), "something else")
+    try:
+        target = os.stat(path).st_mode
+    except OSError:
+        return "a dangling link"
+    if stat.S_ISDIR(target):
+        return None
+    return "a link to " + _KIND_OF_MODE.get(stat.S_IFMT(target), "something else")
+
+
+def refuse_non_directory(path: Path, advice: str) -> None:
+    """UsageError naming what ``path``, or the nearest of its parents in the way, is when it exists
+    as anything but a directory; mkdir's own refusal would say only "File exists" or "Not a
+    directory", which names neither the kind nor the remedy."""
+    for candidate in (path, *path.parents):
+        kind = _non_directory_kind(candidate)
+        if kind is not None:
+            where = "" if candidate == path else f" (its parent {candidate})"
+            raise UsageError(f"{path}{where}: is {kind}, not a directory; {advice}")
+
+
 def claim_dir(path: Path, command: str, option: str = "--out") -> Claim:
     """Create ``path`` if it is missing and hold it until ``release`` (or the ``with`` block's end,
     or the process's); DirectoryClaimed naming the holder when another live process holds it.
@@ -158,6 +193,7 @@ def claim_dir(path: Path, command: str, option: str = "--out") -> Claim:
         refuse_links_below(above, path.parent)
     refuse_held_above(path, advice)  # before anything is made below it
     made = not path.exists()
+    refuse_non_directory(path, advice)
     path.mkdir(parents=True, exist_ok=True)
     while True:
         fd = _open_claim(path / CLAIM_FILE)
