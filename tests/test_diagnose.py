@@ -397,3 +397,13 @@ def test_nccl_tests_imports_of_many_nodes_are_diagnosed_by_their_hosts(tmp_path)
     assert figures == {("allreduce/busbw_gbps", size) for size in ("2097152", "16777216", "134217728")}
     # Mean-only imports offer no p99: the rule judges nothing, and says so.
     assert "p99_high: no figure of these runs matches ['.*/p99_us']" in result.notes.lines()
+
+
+def test_a_json_that_cannot_be_written_is_refused_before_any_verdict_line(tmp_path, cli):
+    _pairs_run(tmp_path / "run", lambda a, b, rail: 100.0)
+    (tmp_path / "file").write_text("precious\n")
+    out = cli("diagnose", str(tmp_path / "run"), "--rules", str(SHARED_CPU), "--json", str(tmp_path / "file" / "d.json"))
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "-> exit" not in out.stdout, out.stdout  # no "-> exit 0" above an exit 2
+    assert f"{tmp_path / 'file'}" in out.stderr and "Traceback" not in out.stderr
+    assert (tmp_path / "file").read_text() == "precious\n"

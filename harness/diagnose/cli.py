@@ -135,8 +135,8 @@ def cmd_diagnose(args) -> int:
     healthy = sum(result.verdict(n) == HEALTHY for n in result.nodes)
     unmeasured = f", {len(result.unmeasured())} with no evidence" if result.unmeasured() else ""
     withheld = f", {len(result.withheld)} contended record(s) withheld" if result.withheld else ""
+    if args.json:  # before the verdict line, so a file that cannot be written never follows "-> exit 0"
+        atomic.write_json(args.json, _to_json(result), sort_keys=False)
     print(f"{healthy} healthy, {len(drain)} to drain{unmeasured}, {len(links)} link(s) to check{withheld} "
           f"-> exit {result.exit_code}")
-    if args.json:
-        atomic.write_json(args.json, _to_json(result), sort_keys=False)
     return result.exit_code
