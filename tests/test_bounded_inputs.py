@@ -33,7 +33,7 @@ from harness.gate.schedule import Plan, Schedule, Spend, fits
 from harness.gate.sides import RoundResult
 from harness.gate.trees import BASE, CANDIDATE
 from harness.run import timing
-from tests.conftest import derived_record
+from conftest import derived_record
 
 NOOP = "selftest/fault_rank=0,mode=noop,world=1"
 ROOT = Path(__file__).resolve().parents[1]
