@@ -32,7 +32,7 @@ from harness.history.view import load_history
 from harness.nccltests import source
 from harness.nccltests.values import NcclTestsFormatError
 from harness.tables.frame import records_of
-from tests.conftest import derived_record
+from conftest import derived_record
 
 ROOT = Path(__file__).resolve().parents[1]
 NOOP = "selftest/fault_rank=0,mode=noop,world=1"

@@ -17,7 +17,7 @@ import pytest
 from harness.core import contention as cn
 from harness.core.records import Record, RecordError
 from harness.run import contention as sampling
-from tests.test_contention import _judge, _rank, _record, _samples
+from test_contention import _judge, _rank, _record, _samples
 
 WINDOW_NS = 10**9
 
@@ -185,7 +185,7 @@ ORPHAN = ("import subprocess, sys\nprint(subprocess.Popen([sys.executable, '-c',
 
 
 def _spin_share(neighbours: int) -> float:
-    from tests.test_contention import _run_spin
+    from test_contention import _run_spin
 
     pids = [int(subprocess.run([sys.executable, "-c", ORPHAN, BUSY.replace("0.6", "20")], capture_output=True,
                                text=True, check=True, timeout=60).stdout) for _ in range(neighbours)]

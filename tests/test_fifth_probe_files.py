@@ -9,7 +9,7 @@ import pytest
 
 from harness.accept.profile import ProfileError, load_profile
 from harness.diagnose import rules
-from tests.test_diagnose import GOOD_RULE
+from test_diagnose import GOOD_RULE
 
 NOOP = "selftest/fault_rank=0,mode=noop,world=1"
 ALLREDUCE = "allreduce/algo=ring,backend=gloo,dtype=float32,size_bytes=1024,world=2"
@@ -218,7 +218,7 @@ def test_the_worker_exits_2_on_a_bad_round_and_makes_no_round_directory(tmp_path
     import subprocess
     import sys
 
-    from tests.conftest import ROOT
+    from conftest import ROOT
 
     request = json.dumps({"cmd": "round", "round": -1, "cases": [{"id": NOOP}]})
     done = subprocess.run([sys.executable, "-m", "harness", "worker", "--out", str(tmp_path / "w")], cwd=ROOT,

@@ -39,7 +39,7 @@ from harness.model.profile import (
 )
 from harness.nccltests.parse import parse_json, parse_text
 from harness.nccltests.values import NcclTestsFormatError
-from tests.conftest import derived_record
+from conftest import derived_record
 
 NOOP = "selftest/fault_rank=0,mode=noop,world=1"
 FIXTURES = Path(__file__).parent / "fixtures"
