@@ -187,7 +187,7 @@ class _FakeSide:
 
     START_S, ROUND_S = 1.0, 0.5
 
-    def __init__(self, tree, side, number, run_dir, run_args) -> None:
+    def __init__(self, tree, side, number, run_dir, run_args, extra_env=None) -> None:
         self.side, self.number, self.run_dir = side, number, run_dir
 
     def start(self):

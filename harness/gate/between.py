@@ -72,6 +72,21 @@ def heterogeneity(estimates_log: Sequence[float], se_log: Sequence[float]) -> He
                          (float(np.min(x)), float(np.max(x))))
 
 
+def log_pct(log_ratio: float) -> str:
+    """A log ratio as the signed percentage change it stands for."""
+    return f"{math.expm1(log_ratio) * 100:+.1f} %"
+
+
+def pooled(estimates_log: Sequence[float], se_log: Sequence[float]) -> tuple[float, float, float]:
+    """The random-effects mean of k >= 2 gates' estimates (each weighted by 1 / (SE^2 + tau^2)),
+    its standard error and tau: the centre the gates share, with what stays fixed per gate in its
+    uncertainty."""
+    tau = heterogeneity(estimates_log, se_log).between_sd_log
+    weights = 1.0 / (np.square(np.asarray(se_log, dtype=float)) + tau ** 2)
+    centre = float(np.sum(weights * np.asarray(estimates_log, dtype=float)) / np.sum(weights))
+    return centre, math.sqrt(1.0 / float(np.sum(weights))), tau
+
+
 def gate_dirs(roots: Sequence[Path]) -> list[Path]:
     """Every gate directory at or within GATE_DEPTH levels under ``roots`` (one holding gate.json
     beside base/ and candidate/), sorted, at most MAX_GATES."""

@@ -5,7 +5,7 @@ Each call runs one A/A gate (one commit against itself, ``critpath gate --base R
 REF``) into a store of such gates, then asks of every case it measured whether its estimate
 lies inside what the gates stored before it predict: the random-effects prediction interval of
 Higgins, Thompson & Spiegelhalter (2009), centre and between-gate SD from those gates (the
-DerSimonian-Laird estimate ``between.heterogeneity`` gives), widened by the new gate's own
+DerSimonian-Laird estimate ``between.pooled`` gives), widened by the new gate's own
 standard error, on Student's t with k - 2 degrees of freedom. A case outside it is a platform
 shift (or a false alarm, at rate ``--alpha``): the code did not change, so the runner did. The
 same store is what ``critpath gate --between-gates`` reads, so the canary's gates are also the
@@ -25,7 +25,7 @@ import scipy  # scipy.stats loads on first use
 from harness.core.options import (EXIT_OK, EXIT_USAGE, absolute, at_least, case_id_option, number_in, path_option,
                                   positive, print_error)
 from harness.core.store import ResultsFileError
-from harness.gate.between import GateEstimate, heterogeneity, per_gate
+from harness.gate.between import GateEstimate, log_pct, per_gate, pooled
 from harness.gate.config import ALPHA_RANGE, GateConfig
 from harness.gate.schedule import MAX_BUDGET_S, MAX_PAIRS, Plan
 from harness.gate.stats import Policy
@@ -59,17 +59,11 @@ def predict(before: Sequence[GateEstimate], newest: GateEstimate, alpha: float) 
     k = len(before)
     if k < MIN_BEFORE:
         return None
-    tau = heterogeneity([g.estimate_log for g in before], [g.se_log for g in before]).between_sd_log
-    weights = [1.0 / (g.se_log ** 2 + tau ** 2) for g in before]
-    centre = sum(w * g.estimate_log for w, g in zip(weights, before)) / sum(weights)
-    spread = math.sqrt(tau ** 2 + 1.0 / sum(weights) + newest.se_log ** 2)
+    centre, centre_se, tau = pooled([g.estimate_log for g in before], [g.se_log for g in before])
+    spread = math.sqrt(tau ** 2 + centre_se ** 2 + newest.se_log ** 2)
     half = float(scipy.stats.t.ppf(1 - alpha / 2, k - 2)) * spread
     p = float(2 * scipy.stats.t.sf(abs(newest.estimate_log - centre) / spread, k - 2))
     return Prediction(k, centre, tau, centre - half, centre + half, p)
-
-
-def _pct(log_ratio: float) -> str:
-    return f"{math.expm1(log_ratio) * 100:+.1f} %"
 
 
 def judge(per_case: dict[str, list[GateEstimate]], newest_dir: Path, alpha: float) -> tuple[list[str], bool]:
@@ -81,15 +75,15 @@ def judge(per_case: dict[str, list[GateEstimate]], newest_dir: Path, alpha: floa
         if not newest:
             continue
         before = [g for g in found if g.gate_id < newest[0].gate_id]
-        at = f"{case_id}: this gate {_pct(newest[0].estimate_log)} (SE {newest[0].se_log * 100:.1f} %)"
+        at = f"{case_id}: this gate {log_pct(newest[0].estimate_log)} (SE {newest[0].se_log * 100:.1f} %)"
         prediction = predict(before, newest[0], alpha)
         if prediction is None:
             lines.append(f"{at}; not established: {len(before)} stored gate(s) before it, {MIN_BEFORE} needed")
             continue
         moved = prediction.outside(newest[0].estimate_log)
         shifted |= moved
-        lines.append(f"{at}; the {prediction.before} stored gates before it predict [{_pct(prediction.low_log)}, "
-                     f"{_pct(prediction.high_log)}] ({(1 - alpha) * 100:g} %, between-gate SD "
+        lines.append(f"{at}; the {prediction.before} stored gates before it predict [{log_pct(prediction.low_log)}, "
+                     f"{log_pct(prediction.high_log)}] ({(1 - alpha) * 100:g} %, between-gate SD "
                      f"{math.expm1(prediction.between_sd_log) * 100:.1f} %): "
                      + (f"OUTSIDE (p = {prediction.p:.3g}): platform shift?" if moved else "steady"))
     return lines, shifted

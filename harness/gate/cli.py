@@ -24,6 +24,7 @@ from harness.core.records import MAX_SAMPLES, Record
 from harness.core.store import RESULTS, LoadedRun, ResultsFileError, distinct_run_ids, load_whole, run_inputs
 from harness.core.walk import WalkError, walk_bounded
 from harness.gate import between as between_gates
+from harness.gate.factors import FACTORS, tree_prefix
 from harness.gate.config import ALPHA_RANGE, MAX_MIN_EFFECT, ConfigError, GateConfig, load_baselines, load_config
 from harness.gate.outputs import EXIT_COULD_NOT_RUN, GateResult
 from harness.gate.paired import DESIGN, SPENDING, paired_verdicts, recheck_verdicts
@@ -91,6 +92,10 @@ def register(sub) -> None:
     p.add_argument("--window", type=seconds, metavar="SECONDS",
                    help=f"A/B: timed seconds per case per round, calibrated once (default {Plan.window_s:g})")
     p.add_argument("--max-pairs", type=at_least(1, MAX_PAIRS), metavar="N", help="A/B: stop after this many process pairs")
+    p.add_argument("--toggle", choices=tuple(FACTORS), metavar="FACTOR",
+                   help=f"A/B, an experiment for A/A gates: hold FACTOR ({', '.join(FACTORS)}) at two different "
+                        "values, one per side, for the whole gate, where the gate otherwise draws it anew per pair "
+                        "or holds it equal; an estimate that moves with it is a per-gate offset (docs/gate.md)")
     p.add_argument("--between-gates", action="append", type=path_option, metavar="DIR",
                    help=f"A/B: stored A/A gates (DIR or up to {between_gates.GATE_DEPTH} levels under it, repeatable) "
                         "whose spread estimates the offset fixed per gate; each case they cover gets it in its "
@@ -148,7 +153,11 @@ def cmd_gate(args) -> int:
     if ambiguous:
         return outputs.error("against" if args.against else "ab", ambiguous)
     # What the command line left out stays the Plan's default.
-    measuring = {"rounds": args.rounds, "window_s": args.window, "max_pairs": args.max_pairs, "iters": args.iters}
+    measuring = {"rounds": args.rounds, "window_s": args.window, "max_pairs": args.max_pairs, "iters": args.iters,
+                 "toggle": args.toggle}
+    if args.toggle == "tree_path" and not args.against and (args.candidate or WORKTREE) == WORKTREE:
+        return outputs.error("ab", "--toggle tree_path: the candidate must be a ref (--candidate REF): the working "
+                                   "tree stays where it is, so its path cannot be made longer")
     plan = Plan(budget_s=args.budget, case_timeout_s=args.timeout, **{k: v for k, v in measuring.items() if v is not None})
     between = None  # no term asked for: nothing said of it
     if args.between_gates and not args.against:
@@ -265,8 +274,10 @@ def _run_ab(request: GateRequest, out: Path) -> GateResult:
     config, plan = request.config, request.plan
     repo = _repo(request)
     with ExitStack() as stack:
-        cand = stack.enter_context(checkout(repo, request.candidate, CANDIDATE))
-        base = stack.enter_context(checkout(repo, request.base, BASE))
+        # Both checkouts' directories the same length (harness.gate.factors), unless that is the toggle.
+        cand = stack.enter_context(checkout(repo, request.candidate, CANDIDATE,
+                                            prefix=tree_prefix(CANDIDATE, plan.toggle)))
+        base = stack.enter_context(checkout(repo, request.base, BASE, prefix=tree_prefix(BASE, plan.toggle)))
         sides = {BASE: base, CANDIDATE: cand}
         case_ids, explicit = _select_cases(request, sides)
         problems: dict[str, tuple[str, str]] = {}  # case -> (outcome, reason)
@@ -314,6 +325,8 @@ def _run_ab(request: GateRequest, out: Path) -> GateResult:
         ("a minimum effect of 0: a case still undecided at the budget fails whenever its estimate is worse at all; "
          "give a positive --min-effect or --allow-inconclusive", zero_effect),
         (_cut_warning(plan, schedule_result), schedule_result is not None and bool(schedule_result.cut)),
+        (f"--toggle {plan.toggle}: the sides differed by {plan.toggle} for the whole gate, an experiment on an "
+         "A/A gate, not a verdict on a change", plan.toggle is not None),
         ("the candidate has uncommitted changes", cand.dirty)) if applies]
     return request.outputs.result("ab", config.statistic, config.policy, verdicts={c: verdicts_[c] for c in case_ids},
                                   base=base.to_dict(), candidate=cand.to_dict(), extra=extra, warnings=warnings,

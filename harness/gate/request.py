@@ -91,7 +91,7 @@ AB, AGAINST = "ab", "against"  # the gate's modes: base against candidate, or th
 # The options only one mode reads; every other option of ``critpath gate`` is read by both. Given
 # to the other mode, one would be ignored in silence, so the request is refused naming it.
 MODE_ONLY = {"--case": AB, "--families": AB, "--full": AB, "--rounds": AB, "--window": AB, "--max-pairs": AB,
-             "--allow-inconclusive": AB, "--between-gates": AB, "--repeats": AGAINST}
+             "--allow-inconclusive": AB, "--between-gates": AB, "--toggle": AB, "--repeats": AGAINST}
 # Why an option of the other mode has no meaning in this one: what this mode measures instead.
 _MODE_MEASURES = {
     AB: "to an A/B gate (--base REF), which measures pairs of processes, interleaved, until --budget "

@@ -28,6 +28,7 @@ from typing import Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
+from harness.gate.factors import SIDES, PairFactors
 from harness.gate.sides import RoundCase, RoundResult, RunSide, SideError, WorkerSide
 from harness.gate.trees import BASE, CANDIDATE, Tree
 from harness.core.comparable import mismatch
@@ -37,7 +38,6 @@ from harness.core.runfiles import GATE_ID_FILE
 from harness.core.store import new_run_id
 from harness.gate.values import failure_text
 
-SIDES = (BASE, CANDIDATE)
 START_TIMEOUT_S = 180.0  # a worker must be ready, its ranks up, within this (or what the budget leaves)
 # A worker's start is given at least this, whatever the budget leaves: python and torch take seconds
 # to import, and a generation the budget let start is not failed for starting.
@@ -69,6 +69,7 @@ class Plan:
     probe_pairs: int = 4  # pairs after which the minimum detectable effect is first estimated
     max_pairs: Optional[int] = None  # stop after this many generations (else the budget decides)
     seed: int = 0
+    toggle: Optional[str] = None  # a factor held at two values, one per side (harness.gate.factors)
 
     @property
     def look_interval_s(self) -> float:
@@ -130,6 +131,7 @@ class ScheduleResult:
     looks: int = 0
     cut: list = field(default_factory=list)  # generations the budget cut short: {generation, rounds_run, ...}
     gate_id: str = ""  # what each generation's GATE_ID_FILE holds
+    factors: dict = field(default_factory=dict)  # PairFactors.to_dict(): what each pair's sides got
 
     def seconds_per_pair(self) -> Optional[float]:
         """Recent wall seconds per generation (the last few: decided cases drop out and later
@@ -139,7 +141,7 @@ class ScheduleResult:
     def summary(self) -> dict:
         return {"generations": self.generations, "stopped": self.stopped, "looks": self.looks,
                 "generation_s": [round(g, 3) for g in self.generation_s], "measure_wall_s": round(self.wall_s, 3),
-                "cut": list(self.cut), "gate_id": self.gate_id}
+                "cut": list(self.cut), "gate_id": self.gate_id, "factors": self.factors}
 
 
 def pair_value(base_values: Sequence[float], cand_values: Sequence[float]) -> float:
@@ -170,6 +172,7 @@ class Schedule:
         self.spend = Spend()
         self.cut: list[dict] = []
         self.gate_id = new_run_id()
+        self.factors = PairFactors(plan.seed, plan.toggle)
 
     # -- the loop --------------------------------------------------------------------------------
 
@@ -215,7 +218,7 @@ class Schedule:
             self._look(1.0, final=True, elapsed_s=self.clock() - start)
             looks += 1
         return ScheduleResult(self.tracks, generation, self.clock() - start, self.kind, stopped, gen_times, looks,
-                              list(self.cut), self.gate_id)
+                              list(self.cut), self.gate_id, self.factors.to_dict())
 
     def _probe_generation(self) -> int:
         return self.plan.probe_pairs
@@ -248,16 +251,14 @@ class Schedule:
         kind = WorkerSide if self.kind == "worker" else RunSide
         run_args = {"timeout_s": self.plan.case_timeout_s, "warmup": self.plan.warmup,
                     "target_s": self.plan.window_s}
-        # Which side starts first alternates too, so that neither side always lands where the
-        # scheduler puts the processes started second. A precaution, not a proven cause: one A/A
-        # of a two-rank case came out +10 % when the base always started first, and one has come
-        # out +10 % since with the order alternating (docs/gate.md, between-gate variation).
-        first = SIDES if number % 2 == 0 else SIDES[::-1]
+        # Which side starts first alternates, and each side's environment size and hash seed are
+        # drawn anew (harness.gate.factors): what stays fixed for a whole gate, no interval sees.
+        first, factors = self.factors.draw(number)
         dirs = {s: self.out / s / f"gen-{number:03d}" for s in first}
         for gen_dir in dirs.values():  # before its worker starts: a generation on disk says whose it is
             gen_dir.mkdir(parents=True, exist_ok=True)
             (gen_dir / GATE_ID_FILE).write_text(self.gate_id + "\n")
-        sides = {s: kind(self.trees[s], s, number, dirs[s], run_args) for s in first}
+        sides = {s: kind(self.trees[s], s, number, dirs[s], run_args, extra_env=factors[s].env()) for s in first}
         self._live = list(sides.values())
         started = self.clock()
         try:

@@ -22,7 +22,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 from harness.gate.trees import Tree
 from harness.core import registry
@@ -101,8 +101,9 @@ class WorkerSide:
     """One ``critpath worker`` of one side, for one generation of rounds."""
 
     def __init__(self, tree: Tree, side: str, generation: int, out_dir: Path, run_args: dict,
-                 python: str = sys.executable) -> None:
+                 python: str = sys.executable, extra_env: Optional[Mapping[str, str]] = None) -> None:
         self.tree, self.side, self.generation = tree, side, generation
+        self.env = {**tree.env(), **(extra_env or {})}  # extra_env: this pair's factors (harness.gate.factors)
         self.out_dir = Path(out_dir)
         self.run_args = run_args  # timeout_s, warmup, target_s
         self.python = python
@@ -116,7 +117,7 @@ class WorkerSide:
         self._log = open(self.out_dir / "worker.log", "wb")
         args = [self.python, "-m", "harness", "worker", "--out", str(self.out_dir),
                 "--timeout", str(self.run_args["timeout_s"])]
-        self.proc = subprocess.Popen(args, cwd=self.tree.path, env=self.tree.env(), stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen(args, cwd=self.tree.path, env=self.env, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self._log, start_new_session=True)
 
     def await_ready(self, timeout_s: float) -> None:
@@ -282,8 +283,9 @@ class RunSide:
     """A fresh ``critpath run`` per round: for a tree that predates the worker protocol."""
 
     def __init__(self, tree: Tree, side: str, generation: int, out_dir: Path, run_args: dict,
-                 python: str = sys.executable) -> None:
+                 python: str = sys.executable, extra_env: Optional[Mapping[str, str]] = None) -> None:
         self.tree, self.side, self.generation = tree, side, generation
+        self.env = {**tree.env(), **(extra_env or {})}  # extra_env: this pair's factors (harness.gate.factors)
         self.out_dir = Path(out_dir)
         self.run_args = run_args
         self.python = python
@@ -316,7 +318,7 @@ class RunSide:
         start = time.perf_counter()
         error = ""
         with open(run_dir.with_suffix(".log"), "wb") as log:
-            proc = subprocess.Popen(args, cwd=self.tree.path, env=self.tree.env(), stdout=log, stderr=subprocess.STDOUT,
+            proc = subprocess.Popen(args, cwd=self.tree.path, env=self.env, stdout=log, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True)
             self._procs.append(proc)
             try:

@@ -229,14 +229,17 @@ def _shaped(path: Path) -> bool:
 
 
 @contextlib.contextmanager
-def checkout(repo: Path, ref: str, label: str, command: str = "critpath gate") -> Iterator[Tree]:
+def checkout(repo: Path, ref: str, label: str, command: str = "critpath gate",
+             prefix: Optional[str] = None) -> Iterator[Tree]:
     """``git worktree add --detach`` of ``ref`` into a temp dir, marked as ``command``'s; always
-    removed afterwards."""
+    removed afterwards. ``prefix``: the temp dir's name before its random part (it must start with
+    TREE_PREFIX; default TREE_PREFIX + label + '-')."""
     if ref == WORKTREE:
         yield working_tree(repo, label)
         return
     sha = resolve(repo, ref)
-    parent = Path(tempfile.mkdtemp(prefix=f"{TREE_PREFIX}{label}-"))
+    assert prefix is None or prefix.startswith(TREE_PREFIX), prefix  # else no sweep would know it for ours
+    parent = Path(tempfile.mkdtemp(prefix=prefix or f"{TREE_PREFIX}{label}-"))
     path = parent / TREE_NAME
     record = None
     try:

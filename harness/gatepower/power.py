@@ -50,8 +50,9 @@ from harness.core.numbers import NumberError, parse_float
 from harness.core.options import (absolute, at_least, comma_separated, given_flags, number_in, path_option, positive,
                                   print_error, refuse_given)
 from harness.core.schema import strict_validator
-from harness.gate.between import heterogeneity
+from harness.gate.between import heterogeneity, log_pct, pooled
 from harness.gate.config import MAX_MIN_EFFECT
+from harness.gate.factors import FACTORS
 from harness.gate.outputs import EXIT_COULD_NOT_RUN, EXIT_REGRESSION, fails_build
 from harness.gate.schedule import MAX_BUDGET_S, MAX_ROUNDS, Plan, Schedule
 from harness.gate.sequential import estimate_se, hodges_lehmann, min_detectable_effect
@@ -141,7 +142,8 @@ POWER_SCHEMA = {
             "properties": {"name": {"type": "string"}, "condition": {"type": "string"},
                            "case_ids": {"type": "array", "minItems": 1, "items": {"type": "string"}},
                            "candidate": {"type": "string"}, "target": _STRING_OR_NULL,
-                           "rounds": {"type": ["integer", "null"], "minimum": 1}}}},
+                           "rounds": {"type": ["integer", "null"], "minimum": 1},
+                           "toggle": {"enum": [None, *FACTORS]}, "measure_only": {"type": "boolean"}}}},
         "trials": {"type": "array", "items": {
             "type": "object", "required": ["cell", "trial", "exit_code", "wall_s", "cases"],
             "properties": {"cell": {"type": "string"}, "trial": {"type": "integer", "minimum": 0},
@@ -199,6 +201,14 @@ def _rounds_sweep(text: str) -> tuple[int, ...]:
     return tuple(_rounds(x) for x in comma_separated(text))
 
 
+def _toggles(text: str) -> tuple[str, ...]:
+    names = tuple(dict.fromkeys(comma_separated(text)))
+    unknown = [n for n in names if n not in FACTORS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"no such factor: {', '.join(unknown)}; the factors are {', '.join(FACTORS)}")
+    return names
+
+
 def register(sub) -> None:
     p = sub.add_parser("gate-power", help="measure the gate's false-alarm rate and power on real trees with injected slowdowns",
                        description="Run real critpath gate processes on an A/A commit and on committed slowdowns "
@@ -218,6 +228,9 @@ def register(sub) -> None:
     p.add_argument("--rounds-sweep", type=_rounds_sweep, default=(), metavar="K,K,...",
                    help="instead: A/A gates of each --case at each --rounds, run to the budget, for the trade-off "
                         "between rounds per process pair and fresh processes")
+    p.add_argument("--toggles", type=_toggles, default=(), metavar="FACTOR,...",
+                   help="instead: A/A gates of each --case with each FACTOR toggled (gate --toggle), beside A/A gates "
+                        "with none, to find what offsets a whole gate (docs/gate.md)")
     p.add_argument("--tools", type=comma_separated, default=(), help=f"also run these on the same commits: {','.join(TOOLS)}")
     p.add_argument("--tool-trials", type=at_least(1, MAX_TRIALS), default=10, help="trials per tool and change (default 10)")
     p.add_argument("--out", type=path_option, default=Path("reports/gate-power"),
@@ -236,7 +249,8 @@ def register(sub) -> None:
 # would leave each of them unread.
 MEASURE_ONLY = {"case_ids": "--case", "groups": "--group", "slowdowns": "--slowdowns", "trials": "--trials",
                 "budget": "--budget", "min_effect": "--min-effect", "statistic": "--statistic", "rounds": "--rounds",
-                "rounds_sweep": "--rounds-sweep", "tools": "--tools", "tool_trials": "--tool-trials", "out": "--out",
+                "rounds_sweep": "--rounds-sweep", "toggles": "--toggles", "tools": "--tools",
+                "tool_trials": "--tool-trials", "out": "--out",
                 "resume": "--resume"}
 
 
@@ -256,6 +270,7 @@ class PowerRequest:
     statistic: Optional[str]  # each gate's --statistic; None: the gate's default
     rounds: Optional[int]  # each gate's --rounds; None: the gate's default
     rounds_sweep: tuple[int, ...]  # instead: A/A gates of each case at each of these --rounds
+    toggles: tuple[str, ...]  # instead: A/A gates of each case with each of these factors toggled, and with none
     tools: tuple[str, ...]  # other tools run on the same commits
     tool_trials: int
     out: Path
@@ -270,6 +285,8 @@ class Cell:
     candidate: str  # the commit the gate's candidate is
     target: Optional[str] = None  # the case slowed; None for A/A
     rounds: Optional[int] = None  # the gate's --rounds, when the cell sets its own (a rounds sweep)
+    toggle: Optional[str] = None  # the gate's --toggle (a factor sweep)
+    measure_only: bool = False  # a sweep: the gate runs to its budget and measures, never stops as unchanged
 
 
 def _calibrate(tree: Tree, case_id: str, out: Path) -> float:
@@ -375,7 +392,8 @@ def _prepare(request: PowerRequest, out: Path) -> dict:
     _git(clone, "checkout", "--quiet", "--force", "-B", "gate-power/aa", base_sha)
     _git(clone, "commit", "--quiet", "--allow-empty", "-m", "gate-power: A/A (no change)")
     aa_sha = _git(clone, "rev-parse", "HEAD")
-    targets = [] if request.rounds_sweep else list(dict.fromkeys(list(request.case_ids) + [g[0] for g in request.groups]))
+    sweep = bool(request.rounds_sweep or request.toggles)  # A/A gates only: nothing slowed
+    targets = [] if sweep else list(dict.fromkeys(list(request.case_ids) + [g[0] for g in request.groups]))
     calibration, branches = {}, {}
     with checkout(clone, base_sha, BASE, OWNER) as base_tree:
         for case_id in targets:
@@ -389,9 +407,12 @@ def _prepare(request: PowerRequest, out: Path) -> dict:
                                                       out / "calibration" / name.replace("/", "-"))
     cells = []
     if request.rounds_sweep:
-        cells = [Cell(f"{case_id}: {AA}, {k} rounds", (case_id,), AA, aa_sha, rounds=k)
+        cells = [Cell(f"{case_id}: {AA}, {k} rounds", (case_id,), AA, aa_sha, rounds=k, measure_only=True)
                  for k in request.rounds_sweep for case_id in request.case_ids]
-    gates = [] if request.rounds_sweep else [(c,) for c in request.case_ids] + [tuple(g) for g in request.groups]
+    if request.toggles:
+        cells = [Cell(f"{case_id}: {AA}, {toggle or 'nothing'} toggled", (case_id,), AA, aa_sha, toggle=toggle,
+                      measure_only=True) for toggle in (None, *request.toggles) for case_id in request.case_ids]
+    gates = [] if sweep else [(c,) for c in request.case_ids] + [tuple(g) for g in request.groups]
     for case_ids in gates:
         label = case_ids[0] if len(case_ids) == 1 else f"{len(case_ids)} cases, {case_ids[0]} first"
         cells.append(Cell(f"{label}: {AA}", case_ids, AA, aa_sha))
@@ -479,7 +500,9 @@ def _gate_trial(doc: dict, cell: Cell, trial: int, out: Path, base_tree: Tree) -
     rounds = cell.rounds or settings["rounds"]
     if rounds:
         args += ["--rounds", str(rounds)]
-    if cell.rounds:
+    if cell.toggle:
+        args += ["--toggle", cell.toggle]
+    if cell.rounds or cell.measure_only:
         # A sweep measures noise and pace per pair: run to the budget, never stop as unchanged.
         args[args.index("--min-effect") + 1] = "0"
     # The gate itself runs from the base commit's tree, not from this checkout: every trial of a
@@ -703,6 +726,44 @@ def analyse(doc: dict) -> list[dict]:
     return rows
 
 
+def _gate_estimates(doc: dict, cell: dict) -> tuple[list[float], list[float]]:
+    """Each of the cell's gates' log estimate of its watched case, and that estimate's standard error."""
+    watched = cell.get("target") or cell["case_ids"][0]
+    est, se = [], []
+    for t in doc["trials"]:
+        case = t["cases"].get(watched, {}) if t["cell"] == cell["name"] else {}
+        if case.get("ratio") and case.get("noise_per_pair") and case.get("n_pairs"):
+            est.append(math.log(case["ratio"]))
+            se.append(estimate_se(case["noise_per_pair"], case["n_pairs"]))
+    return est, se
+
+
+def toggle_effects(doc: dict, confidence: float = 0.95) -> list[dict]:
+    """Per toggled cell: how far its A/A gates' random-effects mean lies from that of the same
+    case's A/A gates with nothing toggled, with its interval. A factor whose interval excludes 0
+    moves a whole gate by itself: held fixed for a gate, it is a per-gate offset."""
+    reference = {c["case_ids"][0]: c for c in doc["cells"] if c.get("measure_only") and c.get("toggle") is None
+                 and not c.get("rounds")}
+    z = float(scipy.stats.norm.ppf(0.5 + confidence / 2))
+    rows = []
+    for c in doc["cells"]:
+        ref = reference.get(c["case_ids"][0])
+        if not c.get("toggle") or ref is None:
+            continue
+        sides = [_gate_estimates(doc, cell) for cell in (ref, c)]
+        if min(len(est) for est, _ in sides) < 2:
+            rows.append({"cell": c["name"], "toggle": c["toggle"], "gates": [len(e) for e, _ in sides],
+                         "difference": None})
+            continue
+        (ref_mean, ref_se, _), (mean, se, tau) = (pooled(est, se) for est, se in sides)
+        diff, diff_se = mean - ref_mean, math.hypot(se, ref_se)
+        rows.append({"cell": c["name"], "toggle": c["toggle"], "gates": [len(e) for e, _ in sides],
+                     "untoggled": ref_mean, "toggled": mean, "difference": diff,
+                     "ci": [diff - z * diff_se, diff + z * diff_se],
+                     "p": float(2 * scipy.stats.norm.sf(abs(diff) / diff_se)) if diff_se > 0 else math.nan})
+    return rows
+
+
 def between_gates(doc: dict) -> list[dict]:
     """Per cell: do the gates' estimates of the watched case spread more than their own standard
     errors allow? Cochran's Q on the log estimates, and the DerSimonian-Laird between-gate standard
@@ -711,13 +772,7 @@ def between_gates(doc: dict) -> list[dict]:
 
     rows = []
     for c in doc["cells"]:
-        watched = c.get("target") or c["case_ids"][0]
-        est, se = [], []
-        for t in doc["trials"]:
-            case = t["cases"].get(watched, {}) if t["cell"] == c["name"] else {}
-            if case.get("ratio") and case.get("noise_per_pair") and case.get("n_pairs"):
-                est.append(math.log(case["ratio"]))
-                se.append(estimate_se(case["noise_per_pair"], case["n_pairs"]))
+        est, se = _gate_estimates(doc, c)
         if len(est) < 2:
             continue
         h = heterogeneity(est, se)
@@ -831,6 +886,29 @@ def _resampled_table(doc: dict, legend: dict) -> list[str]:
     return lines
 
 
+def _toggle_table(doc: dict, legend: dict) -> list[str]:
+    rows = toggle_effects(doc)
+    if not rows:
+        return []
+    lines = ["", "factors toggled one at a time (gate --toggle): each toggled cell's A/A gates against the same "
+                 "case's A/A gates with nothing toggled, random-effects means; an interval that excludes 0 is a "
+                 "factor that moves a whole gate:", "",
+             "| case | toggled | gates (none / toggled) | mean, nothing toggled | mean, toggled | difference "
+             "[95 % CI] | p |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        cell = next(c for c in doc["cells"] if c["name"] == r["cell"])
+        gates = " / ".join(map(str, r["gates"]))
+        if r["difference"] is None:
+            lines.append(f"| {legend[cell['case_ids'][0]]} | {r['toggle']} | {gates} | not established: fewer than "
+                         "2 gates on a side | | | |")
+            continue
+        low, high = r["ci"]
+        lines.append(f"| {legend[cell['case_ids'][0]]} | {r['toggle']} | {gates} | {log_pct(r['untoggled'])} | "
+                     f"{log_pct(r['toggled'])} | {log_pct(r['difference'])} [{log_pct(low)}, {log_pct(high)}] | "
+                     f"{r['p']:.3f} |")
+    return lines
+
+
 def _pct(x: float, digits: int = 0) -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x * 100:.{digits}f} %"
 
@@ -882,6 +960,7 @@ def table(doc: dict) -> str:
             lines.append(f"| {' + '.join(legend[cid] for cid in cell['case_ids'])} | {cell['condition']} | {r['gates']} | "
                          f"{low:+.1f} % / {high:+.1f} % | {_pct(r['within_se_median'], 1)} | {r['q']:.1f} | "
                          f"{r['p']:.3f} | {_pct(r['between_sd'], 1)} |")
+    lines += _toggle_table(doc, legend)
     lines += _resampled_table(doc, legend)
     tool_rows = analyse_tools(doc)
     if tool_rows:
@@ -934,7 +1013,8 @@ def cmd_power(args) -> int:
         print_error("gate-power", unmeasurable)
         return 2
     request = PowerRequest(tuple(args.case_ids), tuple(args.groups), tuple(args.slowdowns), args.trials, args.budget,
-                           args.min_effect, args.statistic, args.rounds, tuple(args.rounds_sweep), tuple(args.tools),
+                           args.min_effect, args.statistic, args.rounds, tuple(args.rounds_sweep), tuple(args.toggles),
+                           tuple(args.tools),
                            args.tool_trials, absolute(args.out), args.resume)  # gates run from clones: absolute
     try:
         with stop_signals_unwind():
