@@ -886,6 +886,13 @@ def _resampled_table(doc: dict, legend: dict) -> list[str]:
     return lines
 
 
+def _gate_label(cell: dict, legend: dict) -> str:
+    """A cell's gate as the tables name it: its cases, and the --rounds or --toggle it sets."""
+    sets = [f"{cell['rounds']} rounds" if cell.get("rounds") else "",
+            f"{cell['toggle']} toggled" if cell.get("toggle") else ""]
+    return ", ".join([" + ".join(legend[cid] for cid in cell["case_ids"]), *filter(None, sets)])
+
+
 def _toggle_table(doc: dict, legend: dict) -> list[str]:
     rows = toggle_effects(doc)
     if not rows:
@@ -931,7 +938,7 @@ def table(doc: dict) -> str:
         seen = "n/a" if math.isnan(r["effect_median"]) else f"{r['effect_median'] * 100:+.1f} %"
         mde = "n/a" if math.isnan(r["mde_median"]) else f">= {r['mde_median'] * 100:.1f} %"
         cell = next(c for c in doc["cells"] if c["name"] == r["cell"])
-        gate = " + ".join(legend[cid] for cid in cell["case_ids"]) + (f", {cell['rounds']} rounds" if cell.get("rounds") else "")
+        gate = _gate_label(cell, legend)
         lines.append(
             f"| {gate} | {r['condition']} | {r['trials']} | {r['fails_build']} ({counted}: "
             f"{r['counted']}{extra}) | {_pct(r['rate'], 1)} [{_pct(r['ci95'][0], 1)}, {_pct(r['ci95'][1], 1)}] | "
@@ -957,7 +964,7 @@ def table(doc: dict) -> str:
         for r in spread:
             cell = next(c for c in doc["cells"] if c["name"] == r["cell"])
             low, high = (math.expm1(v) * 100 for v in r["spread"])
-            lines.append(f"| {' + '.join(legend[cid] for cid in cell['case_ids'])} | {cell['condition']} | {r['gates']} | "
+            lines.append(f"| {_gate_label(cell, legend)} | {cell['condition']} | {r['gates']} | "
                          f"{low:+.1f} % / {high:+.1f} % | {_pct(r['within_se_median'], 1)} | {r['q']:.1f} | "
                          f"{r['p']:.3f} | {_pct(r['between_sd'], 1)} |")
     lines += _toggle_table(doc, legend)
