@@ -52,3 +52,21 @@ def test_an_out_that_is_not_a_directory_is_refused_naming_what_it_is(in_the_way,
 def test_a_device_out_is_refused_naming_it_a_device(finished):
     done = run_cli("report", "--out", "/dev/null", str(finished))
     assert done.returncode == 2 and "/dev/null: is a device, not a directory" in done.stderr, done.stderr
+
+
+def test_an_out_whose_claim_file_would_pass_path_max_leaves_no_empty_directory(tmp_path, finished):
+    # The directory's own path fits under PATH_MAX (4096 bytes with its NUL), its claim file's does not.
+    from harness.core.claim import CLAIM_FILE
+
+    base = tmp_path / "deep"
+    room = 4095 - len(str(base)) - len(CLAIM_FILE) - 1  # what the claim file's path may still take
+    parts, left = [], room + 2  # one byte past the limit
+    while left > 0:
+        name = "d" * min(200, left - 1 if left > 1 else 1)
+        parts.append(name)
+        left -= len(name) + 1
+    out = base.joinpath(*parts)
+    assert len(str(out)) < 4095 < len(str(out / CLAIM_FILE)) + 1
+    done = run_cli("report", "--out", str(out), str(finished))
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert not out.exists()

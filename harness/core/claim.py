@@ -125,10 +125,7 @@ class Claim:
         try:
             self.file.unlink(missing_ok=True)
             if self.made_dir:
-                try:
-                    self.path.rmdir()
-                except OSError:
-                    pass  # it holds what the command wrote: kept
+                _remove_if_empty(self.path)  # one that holds what the command wrote is kept
         finally:
             os.close(self.fd)
             self.fd = -1
@@ -196,7 +193,12 @@ def claim_dir(path: Path, command: str, option: str = "--out") -> Claim:
     refuse_non_directory(path, advice)
     path.mkdir(parents=True, exist_ok=True)
     while True:
-        fd = _open_claim(path / CLAIM_FILE)
+        try:
+            fd = _open_claim(path / CLAIM_FILE)
+        except (OSError, UsageError):
+            if made:  # a claim file that cannot be made (a name past PATH_MAX) leaves no empty directory
+                _remove_if_empty(path)
+            raise
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
@@ -233,6 +235,13 @@ def claim_dir(path: Path, command: str, option: str = "--out") -> Claim:
         raise
     _HELD[_key(path)] = claim
     return claim
+
+
+def _remove_if_empty(path: Path) -> None:
+    try:
+        path.rmdir()
+    except OSError:
+        pass  # something is in it now: not ours to remove
 
 
 def _open_claim(file: Path) -> int:
