@@ -73,6 +73,39 @@ def why_no_record(check: Mapping[str, Any], records: Sequence[Record]) -> str:
     return f"no {family} record with " + ", ".join(gaps) + hint
 
 
+def _failure(record: Record) -> str:
+    """``CASE from nccl-tests F line 18 wrong: 2 wrong of 8``: the record, its outcome and why."""
+    why = record.error.message.splitlines()[0] if record.error and record.error.message else (
+        f"{record.check.wrong} wrong of {record.check.checked}" if record.check else record.status)
+    return f"{_where(record)} {record.label}: {why}"
+
+
+# The failed records acceptance names; the others are counted: a sweep wrong at every size is one
+# line, not a thousand.
+NAMED_FAILURES = 5
+RECORDS_SOURCE = "a case of a family the profile checks that failed or gave wrong answers fails acceptance"
+
+
+def _checked_family(check: Mapping[str, Any]) -> str:
+    return check.get("family") or case_parts(check.get("case", ""))[0]
+
+
+def records_outcome(profile: Mapping[str, Any], records: Sequence[Record]) -> tuple[Outcome, ...]:
+    """A FAIL naming the failed and wrong-answer records of every family the profile checks, whether
+    or not a check selects them: a sweep judged at one size still ran the others, and a collective
+    that gives wrong answers at 8 B is not accepted by its bandwidth at 128 MiB. A family no check
+    names is not what the profile accepts. Nothing where every such record is ok."""
+    families = {_checked_family(c) for c in profile["checks"]}
+    records = [r for r in records if r.family in families]
+    failed = [r for r in records if not r.ok]
+    if not failed:
+        return ()
+    named = "; ".join(_failure(r) for r in failed[:NAMED_FAILURES])
+    more = f"; and {len(failed) - NAMED_FAILURES} more" if len(failed) > NAMED_FAILURES else ""
+    return (Outcome("run", "every case ok", FAIL, "failed records", "count", len(failed), "==", 0, None,
+                    f"{len(failed)} of {len(records)} records: {named}{more}", RECORDS_SOURCE),)
+
+
 def unit_of(family: str, statistic: str) -> tuple[str, str]:
     """(unit, mark): the unit a statistic is in, from its name (p99_us) or its family's declaration
     (busbw_gbps: GB/s); mark says when the figure is modelled or simulated. "" where none is declared."""
@@ -89,7 +122,7 @@ def unit_of(family: str, statistic: str) -> tuple[str, str]:
 
 def evaluate_check(check: Mapping[str, Any], records: Sequence[Record]) -> Outcome:
     name, stat, source = check["name"], check["statistic"], check["source"]
-    family = check.get("family") or case_parts(check.get("case", ""))[0]
+    family = _checked_family(check)
     unit, mark = unit_of(family, stat)
     if "relative_to" in check:
         stat, unit = f"{stat} / reference {stat}", "ratio"
@@ -115,10 +148,7 @@ def evaluate_check(check: Mapping[str, Any], records: Sequence[Record]) -> Outco
         return out(UNVERIFIED, detail=why)
     failed = [r for r in chosen if not r.ok]
     if failed:
-        r = failed[0]
-        why = r.error.message.splitlines()[0] if r.error and r.error.message else (
-            f"{r.check.wrong} wrong of {r.check.checked}" if r.check else r.status)
-        return out(FAIL, detail=f"{_where(r)} {r.status}: {why}")
+        return out(FAIL, detail=_failure(failed[0]))
     try:
         values = [figure_value(r, check["statistic"]) for r in chosen]
         if "relative_to" in check:
@@ -180,11 +210,12 @@ class Acceptance:
     checks: tuple[Outcome, ...]
     pins: tuple[Outcome, ...] = ()
     facts: tuple[Outcome, ...] = ()
+    records: tuple[Outcome, ...] = ()  # the run's failed records, whichever check selects them
     incomplete: str = ""  # the run did not finish every case: no verdict can pass it
 
     @property
     def outcomes(self) -> tuple[Outcome, ...]:
-        return self.checks + self.pins + self.facts
+        return self.checks + self.records + self.pins + self.facts
 
     @property
     def exit_code(self) -> int:
@@ -203,13 +234,13 @@ class Acceptance:
         return {"schema": "critpath.acceptance/2", "profile": self.profile, "verdict": self.verdict,
                 "exit_code": self.exit_code, "incomplete": self.incomplete, "counts": self.counts(),
                 "checks": [o.to_dict() for o in self.checks], "pins": [o.to_dict() for o in self.pins],
-                "facts": [o.to_dict() for o in self.facts]}
+                "facts": [o.to_dict() for o in self.facts], "records": [o.to_dict() for o in self.records]}
 
 
 def accept(profile: Mapping[str, Any], records: Sequence[Record], fp: Mapping[str, Any],
            incomplete: str = "") -> Acceptance:
     return Acceptance(profile["name"], tuple(evaluate_check(c, records) for c in profile["checks"]),
                       tuple(pin_outcomes(profile, fp)), tuple(fact_outcome(f, fp) for f in profile.get("facts", [])),
-                      incomplete)
+                      records_outcome(profile, records), incomplete)
 
 

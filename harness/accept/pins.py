@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
 from harness.accept.verdicts import FAIL, PASS, UNVERIFIED, Outcome, show_value
-from harness.core.fingerprintfile import LOCAL
+from harness.core.fingerprintfile import LOCAL, gpu_key
 from harness.run import nodefacts
 
 
@@ -35,8 +35,8 @@ DEVICE_PINS = (
 )
 
 
-def gpu_list(indices: Sequence[Any]) -> str:
-    """``GPU 0-3,5``: consecutive indices as ranges."""
+def _ranges(indices: Sequence[Any]) -> str:
+    """``0-3,5``: consecutive indices as ranges."""
     nums = sorted(i for i in indices if isinstance(i, int))
     parts: list[str] = []
     for i in nums:
@@ -46,7 +46,27 @@ def gpu_list(indices: Sequence[Any]) -> str:
             parts.append([i, i])
     text = ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in parts)
     other = [str(i) for i in indices if not isinstance(i, int)]
-    return "GPU " + ",".join(filter(None, [text, *other]))
+    return ",".join(filter(None, [text, *other]))
+
+
+def _host_gpus(devices: Sequence[dict]) -> str:
+    """``GPU 0-3``: one host's GPUs by device ordinal, or by PCI bus id where ordinals repeat (each
+    process of a log numbers the GPUs it sees, so under CUDA_VISIBLE_DEVICES every one is device 0)."""
+    indices = [d.get("index", "?") for d in devices]
+    if len(set(indices)) == len(indices):
+        return "GPU " + _ranges(indices)
+    return "GPU " + ",".join(str(d.get("pci") or d.get("index", "?")) for d in devices)
+
+
+def gpu_list(devices: Sequence[dict]) -> str:
+    """The GPUs as the fingerprint names them: ``GPU 0-7`` on one host, ``node01 GPU 0-3, node02
+    GPU 0-3`` across hosts (an import's devices carry their host; NVML's are this machine's)."""
+    by_host: dict = {}
+    for d in devices:
+        by_host.setdefault(d.get("host"), []).append(d)
+    if len(by_host) <= 1:
+        return _host_gpus(devices)
+    return ", ".join(f"{host or '?'} {_host_gpus(ds)}" for host, ds in by_host.items())
 
 
 def _devices(fp: Mapping[str, Any]) -> list[dict]:
@@ -60,16 +80,26 @@ def _why_no_gpus(fp: Mapping[str, Any]) -> str:
     return gpus.get("reason") or "the fingerprint lists no GPU"
 
 
+def _partly_listed(fp: Mapping[str, Any]) -> str:
+    """Why the fingerprint's GPUs are not all the run's ("" where they are): -J lists the first
+    GPU of each process, so a process driving eight lists one."""
+    gpus = fp.get("gpus") or {}
+    if not gpus.get("listed"):
+        return ""
+    return (f"the fingerprint lists {len(_devices(fp))} GPU(s) for {fp.get('world', '?')} ranks, not every GPU "
+            f"the run used: {gpus['listed']}")
+
+
 def _not_recorded(fp: Mapping[str, Any], what: str) -> str:
     origin = f" ({fp['imported_from']})" if fp.get("imported_from") else ""
     return f"{what} not recorded in the fingerprint{origin}"
 
 
 def _group(devices: Sequence[dict], field: str) -> dict:
-    """Value -> indices of the GPUs that have it, so eight GPUs alike give one phrase, not eight."""
+    """Value -> the GPUs that have it, so eight GPUs alike give one phrase, not eight."""
     out: dict = {}
     for d in devices:
-        out.setdefault(d.get(field), []).append(d.get("index", "?"))
+        out.setdefault(d.get(field), []).append(d)
     return out
 
 
@@ -78,7 +108,7 @@ def _unrecorded_detail(fp: Mapping[str, Any], devices: Sequence[dict], field: st
     by_reason: dict = {}
     for d in missing:
         reason = d.get(f"{field}_reason") or d.get("reason") or _not_recorded(fp, field)
-        by_reason.setdefault(reason, []).append(d.get("index", "?"))
+        by_reason.setdefault(reason, []).append(d)
     return "; ".join(f"{gpu_list(ix)}: {reason}" for reason, ix in by_reason.items())
 
 
@@ -110,6 +140,8 @@ def _device_pin(pin: DevicePin, want: Any, fp: Mapping[str, Any]) -> Outcome:
         return out(FAIL, worst, detail + beside)
     if missing:
         return out(UNVERIFIED, None, _unrecorded_detail(fp, devices, pin.field) + beside)
+    if partly := _partly_listed(fp):  # the GPUs not listed may differ: only a listed one can fail
+        return out(UNVERIFIED, None, f"{gpu_list(groups[want])} as pinned; {partly}" + beside)
     return out(PASS, want, gpu_list(groups[want]) + beside)
 
 
@@ -118,12 +150,7 @@ def _machine_value(key: str, fp: Mapping[str, Any]) -> tuple[Any, str]:
     gpus = fp.get("gpus") or {}
     layout = fp.get("layout") or {}
     if key == "gpu_count":
-        devices = _devices(fp)
-        if devices:
-            return len(devices), ""
-        if gpus.get("count") is not None:  # NVML ran and found none: that is a count, 0
-            return int(gpus["count"]), ""
-        return None, _why_no_gpus(fp)
+        return _gpu_count(fp)
     if key == "driver_version":
         return gpus.get("driver_version"), gpus.get("driver_version_reason") or gpus.get("reason") or \
             _not_recorded(fp, "the driver version")
@@ -148,6 +175,34 @@ def _machine_value(key: str, fp: Mapping[str, Any]) -> tuple[Any, str]:
                          "every key of MACHINE_PINS needs one")
 
 
+def _gpu_count(fp: Mapping[str, Any]) -> tuple[Any, str]:
+    """(distinct GPUs, why not countable): GPUs, not entries, since ranks may share a GPU (a
+    fingerprint written before imports listed each GPU once has one entry per rank)."""
+    devices = _devices(fp)
+    if not devices:
+        count = (fp.get("gpus") or {}).get("count")
+        # NVML ran and found none: that is a count, 0
+        return (int(count), "") if count is not None else (None, _why_no_gpus(fp))
+    if partly := _partly_listed(fp):
+        return None, partly
+    unknown = [d for d in devices if gpu_key(d) is None]
+    if unknown:
+        ranks = [r for d in unknown for r in d.get("ranks") or []]
+        return None, (f"the GPU of rank(s) {_ranges(ranks) or '?'}: neither a device ordinal nor a PCI bus id "
+                      "recorded, so it cannot be told from the other GPUs")
+    return len({gpu_key(d) for d in devices}), ""
+
+
+def _shared(devices: Sequence[dict]) -> str:
+    """``; ranks 6,7 on node01 GPU 6 0000:78:00``: the GPUs more than one rank ran on, which a count of
+    ranks would have counted twice."""
+    by_gpu: dict = {}
+    for d in devices:
+        by_gpu.setdefault(gpu_key(d), []).extend(d.get("ranks") or [d.get("index", "?")])
+    shared = [(key, ranks) for key, ranks in by_gpu.items() if key is not None and len(ranks) > 1]
+    return "".join(f"; ranks {_ranges(ranks)} on one GPU ({key[0] or 'this host'} {key[2]})" for key, ranks in shared)
+
+
 # key -> (unit, where the profile pins it)
 MACHINE_PINS = {"world": ("count", "pinned by the profile (world)"), "backend": ("", "pinned by the profile (backend)"),
                 "nodes": ("count", "pinned by the profile (nodes)"),
@@ -163,7 +218,11 @@ def _machine_pin(key: str, want: Any, fp: Mapping[str, Any]) -> Outcome:
     if have is None:
         return Outcome("pin", key, UNVERIFIED, key, unit, None, "==", want, None, why, source)
     verdict = PASS if have == want else FAIL
-    return Outcome("pin", key, verdict, key, unit, have, "==", want, None, fp.get("host") or "this machine", source)
+    detail = fp.get("host") or "this machine"
+    if key == "gpu_count" and _devices(fp):
+        distinct = list({gpu_key(d): d for d in reversed(_devices(fp))}.values())[::-1]  # the first of each GPU
+        detail += f"; {gpu_list(distinct)}{_shared(_devices(fp))}"
+    return Outcome("pin", key, verdict, key, unit, have, "==", want, None, detail, source)
 
 
 def pin_outcomes(profile: Mapping[str, Any], fp: Mapping[str, Any]) -> list[Outcome]:
@@ -206,4 +265,6 @@ def fact_outcome(check: Mapping[str, Any], fp: Mapping[str, Any]) -> Outcome:
         return out(FAIL, worst, margin, detail)
     if missing:
         return out(UNVERIFIED, detail=_unrecorded_detail(fp, devices, name))
-    return out(PASS, worst, margin, gpu_list([i for ix in groups.values() for i in ix]))
+    if partly := _partly_listed(fp):
+        return out(UNVERIFIED, detail=partly)
+    return out(PASS, worst, margin, gpu_list([d for ds in groups.values() for d in ds]))

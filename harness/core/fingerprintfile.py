@@ -101,6 +101,8 @@ COUNT = _Count(0)
 # node index below it; a host's CPUs as Linux counts them. 2**63-1 was a world that passed.
 WORLD, INDEX, CPUS = _Count(1, MAX_WORLD), _Count(0, MAX_WORLD - 1), _Count(0, MAX_CPU_COUNT)
 _DEVICE_TEXT = ("name", "uuid", "host", "pci", "reason")
+# A GPU's fields that are lists: NVML's throttle reasons, and the ranks an nccl-tests log ran on it
+_DEVICE_LISTS = {"clocks_event_reasons": _List(str), "ranks": _List(INDEX)}
 _WANT = {str: "a string", bool: "true or false"}
 
 LAYOUT = {"nodes": WORLD, "ranks_per_node": (WORLD, _List(WORLD)), "uniform": bool, "node_major": bool,
@@ -122,6 +124,18 @@ FINGERPRINT = {"schema": str, "host": str, "cpu_model": str, "cpu_count": CPUS, 
 # fingerprint, and says nothing of where the run ran. ``host`` is not among them: an import of
 # nccl-tests text without device lines writes it null.
 REQUIRED = ("launch", "world")
+
+
+def gpu_key(device: Mapping[str, Any]) -> Optional[tuple]:
+    """Which GPU a ``gpus.devices`` entry is, so one GPU is counted once: its host and PCI bus id
+    where recorded (a process that sees only its own GPU through CUDA_VISIBLE_DEVICES calls every
+    GPU device 0), else its host and device ordinal (NVML's index); None where neither is recorded,
+    and the entry cannot be told apart from another."""
+    if device.get("pci"):
+        return device.get("host"), "pci", device["pci"]
+    if device.get("index") is not None:
+        return device.get("host"), "index", device["index"]
+    return None
 
 
 def lacking(fingerprint: Mapping[str, Any]) -> tuple[str, ...]:
@@ -181,7 +195,7 @@ def _check(value: Any, spec, name: str) -> None:
         for key, item in value.items():
             if item is not None:
                 text = key in _DEVICE_TEXT or str(key).endswith("_reason")
-                _check(item, str if text else _List(str) if key == "clocks_event_reasons" else COUNT, f"{name}.{key}")
+                _check(item, str if text else _DEVICE_LISTS.get(key, COUNT), f"{name}.{key}")
     elif isinstance(spec, dict):
         unknown = next((key for key in value if key not in spec), None)
         if unknown is not None:

@@ -38,7 +38,7 @@ from typing import Iterator, Optional
 from harness.core import taken
 from harness.core.claim import claim_dir
 from harness.core.family import CheckResult
-from harness.core.fingerprintfile import IMPORTED, SCHEMA
+from harness.core.fingerprintfile import IMPORTED, SCHEMA, gpu_key
 from harness.core.imported import (
     IMPORTED_BACKEND,
     IMPORTED_TIMER,
@@ -172,10 +172,24 @@ def fingerprint_of(parsed: Parsed, source: str) -> dict:
         "nccl_version": parsed.nccl_version,
         "layout": {"nodes": len(hosts), "ranks_per_node": max(per_node.values())}
         if hosts and not listed else {},
-        "gpus": {"present": bool(parsed.devices), **listed, "devices": [
-            {"index": d["index"], "name": d["name"], "host": d["host"], "pci": d["pci"]} for d in parsed.devices],
-            **({} if parsed.devices else {"reason": "the nccl-tests output lists no devices"})},
+        "gpus": {"present": bool(parsed.devices), **listed, "devices": gpus_of(parsed.devices),
+                 **({} if parsed.devices else {"reason": "the nccl-tests output lists no devices"})},
     }
+
+
+def gpus_of(ranks: list[dict]) -> list[dict]:
+    """One fingerprint GPU per GPU the log names, with the ranks that ran on it: nccl-tests lets
+    ranks share a GPU, and a count of ranks is no count of GPUs. ``index`` is the CUDA device
+    ordinal the log gives (of the first rank on it: each process numbers the GPUs it sees)."""
+    gpus: dict = {}
+    for i, rank in enumerate(ranks):
+        entry = {"index": rank["device"], "name": rank["name"], "host": rank["host"], "pci": rank["pci"], "ranks": []}
+        # A rank whose log gives neither ordinal nor bus id is a GPU of its own, that no pin can count.
+        key = gpu_key(entry) or ("rank", i)
+        held = gpus.setdefault(key, entry)["ranks"]
+        if rank["index"] is not None:  # -J's rank field is optional
+            held.append(rank["index"])
+    return list(gpus.values())
 
 
 def _batches(records: Iterator[Record], size: int) -> Iterator[list[Record]]:
