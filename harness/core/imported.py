@@ -14,10 +14,16 @@ count or family, or whose #wrong was zeroed, contradicts its own row.
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Optional
+import re
+from typing import Any, Mapping, Optional, Sequence
 
 # record figure -> the key of the row's side that it is
 FIGURES = ("time_us", "algbw_gbps", "busbw_gbps")
+# A figure as nccl-tests prints it ("%7.2f", "%6.2f", "%.6lf", "%5.0le", "%g"; no nan, no inf): a
+# plain decimal, no sign but minus, none of the spaces or underscores that float() passes over.
+DECIMAL = re.compile(r"-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]{1,4})?")
+# the two sides of an nccl-tests row, as an imported record keeps them
+SIDES = ("out_of_place", "in_place")
 MEAN_ONLY, PER_ITERATION = "mean_only", "per_iteration"
 # How an import's timer and reduction begin: a record that says so holds its row, or is refused.
 IMPORTED_BY = "nccl-tests"
@@ -44,6 +50,10 @@ WORD_BYTES = {"int8": 1, "uint8": 1, "char": 1, "f8e4m3": 1, "f8e5m2": 1, "half"
 # How far below the row's mean time the samples' mean may be: the per-iteration events and the
 # whole-loop timer are two clocks around the same work.
 MEAN_SLACK = 0.05
+# How far above it: the loop's time waits for every iteration's slowest rank, whose events are the
+# samples, so they run above it by what the two clocks and launch gaps differ (9 % in the
+# per-iteration fixture), never by half as much again as the whole loop took.
+MEAN_ABOVE_SLACK = 0.5
 SIZE_IS_COUNT = ("all_reduce", "broadcast", "reduce", "sendrecv")
 SIZE_IS_COUNT_OR_RANKS = ("all_gather", "alltoall", "gather", "hypercube", "reduce_scatter", "scatter")
 
@@ -80,6 +90,9 @@ def contradiction(block: Mapping[str, Any], metrics: Mapping[str, Any], samples:
     if not isinstance(side, Mapping):
         return f"field extra.imported.placement: {placement!r} names no side of the imported row"
     row = f"its imported row ({block.get('file')} {block.get('where')}, extra.imported.{placement})"
+    printed = printed_time_contradiction(block)
+    if printed:
+        return printed
     for name in sorted(set(metrics) | set(FIGURES)):
         if name not in FIGURES:
             return f"field metrics.{name}: {metrics[name]!r} is not a figure an import derives"
@@ -95,6 +108,28 @@ def contradiction(block: Mapping[str, Any], metrics: Mapping[str, Any], samples:
         return per_iteration_contradiction(block, side, samples)
     else:
         return f"field extra.imported.samples: {block.get('samples')!r} is neither {MEAN_ONLY} nor {PER_ITERATION}"
+    return None
+
+
+def _printed_number(text: Any) -> Optional[float]:
+    try:
+        value = float(text) if isinstance(text, str) and DECIMAL.fullmatch(text) else None
+    except ValueError:
+        return None
+    return value if value is not None and math.isfinite(value) else None
+
+
+def printed_time_contradiction(block: Mapping[str, Any]) -> Optional[str]:
+    """What in a side's ``time_printed`` (the digits the log printed, which tables show as the
+    side's time) is not its ``time_us``, the number the import read from those digits."""
+    for name in SIDES:
+        side = block.get(name)
+        if not isinstance(side, Mapping) or "time_printed" not in side:
+            continue  # -J prints numbers, not digits to keep
+        printed = side["time_printed"]
+        if not _same(_printed_number(printed), side.get("time_us")):
+            return (f"field extra.imported.{name}.time_printed: {str(printed)[:40]!r}, but the side's time_us, "
+                    f"read from those digits, is {side.get('time_us')!r}")
     return None
 
 
@@ -179,8 +214,8 @@ def per_iteration_contradiction(block: Mapping[str, Any], side: Mapping[str, Any
     """What in per-iteration samples their row does not give. The row keeps the record's side
     without its times (the samples are them), so what is checked is what it does keep: that the
     format has per-iteration times at all (only ``-J`` JSON does), that there is one sample per
-    timed iteration, and that their mean is not below the row's mean time (each sample is the
-    slowest rank's time of its iteration, nccl-tests' time is the ranks' mean)."""
+    timed iteration, and that their mean is near the row's mean time: not below it (each sample is
+    the slowest rank's time of its iteration, nccl-tests' time is the ranks' mean), nor far above."""
     if block.get("format") != "json":
         return (f"field extra.imported.samples: {PER_ITERATION} but its row comes from a "
                 f"{block.get('format')!r} log, which prints means only")
@@ -198,4 +233,101 @@ def per_iteration_contradiction(block: Mapping[str, Any], side: Mapping[str, Any
     if mean_ns < time_ns * (1 - MEAN_SLACK) - 0.5:
         return (f"field samples_ns: their mean {mean_ns:.1f} ns is below its imported row's mean time "
                 f"{time_ns:.1f} ns")
+    if mean_ns > time_ns * (1 + MEAN_ABOVE_SLACK) + 0.5:
+        return (f"field samples_ns: their mean {mean_ns:.1f} ns is more than {1 + MEAN_ABOVE_SLACK:g} times its "
+                f"imported row's mean time {time_ns:.1f} ns, the whole timed loop's")
     return None
+
+
+# The trailer's checks (harness.nccltests.trailer), declared here once: an import makes them from
+# the log, and a stored import's records are held to them when read (``import_contradiction``), so
+# a row edited in results.jsonl meets the trailer its own records keep, as an edited log does.
+# rows_mean_busbw_gbps is kept rounded to 6 decimals: half of the last one, and a float's rounding
+_MEAN_KEPT_HALF = 5e-7 + 1e-9
+
+
+def rows_mean_busbw(busbw_gbps: Sequence[float]) -> float:
+    """``Avg bus bandwidth`` as nccl-tests computes it: the mean of every busbw it printed."""
+    return sum(busbw_gbps) / len(busbw_gbps)
+
+
+def average_agrees(mean_gbps: float, avg_busbw_gbps: float, tolerance_gbps: float) -> bool:
+    return abs(mean_gbps - avg_busbw_gbps) <= tolerance_gbps
+
+
+def out_of_bounds_verdict(out_of_bounds: int, wrongs: Sequence[Optional[int]]) -> tuple[Optional[bool], bool]:
+    """(oob_agrees, whether the trailer's ``Out of bounds values`` is a problem) against the #wrong
+    of every side (None: N/A). It is 0 exactly when every counted #wrong is 0; nothing counted
+    leaves it unchecked, a problem unless 0; a failure with no counted side wrong may be on a side
+    printed N/A (unknown, and a problem)."""
+    counted = [w for w in wrongs if w is not None]
+    if not counted:
+        return None, bool(out_of_bounds)
+    wrong_sides = sum(1 for w in counted if w > 0)
+    if (out_of_bounds == 0) == (wrong_sides == 0):
+        return True, False
+    if len(counted) < len(wrongs) and wrong_sides == 0:
+        return None, True
+    return False, True
+
+
+def _sides_of(block: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return [block[name] for name in SIDES if isinstance(block.get(name), Mapping)]
+
+
+def _field(name: str) -> str:
+    return f"field extra.imported.trailer.{name}"
+
+
+def trailer_contradiction(blocks: Sequence[Mapping[str, Any]]) -> Optional[str]:
+    """What in the trailer an import's records keep (each record's ``extra.imported.trailer``, one
+    for the whole log) its rows, every record's both sides, do not give, as "field ...: ..."; None
+    when they give all of it. ``blocks`` are every record's ``extra.imported`` of one whole import."""
+    trailer = blocks[0].get("trailer")
+    if not isinstance(trailer, Mapping):
+        return f"field extra.imported.trailer: {trailer!r} is not the trailer of the log"
+    if any(b.get("trailer") != trailer for b in blocks):
+        other = next(b for b in blocks if b.get("trailer") != trailer)
+        return (f"field extra.imported.trailer: the record of {other.get('where')} keeps another trailer than "
+                f"that of {blocks[0].get('where')}; an import keeps its log's one trailer in every record")
+    sides = [side for b in blocks for side in _sides_of(b)]
+    busbws = [side.get("busbw_gbps") for side in sides]
+    if not sides or not all(_number(x) for x in busbws):
+        return "field busbw_gbps: a side of a row holds no busbw figure"
+    if trailer.get("rows_busbw_figures") != len(busbws):
+        return (f"{_field('rows_busbw_figures')}: {trailer.get('rows_busbw_figures')!r}, but the records' rows "
+                f"print {len(busbws)} busbw figures (both sides)")
+    mean, kept = rows_mean_busbw(busbws), trailer.get("rows_mean_busbw_gbps")
+    if not _number(kept) or abs(mean - kept) > _MEAN_KEPT_HALF:
+        return (f"{_field('rows_mean_busbw_gbps')}: {kept!r}, but the busbw of the records' rows ({len(busbws)} "
+                f"figures, both sides) averages {mean:.6f}: a row was changed after it was imported")
+    problem = False
+    avg, tolerance = trailer.get("avg_busbw_gbps"), trailer.get("tolerance_gbps")
+    if avg is not None:
+        agrees = _number(avg) and _number(tolerance) and average_agrees(mean, avg, tolerance)
+        if trailer.get("avg_busbw_agrees") is not agrees:
+            return (f"{_field('avg_busbw_agrees')}: {trailer.get('avg_busbw_agrees')!r}, but Avg bus bandwidth "
+                    f"{avg!r} GB/s against the rows' mean {mean:.6g} (+-{tolerance!r}) "
+                    f"{'agrees' if agrees else 'disagrees'}")
+        problem = not agrees
+    oob = trailer.get("out_of_bounds")
+    if oob is not None:
+        wrongs = [side.get("wrong") for side in sides]
+        agrees_oob, oob_problem = out_of_bounds_verdict(oob, wrongs) if _whole(oob) else (False, True)
+        if trailer.get("oob_agrees") is not agrees_oob:
+            return (f"{_field('oob_agrees')}: {trailer.get('oob_agrees')!r}, but Out of bounds values {oob!r} "
+                    f"against the rows' #wrong gives {agrees_oob!r}")
+        problem = problem or oob_problem
+    problems = trailer.get("problems")
+    if not isinstance(problems, list) or bool(problems) != problem:
+        return (f"{_field('problems')}: {problems!r}, but its checks against the rows "
+                f"{'disagree' if problem else 'agree'}")
+    return None
+
+
+def problems_of(blocks: Sequence[Mapping[str, Any]]) -> str:
+    """What the trailer an import's records keep says its rows contradict ("" when nothing): read
+    from the records, as run.json's ``contradicted`` says it."""
+    trailer = blocks[0].get("trailer") if blocks and isinstance(blocks[0], Mapping) else None
+    problems = trailer.get("problems") if isinstance(trailer, Mapping) else None
+    return "; ".join(map(str, problems)) if isinstance(problems, list) else ""

@@ -26,12 +26,14 @@ incomplete); each returns why the field contradicts the run, "" when it does not
 """
 from __future__ import annotations
 
-from typing import Callable, Optional
+from pathlib import PurePath
+from typing import Callable, Mapping, Optional
 
 from harness.core import registry
 from harness.core.case import CaseIdError
 from harness.core.echo import shown
 from harness.core.fingerprintfile import IMPORTED, JOINED, LOCAL, WORKER
+from harness.core.imported import problems_of, trailer_contradiction
 from harness.core.runmeta import PLANNED, is_import, planned_digest
 
 # One job whose every case runs on all its ranks: no record holds a world other than the job's. A
@@ -171,12 +173,111 @@ def options_families(run) -> str:
     return ""
 
 
+def _blocks(run) -> list[Mapping]:
+    """Every record's imported row (``extra.imported``) when the run is an import whose records
+    are all there, as its run.json counts them; [] otherwise: the rows of a cut import are not the
+    log's, and how far it got is ``store.incompleteness``'s to say."""
+    meta, records = run.meta, run.records
+    if not records or not is_import(meta) or meta.get("state") != "imported" or meta.get("cases_total") != len(records):
+        return []
+    blocks = [r.extra.get("imported") if isinstance(r.extra, Mapping) else None for r in records]
+    return blocks if all(isinstance(b, Mapping) for b in blocks) else []
+
+
+def records_trailer(run) -> str:
+    """Why the trailer the import's records keep is not what their rows give: the importer's
+    checks of the trailer against the rows (``harness.core.imported``), redone on the records."""
+    blocks = _blocks(run)
+    return (trailer_contradiction(blocks) or "") if blocks else ""
+
+
+def _line_number(where) -> Optional[int]:
+    text = str(where)
+    return int(text[5:]) if text.startswith("line ") and text[5:].isdigit() else None
+
+
+def records_where(run) -> str:
+    """Why where the records say their rows are is not a table's: one row a line, in the log's
+    order, before the trailer's lines (a text log) and each row once."""
+    blocks = _blocks(run)
+    seen: dict = {}
+    for block in blocks:
+        where = block.get("where")
+        if where in seen:
+            return f"field extra.imported.where: {shown(where)} is the row of two records; each row is one record"
+        seen[where] = block
+    if not blocks or blocks[0].get("format") != "text":
+        return ""
+    trailer = blocks[0].get("trailer") if isinstance(blocks[0].get("trailer"), Mapping) else {}
+    after = [n for key in ("out_of_bounds_where", "avg_busbw_where") if (n := _line_number(trailer.get(key)))]
+    last = 0
+    for block in blocks:
+        line = _line_number(block.get("where"))
+        if line is None or line <= last or any(line >= n for n in after):
+            return (f"field extra.imported.where: {shown(block.get('where'))}, but the rows of a text log are on "
+                    f"lines after {last} and before its trailer (lines {', '.join(map(str, after)) or 'none'}), "
+                    "one record a row, in the log's order")
+        last = line
+    return ""
+
+
+def meta_contradicted(run) -> str:
+    """Why run.json's ``contradicted`` is not what the trailer the records keep says of their rows."""
+    blocks = _blocks(run)
+    if not blocks:
+        return ""
+    said, held = run.meta.get("contradicted") or "", problems_of(blocks)
+    if said != held:
+        return (f"{shown(said) if said else 'absent'}, but the trailer its records keep says "
+                f"{shown(held) if held else 'that it agrees with the rows'}")
+    return ""
+
+
+def _one_import_field(run, field: str, of_block: Callable[[Mapping], object]) -> str:
+    blocks = _blocks(run)
+    if not blocks or field not in run.meta:
+        return ""
+    other = next((b for b in blocks if of_block(b) != run.meta[field]), None)
+    if other is not None:
+        return f"{shown(run.meta[field])}, but the record of {shown(other.get('where'))} says {shown(of_block(other))}"
+    return ""
+
+
+def meta_ranks(run) -> str:
+    return _one_import_field(run, "ranks", lambda b: b.get("ranks"))
+
+
+def meta_trailer(run) -> str:
+    return _one_import_field(run, "trailer", lambda b: b.get("trailer"))
+
+
+def records_file(run) -> str:
+    """Why the log every record cites (``extra.imported.file``, which acceptance names as the
+    figure's source) is not the one run.json's ``source`` says the import read."""
+    source = run.meta.get("source")
+    if not isinstance(source, str):
+        return ""
+    other = next((b for b in _blocks(run) if b.get("file") != PurePath(source).name), None)
+    if other is not None:
+        return (f"field extra.imported.file: {shown(other.get('file'))} (the record of {shown(other.get('where'))}), "
+                f"but run.json says the import read {shown(source)}")
+    return ""
+
+
 # The run's documents, as LoadedRun holds them (the store names their files).
-FINGERPRINT, META = "fingerprint", "meta"
-# (the document, its field, why the run's records refute it): in the order a reader is told, the
-# fingerprint first (acceptance pins it; its launch before the world its rule is read by), then
-# run.json's options.
+FINGERPRINT, META, RESULTS = "fingerprint", "meta", "results"
+# (the document, its field, why the run's records refute it): in the order a reader is told, an
+# import's records against the trailer they keep first (a row edited in them is what is wrong, not
+# the run.json that still says the log's figures; the why names the records' field, so the field
+# here is ""), then run.json's fields an import's records give, the fingerprint (acceptance pins
+# it; its launch before the world its rule is read by), then run.json's options.
 HELD: tuple[tuple[str, str, Callable[..., str]], ...] = (
+    (RESULTS, "", records_trailer),
+    (RESULTS, "", records_where),
+    (RESULTS, "", records_file),
+    (META, "contradicted", meta_contradicted),
+    (META, "ranks", meta_ranks),
+    (META, "trailer", meta_trailer),
     (FINGERPRINT, "launch", fingerprint_launch),
     (FINGERPRINT, "world", fingerprint_world),
     (FINGERPRINT, "backend", fingerprint_backend),

@@ -26,6 +26,7 @@ from harness.core.inputfile import InputFileError, kind, open_regular, read_boun
 from harness.core.jsonfile import JsonFileError, JsonLimits, check_limits, loads_strict
 from harness.core.measurement import measurement_key
 from harness.core.escape import for_terminal
+from harness.core.imported import problems_of
 from harness.core.options import CannotRun, UsageError
 from harness.core.records import UNKNOWN_START, ErrorInfo, Record, RecordError
 from harness.core.runfiles import FINGERPRINT, RESULTS, RUN_FILES, RUN_META, run_files
@@ -408,8 +409,12 @@ def incompleteness(meta: dict, records: Sequence, directory: bool = True, finger
         return f"incomplete: {len(records)} cases and no run.json, which a whole run writes last"
     if run_ids and meta.get("run_id") not in (None, run_ids[0]):  # None: absent (null is refused on read)
         return f"mixed: its records are of run {run_ids[0]}, its {RUN_META} of run {meta.get('run_id')}"
-    if meta.get("contradicted"):  # an import whose trailer disagrees with its rows: they are not the whole run
-        return f"contradicted: {meta['contradicted']}"
+    # An import whose trailer disagrees with its rows: they are not the whole run. Its records say
+    # so as its run.json does (runheld holds the one to the other), so neither alone makes it whole.
+    contradicted = meta.get("contradicted") or problems_of(
+        [r.extra["imported"] for r in records if _is_import(r)])
+    if contradicted:
+        return f"contradicted: {contradicted}"
     state, total = meta.get("state"), meta.get("cases_total")
     wrong = _not_these_cases(meta, records)
     if wrong:
@@ -520,7 +525,7 @@ def load_whole(path: Path) -> LoadedRun:
 
 
 # The file of each document a LoadedRun holds, by the name harness.core.runheld gives it.
-_DOCUMENT_FILES = {runheld.FINGERPRINT: FINGERPRINT, runheld.META: RUN_META}
+_DOCUMENT_FILES = {runheld.FINGERPRINT: FINGERPRINT, runheld.META: RUN_META, runheld.RESULTS: RESULTS}
 
 
 def _held_together(run: LoadedRun) -> LoadedRun:
@@ -530,7 +535,7 @@ def _held_together(run: LoadedRun) -> LoadedRun:
     run_dir = run_dir_of(run.path)
     if refuted is not None and run_dir is not None:
         document, name, why = refuted
-        raise ResultsFileError(f"{run_dir / _DOCUMENT_FILES[document]}: field {name}: {why}")
+        raise ResultsFileError(f"{run_dir / _DOCUMENT_FILES[document]}: {f'field {name}: ' if name else ''}{why}")
     return run
 
 
@@ -576,14 +581,21 @@ def distinct_runs(paths: Iterable[Path], why: str = "each run counts once") -> l
 def run_copies(runs: Sequence["LoadedRun"]) -> Iterator[tuple["LoadedRun", "LoadedRun", str]]:
     """Each of ``runs`` that is an earlier one's copy, as (copy, original, how it is known): it holds
     the original's run ID, or one of its measurements under another run ID
-    (``measurement.measurement_key``: a copy whose run ID was rewritten in every record). The one
+    (``measurement.measurement_key``: a copy whose run ID was rewritten in every record), or it is
+    an import of the log another was imported from (``_imported_log``). The one
     rule by which every command that counts runs knows a run given twice."""
     first: dict[str, "LoadedRun"] = {}
     measured: dict[tuple, tuple["LoadedRun", Record]] = {}
+    logs: dict[str, "LoadedRun"] = {}
     for run in runs:
         found = None
+        log = _imported_log(run)
+        if log in logs:  # a mean-only import has no samples of its own to know it by: its log has
+            found = logs[log], (f"run {for_terminal(run.run_id)} in {run.path} and run "
+                                f"{for_terminal(logs[log].run_id)} in {logs[log].path} are imports of one log "
+                                f"({RUN_META} field source_sha256 {for_terminal(log)[:16]}...)")
         ids = dict.fromkeys(r.run_id for r in run.records)
-        for run_id in ids:
+        for run_id in ids if found is None else ():
             if run_id in first:
                 found = first[run_id], f"run {for_terminal(run_id)} is in {first[run_id].path} and in {run.path}"
                 break
@@ -600,8 +612,17 @@ def run_copies(runs: Sequence["LoadedRun"]) -> Iterator[tuple["LoadedRun", "Load
         if found is not None:
             yield run, *found
             continue
+        if log is not None:
+            logs[log] = run
         first.update(dict.fromkeys(ids, run))
         measured.update({key: (run, record) for key, record in keyed.items()})
+
+
+def _imported_log(run: "LoadedRun") -> Optional[str]:
+    """The SHA-256 of the log an import was read from (run.json's ``source_sha256``), None for a
+    critpath run: two imports of one log are one measurement, whatever each fingerprint says."""
+    digest = run.meta.get("source_sha256") if runmeta.is_import(run.meta) else None
+    return digest if isinstance(digest, str) and digest else None
 
 
 def distinct_run_ids(runs: Sequence["LoadedRun"], why: str = "a copy of a run counts once") -> Sequence["LoadedRun"]:

@@ -9,6 +9,7 @@ lost or changed rows, or was edited; that is reported, never passed over.
 """
 from __future__ import annotations
 
+from harness.core.imported import SIDES, average_agrees, out_of_bounds_verdict, rows_mean_busbw
 from harness.nccltests.parse import JSON_PRINTED_HALF_ULP, Parsed
 
 
@@ -16,7 +17,7 @@ def _busbw_figures(parsed: Parsed) -> list[tuple[float, float]]:
     """(busbw, half its last printed digit) of every side of every row."""
     figures = []
     for row in parsed.rows:
-        for name in ("out_of_place", "in_place"):
+        for name in SIDES:
             side = getattr(row, name)
             if side is not None:
                 half = row.half_ulps.get(name, (JSON_PRINTED_HALF_ULP, JSON_PRINTED_HALF_ULP))[1]
@@ -27,14 +28,14 @@ def _busbw_figures(parsed: Parsed) -> list[tuple[float, float]]:
 def _average(parsed: Parsed, out: dict) -> None:
     t = parsed.trailer
     figures = _busbw_figures(parsed)
-    mean = sum(b for b, _ in figures) / len(figures)
+    mean = rows_mean_busbw([b for b, _ in figures])
     # The printed busbw figures are rounded, each by at most half its last digit, and so is the average.
     tolerance = sum(h for _, h in figures) / len(figures) + t.avg_busbw_half_ulp + 1e-9
     out.update(rows_mean_busbw_gbps=round(mean, 6), rows_busbw_figures=len(figures), tolerance_gbps=tolerance)
     if t.avg_busbw_gbps is None:
         out["lines"].append("no 'Avg bus bandwidth' line: the output may be cut short")
         return
-    agrees = abs(mean - t.avg_busbw_gbps) <= tolerance
+    agrees = average_agrees(mean, t.avg_busbw_gbps, tolerance)
     out["avg_busbw_agrees"] = agrees
     said = (f"{t.avg_where}: Avg bus bandwidth {t.avg_busbw_gbps:g} GB/s; the mean busbw of the rows "
             f"({len(figures)} figures, both sides) is {mean:.6g}")
@@ -48,28 +49,26 @@ def _average(parsed: Parsed, out: dict) -> None:
 def _out_of_bounds(parsed: Parsed, out: dict) -> None:
     t = parsed.trailer
     sides = [s for r in parsed.rows for s in (r.out_of_place, r.in_place) if s is not None]
-    counted = [s["wrong"] for s in sides if s.get("wrong") is not None]
+    wrongs = [s.get("wrong") for s in sides]
+    counted = [w for w in wrongs if w is not None]
     wrong_sides = sum(1 for w in counted if w > 0)
     out["sides_with_wrong"] = wrong_sides
     if t.out_of_bounds is None:
         out["lines"].append("no 'Out of bounds values' line: the output may be cut short")
         return
     said = f"{t.oob_where}: Out of bounds values {t.out_of_bounds}"
+    agrees, problem = out_of_bounds_verdict(t.out_of_bounds, wrongs)
+    out["oob_agrees"] = agrees
+    rows_say = f"#wrong > 0 on {wrong_sides} of {len(counted)} counted sides"
     if not counted:
-        out["oob_agrees"] = None
-        if t.out_of_bounds:
+        if problem:
             out["problems"].append(f"{said}: the run's data check failed, and its rows "
                                    "(#wrong N/A or the old 'error' column) do not say for which sizes")
         else:
             out["lines"].append(f"{said}; no row counts #wrong, so nothing to compare")
-        return
-    agrees = (t.out_of_bounds == 0) == (wrong_sides == 0)
-    out["oob_agrees"] = agrees
-    rows_say = f"#wrong > 0 on {wrong_sides} of {len(counted)} counted sides"
-    if agrees:
+    elif agrees:
         out["lines"].append(f"{said}; {rows_say}: agrees")
-    elif len(counted) < len(sides) and wrong_sides == 0:
-        out["oob_agrees"] = None  # the failing check may be on a side printed N/A
+    elif agrees is None:  # the failing check may be on a side printed N/A
         out["problems"].append(f"{said}, yet {rows_say}: the failing check is on a side printed N/A")
     else:
         out["problems"].append(f"{said}, yet {rows_say}: the file disagrees with itself")

@@ -9,14 +9,13 @@ one error of the importer; the command turns it into exit 2.
 from __future__ import annotations
 
 import math
-import re
 from typing import Any, Optional
 
+# The figures nccl-tests prints, declared where a stored record's printed digits are held too
+from harness.core.imported import DECIMAL as _DECIMAL
 from harness.core.numbers import NumberError, parse_int
 from harness.nccltests.limits import MAX_COUNT, MAX_TEXT_CHARS
 
-# The figures nccl-tests prints: "%7.2f", "%6.2f", "%.6lf", "%5.0le", "%g" (no nan, no inf)
-_DECIMAL = re.compile(r"-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]{1,4})?")
 # -J writes every double as "%lf": six decimals, each off by at most half the last
 JSON_PRINTED_HALF_ULP = 5e-7
 
