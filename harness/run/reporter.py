@@ -2,10 +2,9 @@
 terminal, one line per case in a CI log), then the tables and the summary line."""
 from __future__ import annotations
 
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, TimeElapsedColumn
 
-from harness.core.console import text_column
+from harness.core.console import Console, text_column
 from harness.core.contention import tally
 from harness.core.escape import for_terminal
 from harness.core.records import Record
