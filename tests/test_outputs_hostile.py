@@ -694,6 +694,30 @@ def test_critpath_run_into_an_out_holding_markup_finishes_and_prints_its_real_pa
     assert shown_run.returncode == 0 and "Traceback" not in shown_run.stderr, shown_run.stderr
 
 
+@pytest.mark.slow  # seconds of real processes: the slow tier keeps the quick one under 5 minutes
+def test_critpath_accept_into_an_out_holding_markup_verifies_and_prints_its_real_path(tmp_path):
+    """accept runs its cases through run's header and summary: a closing tag there was exit 1,
+    which CI reads as a failed acceptance."""
+    profile = tmp_path / "p.yaml"
+    profile.write_text(f"""schema: critpath.accept/1
+name: markup
+description: markup in --out
+world: 1
+backend: gloo
+nodes: 1
+run: {{iters: 50, warmup: 2, timeout_s: 60, cases: ['{OK_CASE}']}}
+checks:
+  - {{name: noop p50, case: '{OK_CASE}', statistic: p50_us, max: 100000, source: test}}
+""", encoding="utf-8")
+    out = tmp_path / MARKUP_DIR
+    done = run_cli("accept", "--profile", str(profile), "--out", str(out), "--no-report", env={"COLUMNS": "400"})
+    printed = done.stdout + done.stderr
+    assert done.returncode == 0 and "Traceback" not in printed, printed
+    _no_raw(printed)
+    shown = escape.for_terminal(str(out))
+    assert f"gloo -> {shown}\n" in printed and f"results in {shown}\n" in printed, printed
+
+
 # -- what --out and the claim may be -----------------------------------------------------------------
 
 def test_an_out_that_is_a_fifo_or_a_device_is_refused_and_left_alone(tmp_path, capfd):
