@@ -558,17 +558,16 @@ def test_paths_hosts_and_names_reach_the_terminal_escaped(tmp_path, capfd):
 def test_rich_markup_and_escapes_in_a_host_are_text_and_rich_keeps_its_own_colours():
     import io
 
-    from rich.markup import escape as markup_escape
-
     from harness.core.console import Console
     from harness.core.streams import EscapedStream
 
     stream = EscapedStream(io.StringIO())
     console = Console(file=stream, force_terminal=True, color_system="standard", width=80)
-    console.print(f"[red]{markup_escape('[bold]h')}\x1b]0;x\x07[/red]", highlight=False)
+    console.print("[bold]h\x1b]0;x\x07", style="red", highlight=False)
     text = stream.raw.getvalue()
     assert "\x1b[31m" in text  # rich's colour, as it drew it
-    assert "[bold]h\\x1b]0;x" in text and "\x07" not in text and text.count("\x1b") == 2  # (rich drops a BEL)
+    # the BEL too: rich's Text would drop it, and the line would not be the text printed
+    assert "[bold]h\\x1b]0;x\\x07" in text and "\x07" not in text and text.count("\x1b") == 2
 
 
 def test_an_emoji_shortcode_in_a_label_or_an_error_is_text(tmp_path, capsys):
@@ -596,6 +595,127 @@ def test_an_ascii_locale_gets_backslashes_not_a_traceback(tmp_path):
     compared = run_cli("compare", str(run), str(hostile_run(tmp_path / "b", run_id="r2")), "--out", str(tmp_path / "g2"),
                        "--markdown", str(summary), env=env)
     assert compared.returncode == 2 and "Traceback" not in compared.stderr, compared.stderr
+
+
+# Rich markup in text from outside: a closing tag with no opening one ended a command in a
+# MarkupError traceback; an opening one vanished, so the path printed was not the one written.
+MARKUP_DIR = "out[/x]\x1b]0;pwned\x07"
+BOLD_DIR = "b[bold]X"
+
+
+def test_rich_markup_in_a_path_a_label_or_a_host_is_text_in_every_command_that_prints_through_rich(
+        tmp_path, capfd):
+    one = hostile_run(tmp_path / MARKUP_DIR, host="h[/x][bold]y")
+    two = hostile_run(tmp_path / BOLD_DIR, run_id="r2")
+    assert main(["show", str(one)]) == 1  # a failed case
+    assert main(["show", str(one), str(two), "--label", "[/y]", "--label", "[bold]z"]) == 1
+    assert main(["diagnose", str(one)]) in (0, 1, 2)
+    model_out = tmp_path / "m[/x]\x07"
+    assert main(["model", "--out", str(model_out), "--ranks", "8,16", "--sizes", "1K,1M"]) == 0
+    out, err = capfd.readouterr()
+    printed = out + err
+    assert "Traceback" not in printed and "MarkupError" not in printed, printed
+    _no_raw(printed)
+    assert "[/y]" in printed and "[bold]z" in printed and "h[/x][bold]y" in printed
+    shown = escape.for_terminal(str(model_out))
+    assert f"modelled figures: {shown}/modelled_time_vs_size.png" in printed
+    assert f"modelled results in {shown} " in printed
+
+
+def test_critpath_runs_header_and_summary_name_the_directory_it_wrote(tmp_path):
+    import io
+    from types import SimpleNamespace
+
+    from harness.core.console import Console
+    from harness.run.reporter import announce, finish
+
+    for name in (MARKUP_DIR, BOLD_DIR):
+        path = tmp_path / name
+        journal = SimpleNamespace(run_id="r1", path=path, records=[],
+                                  plan=SimpleNamespace(cases=[], backend="gloo"))
+        stream = io.StringIO()
+        console = Console(file=stream, width=400)
+        announce(console, journal, "world 1")
+        finish(console, journal)
+        text = stream.getvalue()
+        shown = escape.for_terminal(str(path))
+        assert f"gloo -> {shown}\n" in text and f"results in {shown}\n" in text, text
+
+
+def test_a_progress_bars_text_is_not_markup():
+    """The bar's description is the case running, and rich's own text column reads it as markup."""
+    import io
+
+    from harness.core.console import Console
+    from harness.run.reporter import Reporter
+
+    stream = io.StringIO()
+    console = Console(file=stream, force_terminal=True, width=200)
+    with Reporter(console, 1) as reporter:
+        reporter.started("case[/x] [bold]y\x07")
+        reporter.progress.refresh()
+    assert "case[/x] [bold]y\\x07" in stream.getvalue()
+
+
+def test_no_module_reads_rich_markup():
+    """Markup off in the one Console is the rule; these are the ways round it."""
+    import ast
+
+    allowed = ROOT / "harness" / "core" / "console.py"
+    found = []
+    for path in sorted((ROOT / "harness").rglob("*.py")):
+        if path == allowed:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module in ("rich", "rich.markup", "rich.console"):
+                found.append(f"{path.name}: from {node.module} import ...")  # a Console that reads markup
+            named = node.func if isinstance(node, ast.Call) else None
+            name = getattr(named, "attr", None) or getattr(named, "id", None)
+            if name in ("TextColumn", "from_markup", "render_markup"):
+                found.append(f"{path.name}:{node.lineno}: {name}(...)")
+            if isinstance(node, ast.keyword) and node.arg in ("markup", "emoji") and getattr(
+                    node.value, "value", None) is True:
+                found.append(f"{path.name}: {node.arg}=True")
+    assert not found, found
+
+
+@pytest.mark.slow  # seconds of real processes: the slow tier keeps the quick one under 5 minutes
+@pytest.mark.parametrize("name", [MARKUP_DIR, BOLD_DIR])
+def test_critpath_run_into_an_out_holding_markup_finishes_and_prints_its_real_path(tmp_path, name):
+    out = tmp_path / name
+    done = run_cli("run", "--case", OK_CASE, "--out", str(out), env={"COLUMNS": "400"})  # a path on one line
+    printed = done.stdout + done.stderr
+    assert done.returncode == 0 and "Traceback" not in printed, printed
+    _no_raw(printed)
+    shown = escape.for_terminal(str(out))
+    assert f"gloo -> {shown}\n" in printed and f"results in {shown}\n" in printed, printed
+    assert json.loads((out / "run.json").read_text())["state"] == "finished"
+    shown_run = run_cli("show", str(out))
+    assert shown_run.returncode == 0 and "Traceback" not in shown_run.stderr, shown_run.stderr
+
+
+@pytest.mark.slow  # seconds of real processes: the slow tier keeps the quick one under 5 minutes
+def test_critpath_accept_into_an_out_holding_markup_verifies_and_prints_its_real_path(tmp_path):
+    """accept runs its cases through run's header and summary: a closing tag there was exit 1,
+    which CI reads as a failed acceptance."""
+    profile = tmp_path / "p.yaml"
+    profile.write_text(f"""schema: critpath.accept/1
+name: markup
+description: markup in --out
+world: 1
+backend: gloo
+nodes: 1
+run: {{iters: 50, warmup: 2, timeout_s: 60, cases: ['{OK_CASE}']}}
+checks:
+  - {{name: noop p50, case: '{OK_CASE}', statistic: p50_us, max: 100000, source: test}}
+""", encoding="utf-8")
+    out = tmp_path / MARKUP_DIR
+    done = run_cli("accept", "--profile", str(profile), "--out", str(out), "--no-report", env={"COLUMNS": "400"})
+    printed = done.stdout + done.stderr
+    assert done.returncode == 0 and "Traceback" not in printed, printed
+    _no_raw(printed)
+    shown = escape.for_terminal(str(out))
+    assert f"gloo -> {shown}\n" in printed and f"results in {shown}\n" in printed, printed
 
 
 # -- what --out and the claim may be -----------------------------------------------------------------

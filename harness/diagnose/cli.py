@@ -8,8 +8,8 @@ file, an unreadable run, a run that names no node, one node given twice).
 from __future__ import annotations
 
 
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from harness.core import atomic
 from harness.core.inputfile import declare_inputs
@@ -43,8 +43,8 @@ def _node_table(result: Diagnosis):
         found = result.node_findings(node)
         verdict = result.verdict(node)
         colour = {"healthy": "green", "suspect": "yellow", "failed": "red", NO_EVIDENCE: "magenta"}[verdict]
-        table.add_row(escape(node), escape(host), f"[{colour}]{verdict}[/{colour}]", str(len(found)),
-                      escape(", ".join(sorted({f.rule.name for f in found})) or "-"),
+        table.add_row(node, host, Text(verdict, style=colour), str(len(found)),
+                      ", ".join(sorted({f.rule.name for f in found})) or "-",
                       str(len(result.withheld_of(node))))
     return table
 
@@ -66,8 +66,8 @@ def _pair_table(fleet: Fleet, result: Diagnosis, rules: list[Rule]):
                      (x.scope == "node" and x.subject[0] in f.subject and x.rail == f.rail))]
             flagged = ", ".join(f"{x.rule.name}: {'link' if x.scope == 'link' else 'node ' + x.subject[0]}"
                                 for x in hits) or "-"
-            table.add_row(escape(f.case_id.split("/", 1)[1]), escape(" <-> ".join(f.subject)),
-                          "-" if f.rail is None else str(f.rail), escape(name), f"{f.values[name]:.4g}", escape(flagged))
+            table.add_row(f.case_id.split("/", 1)[1], " <-> ".join(f.subject),
+                          "-" if f.rail is None else str(f.rail), name, f"{f.values[name]:.4g}", flagged)
     return table
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import sys
 from typing import Sequence, TextIO
 
-from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, TimeElapsedColumn
 
-from harness.core.console import Console
+from harness.core.console import Console, text_column
 from harness.gate.paired import probe_lines
 from harness.gate.schedule import Plan
 from harness.run.progress import LiveProgress
@@ -18,9 +18,9 @@ class GateProgress(LiveProgress):
 
     def __init__(self, plan: Plan, gate, specs: Sequence, stream: TextIO = sys.stderr) -> None:
         super().__init__(Console(file=stream, highlight=False),
-                         TextColumn("[bold]critpath gate"), BarColumn(), TimeElapsedColumn(),
-                         TextColumn("of {task.total:.0f} s, at most {task.fields[left]} s left"),
-                         TextColumn("{task.description}"))
+                         text_column("critpath gate", style="bold"), BarColumn(), TimeElapsedColumn(),
+                         text_column("of {task.total:.0f} s, at most {task.fields[left]} s left"),
+                         text_column("{task.description}"))
         self.plan, self.gate = plan, gate
         self.specs = {s.case_id: s for s in specs}
         self.reported: set[str] = set()

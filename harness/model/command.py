@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 import numpy as np
-from rich.markup import escape
 from rich.table import Table
 
 from harness.core import atomic
@@ -267,7 +266,7 @@ def _print_summary(console, profile, scales, sizes, algos, times_s, crossover, n
             f"fit {f.algo} worlds {','.join(map(str, f.worlds))} ({f.statistic}): alpha {f.alpha_us:.1f} us, "
             f"beta {f.beta_ns_per_byte:.3f} ns/B ({f.bandwidth_gbytes_s:.3g} GB/s); rel. error rms fit "
             f"{f.rms_rel_error_fit:.0%}, {held}", markup=False, highlight=False)
-    table = Table(title=f"modelled ring/tree crossover per scale (profile {escape(profile.name)})")
+    table = Table(title=f"modelled ring/tree crossover per scale (profile {profile.name})")
     table.add_column("ranks", justify="right")
     table.add_column("nodes", justify="right")
     for key in crossover:

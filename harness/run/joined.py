@@ -11,9 +11,8 @@ import time
 from dataclasses import replace
 from typing import NamedTuple, Optional
 
-from rich.console import Console
-
 from harness.core import registry
+from harness.core.console import Console
 from harness.core.fingerprintfile import JOINED
 from harness.core.options import UsageError
 from harness.core.records import UNKNOWN_START, ErrorInfo, Record, utc_now_iso

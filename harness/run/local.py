@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import os
 
-from rich.console import Console
-
+from harness.core.console import Console
 from harness.core.family import BACKENDS
 from harness.core.fingerprintfile import LOCAL
 from harness.core.options import UsageError

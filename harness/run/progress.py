@@ -1,9 +1,9 @@
 """A progress bar on a terminal, plain lines in a CI log: the one way long commands show progress."""
 from __future__ import annotations
 
-from rich.console import Console
 from rich.progress import Progress
 
+from harness.core.console import Console
 from harness.core.escape import for_terminal
 
 

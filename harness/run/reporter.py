@@ -2,9 +2,9 @@
 terminal, one line per case in a CI log), then the tables and the summary line."""
 from __future__ import annotations
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TimeElapsedColumn
 
+from harness.core.console import Console, text_column
 from harness.core.contention import tally
 from harness.core.escape import for_terminal
 from harness.core.records import Record
@@ -24,8 +24,8 @@ class Reporter(LiveProgress):
     """Progress while the run goes on: a bar on a terminal, one line per case in CI logs."""
 
     def __init__(self, console: Console, total: int) -> None:
-        super().__init__(console, TextColumn("[bold]critpath run"), BarColumn(), MofNCompleteColumn(),
-                         TimeElapsedColumn(), TextColumn("{task.description}"))
+        super().__init__(console, text_column("critpath run", style="bold"), BarColumn(), MofNCompleteColumn(),
+                         TimeElapsedColumn(), text_column("{task.description}"))
         self.total = total
         self.done = 0
         self.task = self.progress.add_task("", total=total)

@@ -4,8 +4,8 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Iterable, Optional
 
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from harness.core import registry
 from harness.core.console import Console
@@ -18,19 +18,19 @@ from harness.tables.frame import frame_of
 
 def rich_table(table: TextTable, title: str = "") -> Table:
     """A frame-derived table (harness.tables.family) for the terminal: status cells coloured."""
-    out = Table(title=escape(for_terminal(title or table.title)) or None, title_justify="left")
+    out = Table(title=for_terminal(title or table.title) or None, title_justify="left")
     status = [i for i, h in enumerate(table.headers) if h == "status" or h.startswith("status ")]
     for i, header in enumerate(table.headers):
         # a case ID wraps rather than losing its tail (the parameters that tell two cases apart)
-        out.add_column(escape(for_terminal(header)), justify="left" if i in status or header == "case" else "right",
+        out.add_column(for_terminal(header), justify="left" if i in status or header == "case" else "right",
                        overflow="fold")  # a number cut to "2684354…" reads like a value
     for row in table.rows:
-        cells = [escape(for_terminal(c)) for c in row]
+        cells: list = [for_terminal(c) for c in row]
         for i in status:
             if row[i] != MISSING:
                 # ok but marked (contended, flagged): the figures are there, and not the case's alone
                 colour = "green" if row[i] == "ok" else "yellow" if row[i].startswith("ok, ") else "red"
-                cells[i] = f"[{colour}]{cells[i]}[/{colour}]"
+                cells[i] = Text(cells[i], style=colour)
         out.add_row(*cells)
     return out
 
