@@ -301,7 +301,7 @@ TRIES = [(path, name) for path in FIELDS for name in HOSTILE]
 CONTRADICTED = ("evidence contradicts itself", "cannot tell which collective", "changed after nccl-tests wrote them",
                 "but the sweep of field config", "but the run has", "-J lists the first rank of each process",
                 "field config.validation: validation 0, but", "times every row for the configured iterations",
-                "writes true exactly when the count is 0")
+                "writes true exactly when the count is 0", "there without a bound")
 
 
 def _set(data, path, value):

@@ -169,7 +169,10 @@ def test_a_json_sweep_that_ends_below_maximum_bytes_starts_the_next_at_minimum_b
     # sweeps (-d float and half, say) that each stop at 4096 of a config saying 134217728 import
     def two_sweeps(data):
         first = [row for row in data["results"] if row["size"] <= 4096]
-        data["results"] = first + json.loads(json.dumps(first))
+        half = json.loads(json.dumps(first))
+        for row in half:
+            row.update(type="half", count=row["count"] * 2)
+        data["results"] = first + half
         del data["average_bus_bandwidth"]  # the mean of the whole public sweep
     assert _import(tmp_path, _json(tmp_path, two_sweeps)) == 0
     assert [r["params"]["size_bytes"] for r in _records(tmp_path)] == [8, 64, 512, 4096] * 2

@@ -17,9 +17,12 @@ What the import can and cannot say:
   and only then from the file name; ``--collective`` is checked against the output. Ambiguous or
   contradicting evidence is refused (exit 2) with the evidence listed.
 - The trailer (``Out of bounds values``, ``Avg bus bandwidth``) is kept and checked against the
-  rows (harness.nccltests.trailer); a disagreement is reported, the command exits 1, and run.json
-  says ``contradicted`` with the disagreement: every reader then takes the run as not whole
-  (harness.core.store.incompleteness), so its rows decide no acceptance and no diagnosis.
+  rows (harness.nccltests.trailer); a disagreement, or nccl-tests' own failed bandwidth check (-J),
+  is reported, the command exits 1, and run.json says ``contradicted`` with it: every reader then
+  takes the run as not whole (harness.core.store.incompleteness), so its rows decide no acceptance
+  and no diagnosis. NCCL's last error message (-J ``errors``) is kept in the trailer and shown.
+- A log that prints a case twice (cycles, ``-N``) is refused, never written as a run that holds a
+  case twice, which no reader takes.
 - Every value is checked before anything is written (harness.nccltests.values): a count that is
   not a whole number, a figure that is not finite, a string where a number belongs is refused with
   file, line (or JSON record) and field, exit 2. The input is bounded (harness.nccltests.limits).
@@ -67,7 +70,7 @@ from harness.nccltests.parse import (
 )
 from harness.nccltests.source import read_output
 from harness.nccltests.sweep import check_sweep
-from harness.nccltests.trailer import trailer_checks
+from harness.nccltests.trailer import refusals, trailer_checks
 from harness.nccltests.validation import check_validation
 
 __all__ = ["NcclTestsFormatError", "import_file", "nccl_version_text", "parse_file", "to_records"]
@@ -88,9 +91,27 @@ def _parse_file(path: Path, collective: Optional[str]) -> tuple[Parsed, str]:
     parsed.collective = parsed.detection.collective
     # only now: what algbw counts of the size, and the bus factor, are the collective's
     parsed.agreement = check_figures(parsed)
-    check_sweep(parsed)  # the sizes a row prints are the collective's share of its stepped size too
+    # the sizes a row prints are the collective's share of its stepped size too
+    if not check_sweep(parsed):
+        _check_cases(parsed)  # no sweep to tell a second cycle by: a case printed twice is one
     check_validation(parsed)  # which sides print N/A depends on the collective as well
     return parsed, digest
+
+
+def _check_cases(parsed: Parsed) -> None:
+    """Each row a case of its own, where no sweep is known to tell a second cycle by
+    (harness.nccltests.sweep). A run holds each case once, and every reader refuses one that holds
+    a case twice (harness.core.store), so a log that prints a case again is refused here, by its
+    row, not written as a run nothing can read. Which of two rows the case is would be a guess."""
+    first_of: dict[str, object] = {}
+    for row in parsed.rows:
+        case_id = case_id_of(*_family(parsed, row))
+        if case_id in first_of:
+            raise NcclTestsFormatError(
+                f"{row.where}: the case of {first_of[case_id].where} again ({case_id}): nccl-tests prints a "
+                "case twice only when it runs more than one cycle (-N), and a run holds each case once. "
+                "Import a log of one cycle (nccl-tests -N 1), or each cycle from a file of its own")
+        first_of[case_id] = row
 
 
 def checked_lines(parsed: Parsed) -> list[str]:
@@ -253,7 +274,8 @@ def _import(path: Path, out: Path, collective: Optional[str], run_id: Optional[s
         # them; and, when the trailer disagrees with the rows, that they are not the whole story of
         # the run. Inside the try: a signal after the last batch, before this rename, is an
         # interrupted import too, not one left saying ``importing``.
-        contradicted = {"contradicted": "; ".join(trailer["problems"])} if trailer["problems"] else {}
+        refused = refusals(trailer)
+        contradicted = {"contradicted": "; ".join(refused)} if refused else {}
         # The cases it wrote are what it planned: a record swapped for another case reads as not whole.
         run_dir.write_meta({**meta, "state": "imported", "cases_total": total, "cases_ok": ok,
                             "cases_failed": total - ok, PLANNED: planned_digest(case_ids), **contradicted})
@@ -299,6 +321,6 @@ def cmd_import(args) -> int:
     wrong = [r for r in records if not r.ok]
     if wrong:
         print(f"{len(wrong)} size(s) reported wrong results (#wrong > 0)", file=sys.stderr)
-    for problem in imported["trailer"]["problems"]:
+    for problem in refusals(imported["trailer"]):
         print(f"critpath import-nccl-tests: {args.file}: {problem}", file=sys.stderr)
-    return 1 if wrong or imported["trailer"]["problems"] else 0
+    return 1 if wrong or refusals(imported["trailer"]) else 0

@@ -135,6 +135,11 @@ class Trailer:
     avg_where: str = ""
     out_of_bounds: Optional[int] = None
     oob_where: str = ""
+    # -J's average_bus_bandwidth.okay: True or False, nccl-tests' verdict on NCCL_TESTS_MIN_BW's bound
+    # (below 0.9 x the bound fails it, and nccl-tests exits 1), "unchecked" without a bound; None: not written
+    avg_okay: Any = None
+    avg_bound_gbps: Optional[float] = None  # NCCL_TESTS_MIN_BW as nccl-tests read it (atof), from -J's env
+    nccl_errors: list[str] = field(default_factory=list)  # -J's errors: NCCL's last error message, if any
 
 
 @dataclass
@@ -306,6 +311,27 @@ def _out_of_bounds(value: str, where: str) -> int:
     return count
 
 
+# The lines nccl-tests prints once per run (writeDeviceReport's banner, writeResultFooter's trailer),
+# by the label an error names them with. Read as they come, a second one would replace the first:
+# a FAILED data check followed by an OK one would import as OK.
+_ONCE = (("Collective test starting", _BANNER), ("Out of bounds values", _OOB), ("Avg bus bandwidth", _AVG),
+         ("Collective test concluded", _CONCLUDED))
+
+
+def _once_label(line: str) -> Optional[str]:
+    return next((label for label, pattern in _ONCE if pattern.match(line)), None)
+
+
+def _check_once(once: dict[str, list[int]], path: str) -> None:
+    """Each of _ONCE on one line at most; else NcclTestsFormatError naming the first and the second."""
+    for label, numbers in once.items():
+        if len(numbers) > 1:
+            raise NcclTestsFormatError(
+                f"{path}:{numbers[1]}: a second '# {label}' line (the first on line {numbers[0]}); nccl-tests "
+                "prints it once per run (src/util.cu), so one of them is not this run's: the file holds parts of "
+                "two runs, or was edited. Import the log of one run as nccl-tests wrote it")
+
+
 def _row(cols: list[str], layout: _Layout, number: int, where: str) -> Row:
     if len(cols) == layout.width - 1 and "redop" in layout.optional and _NUMBER.fullmatch(cols[3]):
         cols = cols[:3] + [""] + cols[3:]  # an empty redop column (alltoall before 2.13, hypercube)
@@ -342,7 +368,7 @@ def _add_row(rows: list, row: Row, path: str) -> None:
 
 
 def parse_text(lines: Iterable[str], path: str) -> Parsed:
-    """The output whose lines (without line ends, as ``str.splitlines`` gives them) are ``lines``;
+    """The output whose lines (without line ends: LF, CRLF or a lone CR, harness.nccltests.source) are ``lines``;
     read as they come, so that only the rows are held."""
     header = header_where = None
     sweep: Optional[Sweep] = None
@@ -360,11 +386,14 @@ def parse_text(lines: Iterable[str], path: str) -> Parsed:
     # and counted.
     in_table = False
     read_past, read_past_first = 0, None
+    once: dict[str, list[int]] = {}  # a line nccl-tests prints once per run -> the lines it is on
     for number, line in _plain_lines(lines):
         where = f"{path}:{number}"
         if not line:
             continue
         if line.startswith("#"):
+            if label := _once_label(line):
+                once.setdefault(label, []).append(number)
             if m := _BANNER.match(line):
                 binary = banner = (m.group(1), f"line {number}")
             elif (m := _CONCLUDED.match(line)) and banner and m.group(1) != banner[0]:
@@ -427,6 +456,7 @@ def parse_text(lines: Iterable[str], path: str) -> Parsed:
     if len(headers) > 1:
         raise NcclTestsFormatError(f"{path}: {len(headers)} nccl-tests runs in one file (headers on lines "
                                    f"{', '.join(map(str, headers))}); import each run from a file of its own")
+    _check_once(once, path)
     if header is None:
         raise NcclTestsFormatError(f"{path}:1: no '# nThread ... iters:' header line; the import needs it "
                                    "(iteration and rank counts): is this the whole output of an nccl-tests run?")
@@ -534,10 +564,64 @@ def _json_trailer(data: dict, path: str) -> Trailer:
         if value not in avg:
             raise NcclTestsFormatError(f"{path}: field {key}.{value} is missing")
         trailer.avg_busbw_gbps = json_number(avg[value], f"{path}: field {key}.{value}", what="GB/s")
-        # the verdict on NCCL_TESTS_CHECK_AVG_BW's bound, "unchecked" without one (writeResultFooter)
-        _optional(avg, "okay", lambda v, w: json_flag(v, w, also=("unchecked",)), f"{path}: field {key}")
         trailer.avg_busbw_half_ulp, trailer.avg_where = JSON_PRINTED_HALF_ULP, f"field {key}"
+        # the verdict on NCCL_TESTS_MIN_BW's bound, "unchecked" without one (writeResultFooter)
+        trailer.avg_okay = _optional(avg, "okay", lambda v, w: json_flag(v, w, also=(UNCHECKED,)),
+                                     f"{path}: field {key}")
+        _check_avg_okay(trailer, _min_bw(data, path), f"{path}: field {key}.okay")
     return trailer
+
+
+# average_bus_bandwidth.okay without a bound to check against (writeResultFooter)
+UNCHECKED = "unchecked"
+MIN_BW_ENV = "NCCL_TESTS_MIN_BW"
+# common.cu since 2.13 (every release that writes -J): the average fails below this share of the bound
+MIN_BW_SHARE = 0.9
+# atof: the longest leading decimal, 0 where there is none
+_ATOF = re.compile(r"\s*[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?", re.ASCII)
+
+
+def _min_bw(data: dict, path: str) -> tuple[bool, Optional[float], str]:
+    """(whether -J lists its environment, NCCL_TESTS_MIN_BW as nccl-tests reads it or None, where)."""
+    env = data.get("env")
+    if env is None:
+        return False, None, ""
+    if not isinstance(env, list):
+        raise NcclTestsFormatError(f"{path}: field env: {json.dumps(env)[:40]} is not a list of NAME=VALUE strings")
+    for i, entry in enumerate(env):
+        text = json_text(entry, f"{path}: field env[{i}]", "a NAME=VALUE string")
+        name, _, value = text.partition("=")
+        if name == MIN_BW_ENV:
+            prefix = _ATOF.match(value)
+            return True, float(prefix.group()) if prefix else 0.0, f"field env[{i}]"
+    return True, None, ""
+
+
+def _check_avg_okay(trailer: Trailer, min_bw: tuple[bool, Optional[float], str], where: str) -> None:
+    """average_bus_bandwidth.okay held to the bound in env and to the average, as out_of_bounds.okay is to
+    its count: nccl-tests writes "unchecked" exactly when NCCL_TESTS_MIN_BW is unset, else false exactly
+    when the average is below MIN_BW_SHARE of it."""
+    listed, bound, bound_where = min_bw
+    okay, avg = trailer.avg_okay, trailer.avg_busbw_gbps
+    trailer.avg_bound_gbps = bound
+    if okay is None or not listed:
+        return  # no verdict, or no environment to hold it to: the verdict is kept as written
+    said = f'{where} is "{str(okay).lower()}"'
+    if bound is None:
+        if okay != UNCHECKED:
+            raise NcclTestsFormatError(f"{said}, but field env sets no {MIN_BW_ENV}: nccl-tests writes "
+                                       f'"{UNCHECKED}" there without a bound')
+        return
+    if okay == UNCHECKED:
+        raise NcclTestsFormatError(f"{said}, but {bound_where} sets {MIN_BW_ENV} to {bound:g}: nccl-tests checks "
+                                   'the average against it and writes "true" or "false"')
+    floor = MIN_BW_SHARE * bound
+    if abs(avg - floor) <= trailer.avg_busbw_half_ulp:
+        return  # the printed average is too near the floor to tell which side nccl-tests saw
+    if okay != (avg >= floor):
+        raise NcclTestsFormatError(f"{said}, but the average {avg:g} GB/s is {'at or above' if avg >= floor else 'below'} "
+                                   f"{MIN_BW_SHARE:g} x {MIN_BW_ENV} {bound:g} ({bound_where}) = {floor:g}: nccl-tests "
+                                   "writes false exactly when it is below")
 
 
 def _json_root(value: Any, where: str) -> int:
@@ -720,11 +804,12 @@ def parse_json(text: str, path: str) -> Parsed:
     warmup = _plan_count(_config_count(config, "warmup_iters", path, 0, low=0), f"{path}: field config.warmup_iters")
     agg = _config_count(config, "aggregated_iterations", path, 1, low=1, high=MAX_AGG_ITERS)
     started = _json_started(data, path)
-    if data.get("errors") is not None:
-        _json_errors(data["errors"], f"{path}: field errors")
+    trailer = _json_trailer(data, path)
+    if data.get("errors") is not None:  # "" is no error: writeErrors writes it where NCCL holds none
+        trailer.nccl_errors = [e for e in _json_errors(data["errors"], f"{path}: field errors") if e]
     return Parsed(rows, iters, warmup, agg,
                   ranks, ranks_from, "json", devices, None if code is None else nccl_version_text(code),
                   None, started, binary=(args[0], "field args[0]") if args else None,
                   validation=None if validation is None else bool(validation),
-                  validation_where=f"{path}: field config.validation", trailer=_json_trailer(data, path),
+                  validation_where=f"{path}: field config.validation", trailer=trailer,
                   sweep=json_sweep(config, path))

@@ -27,6 +27,17 @@ def imported_notes(records: list) -> list[str]:
         lines.append("percentiles: none. nccl-tests prints the mean over its iterations, so each record holds "
                      "that one mean: p50 and p99 are not known (mean only)")
     trailer = first.get("trailer") or {}
-    lines += list(trailer.get("lines", []))
+    lines += list(trailer.get("lines", []))  # NCCL's last error message among them
     lines += [f"DISAGREES: {p}" for p in trailer.get("problems", [])]
-    return lines
+    return lines + _failed(trailer)
+
+
+def _failed(trailer: Mapping) -> list[str]:
+    return [f"FAILED: {f}" for f in trailer.get("failed", [])]
+
+
+def imported_alerts(records: list) -> list[str]:
+    """What a report must say beside an import's table, whose other notes it leaves to ``critpath
+    show``: nccl-tests' own failed check, and NCCL's last error message; [] where there is none."""
+    trailer = (imported(records[0]).get("trailer") or {}) if records else {}
+    return _failed(trailer) + [f"NCCL's last error message (-J errors): {e}" for e in trailer.get("nccl_errors", [])]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
@@ -53,12 +54,28 @@ class _Reader:
         return self.hasher.hexdigest()
 
 
+# What ends a line of the log: LF, CRLF, or a lone CR (a log written on or for an old Mac, or a
+# progress line a terminal overwrote). Only these: str.splitlines also breaks at a form feed, a
+# vertical tab, \x1c-\x1e, U+0085, U+2028 and U+2029, which editors, sed, grep -n and awk do not
+# count, so every line number after one would name another line than the user's tools show.
+_LINE_END = re.compile(r"\r\n|\r|\n")
+
+
+def _split_lines(text: str) -> list[str]:
+    """``text``'s lines without their ends; the end of the last is no line of its own."""
+    lines = _LINE_END.split(text)
+    if lines[-1] == "":
+        lines.pop()
+    return lines
+
+
 def _text_lines(reader: _Reader) -> Iterator[str]:
-    """The log's lines as ``str.splitlines`` of the whole decoded file gives them (a lone CR ends a
-    line too), so line numbers are the same however the file is read; at most MAX_TEXT_LINES."""
+    """The log's lines, each ended by LF, CRLF or a lone CR (_LINE_END), so line numbers are those
+    ``sed -n Np`` and ``grep -n`` give (a lone CR aside), however the file is read; at most
+    MAX_TEXT_LINES."""
     number = 0
     while raw := reader.line(MAX_TEXT_BYTES):
-        for line in raw.decode("utf-8", errors="replace").splitlines():
+        for line in _split_lines(raw.decode("utf-8", errors="replace")):
             number += 1
             if number > MAX_TEXT_LINES:
                 raise NcclTestsFormatError(f"{reader.path}:{number}: more than {MAX_TEXT_LINES} lines; {WHAT} (text) "

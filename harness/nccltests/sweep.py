@@ -39,7 +39,7 @@ from harness.nccltests.evidence import SIGNS
 from harness.nccltests.values import NcclTestsFormatError, json_integer, text_integer
 
 if TYPE_CHECKING:
-    from harness.nccltests.parse import Parsed
+    from harness.nccltests.parse import Parsed, Row
 
 __all__ = ["Sweep", "check_sweep", "header_sweep", "json_sweep", "reduced_sweep"]
 
@@ -136,14 +136,43 @@ def _printed(stepped_bytes: int, dtype: str, ranks: int, shared: bool) -> tuple[
     return tuple(sorted({base * ranks * word, aligned * ranks * word}))  # before and since 29f4114
 
 
-def check_sweep(parsed: "Parsed") -> None:
-    """Every row's size the one its place in the header's sweep prints; NcclTestsFormatError naming
-    the first that is not."""
+def _same_sweep(previous: "Row", row: "Row") -> None:
+    """``row``, which continues the sweep of ``previous``, of its data type, reduction and root:
+    nccl-tests loops over types, then reductions, then roots, and sweeps every size of one before
+    it moves to the next (each test's runTest, then TimeTest), so none changes within a sweep."""
+    for name, before, now in (("type", previous.dtype, row.dtype), ("redop", previous.redop, row.redop),
+                              ("root", previous.root, row.root)):
+        if before != now:
+            raise NcclTestsFormatError(
+                f"{row.where}: {name} is {now}, but the row before it ({previous.where}) is of {name} {before} "
+                f"and this row continues its sweep (a size after minBytes): nccl-tests sweeps every size of "
+                f"one data type, reduction and root before the next, so a row changed, or rows of two runs mixed")
+
+
+def _one_cycle(seen: dict, row: "Row", stepped_bytes: int) -> None:
+    """``row`` the first at its place in a sweep of its type, reduction and root: a second is a second
+    cycle (-N), which prints each of them again and which a run of one record per case cannot hold."""
+    key = (row.dtype, row.redop, row.root, stepped_bytes)
+    if key in seen:
+        raise NcclTestsFormatError(
+            f"{row.where}: a second cycle starts here: {row.size_bytes} B of type {row.dtype} (stepped size "
+            f"{stepped_bytes} B) again, first on {seen[key].where}; nccl-tests prints a sweep again only for "
+            "another cycle (-N), and a run holds each case once. Import a log of one cycle (nccl-tests -N 1), "
+            "or each cycle from a file of its own")
+    seen[key] = row
+
+
+def check_sweep(parsed: "Parsed") -> bool:
+    """Every row's size the one its place in the header's sweep prints, and of the data type,
+    reduction and root of the row before it unless it starts a sweep again, and no sweep printed
+    twice (a second cycle); NcclTestsFormatError naming the first row that is not. False where
+    the rows cannot be held to a sweep (none is known, or alltoallv)."""
     sweep = parsed.sweep
     if sweep is None or parsed.collective not in SIGNS or SIGNS[parsed.collective].size not in ("1", "n"):
-        return  # no sweep in the header, or alltoallv, whose sizes follow its pattern
+        return False  # no sweep in the header, or alltoallv, whose sizes follow its pattern
     shared = SIGNS[parsed.collective].size == "n"
-    stepped_bytes = None
+    stepped_bytes = previous = None
+    seen: dict = {}
     for row in parsed.rows:
         if stepped_bytes is not None and sweep.after(stepped_bytes) <= sweep.max_bytes:
             stepped_bytes = sweep.after(stepped_bytes)
@@ -155,6 +184,9 @@ def check_sweep(parsed: "Parsed") -> None:
             # the next sweep, from minimum_bytes: this one ended below maximum_bytes, lowered for
             # memory after -J wrote it (common.cu, "Reducing maxBytes", which -J does not record)
             stepped_bytes, printed = sweep.min_bytes, _printed(sweep.min_bytes, row.dtype, parsed.ranks, shared)
+        if stepped_bytes != sweep.min_bytes:
+            _same_sweep(previous, row)
+        previous = row
         if row.size_bytes not in printed:
             shape = (f"{stepped_bytes} B in {row.dtype} elements, shared among {parsed.ranks} ranks" if shared
                      else f"{stepped_bytes} B in whole {row.dtype} elements")
@@ -162,3 +194,5 @@ def check_sweep(parsed: "Parsed") -> None:
                 f"{row.where}: size (B) is {row.size_bytes}, but {sweep.said()} is at {stepped_bytes} B here, which "
                 f"nccl-tests prints for {parsed.collective} as {' or '.join(map(str, printed))} ({shape}): "
                 "a row changed, moved or lost, or a header from another run")
+        _one_cycle(seen, row, stepped_bytes)
+    return True

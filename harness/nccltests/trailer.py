@@ -5,12 +5,16 @@ busbw it prints, out-of-place and in-place, to one sum and divides by their numb
 bandwidth`` is the mean of the busbw column over both sides of every row. Its ``Out of bounds
 values`` counts data checks that found wrong elements (per size, side, thread and process), so it
 is 0 exactly when every counted ``#wrong`` is 0. A file whose trailer disagrees with its rows has
-lost or changed rows, or was edited; that is reported, never passed over.
+lost or changed rows, or was edited; that is reported, never passed over. Nor is a run whose own
+bandwidth check failed (-J ``average_bus_bandwidth.okay`` false: the average below 0.9 x
+``NCCL_TESTS_MIN_BW``, after which nccl-tests exits 1): its rows may be whole, but nccl-tests
+failed it. NCCL's last error message (-J ``errors``) is kept and shown, not judged: NCCL keeps the
+last one it met, a warning it recovered from as well.
 """
 from __future__ import annotations
 
 from harness.core.imported import SIDES, average_agrees, out_of_bounds_verdict, rows_mean_busbw
-from harness.nccltests.parse import JSON_PRINTED_HALF_ULP, Parsed
+from harness.nccltests.parse import JSON_PRINTED_HALF_ULP, MIN_BW_ENV, MIN_BW_SHARE, UNCHECKED, Parsed
 
 
 def _busbw_figures(parsed: Parsed) -> list[tuple[float, float]]:
@@ -74,13 +78,47 @@ def _out_of_bounds(parsed: Parsed, out: dict) -> None:
         out["problems"].append(f"{said}, yet {rows_say}: the file disagrees with itself")
 
 
+def _bandwidth_check(parsed: Parsed, out: dict) -> None:
+    """nccl-tests' own verdict on the average (held to env and the average by the parser)."""
+    t = parsed.trailer
+    if t.avg_okay is None or t.avg_okay == UNCHECKED:
+        return
+    bound = (f"{MIN_BW_SHARE:g} x {MIN_BW_ENV} {t.avg_bound_gbps:g} GB/s" if t.avg_bound_gbps is not None
+             else f"0.9 x {MIN_BW_ENV}, which its env does not list")
+    said = f"{t.avg_where}.okay: nccl-tests' own bandwidth check of the average {t.avg_busbw_gbps:g} GB/s against {bound}"
+    if t.avg_okay:
+        out["lines"].append(f"{said}: passed")
+    else:
+        out["failed"] = [f"{said}: FAILED, and nccl-tests exited 1 (src/common.cu): the run did not reach the "
+                         "bandwidth it was run to show"]
+
+
+def _nccl_errors(parsed: Parsed, out: dict) -> None:
+    for message in parsed.trailer.nccl_errors:
+        out["lines"].append(f"field errors: NCCL's last error message (ncclGetLastError, which keeps the last error "
+                            f"NCCL met, one it recovered from too): {message}")
+
+
 def trailer_checks(parsed: Parsed) -> dict:
     """The trailer's values, what the rows say of them, and lines to show: ``lines`` (agreements
-    and notes) and ``problems`` (disagreements, which fail the import)."""
+    and notes), ``problems`` (disagreements) and, where nccl-tests' own check failed, ``failed``;
+    the last two fail the import (``refusals``)."""
     t = parsed.trailer
     out: dict = {"avg_busbw_gbps": t.avg_busbw_gbps, "avg_busbw_where": t.avg_where or None,
                  "avg_busbw_agrees": None, "out_of_bounds": t.out_of_bounds, "out_of_bounds_where": t.oob_where or None,
                  "lines": [], "problems": []}
+    if t.avg_okay is not None:
+        out.update(avg_busbw_okay=t.avg_okay, avg_busbw_bound_gbps=t.avg_bound_gbps)
+    if t.nccl_errors:
+        out["nccl_errors"] = list(t.nccl_errors)
     _out_of_bounds(parsed, out)
     _average(parsed, out)
+    _bandwidth_check(parsed, out)
+    _nccl_errors(parsed, out)
     return out
+
+
+def refusals(trailer: dict) -> list[str]:
+    """What in a trailer's checks (``trailer_checks``, as run.json and each record keep them) fails
+    the import and makes its rows not the whole story of the run."""
+    return [*trailer.get("problems", []), *trailer.get("failed", [])]

@@ -21,6 +21,8 @@ from harness.tables.family import (MEAN_ONLY, UNVERIFIED, TextTable, comparison_
                                    imported_tables, split_imports)
 from harness.core.plotting import png_bytes
 from harness.core.store import LoadedRun
+from harness.nccltests.show import imported as imported_block
+from harness.nccltests.show import imported_alerts
 from harness.document.blocks import Block, Heading, Image, Para, Table
 
 
@@ -154,6 +156,8 @@ def _family_tables(runs: Sequence[LoadedRun], parts: Sequence, family: Optional[
                            f"exist in the source): percentiles are shown as {MEAN_ONLY}."))
     for table in imported_tables(imported):
         blocks += [Para(table.title), _table(table)]
+        group = [r for r in runs[0].records if imported_block(r).get("file") == table.source]
+        blocks += [Para(line) for line in imported_alerts(group)]
     if len(measured):
         table = family_table(measured, family)
         blocks += [*(Para(note) for note in table.notes), _table(table)]

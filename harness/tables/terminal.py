@@ -69,7 +69,7 @@ def print_tables(records: Iterable[Record], console: Console | None = None, fram
         console.print(rich_table(table))
         for line in imported_notes(group):
             console.print(for_terminal(line), markup=False, highlight=False,
-                          style="red" if line.startswith("DISAGREES") else None)
+                          style="red" if line.startswith(("DISAGREES", "FAILED")) else None)
         _unverified(group[0].family, group, console)
     for name in measured["family"].drop_duplicates():
         console.print(rich_table(family_table(measured[measured["family"] == name], registry.FAMILIES.get(name)),
