@@ -325,9 +325,15 @@ def trailer_contradiction(blocks: Sequence[Mapping[str, Any]]) -> Optional[str]:
     return None
 
 
+def refusals(trailer: Mapping[str, Any]) -> list[str]:
+    """What in a trailer's checks (``nccltests.trailer.trailer_checks``, as run.json and each
+    record keep them) fails the import and makes its rows not the whole story of the run: the
+    disagreements with its rows, and nccl-tests' own failed bandwidth check."""
+    return [str(p) for key in ("problems", "failed") if isinstance(trailer.get(key), list) for p in trailer[key]]
+
+
 def problems_of(blocks: Sequence[Mapping[str, Any]]) -> str:
-    """What the trailer an import's records keep says its rows contradict ("" when nothing): read
-    from the records, as run.json's ``contradicted`` says it."""
+    """What the trailer an import's records keep says makes their rows not the whole run ("" when
+    nothing): read from the records, as run.json's ``contradicted`` says it."""
     trailer = blocks[0].get("trailer") if blocks and isinstance(blocks[0], Mapping) else None
-    problems = trailer.get("problems") if isinstance(trailer, Mapping) else None
-    return "; ".join(map(str, problems)) if isinstance(problems, list) else ""
+    return "; ".join(refusals(trailer)) if isinstance(trailer, Mapping) else ""

@@ -70,7 +70,8 @@ from harness.nccltests.parse import (
 )
 from harness.nccltests.source import read_output
 from harness.nccltests.sweep import check_sweep
-from harness.nccltests.trailer import refusals, trailer_checks
+from harness.core.imported import refusals
+from harness.nccltests.trailer import trailer_checks
 from harness.nccltests.validation import check_validation
 
 __all__ = ["NcclTestsFormatError", "import_file", "nccl_version_text", "parse_file", "to_records"]

@@ -117,8 +117,3 @@ def trailer_checks(parsed: Parsed) -> dict:
     _nccl_errors(parsed, out)
     return out
 
-
-def refusals(trailer: dict) -> list[str]:
-    """What in a trailer's checks (``trailer_checks``, as run.json and each record keep them) fails
-    the import and makes its rows not the whole story of the run."""
-    return [*trailer.get("problems", []), *trailer.get("failed", [])]
