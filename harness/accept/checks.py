@@ -90,13 +90,18 @@ def _checked_family(check: Mapping[str, Any]) -> str:
     return check.get("family") or case_parts(check.get("case", ""))[0]
 
 
+def _covers(check: Mapping[str, Any], record: Record) -> bool:
+    """Whether a failure of ``record`` is one ``check`` answers for: its case, or its family."""
+    return means(record, record.case_id, check) if check.get("case") else record.family == _checked_family(check)
+
+
 def records_outcome(profile: Mapping[str, Any], records: Sequence[Record]) -> tuple[Outcome, ...]:
     """A FAIL naming the failed and wrong-answer records of every family the profile checks, whether
     or not a check selects them: a sweep judged at one size still ran the others, and a collective
     that gives wrong answers at 8 B is not accepted by its bandwidth at 128 MiB. A family no check
-    names is not what the profile accepts. Nothing where every such record is ok."""
-    families = {_checked_family(c) for c in profile["checks"]}
-    records = [r for r in records if r.family in families]
+    names is not what the profile accepts, nor, for a check that names one case (``case:``), the
+    other cases of its family: the user chose that case alone. Nothing where every such record is ok."""
+    records = [r for r in records if any(_covers(c, r) for c in profile["checks"])]
     failed = [r for r in records if not r.ok]
     if not failed:
         return ()
